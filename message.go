@@ -1,0 +1,203 @@
+package parley
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Role is the author of a message, as in the OpenAI chat format.
+type Role string
+
+// The four roles of the OpenAI chat format.
+const (
+	RoleSystem    Role = "system"
+	RoleUser      Role = "user"
+	RoleAssistant Role = "assistant"
+	RoleTool      Role = "tool"
+)
+
+// Valid reports whether r is one of the four known roles.
+func (r Role) Valid() bool {
+	switch r {
+	case RoleSystem, RoleUser, RoleAssistant, RoleTool:
+		return true
+	}
+	return false
+}
+
+// Message is one message of a conversation in OpenAI chat format, plus the metadata Parley keeps
+// beside it. The OpenAI fields come first; the metadata fields are never sent to a provider.
+type Message struct {
+	Role       Role       `json:"role"`
+	Content    Content    `json:"content"`
+	Name       string     `json:"name,omitempty"`
+	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string     `json:"tool_call_id,omitempty"`
+	// Reasoning is the model's reasoning ("thinking") text, carried under the name the
+	// OpenAI-compatible providers (DeepSeek, GLM, vLLM) use for it.
+	Reasoning string `json:"reasoning_content,omitempty"`
+
+	// Metadata kept by Parley.
+	ID         string    `json:"id,omitempty"`          // UUIDv7, time-ordered
+	SessionID  string    `json:"session_id,omitempty"`  // owning session
+	Seq        int64     `json:"seq,omitempty"`         // 1-based position in the session, set by the store
+	RunID      string    `json:"run_id,omitempty"`      // the run that produced it
+	Model      string    `json:"model,omitempty"`       // assistant: the model that answered
+	LatencyMS  int64     `json:"latency_ms,omitempty"`  // assistant: model time; tool: execution time
+	Usage      *Usage    `json:"usage,omitempty"`       // assistant: tokens of the call that produced it
+	Success    *bool     `json:"success,omitempty"`     // tool: whether the tool succeeded
+	ResourceID string    `json:"resource_id,omitempty"` // tool: a resource the result refers to
+	CreatedAt  time.Time `json:"created_at,omitzero"`
+}
+
+// OpenAI returns a copy of m without Parley's metadata: exactly what a provider is sent.
+func (m Message) OpenAI() Message {
+	return Message{
+		Role:       m.Role,
+		Content:    m.Content,
+		Name:       m.Name,
+		ToolCalls:  m.ToolCalls,
+		ToolCallID: m.ToolCallID,
+		Reasoning:  m.Reasoning,
+	}
+}
+
+// ToolCall is one function call requested by an assistant message.
+type ToolCall struct {
+	ID       string       `json:"id"`
+	Type     string       `json:"type"` // always "function"
+	Function FunctionCall `json:"function"`
+}
+
+// FunctionCall names the function and carries its arguments as a JSON-encoded string, as the
+// OpenAI format does (the model may produce invalid JSON; it is kept as produced).
+type FunctionCall struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+// Usage counts the tokens of one model call (or a sum of calls).
+type Usage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
+	ReasoningTokens  int64 `json:"reasoning_tokens,omitempty"`
+	CachedTokens     int64 `json:"cached_tokens,omitempty"`
+}
+
+// Add adds o to u.
+func (u *Usage) Add(o Usage) {
+	u.PromptTokens += o.PromptTokens
+	u.CompletionTokens += o.CompletionTokens
+	u.TotalTokens += o.TotalTokens
+	u.ReasoningTokens += o.ReasoningTokens
+	u.CachedTokens += o.CachedTokens
+}
+
+// Part is one element of array-form content: text or an image (seed 000's binary_content).
+type Part struct {
+	Type     string    `json:"type"` // "text" or "image_url"
+	Text     string    `json:"text,omitempty"`
+	ImageURL *ImageURL `json:"image_url,omitempty"`
+}
+
+// ImageURL is an image by URL or as a data: URL with base64 bytes.
+type ImageURL struct {
+	URL    string `json:"url"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// Content is a message's content in one of the three forms the OpenAI format allows: null, a
+// string, or an array of parts. The zero value is null. The form is kept through a JSON round trip.
+type Content struct {
+	text  *string
+	parts []Part
+}
+
+// Text returns string-form content.
+func Text(s string) Content { return Content{text: &s} }
+
+// Parts returns array-form content. With no parts it is an empty array, not null.
+func Parts(parts ...Part) Content {
+	if parts == nil {
+		parts = []Part{}
+	}
+	return Content{parts: parts}
+}
+
+// IsNull reports whether the content is JSON null.
+func (c Content) IsNull() bool { return c.text == nil && c.parts == nil }
+
+// IsParts reports whether the content is in array form.
+func (c Content) IsParts() bool { return c.parts != nil }
+
+// Parts returns the parts of array-form content, or nil.
+func (c Content) Parts() []Part { return c.parts }
+
+// String returns the text of the content: the string itself, or the text parts joined by newlines.
+func (c Content) String() string {
+	if c.text != nil {
+		return *c.text
+	}
+	var b strings.Builder
+	for _, p := range c.parts {
+		if p.Type == "text" {
+			if b.Len() > 0 {
+				b.WriteByte('\n')
+			}
+			b.WriteString(p.Text)
+		}
+	}
+	return b.String()
+}
+
+// MarshalJSON encodes the content in its own form.
+func (c Content) MarshalJSON() ([]byte, error) {
+	switch {
+	case c.parts != nil:
+		return json.Marshal(c.parts)
+	case c.text != nil:
+		return json.Marshal(*c.text)
+	default:
+		return []byte("null"), nil
+	}
+}
+
+// UnmarshalJSON accepts null, a string, or an array of parts.
+func (c *Content) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	switch {
+	case len(b) == 0 || bytes.Equal(b, []byte("null")):
+		*c = Content{}
+	case b[0] == '"':
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		*c = Text(s)
+	case b[0] == '[':
+		var parts []Part
+		if err := json.Unmarshal(b, &parts); err != nil {
+			return err
+		}
+		for i, p := range parts {
+			switch p.Type {
+			case "text":
+			case "image_url":
+				if p.ImageURL == nil || p.ImageURL.URL == "" {
+					return fmt.Errorf("content part %d: image_url needs a url", i)
+				}
+			default:
+				return fmt.Errorf("content part %d: unknown type %q", i, p.Type)
+			}
+		}
+		*c = Parts(parts...)
+	default:
+		return errors.New("content must be null, a string or an array of parts")
+	}
+	return nil
+}

@@ -1,0 +1,71 @@
+package parley
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Session is one persistent conversation.
+type Session struct {
+	ID        string    `json:"id"`
+	Title     string    `json:"title"`
+	Owner     string    `json:"owner"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Resource is something a tool result refers to (a file, a fetched page, an artifact); tool
+// messages point at it by resource_id (seed 004).
+type Resource struct {
+	ID        string          `json:"id"`
+	SessionID string          `json:"session_id"`
+	Kind      string          `json:"kind"`
+	URI       string          `json:"uri,omitempty"`
+	Meta      json.RawMessage `json:"meta,omitempty"`
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+// Page asks for one page of a cursor-paginated listing. An empty Cursor asks for the first page.
+type Page struct {
+	Cursor string
+	Limit  int
+}
+
+// Store keeps sessions, their messages and resources. Every write is durable when it returns.
+// Implementations: store/sqlite, store/postgres; store/storetest is the contract suite.
+type Store interface {
+	// CreateSession stores s. s.ID, CreatedAt and UpdatedAt must be set.
+	CreateSession(ctx context.Context, s *Session) error
+	// GetSession returns ErrNotFound for an unknown id.
+	GetSession(ctx context.Context, id string) (*Session, error)
+	// ListSessions returns owner's sessions, most recently updated first, and the cursor of the
+	// next page ("" on the last page).
+	ListSessions(ctx context.Context, owner string, p Page) ([]Session, string, error)
+	// RenameSession sets the title and updated_at and returns the session.
+	RenameSession(ctx context.Context, id, title string, now time.Time) (*Session, error)
+	// DeleteSession deletes the session, its messages and resources.
+	DeleteSession(ctx context.Context, id string) error
+
+	// AppendMessages appends msgs to the session in one transaction, sets each one's Seq (and
+	// SessionID), and bumps the session's updated_at to the last message's CreatedAt. Each message
+	// must have ID and CreatedAt set. An unknown session gives ErrNotFound.
+	AppendMessages(ctx context.Context, sessionID string, msgs ...*Message) error
+	// ListMessages returns up to limit messages with Seq > afterSeq, in order.
+	ListMessages(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]Message, error)
+	// History returns every message of the session, in order.
+	History(ctx context.Context, sessionID string) ([]Message, error)
+
+	// PutResource stores r; GetResource returns ErrNotFound for an unknown id.
+	PutResource(ctx context.Context, r *Resource) error
+	GetResource(ctx context.Context, id string) (*Resource, error)
+
+	Close() error
+}
+
+// NewID returns a new time-ordered identifier (UUIDv7).
+func NewID() string {
+	return uuid.Must(uuid.NewV7()).String()
+}
