@@ -1,0 +1,120 @@
+// Package bus carries run events from the run that produces them to any number of subscribers.
+//
+// A Log is one run's ordered event log. The producer appends; each subscriber reads with its own
+// cursor (the last sequence number it has seen), so a slow subscriber never holds up the producer or
+// the other subscribers, and a subscriber that reconnects resumes exactly after the event it names.
+package bus
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	parley "github.com/parleyhq/parley"
+)
+
+// ErrTrimmed is returned by Read when the events after the requested sequence number are no longer
+// held in memory; the reader must recover what it missed from the store.
+var ErrTrimmed = errors.New("bus: events trimmed from the log")
+
+// DefaultMaxEvents bounds the events a Log holds; older ones are trimmed.
+const DefaultMaxEvents = 100_000
+
+// Log is an append-only, bounded, ordered log of one run's events with blocking reads.
+type Log struct {
+	mu     sync.Mutex
+	events []parley.Event // events[i].Seq == first+int64(i)
+	first  int64          // Seq of events[0]
+	next   int64          // Seq the next Append gets
+	max    int
+	closed bool
+	wake   chan struct{} // closed and replaced on every Append and on Close
+}
+
+// NewLog returns an empty log holding at most max events (DefaultMaxEvents when max <= 0).
+func NewLog(max int) *Log {
+	if max <= 0 {
+		max = DefaultMaxEvents
+	}
+	return &Log{first: 1, next: 1, max: max, wake: make(chan struct{})}
+}
+
+// Append stamps ev with the next sequence number, stores it and wakes every reader. Appending to a
+// closed log is a no-op that returns ev unchanged with Seq 0.
+func (l *Log) Append(ev parley.Event) parley.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ev
+	}
+	ev.Seq = l.next
+	l.next++
+	l.events = append(l.events, ev)
+	if over := len(l.events) - l.max; over > 0 {
+		// Drop the oldest events; copy so the old backing array can be freed.
+		l.events = append(make([]parley.Event, 0, l.max), l.events[over:]...)
+		l.first += int64(over)
+	}
+	close(l.wake)
+	l.wake = make(chan struct{})
+	return ev
+}
+
+// Close marks the log complete: readers get the remaining events, then done=true.
+func (l *Log) Close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.closed {
+		l.closed = true
+		close(l.wake)
+	}
+}
+
+// LastSeq returns the sequence number of the last appended event (0 if none).
+func (l *Log) LastSeq() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.next - 1
+}
+
+// Closed reports whether the log is complete.
+func (l *Log) Closed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
+}
+
+// Read returns up to max events with Seq > after, waiting until at least one exists, the log is
+// closed, or ctx ends. done is true when the log is closed and the returned events are its last.
+// It returns ErrTrimmed when events after `after` were dropped from memory.
+func (l *Log) Read(ctx context.Context, after int64, max int) (evs []parley.Event, done bool, err error) {
+	if max <= 0 {
+		max = 256
+	}
+	for {
+		l.mu.Lock()
+		if after+1 < l.first {
+			l.mu.Unlock()
+			return nil, false, ErrTrimmed
+		}
+		if after+1 < l.next {
+			i := int(after + 1 - l.first)
+			j := min(i+max, len(l.events))
+			evs = append([]parley.Event(nil), l.events[i:j]...)
+			done = l.closed && j == len(l.events)
+			l.mu.Unlock()
+			return evs, done, nil
+		}
+		if l.closed {
+			l.mu.Unlock()
+			return nil, true, nil
+		}
+		wake := l.wake
+		l.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		}
+	}
+}
