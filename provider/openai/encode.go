@@ -1,0 +1,223 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	"github.com/parleyhq/parley"
+)
+
+// EncodeOptions are the wire choices on which OpenAI-compatible endpoints disagree.
+// The zero value follows OpenAI's own API reference.
+type EncodeOptions struct {
+	// SendReasoning sends an assistant message's reasoning back as reasoning_content. OpenAI's
+	// API does not define that field; DeepSeek's thinking mode requires it after tool calls, and
+	// GLM accepts it. Off by default.
+	SendReasoning bool
+	// LegacyMaxTokens sends the token limit as max_tokens (deprecated by OpenAI and rejected by
+	// its reasoning models) instead of max_completion_tokens. Ollama's /v1 and GLM read only
+	// max_tokens; vLLM reads both.
+	LegacyMaxTokens bool
+	// SendToolName sends the name field of tool messages. OpenAI's schema for tool messages has
+	// no name and strict endpoints reject it; some vLLM chat templates want it. Off by default.
+	SendToolName bool
+}
+
+// EncodeRequest returns the Chat Completions request body for req with the default options.
+func EncodeRequest(req *parley.ChatRequest, stream bool) ([]byte, error) {
+	return EncodeRequestWith(req, stream, EncodeOptions{})
+}
+
+// EncodeRequestWith returns the Chat Completions request body for req. Parley's message
+// metadata is never sent. Errors are *parley.Error with code ECInvalid.
+func EncodeRequestWith(req *parley.ChatRequest, stream bool, opts EncodeOptions) ([]byte, error) {
+	if req == nil {
+		return nil, parley.Errorf(parley.ECInvalid, "no request")
+	}
+	if req.Model == "" {
+		return nil, parley.Errorf(parley.ECInvalid, "model is required")
+	}
+	if len(req.Messages) == 0 {
+		return nil, parley.Errorf(parley.ECInvalid, "no messages")
+	}
+	w := wireRequest{
+		Model:       req.Model,
+		Messages:    make([]wireMessage, 0, len(req.Messages)),
+		Temperature: req.Temperature,
+		Stream:      stream,
+	}
+	for i, m := range req.Messages {
+		wm, err := encodeMessage(m.OpenAI(), opts)
+		if err != nil {
+			return nil, parley.Errorf(parley.ECInvalid, "message %d: %v", i, err)
+		}
+		w.Messages = append(w.Messages, wm)
+	}
+	for _, t := range req.Tools {
+		if t.Name == "" {
+			return nil, parley.Errorf(parley.ECInvalid, "a tool has no name")
+		}
+		params := bytes.TrimSpace(t.Parameters)
+		if len(params) == 0 || bytes.Equal(params, []byte("null")) {
+			params = []byte(`{"type":"object","properties":{}}`)
+		} else if !json.Valid(params) {
+			return nil, parley.Errorf(parley.ECInvalid, "tool %q: parameters are not valid JSON", t.Name)
+		}
+		w.Tools = append(w.Tools, wireTool{
+			Type:     "function",
+			Function: wireFunction{Name: t.Name, Description: t.Description, Parameters: json.RawMessage(params)},
+		})
+	}
+	switch req.ToolChoice {
+	case "", "auto", "none", "required":
+	default:
+		return nil, parley.Errorf(parley.ECInvalid, "unknown tool_choice %q", req.ToolChoice)
+	}
+	if len(w.Tools) > 0 { // OpenAI rejects tool_choice without tools
+		w.ToolChoice = req.ToolChoice
+	}
+	if req.MaxTokens < 0 {
+		return nil, parley.Errorf(parley.ECInvalid, "max_tokens must not be negative")
+	}
+	if opts.LegacyMaxTokens {
+		w.MaxTokens = req.MaxTokens
+	} else {
+		w.MaxCompletionTokens = req.MaxTokens
+	}
+	if stream {
+		w.StreamOptions = &wireStreamOptions{IncludeUsage: true}
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(w); err != nil {
+		return nil, parley.WrapError(parley.ECInvalid, err, "cannot encode request")
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+func encodeMessage(m parley.Message, opts EncodeOptions) (wireMessage, error) {
+	if !m.Role.Valid() {
+		return wireMessage{}, fmt.Errorf("unknown role %q", m.Role)
+	}
+	wm := wireMessage{Role: string(m.Role), Name: m.Name}
+	content, err := encodeContent(m.Content)
+	if err != nil {
+		return wireMessage{}, err
+	}
+	wm.Content = content
+	switch m.Role {
+	case parley.RoleAssistant:
+		for _, tc := range m.ToolCalls {
+			typ := tc.Type
+			if typ == "" {
+				typ = "function"
+			}
+			args := tc.Function.Arguments
+			if args == "" { // Ollama's /v1 fails to parse "" as arguments
+				args = "{}"
+			}
+			wm.ToolCalls = append(wm.ToolCalls, wireToolCall{
+				ID: tc.ID, Type: typ, Function: wireCall{Name: tc.Function.Name, Arguments: args},
+			})
+		}
+		if opts.SendReasoning {
+			wm.Reasoning = m.Reasoning
+		}
+	case parley.RoleTool:
+		wm.ToolCallID = m.ToolCallID
+		if !opts.SendToolName {
+			wm.Name = ""
+		}
+	}
+	return wm, nil
+}
+
+// encodeContent keeps the content's form: null, a string, or an array of parts.
+func encodeContent(c parley.Content) (json.RawMessage, error) {
+	if !c.IsParts() {
+		return json.Marshal(c) // null or a string
+	}
+	parts := make([]wirePart, 0, len(c.Parts()))
+	for i, p := range c.Parts() {
+		switch p.Type {
+		case "text":
+			text := p.Text
+			parts = append(parts, wirePart{Type: "text", Text: &text})
+		case "image_url":
+			if p.ImageURL == nil || p.ImageURL.URL == "" {
+				return nil, fmt.Errorf("content part %d: image_url needs a url", i)
+			}
+			parts = append(parts, wirePart{Type: "image_url", ImageURL: &wireImage{URL: p.ImageURL.URL, Detail: p.ImageURL.Detail}})
+		default:
+			return nil, fmt.Errorf("content part %d: unknown type %q", i, p.Type)
+		}
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(parts); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+// The request wire format. Field order is the order of the encoded JSON.
+type wireRequest struct {
+	Model               string             `json:"model"`
+	Messages            []wireMessage      `json:"messages"`
+	Tools               []wireTool         `json:"tools,omitempty"`
+	ToolChoice          string             `json:"tool_choice,omitempty"`
+	Temperature         *float64           `json:"temperature,omitempty"`
+	MaxCompletionTokens int                `json:"max_completion_tokens,omitempty"`
+	MaxTokens           int                `json:"max_tokens,omitempty"`
+	Stream              bool               `json:"stream"`
+	StreamOptions       *wireStreamOptions `json:"stream_options,omitempty"`
+}
+
+type wireStreamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+type wireMessage struct {
+	Role       string          `json:"role"`
+	Content    json.RawMessage `json:"content"`
+	Name       string          `json:"name,omitempty"`
+	ToolCalls  []wireToolCall  `json:"tool_calls,omitempty"`
+	ToolCallID string          `json:"tool_call_id,omitempty"`
+	Reasoning  string          `json:"reasoning_content,omitempty"`
+}
+
+type wirePart struct {
+	Type     string     `json:"type"`
+	Text     *string    `json:"text,omitempty"` // always set for text parts, even when empty
+	ImageURL *wireImage `json:"image_url,omitempty"`
+}
+
+type wireImage struct {
+	URL    string `json:"url"`
+	Detail string `json:"detail,omitempty"`
+}
+
+type wireToolCall struct {
+	ID       string   `json:"id"`
+	Type     string   `json:"type"`
+	Function wireCall `json:"function"`
+}
+
+type wireCall struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+type wireTool struct {
+	Type     string       `json:"type"`
+	Function wireFunction `json:"function"`
+}
+
+type wireFunction struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters"`
+}

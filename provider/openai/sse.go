@@ -1,0 +1,112 @@
+package openai
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+)
+
+// maxLineSize bounds one line of a provider's event stream, and the data of one event.
+const maxLineSize = 4 << 20
+
+// errTooLarge reports a line or an event larger than maxLineSize.
+var errTooLarge = errors.New("event stream line or event too large")
+
+// errPartialLine reports a stream that ended inside a line.
+var errPartialLine = errors.New("event stream ended inside a line")
+
+// sseEvent is one dispatched server-sent event.
+type sseEvent struct {
+	Type string // the event field; "" when none was sent
+	Data []byte // the data lines joined by "\n"; valid until the next call of next
+}
+
+// sseReader reads server-sent events as the WHATWG HTML standard defines them: lines ended by
+// CRLF, LF or CR; a blank line dispatches; lines starting with ':' are comments; "data" lines
+// accumulate; "id" and "retry" are ignored.
+type sseReader struct {
+	sc    *bufio.Scanner
+	first bool
+	data  []byte
+	typ   string
+	has   bool // a data field was seen since the last dispatch
+}
+
+func newSSEReader(r io.Reader) *sseReader {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), maxLineSize)
+	sc.Split(splitLine)
+	return &sseReader{sc: sc, first: true}
+}
+
+// next returns the next event. At the end of the input, an event whose lines were complete but
+// that no blank line dispatched is still returned; a partial last line is dropped. After the
+// last event it returns io.EOF, or the read error.
+func (r *sseReader) next() (sseEvent, error) {
+	r.data, r.typ, r.has = r.data[:0], "", false
+	for r.sc.Scan() {
+		line := r.sc.Bytes()
+		if r.first {
+			line = bytes.TrimPrefix(line, []byte("\xEF\xBB\xBF"))
+			r.first = false
+		}
+		if len(line) == 0 {
+			if r.has {
+				return sseEvent{Type: r.typ, Data: bytes.TrimSuffix(r.data, []byte("\n"))}, nil
+			}
+			r.typ = ""
+			continue
+		}
+		if line[0] == ':' {
+			continue
+		}
+		field, value, _ := bytes.Cut(line, []byte(":"))
+		value = bytes.TrimPrefix(value, []byte(" "))
+		switch string(field) {
+		case "data":
+			if len(r.data)+len(value)+1 > maxLineSize {
+				return sseEvent{}, errTooLarge
+			}
+			r.data = append(r.data, value...)
+			r.data = append(r.data, '\n')
+			r.has = true
+		case "event":
+			r.typ = string(value)
+		}
+	}
+	err := r.sc.Err()
+	switch {
+	case errors.Is(err, bufio.ErrTooLong):
+		return sseEvent{}, errTooLarge
+	case err != nil && !errors.Is(err, errPartialLine):
+		return sseEvent{}, err
+	case r.has:
+		return sseEvent{Type: r.typ, Data: bytes.TrimSuffix(r.data, []byte("\n"))}, nil
+	}
+	return sseEvent{}, io.EOF
+}
+
+// splitLine splits at CRLF, LF or CR. A CR at the end of the buffer waits for the next byte, so
+// a CRLF split across reads is one line end. Input ending without a line end is an error.
+func splitLine(data []byte, atEOF bool) (int, []byte, error) {
+	if i := bytes.IndexAny(data, "\r\n"); i >= 0 {
+		if data[i] == '\n' {
+			return i + 1, data[:i], nil
+		}
+		if i+1 < len(data) {
+			if data[i+1] == '\n' {
+				return i + 2, data[:i], nil
+			}
+			return i + 1, data[:i], nil
+		}
+		if atEOF {
+			return i + 1, data[:i], nil
+		}
+		return 0, nil, nil
+	}
+	if atEOF && len(data) > 0 {
+		return 0, nil, errPartialLine
+	}
+	return 0, nil, nil
+}

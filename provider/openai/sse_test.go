@@ -1,0 +1,90 @@
+package openai
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"testing/iotest"
+	"time"
+)
+
+// timeout bounds every wait in these tests; it never asserts speed.
+func timeout(t *testing.T) <-chan time.Time {
+	t.Helper()
+	return time.After(10 * time.Second)
+}
+
+type ev struct{ Type, Data string }
+
+func readAll(r *sseReader) ([]ev, error) {
+	var out []ev
+	for i := 0; i < 1000; i++ {
+		e, err := r.next()
+		if err != nil {
+			return out, err
+		}
+		out = append(out, ev{e.Type, string(e.Data)})
+	}
+	return out, errors.New("too many events")
+}
+
+func TestSSEReader(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want []ev
+		err  error
+	}{
+		{"LF", "data: a\n\ndata: b\n\n", []ev{{"", "a"}, {"", "b"}}, io.EOF},
+		{"CRLF", "data: a\r\n\r\ndata: b\r\n\r\n", []ev{{"", "a"}, {"", "b"}}, io.EOF},
+		{"CR", "data: a\r\rdata: b\r\r", []ev{{"", "a"}, {"", "b"}}, io.EOF},
+		{"CRLF inside an event", "data: a\r\ndata: b\r\n\r\n", []ev{{"", "a\nb"}}, io.EOF},
+		{"comments and keep-alives", ": OPENROUTER PROCESSING\n\n:\ndata: a\n: ping\n\n", []ev{{"", "a"}}, io.EOF},
+		{"multi-line data", "data: a\ndata: b\ndata\n\n", []ev{{"", "a\nb\n"}}, io.EOF},
+		{"no space after colon", "data:a\n\ndata:  b\n\n", []ev{{"", "a"}, {"", " b"}}, io.EOF},
+		{"event type", "event: error\ndata: x\n\ndata: y\n\n", []ev{{"error", "x"}, {"", "y"}}, io.EOF},
+		{"event type without data is reset", "event: error\n\ndata: y\n\n", []ev{{"", "y"}}, io.EOF},
+		{"id, retry and unknown fields ignored", "id: 7\nretry: 100\nfoo: bar\ndata: a\n\n", []ev{{"", "a"}}, io.EOF},
+		{"blank lines only", "\n\n\r\n", nil, io.EOF},
+		{"BOM", "\xEF\xBB\xBFdata: a\n\n", []ev{{"", "a"}}, io.EOF},
+		{"complete event without blank line at EOF", "data: a\n\ndata: b\n", []ev{{"", "a"}, {"", "b"}}, io.EOF},
+		{"partial last line dropped", "data: a\n\ndata: {\"x\":", []ev{{"", "a"}}, io.EOF},
+		{"line too long", "data: " + strings.Repeat("x", maxLineSize) + "\n\n", nil, errTooLarge},
+		{"event too large", strings.Repeat("data: "+strings.Repeat("x", 1<<20)+"\n", 5) + "\n", nil, errTooLarge},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, mode := range []string{"whole", "one byte"} {
+				var r io.Reader = strings.NewReader(tt.in)
+				if mode == "one byte" {
+					if len(tt.in) > 1<<16 {
+						continue
+					}
+					r = iotest.OneByteReader(r)
+				}
+				got, err := readAll(newSSEReader(r))
+				if !errors.Is(err, tt.err) {
+					t.Errorf("%s: err = %v, want %v", mode, err, tt.err)
+				}
+				if len(got) != len(tt.want) {
+					t.Fatalf("%s: got %q, want %q", mode, got, tt.want)
+				}
+				for i := range got {
+					if got[i] != tt.want[i] {
+						t.Errorf("%s: event %d = %q, want %q", mode, i, got[i], tt.want[i])
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestSSEReaderReadError(t *testing.T) {
+	boom := errors.New("boom")
+	r := newSSEReader(io.MultiReader(strings.NewReader("data: a\n\n"), iotest.ErrReader(boom)))
+	got, err := readAll(r)
+	if len(got) != 1 || !errors.Is(err, boom) {
+		t.Errorf("got %q, %v; want one event then boom", got, err)
+	}
+}
