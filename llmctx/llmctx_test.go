@@ -1,0 +1,236 @@
+package llmctx
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	parley "github.com/parleyhq/parley"
+)
+
+// Compact builders for history tables.
+func user(s string) parley.Message {
+	return parley.Message{Role: parley.RoleUser, Content: parley.Text(s)}
+}
+func text(s string) parley.Message {
+	return parley.Message{Role: parley.RoleAssistant, Content: parley.Text(s)}
+}
+func calls(ids ...string) parley.Message {
+	m := parley.Message{Role: parley.RoleAssistant}
+	for _, id := range ids {
+		m.ToolCalls = append(m.ToolCalls, parley.ToolCall{ID: id, Type: "function",
+			Function: parley.FunctionCall{Name: "tool_" + id, Arguments: `{"q":"` + id + `"}`}})
+	}
+	return m
+}
+func result(id string) parley.Message {
+	return parley.Message{Role: parley.RoleTool, ToolCallID: id, Name: "tool_" + id, Content: parley.Text("result " + id)}
+}
+
+// show renders messages one per line: role, then tool calls as name(args) or a tool result.
+func show(msgs []parley.Message) string {
+	var b strings.Builder
+	for _, m := range msgs {
+		switch {
+		case m.Role == parley.RoleTool:
+			fmt.Fprintf(&b, "tool[%s]: %s\n", m.ToolCallID, m.Content.String())
+		case len(m.ToolCalls) > 0:
+			var cs []string
+			for _, c := range m.ToolCalls {
+				cs = append(cs, c.Function.Name+c.Function.Arguments)
+			}
+			fmt.Fprintf(&b, "assistant calls %s\n", strings.Join(cs, " "))
+		default:
+			fmt.Fprintf(&b, "%s: %s\n", m.Role, m.Content.String())
+		}
+	}
+	return b.String()
+}
+
+// seedHistory is seed 000's example: three user messages, each followed by one tool round.
+var seedHistory = []parley.Message{
+	user("Msg1"), calls("1"), result("1"), text("Answer1"),
+	user("Msg2"), calls("2"), result("2"), text("Answer2"),
+	user("Msg3"), calls("3"), result("3"), text("Answer3"),
+}
+
+func TestBuildTruncation(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		history []parley.Message
+		rounds  int
+		want    string
+	}{
+		{
+			// The seed's picture: Tool1 keeps its name only, Tool2 and Tool3 stay whole. With the seed's
+			// own formula (threshold = total − rounds) that is what two kept rounds give; Result1
+			// stays as a placeholder so that the list remains valid for the API.
+			name: "seed example, two rounds kept", history: seedHistory, rounds: 2,
+			want: `user: Msg1
+assistant calls tool_1{}
+tool[1]: [omitted: result of an earlier tool call]
+assistant: Answer1
+user: Msg2
+assistant calls tool_2{"q":"2"}
+tool[2]: result 2
+assistant: Answer2
+user: Msg3
+assistant calls tool_3{"q":"3"}
+tool[3]: result 3
+assistant: Answer3
+`,
+		},
+		{
+			name: "seed example, three rounds kept: threshold 0, nothing shortened", history: seedHistory, rounds: 3,
+			want: show(seedHistory),
+		},
+		{
+			name: "seed example, default rounds (10)", history: seedHistory, rounds: 0,
+			want: show(seedHistory),
+		},
+		{
+			name: "seed example, one round kept", history: seedHistory, rounds: 1,
+			want: `user: Msg1
+assistant calls tool_1{}
+tool[1]: [omitted: result of an earlier tool call]
+assistant: Answer1
+user: Msg2
+assistant calls tool_2{}
+tool[2]: [omitted: result of an earlier tool call]
+assistant: Answer2
+user: Msg3
+assistant calls tool_3{"q":"3"}
+tool[3]: result 3
+assistant: Answer3
+`,
+		},
+		{
+			name: "negative keeps none whole", history: seedHistory[:4], rounds: -1,
+			want: `user: Msg1
+assistant calls tool_1{}
+tool[1]: [omitted: result of an earlier tool call]
+assistant: Answer1
+`,
+		},
+		{
+			// Parallel calls count one by one: of a, b, c only the last two stay whole.
+			name:    "parallel calls counted singly",
+			history: []parley.Message{user("q"), calls("a", "b", "c"), result("b"), result("a"), result("c"), text("done")},
+			rounds:  2,
+			want: `user: q
+assistant calls tool_a{} tool_b{"q":"b"} tool_c{"q":"c"}
+tool[a]: [omitted: result of an earlier tool call]
+tool[b]: result b
+tool[c]: result c
+assistant: done
+`,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Build(tc.history, Options{ToolHistoryRounds: tc.rounds})
+			if s := show(got); s != tc.want {
+				t.Fatalf("got:\n%s\nwant:\n%s", s, tc.want)
+			}
+			if err := parley.CheckHistory(got); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestBuildRepair(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		history []parley.Message
+		want    string
+	}{
+		{
+			name:    "interrupted mid-tool: the missing result is filled in",
+			history: []parley.Message{user("q"), calls("a", "b"), result("a")},
+			want: `user: q
+assistant calls tool_a{"q":"a"} tool_b{"q":"b"}
+tool[a]: result a
+tool[b]: ` + MissingResult + `
+`,
+		},
+		{
+			name:    "interrupted, then the user wrote again",
+			history: []parley.Message{user("q"), calls("a"), user("again"), text("ok")},
+			want: `user: q
+assistant calls tool_a{"q":"a"}
+tool[a]: ` + MissingResult + `
+user: again
+assistant: ok
+`,
+		},
+		{
+			name:    "results stored out of order come back in call order",
+			history: []parley.Message{user("q"), calls("a", "b", "c"), result("c"), result("a"), result("b")},
+			want: `user: q
+assistant calls tool_a{"q":"a"} tool_b{"q":"b"} tool_c{"q":"c"}
+tool[a]: result a
+tool[b]: result b
+tool[c]: result c
+`,
+		},
+		{
+			name:    "orphan and duplicate tool messages are dropped",
+			history: []parley.Message{user("q"), result("x"), calls("a"), result("a"), result("a"), text("t"), result("a")},
+			want: `user: q
+assistant calls tool_a{"q":"a"}
+tool[a]: result a
+assistant: t
+`,
+		},
+		{
+			name:    "an empty assistant message is dropped",
+			history: []parley.Message{user("q"), {Role: parley.RoleAssistant}, user("q2")},
+			want:    "user: q\nuser: q2\n",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Build(tc.history, Options{})
+			if s := show(got); s != tc.want {
+				t.Fatalf("got:\n%s\nwant:\n%s", s, tc.want)
+			}
+			if err := parley.CheckHistory(got); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestBuildSystemPromptAndMetadata(t *testing.T) {
+	ok := true
+	h := []parley.Message{{Role: parley.RoleUser, Content: parley.Text("hi"), ID: "x", Seq: 1, RunID: "r"},
+		{Role: parley.RoleAssistant, Content: parley.Text("hello"), Reasoning: "think", LatencyMS: 5, Usage: &parley.Usage{TotalTokens: 3}},
+		{Role: parley.RoleTool, ToolCallID: "nope", Success: &ok}}
+	got := Build(h, Options{SystemPrompt: "be brief"})
+	b, _ := json.Marshal(got)
+	want := `[{"role":"system","content":"be brief"},{"role":"user","content":"hi"},{"role":"assistant","content":"hello","reasoning_content":"think"}]`
+	if string(b) != want {
+		t.Fatalf("got  %s\nwant %s", b, want)
+	}
+}
+
+func TestBuildDoesNotChangeHistory(t *testing.T) {
+	h := append([]parley.Message(nil), seedHistory...)
+	before := show(h)
+	Build(h, Options{ToolHistoryRounds: 1})
+	if show(h) != before {
+		t.Fatal("Build modified its input")
+	}
+}
+
+func BenchmarkBuild10k(b *testing.B) {
+	var h []parley.Message
+	for i := 0; len(h) < 10_000; i++ {
+		id := fmt.Sprint(i)
+		h = append(h, user("question "+id), calls(id), result(id), text("answer "+id))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		Build(h, Options{})
+	}
+}

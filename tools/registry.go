@@ -1,0 +1,235 @@
+// Package tools holds the registry of tools the model may call and runs each call guarded: a
+// timeout, panic recovery, argument checks, and results that always reach the model, failures
+// included.
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sort"
+	"sync"
+	"time"
+
+	parley "github.com/parleyhq/parley"
+)
+
+// DefaultTimeout bounds one tool call when no timeout is configured.
+const DefaultTimeout = 30 * time.Second
+
+// Registry is a goroutine-safe set of tools, addressed by name.
+type Registry struct {
+	mu      sync.RWMutex
+	tools   map[string]parley.Tool
+	timeout time.Duration
+	log     *slog.Logger
+}
+
+// Option configures a Registry.
+type Option func(*Registry)
+
+// WithTimeout bounds every tool call; d <= 0 keeps DefaultTimeout.
+func WithTimeout(d time.Duration) Option {
+	return func(r *Registry) {
+		if d > 0 {
+			r.timeout = d
+		}
+	}
+}
+
+// WithLogger sets the logger for tool failures.
+func WithLogger(l *slog.Logger) Option {
+	return func(r *Registry) {
+		if l != nil {
+			r.log = l
+		}
+	}
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry(opts ...Option) *Registry {
+	r := &Registry{tools: map[string]parley.Tool{}, timeout: DefaultTimeout, log: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
+}
+
+// validName is what the OpenAI and Anthropic APIs accept as a function name.
+var validName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+
+// Register adds t. Its name must be unique and valid for the model APIs, and its parameters a JSON
+// Schema object.
+func (r *Registry) Register(t parley.Tool) error {
+	spec := t.Spec()
+	if !validName.MatchString(spec.Name) {
+		return fmt.Errorf("tool name %q: must match %s", spec.Name, validName)
+	}
+	var schema struct {
+		Type string `json:"type"`
+	}
+	if err := json.Unmarshal(spec.Parameters, &schema); err != nil || schema.Type != "object" {
+		return fmt.Errorf("tool %s: parameters must be a JSON Schema with \"type\": \"object\"", spec.Name)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.tools[spec.Name]; ok {
+		return fmt.Errorf("tool %s: registered twice", spec.Name)
+	}
+	r.tools[spec.Name] = t
+	return nil
+}
+
+// List returns the specs of every tool, sorted by name.
+func (r *Registry) List() []parley.ToolSpec {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	specs := make([]parley.ToolSpec, 0, len(r.tools))
+	for _, t := range r.tools {
+		specs = append(specs, t.Spec())
+	}
+	sort.Slice(specs, func(i, j int) bool { return specs[i].Name < specs[j].Name })
+	return specs
+}
+
+// Specs returns the tools to offer the model: all of them when selected is nil, otherwise exactly
+// the selected ones (seed 001's selected_tools; an empty, non-nil list offers none). An unknown
+// name is an ECInvalid error naming it.
+func (r *Registry) Specs(selected []string) ([]parley.ToolSpec, error) {
+	if selected == nil {
+		return r.List(), nil
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	specs := make([]parley.ToolSpec, 0, len(selected))
+	seen := map[string]bool{}
+	for _, name := range selected {
+		t, ok := r.tools[name]
+		if !ok {
+			return nil, parley.Errorf(parley.ECInvalid, "selected_tools: unknown tool %q", name)
+		}
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		specs = append(specs, t.Spec())
+	}
+	return specs, nil
+}
+
+// Outcome is the result of one guarded tool call, ready to be stored as a tool message.
+type Outcome struct {
+	Content    parley.Content
+	Success    bool
+	ResourceID string
+	Latency    time.Duration
+}
+
+// Call runs one tool call with the registry's timeout. It never fails: an unknown tool, arguments
+// that are not a JSON object, a tool error, a timeout or a panic all become an unsuccessful Outcome
+// whose text tells the model what went wrong. allowed, when non-nil, lists the names the model was
+// offered; a call to any other tool is refused.
+func (r *Registry) Call(ctx context.Context, call parley.ToolCall, allowed map[string]bool) Outcome {
+	start := time.Now()
+	out := r.call(ctx, call, allowed)
+	out.Latency = time.Since(start)
+	return out
+}
+
+func (r *Registry) call(ctx context.Context, call parley.ToolCall, allowed map[string]bool) Outcome {
+	name := call.Function.Name
+	r.mu.RLock()
+	t, ok := r.tools[name]
+	r.mu.RUnlock()
+	if !ok || (allowed != nil && !allowed[name]) {
+		return failure("unknown tool %q", name)
+	}
+	args := json.RawMessage(call.Function.Arguments)
+	if len(args) == 0 {
+		args = json.RawMessage("{}")
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(args, &obj); err != nil || obj == nil {
+		return failure("the arguments of %s are not a JSON object: %s", name, truncate(call.Function.Arguments, 200))
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	type result struct {
+		res *parley.ToolResult
+		err error
+	}
+	// The tool runs in its own goroutine so that a tool ignoring its context cannot hold the run
+	// past the timeout; the buffered channel lets that goroutine finish and exit on its own.
+	done := make(chan result, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				r.log.Error("tool panicked", "tool", name, "panic", p)
+				done <- result{err: fmt.Errorf("the tool crashed")}
+			}
+		}()
+		res, err := t.Call(ctx, args)
+		done <- result{res, err}
+	}()
+	select {
+	case res := <-done:
+		if res.err != nil {
+			if ctx.Err() != nil && errors.Is(res.err, ctx.Err()) {
+				return r.ctxFailure(ctx, name)
+			}
+			r.log.Warn("tool failed", "tool", name, "err", res.err)
+			return failure("%s failed: %v", name, res.err)
+		}
+		if res.res == nil {
+			return Outcome{Content: parley.Text(""), Success: true}
+		}
+		c := res.res.Content
+		if c.IsNull() {
+			c = parley.Text("")
+		}
+		return Outcome{Content: c, Success: !res.res.IsError, ResourceID: res.res.ResourceID}
+	case <-ctx.Done():
+		return r.ctxFailure(ctx, name)
+	}
+}
+
+func (r *Registry) ctxFailure(ctx context.Context, name string) Outcome {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		r.log.Warn("tool timed out", "tool", name, "timeout", r.timeout)
+		return failure("%s timed out after %s", name, r.timeout)
+	}
+	return failure("%s was interrupted: the run was cancelled", name)
+}
+
+func failure(format string, args ...any) Outcome {
+	return Outcome{Content: parley.Text("error: " + fmt.Sprintf(format, args...))}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n]) + "…"
+}
+
+// Func adapts a function to parley.Tool.
+type Func struct {
+	Def parley.ToolSpec
+	Fn  func(ctx context.Context, args json.RawMessage) (*parley.ToolResult, error)
+}
+
+// Spec returns the tool's description.
+func (f *Func) Spec() parley.ToolSpec { return f.Def }
+
+// Call runs the function.
+func (f *Func) Call(ctx context.Context, args json.RawMessage) (*parley.ToolResult, error) {
+	return f.Fn(ctx, args)
+}
