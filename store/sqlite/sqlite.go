@@ -1,0 +1,542 @@
+// Package sqlite is Parley's default Store: one SQLite file in WAL mode, written with
+// synchronous=FULL so that a write has reached the disk before the API acknowledges it. It uses the
+// pure-Go driver modernc.org/sqlite (no cgo), and goose migrations embedded in the binary.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pressly/goose/v3"
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	parley "github.com/parleyhq/parley"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Page size limits of ListSessions and ListMessages.
+const (
+	DefaultPageSize = 50
+	MaxPageSize     = 1000
+)
+
+// Store is a parley.Store on one SQLite file.
+type Store struct {
+	db *sql.DB
+	// wmu serializes write transactions inside the process, so writers queue in Go instead of
+	// spinning on SQLite's busy timeout.
+	wmu sync.Mutex
+}
+
+var _ parley.Store = (*Store)(nil)
+
+type options struct {
+	migrate bool
+}
+
+// Option configures Open.
+type Option func(*options)
+
+// WithoutMigrate opens the database without applying pending migrations.
+func WithoutMigrate() Option { return func(o *options) { o.migrate = false } }
+
+// Open opens (creating it if needed) the database file at path and applies pending migrations.
+func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
+	o := options{migrate: true}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if path == "" || strings.ContainsAny(path, "?#") {
+		return nil, fmt.Errorf("sqlite: invalid database path %q", path)
+	}
+	dsn := "file:" + path + "?_txlock=immediate" +
+		"&_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=foreign_keys(1)"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	// WAL lets readers run beside the one writer; a few connections are plenty.
+	db.SetMaxOpenConns(8)
+	db.SetMaxIdleConns(8)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	s := &Store{db: db}
+	if err := s.Ping(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if o.migrate {
+		if err := Migrate(ctx, db, "up", io.Discard); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// DB returns the underlying database, for migrations and tools.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.db.PingContext(ctx); err != nil {
+		return fmt.Errorf("sqlite: %w", err)
+	}
+	return nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Migrate applies ("up"), reverts one ("down") or lists ("status") the embedded migrations,
+// writing what it did to out.
+func Migrate(ctx context.Context, db *sql.DB, command string, out io.Writer) error {
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		return err
+	}
+	p, err := goose.NewProvider(goose.DialectSQLite3, db, sub)
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	// p.Close would close db, which belongs to the caller.
+	switch command {
+	case "up":
+		res, err := p.Up(ctx)
+		for _, r := range res {
+			fmt.Fprintf(out, "applied %d %s (%s)\n", r.Source.Version, r.Source.Path, r.Duration.Round(time.Microsecond))
+		}
+		if err != nil {
+			return fmt.Errorf("migrating up: %w", err)
+		}
+		if len(res) == 0 {
+			fmt.Fprintln(out, "no pending migrations")
+		}
+	case "down":
+		r, err := p.Down(ctx)
+		if err != nil {
+			return fmt.Errorf("migrating down: %w", err)
+		}
+		fmt.Fprintf(out, "reverted %d %s\n", r.Source.Version, r.Source.Path)
+	case "status":
+		st, err := p.Status(ctx)
+		if err != nil {
+			return fmt.Errorf("migration status: %w", err)
+		}
+		for _, m := range st {
+			state := "pending"
+			if m.State == goose.StateApplied {
+				state = "applied " + m.AppliedAt.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(out, "%05d %-30s %s\n", m.Source.Version, m.Source.Path, state)
+		}
+	default:
+		return fmt.Errorf("migrate: unknown command %q (want up, down or status)", command)
+	}
+	return nil
+}
+
+// write runs fn in one write transaction.
+func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("sqlite: begin: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqlite: commit: %w", err)
+	}
+	return nil
+}
+
+func micros(t time.Time) int64     { return t.UTC().UnixMicro() }
+func fromMicros(v int64) time.Time { return time.UnixMicro(v).UTC() }
+
+func notFound(kind, id string) error {
+	return fmt.Errorf("%s %q: %w", kind, id, parley.ErrNotFound)
+}
+
+// CreateSession stores sess.
+func (s *Store) CreateSession(ctx context.Context, sess *parley.Session) error {
+	if sess.ID == "" || sess.CreatedAt.IsZero() || sess.UpdatedAt.IsZero() {
+		return parley.Errorf(parley.ECInvalid, "session: id, created_at and updated_at are required")
+	}
+	return s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO sessions (id, title, owner, created_at, updated_at) VALUES (?, ?, ?, ?, ?)`,
+			sess.ID, sess.Title, sess.Owner, micros(sess.CreatedAt), micros(sess.UpdatedAt))
+		if err != nil {
+			return fmt.Errorf("sqlite: creating session: %w", err)
+		}
+		return nil
+	})
+}
+
+const sessionCols = `id, title, owner, created_at, updated_at`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanSession(r scanner) (*parley.Session, error) {
+	var (
+		sess     parley.Session
+		cre, upd int64
+	)
+	if err := r.Scan(&sess.ID, &sess.Title, &sess.Owner, &cre, &upd); err != nil {
+		return nil, err
+	}
+	sess.CreatedAt, sess.UpdatedAt = fromMicros(cre), fromMicros(upd)
+	return &sess, nil
+}
+
+// GetSession returns the session with id.
+func (s *Store) GetSession(ctx context.Context, id string) (*parley.Session, error) {
+	sess, err := scanSession(s.db.QueryRowContext(ctx, `SELECT `+sessionCols+` FROM sessions WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound("session", id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: reading session: %w", err)
+	}
+	return sess, nil
+}
+
+// ListSessions returns owner's sessions, most recently updated first.
+func (s *Store) ListSessions(ctx context.Context, owner string, p parley.Page) ([]parley.Session, string, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = DefaultPageSize
+	}
+	limit = min(limit, MaxPageSize)
+	q := `SELECT ` + sessionCols + ` FROM sessions WHERE owner = ?`
+	args := []any{owner}
+	if p.Cursor != "" {
+		upd, id, err := decodeCursor(p.Cursor)
+		if err != nil {
+			return nil, "", err
+		}
+		q += ` AND (updated_at < ? OR (updated_at = ? AND id < ?))`
+		args = append(args, upd, upd, id)
+	}
+	q += ` ORDER BY updated_at DESC, id DESC LIMIT ?`
+	args = append(args, limit+1)
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, "", fmt.Errorf("sqlite: listing sessions: %w", err)
+	}
+	defer rows.Close()
+	out := []parley.Session{}
+	for rows.Next() {
+		sess, err := scanSession(rows)
+		if err != nil {
+			return nil, "", fmt.Errorf("sqlite: listing sessions: %w", err)
+		}
+		out = append(out, *sess)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", fmt.Errorf("sqlite: listing sessions: %w", err)
+	}
+	next := ""
+	if len(out) > limit {
+		out = out[:limit]
+		last := out[limit-1]
+		next = encodeCursor(micros(last.UpdatedAt), last.ID)
+	}
+	return out, next, nil
+}
+
+func encodeCursor(upd int64, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(upd, 10) + "/" + id))
+}
+
+func decodeCursor(c string) (int64, string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err == nil {
+		if ts, id, ok := strings.Cut(string(b), "/"); ok && id != "" {
+			if v, err := strconv.ParseInt(ts, 10, 64); err == nil {
+				return v, id, nil
+			}
+		}
+	}
+	return 0, "", parley.Errorf(parley.ECInvalid, "cursor: not a cursor this server issued")
+}
+
+// RenameSession sets the session's title.
+func (s *Store) RenameSession(ctx context.Context, id, title string, now time.Time) (*parley.Session, error) {
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE sessions SET title = ?, updated_at = ? WHERE id = ?`, title, micros(now), id)
+		if err != nil {
+			return fmt.Errorf("sqlite: renaming session: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return notFound("session", id)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s.GetSession(ctx, id)
+}
+
+// DeleteSession deletes the session with its messages and resources.
+func (s *Store) DeleteSession(ctx context.Context, id string) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		// Messages first: they refer to the resources that go with them.
+		if _, err := tx.ExecContext(ctx, `DELETE FROM messages WHERE session_id = ?`, id); err != nil {
+			return fmt.Errorf("sqlite: deleting messages: %w", err)
+		}
+		res, err := tx.ExecContext(ctx, `DELETE FROM sessions WHERE id = ?`, id)
+		if err != nil {
+			return fmt.Errorf("sqlite: deleting session: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return notFound("session", id)
+		}
+		return nil
+	})
+}
+
+// AppendMessages appends msgs to the session in one transaction.
+func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...*parley.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	rows := make([][]any, len(msgs))
+	for i, m := range msgs {
+		if m.ID == "" || m.CreatedAt.IsZero() {
+			return parley.Errorf(parley.ECInvalid, "message %d: id and created_at are required", i)
+		}
+		if !m.Role.Valid() {
+			return parley.Errorf(parley.ECInvalid, "message %d: unknown role %q", i, m.Role)
+		}
+		r, err := messageRow(m)
+		if err != nil {
+			return fmt.Errorf("message %d: %w", i, err)
+		}
+		rows[i] = r
+	}
+	var seqs []int64
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		var last int64
+		err := tx.QueryRowContext(ctx, `SELECT COALESCE((SELECT MAX(seq) FROM messages WHERE session_id = s.id), 0)
+			FROM sessions s WHERE s.id = ?`, sessionID).Scan(&last)
+		if errors.Is(err, sql.ErrNoRows) {
+			return notFound("session", sessionID)
+		}
+		if err != nil {
+			return fmt.Errorf("sqlite: appending messages: %w", err)
+		}
+		stmt, err := tx.PrepareContext(ctx, `INSERT INTO messages (id, session_id, seq, role, content, name, tool_calls,
+			tool_call_id, reasoning, run_id, model, latency_ms, usage, success, resource_id, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+		if err != nil {
+			return fmt.Errorf("sqlite: appending messages: %w", err)
+		}
+		defer stmt.Close()
+		seqs = make([]int64, len(msgs))
+		for i, r := range rows {
+			last++
+			seqs[i] = last
+			args := append([]any{r[0], sessionID, last}, r[1:]...)
+			if _, err := stmt.ExecContext(ctx, args...); err != nil {
+				return fmt.Errorf("sqlite: appending message %d: %w", i, err)
+			}
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE sessions SET updated_at = MAX(updated_at, ?) WHERE id = ?`,
+			micros(msgs[len(msgs)-1].CreatedAt), sessionID)
+		if err != nil {
+			return fmt.Errorf("sqlite: touching session: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i, m := range msgs {
+		m.Seq, m.SessionID = seqs[i], sessionID
+	}
+	return nil
+}
+
+// messageRow returns the column values of m, without session_id and seq.
+func messageRow(m *parley.Message) ([]any, error) {
+	content, err := json.Marshal(m.Content)
+	if err != nil {
+		return nil, fmt.Errorf("content: %w", err)
+	}
+	var toolCalls, usage any
+	if len(m.ToolCalls) > 0 {
+		b, err := json.Marshal(m.ToolCalls)
+		if err != nil {
+			return nil, fmt.Errorf("tool_calls: %w", err)
+		}
+		toolCalls = string(b)
+	}
+	if m.Usage != nil {
+		b, err := json.Marshal(m.Usage)
+		if err != nil {
+			return nil, fmt.Errorf("usage: %w", err)
+		}
+		usage = string(b)
+	}
+	var success any
+	if m.Success != nil {
+		success = 0
+		if *m.Success {
+			success = 1
+		}
+	}
+	return []any{m.ID, string(m.Role), string(content), nullStr(m.Name), toolCalls, nullStr(m.ToolCallID),
+		nullStr(m.Reasoning), nullStr(m.RunID), nullStr(m.Model), m.LatencyMS, usage, success,
+		nullStr(m.ResourceID), micros(m.CreatedAt)}, nil
+}
+
+func nullStr(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+const messageCols = `id, session_id, seq, role, content, name, tool_calls, tool_call_id, reasoning, run_id, model,
+	latency_ms, usage, success, resource_id, created_at`
+
+func scanMessage(r scanner) (parley.Message, error) {
+	var (
+		m                                                 parley.Message
+		role, content                                     string
+		name, calls, callID, reasoning, run, model, usage sql.NullString
+		resource                                          sql.NullString
+		latency, success                                  sql.NullInt64
+		created                                           int64
+	)
+	if err := r.Scan(&m.ID, &m.SessionID, &m.Seq, &role, &content, &name, &calls, &callID, &reasoning, &run,
+		&model, &latency, &usage, &success, &resource, &created); err != nil {
+		return m, err
+	}
+	m.Role = parley.Role(role)
+	if err := json.Unmarshal([]byte(content), &m.Content); err != nil {
+		return m, fmt.Errorf("message %s: content: %w", m.ID, err)
+	}
+	if calls.Valid {
+		if err := json.Unmarshal([]byte(calls.String), &m.ToolCalls); err != nil {
+			return m, fmt.Errorf("message %s: tool_calls: %w", m.ID, err)
+		}
+	}
+	if usage.Valid {
+		m.Usage = new(parley.Usage)
+		if err := json.Unmarshal([]byte(usage.String), m.Usage); err != nil {
+			return m, fmt.Errorf("message %s: usage: %w", m.ID, err)
+		}
+	}
+	if success.Valid {
+		ok := success.Int64 == 1
+		m.Success = &ok
+	}
+	m.Name, m.ToolCallID, m.Reasoning, m.RunID = name.String, callID.String, reasoning.String, run.String
+	m.Model, m.ResourceID, m.LatencyMS = model.String, resource.String, latency.Int64
+	m.CreatedAt = fromMicros(created)
+	return m, nil
+}
+
+// ListMessages returns up to limit messages of the session with seq > afterSeq.
+func (s *Store) ListMessages(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]parley.Message, error) {
+	if limit <= 0 {
+		limit = DefaultPageSize
+	}
+	return s.queryMessages(ctx, `SELECT `+messageCols+` FROM messages WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
+		sessionID, afterSeq, limit)
+}
+
+// History returns all of the session's messages, in order.
+func (s *Store) History(ctx context.Context, sessionID string) ([]parley.Message, error) {
+	return s.queryMessages(ctx, `SELECT `+messageCols+` FROM messages WHERE session_id = ? ORDER BY seq`, sessionID)
+}
+
+func (s *Store) queryMessages(ctx context.Context, q string, args ...any) ([]parley.Message, error) {
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: reading messages: %w", err)
+	}
+	defer rows.Close()
+	out := []parley.Message{}
+	for rows.Next() {
+		m, err := scanMessage(rows)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: reading messages: %w", err)
+		}
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: reading messages: %w", err)
+	}
+	return out, nil
+}
+
+// PutResource stores r.
+func (s *Store) PutResource(ctx context.Context, r *parley.Resource) error {
+	if r.ID == "" || r.SessionID == "" || r.Kind == "" || r.CreatedAt.IsZero() {
+		return parley.Errorf(parley.ECInvalid, "resource: id, session_id, kind and created_at are required")
+	}
+	var meta any
+	if len(r.Meta) > 0 {
+		if !json.Valid(r.Meta) {
+			return parley.Errorf(parley.ECInvalid, "resource: meta is not valid JSON")
+		}
+		meta = string(r.Meta)
+	}
+	return s.write(ctx, func(tx *sql.Tx) error {
+		var one int
+		err := tx.QueryRowContext(ctx, `SELECT 1 FROM sessions WHERE id = ?`, r.SessionID).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return notFound("session", r.SessionID)
+		}
+		if err != nil {
+			return fmt.Errorf("sqlite: storing resource: %w", err)
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO resources (id, session_id, kind, uri, meta, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
+			r.ID, r.SessionID, r.Kind, r.URI, meta, micros(r.CreatedAt))
+		if err != nil {
+			return fmt.Errorf("sqlite: storing resource: %w", err)
+		}
+		return nil
+	})
+}
+
+// GetResource returns the resource with id.
+func (s *Store) GetResource(ctx context.Context, id string) (*parley.Resource, error) {
+	var (
+		r       parley.Resource
+		meta    sql.NullString
+		created int64
+	)
+	err := s.db.QueryRowContext(ctx, `SELECT id, session_id, kind, uri, meta, created_at FROM resources WHERE id = ?`, id).
+		Scan(&r.ID, &r.SessionID, &r.Kind, &r.URI, &meta, &created)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound("resource", id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: reading resource: %w", err)
+	}
+	if meta.Valid {
+		r.Meta = json.RawMessage(meta.String)
+	}
+	r.CreatedAt = fromMicros(created)
+	return &r, nil
+}

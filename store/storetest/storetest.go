@@ -1,0 +1,479 @@
+// Package storetest is the contract suite every parley.Store implementation must pass. A store
+// package calls Run from its own tests with a function that opens a fresh, empty store.
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	parley "github.com/parleyhq/parley"
+)
+
+// Run runs the contract suite. open must return a new, empty store; Run closes it.
+func Run(t *testing.T, open func(t *testing.T) parley.Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s parley.Store)
+	}{
+		{"SessionCreateGet", testSessionCreateGet},
+		{"SessionNotFound", testSessionNotFound},
+		{"ListSessionsPaging", testListSessionsPaging},
+		{"ListSessionsTies", testListSessionsTies},
+		{"ListSessionsBadCursor", testListSessionsBadCursor},
+		{"Rename", testRename},
+		{"DeleteCascades", testDeleteCascades},
+		{"AppendSeqAndTouch", testAppendSeqAndTouch},
+		{"AppendUnknownSession", testAppendUnknownSession},
+		{"AppendConcurrent", testAppendConcurrent},
+		{"AppendAtomic", testAppendAtomic},
+		{"ListMessagesPaging", testListMessagesPaging},
+		{"RoundTrip", testRoundTrip},
+		{"Resources", testResources},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := open(t)
+			t.Cleanup(func() {
+				if err := s.Close(); err != nil {
+					t.Errorf("Close: %v", err)
+				}
+			})
+			tc.fn(t, s)
+		})
+	}
+}
+
+var ctx = context.Background()
+
+// base is a fixed instant with microsecond precision, the precision stores keep.
+var base = time.Date(2026, 11, 22, 10, 0, 0, 123456000, time.UTC)
+
+func newSession(t *testing.T, s parley.Store, owner string, at time.Time) *parley.Session {
+	t.Helper()
+	sess := &parley.Session{ID: parley.NewID(), Title: "Chat of " + owner, Owner: owner, CreatedAt: at, UpdatedAt: at}
+	if err := s.CreateSession(ctx, sess); err != nil {
+		t.Fatalf("CreateSession: %v", err)
+	}
+	return sess
+}
+
+func msg(role parley.Role, text string, at time.Time) *parley.Message {
+	return &parley.Message{ID: parley.NewID(), Role: role, Content: parley.Text(text), CreatedAt: at}
+}
+
+func isNotFound(err error) bool {
+	return errors.Is(err, parley.ErrNotFound) || parley.CodeOf(err) == parley.ECNotFound
+}
+
+func jsonOf(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func testSessionCreateGet(t *testing.T, s parley.Store) {
+	sess := newSession(t, s, "alice", base)
+	got, err := s.GetSession(ctx, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if jsonOf(t, got) != jsonOf(t, sess) {
+		t.Fatalf("got %s, want %s", jsonOf(t, got), jsonOf(t, sess))
+	}
+	if err := s.CreateSession(ctx, &parley.Session{ID: sess.ID, Owner: "x", CreatedAt: base, UpdatedAt: base}); err == nil {
+		t.Fatal("a second session with the same id was accepted")
+	}
+}
+
+func testSessionNotFound(t *testing.T, s parley.Store) {
+	id := parley.NewID()
+	if _, err := s.GetSession(ctx, id); !isNotFound(err) {
+		t.Fatalf("GetSession: %v", err)
+	}
+	if _, err := s.RenameSession(ctx, id, "x", base); !isNotFound(err) {
+		t.Fatalf("RenameSession: %v", err)
+	}
+	if err := s.DeleteSession(ctx, id); !isNotFound(err) {
+		t.Fatalf("DeleteSession: %v", err)
+	}
+	if _, err := s.GetResource(ctx, id); !isNotFound(err) {
+		t.Fatalf("GetResource: %v", err)
+	}
+	if msgs, err := s.History(ctx, id); err != nil || len(msgs) != 0 {
+		t.Fatalf("History of an unknown session: %v %v", msgs, err)
+	}
+}
+
+// listAll walks every page of owner's sessions.
+func listAll(t *testing.T, s parley.Store, owner string, limit int) []parley.Session {
+	t.Helper()
+	var all []parley.Session
+	cursor := ""
+	for pages := 0; ; pages++ {
+		if pages > 1000 {
+			t.Fatal("paging does not end")
+		}
+		page, next, err := s.ListSessions(ctx, owner, parley.Page{Cursor: cursor, Limit: limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) > limit {
+			t.Fatalf("page of %d, limit %d", len(page), limit)
+		}
+		all = append(all, page...)
+		if next == "" {
+			return all
+		}
+		cursor = next
+	}
+}
+
+func testListSessionsPaging(t *testing.T, s parley.Store) {
+	var want []string
+	for i := range 23 {
+		sess := newSession(t, s, "alice", base.Add(time.Duration(i)*time.Second))
+		want = append([]string{sess.ID}, want...) // newest first
+		if i%5 == 0 {
+			newSession(t, s, "bob", base.Add(time.Duration(i)*time.Second))
+		}
+	}
+	for _, limit := range []int{1, 5, 23, 100} {
+		got := listAll(t, s, "alice", limit)
+		var ids []string
+		for _, g := range got {
+			if g.Owner != "alice" {
+				t.Fatalf("listed %s's session", g.Owner)
+			}
+			ids = append(ids, g.ID)
+		}
+		if strings.Join(ids, ",") != strings.Join(want, ",") {
+			t.Fatalf("limit %d: got %d sessions in order %v, want %v", limit, len(ids), ids, want)
+		}
+	}
+	if got := listAll(t, s, "nobody", 10); len(got) != 0 {
+		t.Fatalf("unknown owner: %v", got)
+	}
+	// A message moves its session to the front.
+	oldest := want[len(want)-1]
+	if err := s.AppendMessages(ctx, oldest, msg(parley.RoleUser, "bump", base.Add(time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+	if first, _, _ := s.ListSessions(ctx, "alice", parley.Page{Limit: 1}); len(first) != 1 || first[0].ID != oldest {
+		t.Fatalf("after a new message the session is not first: %v", first)
+	}
+}
+
+func testListSessionsTies(t *testing.T, s parley.Store) {
+	seen := map[string]bool{}
+	for range 7 {
+		seen[newSession(t, s, "carol", base).ID] = false
+	}
+	got := listAll(t, s, "carol", 2)
+	if len(got) != 7 {
+		t.Fatalf("listed %d of 7 sessions with equal updated_at", len(got))
+	}
+	for _, g := range got {
+		if seen[g.ID] {
+			t.Fatalf("session %s listed twice", g.ID)
+		}
+		seen[g.ID] = true
+	}
+}
+
+func testListSessionsBadCursor(t *testing.T, s parley.Store) {
+	newSession(t, s, "dave", base)
+	for _, c := range []string{"garbage!", "bm90LWEtY3Vyc29y"} {
+		if _, _, err := s.ListSessions(ctx, "dave", parley.Page{Cursor: c, Limit: 5}); parley.CodeOf(err) != parley.ECInvalid {
+			t.Fatalf("cursor %q: err = %v, want invalid", c, err)
+		}
+	}
+}
+
+func testRename(t *testing.T, s parley.Store) {
+	sess := newSession(t, s, "alice", base)
+	later := base.Add(time.Minute)
+	got, err := s.RenameSession(ctx, sess.ID, "Renamed ✓", later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Title != "Renamed ✓" || !got.UpdatedAt.Equal(later) || !got.CreatedAt.Equal(base) {
+		t.Fatalf("renamed: %+v", got)
+	}
+	again, _ := s.GetSession(ctx, sess.ID)
+	if jsonOf(t, again) != jsonOf(t, got) {
+		t.Fatalf("read back %+v, want %+v", again, got)
+	}
+}
+
+func testDeleteCascades(t *testing.T, s parley.Store) {
+	keep := newSession(t, s, "alice", base)
+	gone := newSession(t, s, "alice", base)
+	res := &parley.Resource{ID: parley.NewID(), SessionID: gone.ID, Kind: "file", URI: "file:///tmp/a", CreatedAt: base}
+	if err := s.PutResource(ctx, res); err != nil {
+		t.Fatal(err)
+	}
+	tool := msg(parley.RoleTool, "see resource", base)
+	tool.ToolCallID, tool.ResourceID = "call_1", res.ID
+	call := &parley.Message{ID: parley.NewID(), Role: parley.RoleAssistant, CreatedAt: base,
+		ToolCalls: []parley.ToolCall{{ID: "call_1", Type: "function", Function: parley.FunctionCall{Name: "f", Arguments: "{}"}}}}
+	for _, id := range []string{keep.ID, gone.ID} {
+		m := msg(parley.RoleUser, "hi", base)
+		if err := s.AppendMessages(ctx, id, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.AppendMessages(ctx, gone.ID, call, tool); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteSession(ctx, gone.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetSession(ctx, gone.ID); !isNotFound(err) {
+		t.Fatalf("deleted session still there: %v", err)
+	}
+	if h, _ := s.History(ctx, gone.ID); len(h) != 0 {
+		t.Fatalf("deleted session kept %d messages", len(h))
+	}
+	if _, err := s.GetResource(ctx, res.ID); !isNotFound(err) {
+		t.Fatalf("deleted session kept its resource: %v", err)
+	}
+	if h, _ := s.History(ctx, keep.ID); len(h) != 1 {
+		t.Fatalf("other session lost messages: %d", len(h))
+	}
+}
+
+func testAppendSeqAndTouch(t *testing.T, s parley.Store) {
+	sess := newSession(t, s, "alice", base)
+	a, b := msg(parley.RoleUser, "one", base.Add(time.Second)), msg(parley.RoleAssistant, "two", base.Add(2*time.Second))
+	if err := s.AppendMessages(ctx, sess.ID, a, b); err != nil {
+		t.Fatal(err)
+	}
+	c := msg(parley.RoleUser, "three", base.Add(3*time.Second))
+	if err := s.AppendMessages(ctx, sess.ID, c); err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range []*parley.Message{a, b, c} {
+		if m.Seq != int64(i+1) || m.SessionID != sess.ID {
+			t.Fatalf("message %d: seq %d session %q", i, m.Seq, m.SessionID)
+		}
+	}
+	got, _ := s.GetSession(ctx, sess.ID)
+	if !got.UpdatedAt.Equal(c.CreatedAt) {
+		t.Fatalf("updated_at %v, want %v", got.UpdatedAt, c.CreatedAt)
+	}
+	if err := s.AppendMessages(ctx, sess.ID); err != nil {
+		t.Fatalf("appending nothing: %v", err)
+	}
+	if err := s.AppendMessages(ctx, sess.ID, &parley.Message{Role: parley.RoleUser, Content: parley.Text("no id")}); err == nil {
+		t.Fatal("a message without id and created_at was accepted")
+	}
+}
+
+func testAppendUnknownSession(t *testing.T, s parley.Store) {
+	id := parley.NewID()
+	if err := s.AppendMessages(ctx, id, msg(parley.RoleUser, "x", base)); !isNotFound(err) {
+		t.Fatalf("err = %v, want not found", err)
+	}
+	if h, _ := s.History(ctx, id); len(h) != 0 {
+		t.Fatalf("wrote %d messages to an unknown session", len(h))
+	}
+}
+
+func testAppendConcurrent(t *testing.T, s parley.Store) {
+	sess := newSession(t, s, "alice", base)
+	const writers, each = 8, 10
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*each)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				m := msg(parley.RoleUser, fmt.Sprintf("w%d-%d", w, i), base)
+				errs <- s.AppendMessages(ctx, sess.ID, m, msg(parley.RoleAssistant, "reply", base))
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, err := s.History(ctx, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h) != writers*each*2 {
+		t.Fatalf("%d messages, want %d", len(h), writers*each*2)
+	}
+	for i, m := range h {
+		if m.Seq != int64(i+1) {
+			t.Fatalf("message %d has seq %d", i, m.Seq)
+		}
+		// A batch stays together: each user message is directly followed by its reply.
+		if i%2 == 1 && (m.Role != parley.RoleAssistant || h[i-1].Role != parley.RoleUser) {
+			t.Fatalf("batches interleaved at %d", i)
+		}
+	}
+}
+
+func testAppendAtomic(t *testing.T, s parley.Store) {
+	sess := newSession(t, s, "alice", base)
+	good := msg(parley.RoleUser, "kept out too", base)
+	bad := msg(parley.RoleTool, "refers to nothing", base)
+	bad.ToolCallID, bad.ResourceID = "call_x", parley.NewID()
+	if err := s.AppendMessages(ctx, sess.ID, good, bad); err == nil {
+		t.Fatal("a message naming an unknown resource was accepted")
+	}
+	if h, _ := s.History(ctx, sess.ID); len(h) != 0 {
+		t.Fatalf("a failed batch left %d messages", len(h))
+	}
+	dup := msg(parley.RoleUser, "first", base)
+	if err := s.AppendMessages(ctx, sess.ID, dup); err != nil {
+		t.Fatal(err)
+	}
+	again := *dup
+	if err := s.AppendMessages(ctx, sess.ID, msg(parley.RoleUser, "second", base), &again); err == nil {
+		t.Fatal("a repeated message id was accepted")
+	}
+	if h, _ := s.History(ctx, sess.ID); len(h) != 1 {
+		t.Fatalf("a failed batch left %d messages", len(h))
+	}
+	// The next append continues the sequence without a gap.
+	next := msg(parley.RoleUser, "third", base)
+	if err := s.AppendMessages(ctx, sess.ID, next); err != nil || next.Seq != 2 {
+		t.Fatalf("seq after failed batches: %d %v", next.Seq, err)
+	}
+}
+
+func testListMessagesPaging(t *testing.T, s parley.Store) {
+	sess := newSession(t, s, "alice", base)
+	var batch []*parley.Message
+	for i := range 25 {
+		batch = append(batch, msg(parley.RoleUser, fmt.Sprint(i), base))
+	}
+	if err := s.AppendMessages(ctx, sess.ID, batch...); err != nil {
+		t.Fatal(err)
+	}
+	var after int64
+	var got []string
+	for {
+		page, err := s.ListMessages(ctx, sess.ID, after, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) > 7 {
+			t.Fatalf("page of %d", len(page))
+		}
+		if len(page) == 0 {
+			break
+		}
+		for _, m := range page {
+			got = append(got, m.Content.String())
+		}
+		after = page[len(page)-1].Seq
+	}
+	if len(got) != 25 || got[0] != "0" || got[24] != "24" {
+		t.Fatalf("paged: %v", got)
+	}
+	if page, _ := s.ListMessages(ctx, sess.ID, 20, 100); len(page) != 5 || page[0].Seq != 21 {
+		t.Fatalf("after 20: %d messages", len(page))
+	}
+}
+
+// RoundTripMessages is a conversation that uses every field of the OpenAI chat format and of
+// Parley's metadata. Store packages may use it for their own golden tests.
+func RoundTripMessages(resourceID string, at time.Time) []*parley.Message {
+	yes, no := true, false
+	big := strings.Repeat("0123456789abcdef", 1<<16) // 1 MiB
+	at = at.UTC().Truncate(time.Microsecond)
+	return []*parley.Message{
+		{ID: parley.NewID(), Role: parley.RoleSystem, Content: parley.Text("You are terse."), CreatedAt: at},
+		{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("Grüße, 世界! 👋🏽 \"quotes\" \\ back\nslash\u2028"), CreatedAt: at, RunID: "run-1"},
+		{ID: parley.NewID(), Role: parley.RoleUser, CreatedAt: at, Content: parley.Parts(
+			parley.Part{Type: "text", Text: "What is in this image?"},
+			parley.Part{Type: "image_url", ImageURL: &parley.ImageURL{URL: "data:image/png;base64,iVBORw0KGgo=", Detail: "low"}},
+		)},
+		{ID: parley.NewID(), Role: parley.RoleAssistant, Reasoning: "Two lookups, in parallel.", RunID: "run-1", Model: "gpt-4o",
+			LatencyMS: 1234, Usage: &parley.Usage{PromptTokens: 100, CompletionTokens: 20, TotalTokens: 120, ReasoningTokens: 7, CachedTokens: 64},
+			CreatedAt: at.Add(time.Microsecond), ToolCalls: []parley.ToolCall{
+				{ID: "call_a", Type: "function", Function: parley.FunctionCall{Name: "search", Arguments: `{"q":"ünïcode","n":3}`}},
+				{ID: "call_b", Type: "function", Function: parley.FunctionCall{Name: "fetch", Arguments: `{"url":"https://example.com/?a=1&b=<2>"}`}},
+			}},
+		{ID: parley.NewID(), Role: parley.RoleTool, ToolCallID: "call_b", Name: "fetch", Content: parley.Text(big),
+			Success: &yes, ResourceID: resourceID, LatencyMS: 88, RunID: "run-1", CreatedAt: at.Add(2 * time.Microsecond)},
+		{ID: parley.NewID(), Role: parley.RoleTool, ToolCallID: "call_a", Name: "search", Content: parley.Text("error: timed out"),
+			Success: &no, LatencyMS: 30000, RunID: "run-1", CreatedAt: at.Add(3 * time.Microsecond)},
+		{ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text(""), Model: "gpt-4o", CreatedAt: at.Add(4 * time.Microsecond)},
+		{ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text("Done ✅"), Model: "gpt-4o", LatencyMS: 1,
+			Usage: &parley.Usage{}, CreatedAt: at.Add(5 * time.Microsecond)},
+	}
+}
+
+func testRoundTrip(t *testing.T, s parley.Store) {
+	sess := newSession(t, s, "alice", base)
+	res := &parley.Resource{ID: parley.NewID(), SessionID: sess.ID, Kind: "page", URI: "https://example.com/", Meta: json.RawMessage(`{"bytes":1048576}`), CreatedAt: base}
+	if err := s.PutResource(ctx, res); err != nil {
+		t.Fatal(err)
+	}
+	msgs := RoundTripMessages(res.ID, base)
+	if err := s.AppendMessages(ctx, sess.ID, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.History(ctx, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(msgs) {
+		t.Fatalf("read %d messages, wrote %d", len(got), len(msgs))
+	}
+	for i := range msgs {
+		w, g := jsonOf(t, msgs[i]), jsonOf(t, got[i])
+		if w != g {
+			if len(w) > 600 {
+				w, g = w[:300]+"…"+w[len(w)-300:], g[:min(300, len(g))]+"…"+g[max(0, len(g)-300):]
+			}
+			t.Fatalf("message %d changed:\nwrote %s\nread  %s", i, w, g)
+		}
+	}
+	// The OpenAI view carries no metadata, and null content stays null.
+	if o := jsonOf(t, got[3].OpenAI()); !strings.Contains(o, `"content":null`) || strings.Contains(o, "latency_ms") {
+		t.Fatalf("OpenAI view: %s", o)
+	}
+	if err := parley.CheckHistory(got); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func testResources(t *testing.T, s parley.Store) {
+	sess := newSession(t, s, "alice", base)
+	r := &parley.Resource{ID: parley.NewID(), SessionID: sess.ID, Kind: "artifact", URI: "parley://artifact/1", Meta: json.RawMessage(`{"mime":"text/html"}`), CreatedAt: base}
+	if err := s.PutResource(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetResource(ctx, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if jsonOf(t, got) != jsonOf(t, r) {
+		t.Fatalf("read %s, wrote %s", jsonOf(t, got), jsonOf(t, r))
+	}
+	if err := s.PutResource(ctx, r); err == nil {
+		t.Fatal("a second resource with the same id was accepted")
+	}
+	orphan := &parley.Resource{ID: parley.NewID(), SessionID: parley.NewID(), Kind: "file", CreatedAt: base}
+	if err := s.PutResource(ctx, orphan); err == nil {
+		t.Fatal("a resource of an unknown session was accepted")
+	}
+}
