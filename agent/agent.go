@@ -1,0 +1,313 @@
+// Package agent runs the tool-calling loop of one chat turn (seed 000, "Tool Call Loop Process"):
+// call the model with the session's history; if it asks for tools, store its message, run the
+// tools in parallel (bounded, each with a timeout), store each result, and call the model again;
+// stop when it answers without tools or after MaxIterations model calls.
+//
+// Everything is stored before the event that announces it is emitted, so a client that saw an
+// event finds its message in the store, even after a crash.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/llmctx"
+	"github.com/parleyhq/parley/tools"
+)
+
+// Defaults for a zero Config.
+const (
+	DefaultMaxIterations    = 10
+	DefaultMaxParallelTools = 4
+	// storeTimeout bounds the writes made after a run was cancelled, which cannot use the run's
+	// own context.
+	storeTimeout = 10 * time.Second
+)
+
+// Config wires an Agent.
+type Config struct {
+	Store parley.Store
+	// Resolve maps a requested model name ("" for the default) to its provider and the model name
+	// that provider knows.
+	Resolve func(model string) (parley.Provider, string, error)
+	Tools   *tools.Registry
+	// MaxIterations bounds the model calls of one run (seed 000's max_iterations).
+	MaxIterations int
+	// MaxParallelTools bounds the tool calls of one model response that run at once.
+	MaxParallelTools int
+	// ToolHistoryRounds and SystemPrompt shape the history sent to the model (package llmctx).
+	ToolHistoryRounds int
+	SystemPrompt      string
+	Log               *slog.Logger
+	Now               func() time.Time
+}
+
+// Input is one run's request.
+type Input struct {
+	SessionID string
+	RunID     string
+	Model     string
+	// SelectedTools restricts the tools offered to the model (seed 001); nil offers all.
+	SelectedTools []string
+}
+
+// Result is how a run ended.
+type Result struct {
+	Final        *parley.Message // the last assistant message stored, if any
+	FinishReason string          // parley.FinishStop, FinishMaxIterations, ...
+	Iterations   int             // model calls made
+	Usage        parley.Usage    // summed over the model calls
+}
+
+// Agent runs chat turns. It is safe for concurrent use.
+type Agent struct {
+	cfg Config
+}
+
+// New returns an Agent; zero Config fields take their defaults.
+func New(cfg Config) *Agent {
+	if cfg.MaxIterations <= 0 {
+		cfg.MaxIterations = DefaultMaxIterations
+	}
+	if cfg.MaxParallelTools <= 0 {
+		cfg.MaxParallelTools = DefaultMaxParallelTools
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Tools == nil {
+		cfg.Tools = tools.NewRegistry()
+	}
+	return &Agent{cfg: cfg}
+}
+
+// MaxIterationsText is the answer stored when the loop stops at MaxIterations.
+func MaxIterationsText(n int) string {
+	return fmt.Sprintf("I stopped after %d rounds of tool calls (the max_iterations limit) without reaching a final answer.", n)
+}
+
+// Run runs the loop for the user message already stored in the session. emit receives the run's
+// events (chunk, reasoning, record, tool_calls_start, tool_call, tool_result, usage); it may be
+// called from several goroutines, one event at a time. A cancelled ctx ends the run with an
+// ECCanceled error after storing what was already done: partial text, and a result for every tool
+// call that was started.
+func (a *Agent) Run(ctx context.Context, in Input, emit func(parley.Event)) (*Result, error) {
+	var mu sync.Mutex
+	emitSafe := func(ev parley.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		emit(ev)
+	}
+	prov, model, err := a.cfg.Resolve(in.Model)
+	if err != nil {
+		return nil, err
+	}
+	specs, err := a.cfg.Tools.Specs(in.SelectedTools)
+	if err != nil {
+		return nil, err
+	}
+	allowed := make(map[string]bool, len(specs))
+	for _, s := range specs {
+		allowed[s.Name] = true
+	}
+
+	res := &Result{}
+	for res.Iterations < a.cfg.MaxIterations {
+		res.Iterations++
+		history, err := a.cfg.Store.History(ctx, in.SessionID)
+		if err != nil {
+			return res, a.canceledOr(ctx, err)
+		}
+		req := &parley.ChatRequest{
+			Model:    model,
+			Messages: llmctx.Build(history, llmctx.Options{SystemPrompt: a.cfg.SystemPrompt, ToolHistoryRounds: a.cfg.ToolHistoryRounds}),
+			Tools:    specs,
+		}
+		start := time.Now()
+		resp, err := a.callModel(ctx, prov, req, emitSafe)
+		latency := time.Since(start)
+		if resp != nil && resp.Usage != nil {
+			res.Usage.Add(*resp.Usage)
+			emitSafe(parley.Event{Type: parley.EventUsage, Usage: resp.Usage})
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				// Keep what the user already saw of an answer they stopped.
+				if resp != nil && resp.Content != "" {
+					msg := a.assistant(in, model, &parley.Response{Content: resp.Content, Reasoning: resp.Reasoning}, latency)
+					if a.store(ctx, in.SessionID, msg) == nil {
+						res.Final = msg
+						emitSafe(parley.Event{Type: parley.EventRecord, Message: msg})
+					}
+				}
+				return res, canceled()
+			}
+			return res, err
+		}
+
+		msg := a.assistant(in, model, resp, latency)
+		if err := a.store(ctx, in.SessionID, msg); err != nil {
+			return res, err
+		}
+		res.Final = msg
+		emitSafe(parley.Event{Type: parley.EventRecord, Message: msg})
+		if len(msg.ToolCalls) == 0 {
+			res.FinishReason = parley.FinishStop
+			return res, nil
+		}
+
+		emitSafe(parley.Event{Type: parley.EventToolCallsStart, ToolCalls: msg.ToolCalls})
+		if err := a.runTools(ctx, in, msg.ToolCalls, allowed, emitSafe); err != nil {
+			return res, err
+		}
+		if ctx.Err() != nil {
+			return res, canceled()
+		}
+	}
+
+	msg := &parley.Message{
+		ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text(MaxIterationsText(a.cfg.MaxIterations)),
+		RunID: in.RunID, Model: model, CreatedAt: a.now(),
+	}
+	if err := a.store(ctx, in.SessionID, msg); err != nil {
+		return res, err
+	}
+	res.Final = msg
+	emitSafe(parley.Event{Type: parley.EventRecord, Message: msg})
+	res.FinishReason = parley.FinishMaxIterations
+	return res, nil
+}
+
+// callModel streams one model call, emitting text and reasoning deltas as they arrive, and returns
+// the assembled response. On error it also returns what had arrived.
+func (a *Agent) callModel(ctx context.Context, prov parley.Provider, req *parley.ChatRequest, emit func(parley.Event)) (*parley.Response, error) {
+	stream, err := prov.Stream(ctx, req)
+	if err != nil {
+		return nil, upstream(err)
+	}
+	defer stream.Close()
+	var b parley.ResponseBuilder
+	for {
+		ev, err := stream.Next()
+		if errors.Is(err, io.EOF) {
+			return b.Response(), nil
+		}
+		if err != nil {
+			return b.Response(), upstream(err)
+		}
+		b.Add(ev)
+		switch ev.Type {
+		case parley.StreamContent:
+			if ev.Content != "" {
+				emit(parley.Event{Type: parley.EventChunk, Content: ev.Content})
+			}
+		case parley.StreamReasoning:
+			if ev.Reasoning != "" {
+				emit(parley.Event{Type: parley.EventReasoning, Content: ev.Reasoning})
+			}
+		}
+	}
+}
+
+// assistant builds the assistant message for a model response.
+func (a *Agent) assistant(in Input, model string, resp *parley.Response, latency time.Duration) *parley.Message {
+	msg := &parley.Message{
+		ID: parley.NewID(), Role: parley.RoleAssistant, Reasoning: resp.Reasoning,
+		RunID: in.RunID, Model: model, LatencyMS: latency.Milliseconds(), Usage: resp.Usage, CreatedAt: a.now(),
+	}
+	if resp.Content != "" || len(resp.ToolCalls) == 0 {
+		msg.Content = parley.Text(resp.Content)
+	}
+	seen := map[string]bool{}
+	for _, c := range resp.ToolCalls {
+		// A call without an id (some OpenAI-compatible servers) or with a repeated one gets a fresh
+		// id, so that its result can be matched to it.
+		if c.ID == "" || seen[c.ID] {
+			c.ID = "call_" + parley.NewID()
+		}
+		seen[c.ID] = true
+		c.Type = "function"
+		msg.ToolCalls = append(msg.ToolCalls, c)
+	}
+	return msg
+}
+
+// runTools runs calls in parallel, at most MaxParallelTools at a time, storing each result as a
+// tool message as soon as it is ready. It returns only a storage error; tool failures are results.
+func (a *Agent) runTools(ctx context.Context, in Input, calls []parley.ToolCall, allowed map[string]bool, emit func(parley.Event)) error {
+	sem := make(chan struct{}, a.cfg.MaxParallelTools)
+	var (
+		wg       sync.WaitGroup
+		errMu    sync.Mutex
+		firstErr error
+	)
+	for i := range calls {
+		call := calls[i]
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			emit(parley.Event{Type: parley.EventToolCall, ToolCall: &call})
+			out := a.cfg.Tools.Call(ctx, call, allowed)
+			ok := out.Success
+			msg := &parley.Message{
+				ID: parley.NewID(), Role: parley.RoleTool, Content: out.Content, Name: call.Function.Name,
+				ToolCallID: call.ID, RunID: in.RunID, LatencyMS: out.Latency.Milliseconds(),
+				Success: &ok, ResourceID: out.ResourceID, CreatedAt: a.now(),
+			}
+			if err := a.store(ctx, in.SessionID, msg); err != nil {
+				errMu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				errMu.Unlock()
+				return
+			}
+			emit(parley.Event{Type: parley.EventToolResult, Message: msg})
+		}()
+	}
+	wg.Wait()
+	return firstErr
+}
+
+// store appends msg durably. It still writes after ctx was cancelled (bounded by storeTimeout),
+// so that an aborted run leaves a complete record of what it did.
+func (a *Agent) store(ctx context.Context, sessionID string, msg *parley.Message) error {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	defer cancel()
+	if err := a.cfg.Store.AppendMessages(wctx, sessionID, msg); err != nil {
+		return fmt.Errorf("storing %s message: %w", msg.Role, err)
+	}
+	return nil
+}
+
+func (a *Agent) now() time.Time { return a.cfg.Now().UTC().Truncate(time.Microsecond) }
+
+func (a *Agent) canceledOr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return canceled()
+	}
+	return err
+}
+
+func canceled() error { return parley.Errorf(parley.ECCanceled, "the run was cancelled") }
+
+// upstream makes sure a provider failure reaches the client as a provider error, never as an
+// internal one with details.
+func upstream(err error) error {
+	var pe *parley.Error
+	if errors.As(err, &pe) {
+		return err
+	}
+	return parley.WrapError(parley.ECUpstream, err, "the model provider failed")
+}

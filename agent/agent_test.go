@@ -1,0 +1,545 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/llmctx"
+	"github.com/parleyhq/parley/store/sqlite"
+	"github.com/parleyhq/parley/tools"
+)
+
+// scripted is a Provider that answers each call with the next script step and records requests.
+type scripted struct {
+	mu    sync.Mutex
+	steps []func(req *parley.ChatRequest) ([]parley.StreamEvent, error)
+	reqs  []*parley.ChatRequest
+}
+
+func (p *scripted) Stream(ctx context.Context, req *parley.ChatRequest) (parley.Stream, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.reqs = append(p.reqs, req)
+	if len(p.steps) == 0 {
+		return nil, errors.New("script exhausted")
+	}
+	step := p.steps[0]
+	if len(p.steps) > 1 {
+		p.steps = p.steps[1:]
+	}
+	evs, err := step(req)
+	return &sliceStream{ctx: ctx, evs: evs, err: err}, nil
+}
+
+func (p *scripted) requests() []*parley.ChatRequest {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]*parley.ChatRequest(nil), p.reqs...)
+}
+
+type sliceStream struct {
+	ctx context.Context
+	evs []parley.StreamEvent
+	err error
+}
+
+func (s *sliceStream) Next() (parley.StreamEvent, error) {
+	if err := s.ctx.Err(); err != nil {
+		return parley.StreamEvent{}, err
+	}
+	if len(s.evs) == 0 {
+		if s.err != nil {
+			return parley.StreamEvent{}, s.err
+		}
+		return parley.StreamEvent{}, io.EOF
+	}
+	ev := s.evs[0]
+	s.evs = s.evs[1:]
+	return ev, nil
+}
+func (s *sliceStream) Close() error { return nil }
+
+func say(text string) func(*parley.ChatRequest) ([]parley.StreamEvent, error) {
+	return func(*parley.ChatRequest) ([]parley.StreamEvent, error) {
+		var evs []parley.StreamEvent
+		for _, w := range strings.SplitAfter(text, " ") {
+			evs = append(evs, parley.StreamEvent{Type: parley.StreamContent, Content: w})
+		}
+		return append(evs,
+			parley.StreamEvent{Type: parley.StreamFinish, FinishReason: "stop"},
+			parley.StreamEvent{Type: parley.StreamUsage, Usage: &parley.Usage{PromptTokens: 10, CompletionTokens: 5, TotalTokens: 15}}), nil
+	}
+}
+
+// callTools asks for the named tools with the given argument objects, in one response.
+func callTools(reasoning string, calls ...[2]string) func(*parley.ChatRequest) ([]parley.StreamEvent, error) {
+	return func(*parley.ChatRequest) ([]parley.StreamEvent, error) {
+		var evs []parley.StreamEvent
+		if reasoning != "" {
+			evs = append(evs, parley.StreamEvent{Type: parley.StreamReasoning, Reasoning: reasoning})
+		}
+		for i, c := range calls {
+			id := fmt.Sprintf("call_%d_%d", i, time.Now().UnixNano())
+			half := len(c[1]) / 2
+			evs = append(evs,
+				parley.StreamEvent{Type: parley.StreamToolCall, ToolCall: &parley.ToolCallDelta{Index: i, ID: id, Name: c[0], Arguments: c[1][:half]}},
+				parley.StreamEvent{Type: parley.StreamToolCall, ToolCall: &parley.ToolCallDelta{Index: i, Arguments: c[1][half:]}})
+		}
+		return append(evs, parley.StreamEvent{Type: parley.StreamFinish, FinishReason: "tool_calls"},
+			parley.StreamEvent{Type: parley.StreamUsage, Usage: &parley.Usage{PromptTokens: 20, CompletionTokens: 8, TotalTokens: 28}}), nil
+	}
+}
+
+type fixture struct {
+	store *sqlite.Store
+	prov  *scripted
+	reg   *tools.Registry
+	sess  string
+	mu    sync.Mutex
+	evs   []parley.Event
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "agent.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	f := &fixture{store: st, prov: &scripted{}, reg: tools.NewRegistry(tools.WithTimeout(2 * time.Second))}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	f.sess = parley.NewID()
+	if err := st.CreateSession(context.Background(), &parley.Session{ID: f.sess, Title: "t", Owner: "u", CreatedAt: now, UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func (f *fixture) tool(t *testing.T, name string, fn func(ctx context.Context, args json.RawMessage) (*parley.ToolResult, error)) {
+	t.Helper()
+	err := f.reg.Register(&tools.Func{Def: parley.ToolSpec{Name: name, Description: name, Parameters: json.RawMessage(`{"type":"object"}`)}, Fn: fn})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *fixture) agent(mod func(*Config)) *Agent {
+	cfg := Config{
+		Store:   f.store,
+		Resolve: func(string) (parley.Provider, string, error) { return f.prov, "m1", nil },
+		Tools:   f.reg,
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	return New(cfg)
+}
+
+// run stores a user message and runs the agent for it.
+func (f *fixture) run(t *testing.T, ctx context.Context, a *Agent, text string, selected []string) (*Result, error) {
+	t.Helper()
+	u := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text(text), CreatedAt: time.Now().UTC().Truncate(time.Microsecond)}
+	if err := f.store.AppendMessages(context.Background(), f.sess, u); err != nil {
+		t.Fatal(err)
+	}
+	return a.Run(ctx, Input{SessionID: f.sess, RunID: "run1", SelectedTools: selected}, func(ev parley.Event) {
+		f.mu.Lock()
+		f.evs = append(f.evs, ev)
+		f.mu.Unlock()
+	})
+}
+
+func (f *fixture) history(t *testing.T) []parley.Message {
+	t.Helper()
+	h, err := f.store.History(context.Background(), f.sess)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func (f *fixture) types() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ts []string
+	for _, ev := range f.evs {
+		if len(ts) > 0 && ts[len(ts)-1] == string(ev.Type) && (ev.Type == parley.EventChunk || ev.Type == parley.EventReasoning) {
+			continue // runs of deltas count once
+		}
+		ts = append(ts, string(ev.Type))
+	}
+	return strings.Join(ts, " ")
+}
+
+// roles renders a history as role[:tool name] items.
+func roles(h []parley.Message) string {
+	var rs []string
+	for _, m := range h {
+		r := string(m.Role)
+		if len(m.ToolCalls) > 0 {
+			r += fmt.Sprintf("(%d calls)", len(m.ToolCalls))
+		}
+		if m.Role == parley.RoleTool {
+			r += ":" + m.Name
+		}
+		rs = append(rs, r)
+	}
+	return strings.Join(rs, " ")
+}
+
+func echoTool(ctx context.Context, args json.RawMessage) (*parley.ToolResult, error) {
+	return &parley.ToolResult{Content: parley.Text("echo " + string(args))}, nil
+}
+
+func TestTextAnswer(t *testing.T) {
+	f := newFixture(t)
+	f.prov.steps = append(f.prov.steps, say("Hello there, friend."))
+	res, err := f.run(t, context.Background(), f.agent(nil), "hi", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.FinishReason != parley.FinishStop || res.Iterations != 1 || res.Usage.TotalTokens != 15 {
+		t.Fatalf("result: %+v", res)
+	}
+	if got := f.types(); got != "chunk usage record" {
+		t.Fatalf("events: %s", got)
+	}
+	h := f.history(t)
+	if roles(h) != "user assistant" {
+		t.Fatalf("history: %s", roles(h))
+	}
+	a := h[1]
+	if a.Content.String() != "Hello there, friend." || a.Model != "m1" || a.RunID != "run1" || a.Usage == nil || a.Usage.TotalTokens != 15 || a.ID != res.Final.ID {
+		t.Fatalf("assistant message: %+v", a)
+	}
+}
+
+func TestParallelToolsThenAnswer(t *testing.T) {
+	f := newFixture(t)
+	// Each call waits until all three have started: they can only finish if they run at once.
+	var started sync.WaitGroup
+	started.Add(3)
+	f.tool(t, "barrier", func(ctx context.Context, args json.RawMessage) (*parley.ToolResult, error) {
+		started.Done()
+		done := make(chan struct{})
+		go func() { started.Wait(); close(done) }()
+		select {
+		case <-done:
+			return &parley.ToolResult{Content: parley.Text("ok " + string(args))}, nil
+		case <-time.After(time.Second):
+			return nil, errors.New("the other calls did not start: not parallel")
+		}
+	})
+	f.prov.steps = append(f.prov.steps,
+		callTools("I need three lookups.", [2]string{"barrier", `{"n":1}`}, [2]string{"barrier", `{"n":2}`}, [2]string{"barrier", `{"n":3}`}),
+		say("All three are ok."))
+	res, err := f.run(t, context.Background(), f.agent(nil), "go", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.FinishReason != parley.FinishStop || res.Iterations != 2 || res.Usage.TotalTokens != 28+15 {
+		t.Fatalf("result: %+v", res)
+	}
+	h := f.history(t)
+	if got := roles(h); got != "user assistant(3 calls) tool:barrier tool:barrier tool:barrier assistant" {
+		t.Fatalf("history: %s", got)
+	}
+	if h[1].Reasoning != "I need three lookups." || h[1].Content.IsNull() == false {
+		t.Fatalf("tool-call message keeps reasoning, has null content: %+v", h[1])
+	}
+	for _, m := range h[2:5] {
+		if m.Success == nil || !*m.Success || !strings.HasPrefix(m.Content.String(), "ok {\"n\":") {
+			t.Fatalf("tool message: %+v %q", m, m.Content.String())
+		}
+	}
+	if err := parley.CheckHistory(h); err != nil {
+		t.Fatal(err)
+	}
+	// The second model call saw the assembled arguments and all three results.
+	reqs := f.prov.requests()
+	second := reqs[1].Messages
+	if len(second) != 5 || second[1].ToolCalls[2].Function.Arguments != `{"n":3}` || second[4].Role != parley.RoleTool {
+		t.Fatalf("second request: %s", roles(second))
+	}
+	// Events: reasoning streamed, the tool-call message recorded before tools_calls_start, one
+	// tool_call and one tool_result per call.
+	ev := f.types()
+	if !strings.HasPrefix(ev, "reasoning usage record tool_calls_start tool_call") {
+		t.Fatalf("events: %s", ev)
+	}
+	f.mu.Lock()
+	counts := map[parley.EventType]int{}
+	for _, e := range f.evs {
+		counts[e.Type]++
+	}
+	f.mu.Unlock()
+	if counts[parley.EventToolCall] != 3 || counts[parley.EventToolResult] != 3 || counts[parley.EventRecord] != 2 {
+		t.Fatalf("event counts: %v", counts)
+	}
+}
+
+func TestParallelismIsBounded(t *testing.T) {
+	f := newFixture(t)
+	var cur, peak atomic.Int32
+	f.tool(t, "work", func(ctx context.Context, args json.RawMessage) (*parley.ToolResult, error) {
+		n := cur.Add(1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+		cur.Add(-1)
+		return &parley.ToolResult{Content: parley.Text("done")}, nil
+	})
+	var calls [][2]string
+	for i := range 6 {
+		calls = append(calls, [2]string{"work", fmt.Sprintf(`{"i":%d}`, i)})
+	}
+	f.prov.steps = append(f.prov.steps, callTools("", calls...), say("done"))
+	if _, err := f.run(t, context.Background(), f.agent(func(c *Config) { c.MaxParallelTools = 2 }), "go", nil); err != nil {
+		t.Fatal(err)
+	}
+	if p := peak.Load(); p != 2 {
+		t.Fatalf("peak concurrency %d, want 2", p)
+	}
+	if n := strings.Count(roles(f.history(t)), "tool:work"); n != 6 {
+		t.Fatalf("%d tool messages, want 6", n)
+	}
+}
+
+func TestFailingAndUnknownTools(t *testing.T) {
+	f := newFixture(t)
+	f.tool(t, "broken", func(ctx context.Context, args json.RawMessage) (*parley.ToolResult, error) {
+		return nil, errors.New("database unreachable")
+	})
+	f.tool(t, "panicky", func(ctx context.Context, args json.RawMessage) (*parley.ToolResult, error) {
+		panic("nil map")
+	})
+	f.tool(t, "echo", echoTool)
+	f.prov.steps = append(f.prov.steps,
+		callTools("", [2]string{"broken", `{}`}, [2]string{"no_such_tool", `{}`}, [2]string{"panicky", `{}`}, [2]string{"echo", `{"a":1}`}, [2]string{"echo", `not json`}),
+		say("Some tools failed."))
+	res, err := f.run(t, context.Background(), f.agent(nil), "go", nil)
+	if err != nil || res.FinishReason != parley.FinishStop {
+		t.Fatalf("run: %+v %v", res, err)
+	}
+	results := map[string]parley.Message{}
+	var order []string
+	for _, m := range f.history(t) {
+		if m.Role == parley.RoleTool {
+			results[m.Content.String()] = m
+			order = append(order, fmt.Sprintf("%s=%v", m.Name, *m.Success))
+		}
+	}
+	want := map[string]bool{"broken failed: database unreachable": false, `unknown tool "no_such_tool"`: false, "crashed": false, `echo {"a":1}`: true, "not a JSON object": false}
+	for frag, ok := range want {
+		found := false
+		for content, m := range results {
+			if strings.Contains(content, frag) {
+				found = true
+				if *m.Success != ok {
+					t.Errorf("%q: success %v, want %v", frag, *m.Success, ok)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no tool result mentions %q (results: %v)", frag, order)
+		}
+	}
+	if err := parley.CheckHistory(f.history(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMaxIterations(t *testing.T) {
+	f := newFixture(t)
+	f.tool(t, "echo", echoTool)
+	f.prov.steps = append(f.prov.steps, callTools("", [2]string{"echo", `{"again":true}`})) // repeats forever
+	res, err := f.run(t, context.Background(), f.agent(func(c *Config) { c.MaxIterations = 3 }), "loop", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.FinishReason != parley.FinishMaxIterations || res.Iterations != 3 || len(f.prov.requests()) != 3 {
+		t.Fatalf("result %+v after %d model calls", res, len(f.prov.requests()))
+	}
+	h := f.history(t)
+	last := h[len(h)-1]
+	if last.Role != parley.RoleAssistant || last.Content.String() != MaxIterationsText(3) || res.Final.ID != last.ID {
+		t.Fatalf("last message: %+v", last)
+	}
+	if got := roles(h); got != "user assistant(1 calls) tool:echo assistant(1 calls) tool:echo assistant(1 calls) tool:echo assistant" {
+		t.Fatalf("history: %s", got)
+	}
+	if err := parley.CheckHistory(h); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSelectedTools(t *testing.T) {
+	f := newFixture(t)
+	f.tool(t, "echo", echoTool)
+	f.tool(t, "secret", func(ctx context.Context, args json.RawMessage) (*parley.ToolResult, error) {
+		t.Error("a tool that was not selected ran")
+		return nil, nil
+	})
+	f.prov.steps = append(f.prov.steps, callTools("", [2]string{"secret", `{}`}), say("ok"))
+	if _, err := f.run(t, context.Background(), f.agent(nil), "go", []string{"echo"}); err != nil {
+		t.Fatal(err)
+	}
+	offered := f.prov.requests()[0].Tools
+	if len(offered) != 1 || offered[0].Name != "echo" {
+		t.Fatalf("offered: %+v", offered)
+	}
+	h := f.history(t)
+	if h[2].Role != parley.RoleTool || *h[2].Success || !strings.Contains(h[2].Content.String(), `unknown tool "secret"`) {
+		t.Fatalf("call to an unselected tool: %+v", h[2])
+	}
+
+	// An empty selection offers no tools at all; an unknown name is refused before anything runs.
+	f.prov.steps = []func(*parley.ChatRequest) ([]parley.StreamEvent, error){say("plain")}
+	if _, err := f.run(t, context.Background(), f.agent(nil), "go", []string{}); err != nil {
+		t.Fatal(err)
+	}
+	if reqs := f.prov.requests(); len(reqs[len(reqs)-1].Tools) != 0 {
+		t.Fatalf("empty selection offered %+v", reqs[len(reqs)-1].Tools)
+	}
+	if _, err := f.agent(nil).Run(context.Background(), Input{SessionID: f.sess, SelectedTools: []string{"nope"}}, func(parley.Event) {}); parley.CodeOf(err) != parley.ECInvalid {
+		t.Fatalf("unknown selected tool: %v", err)
+	}
+}
+
+func TestCancelDuringTools(t *testing.T) {
+	f := newFixture(t)
+	entered := make(chan struct{})
+	f.tool(t, "hang", func(ctx context.Context, args json.RawMessage) (*parley.ToolResult, error) {
+		close(entered)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	f.tool(t, "echo", echoTool)
+	f.prov.steps = append(f.prov.steps, callTools("", [2]string{"hang", `{}`}, [2]string{"echo", `{}`}))
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-entered; cancel() }()
+	res, err := f.run(t, ctx, f.agent(func(c *Config) { c.MaxParallelTools = 1 }), "go", nil)
+	if parley.CodeOf(err) != parley.ECCanceled {
+		t.Fatalf("err = %v, want canceled", err)
+	}
+	if res == nil || res.Iterations != 1 {
+		t.Fatalf("result: %+v", res)
+	}
+	h := f.history(t)
+	// Both calls have a stored result, so the history stays valid as stored.
+	if got := roles(h); got != "user assistant(2 calls) tool:hang tool:echo" {
+		t.Fatalf("history: %s", got)
+	}
+	for _, m := range h[2:] {
+		if *m.Success || !strings.Contains(m.Content.String(), "interrupted") {
+			t.Fatalf("tool message after cancel: %q success=%v", m.Content.String(), *m.Success)
+		}
+	}
+	if err := parley.CheckHistory(h); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCancelMidStreamKeepsPartialText(t *testing.T) {
+	f := newFixture(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	f.prov.steps = append(f.prov.steps, func(*parley.ChatRequest) ([]parley.StreamEvent, error) {
+		return []parley.StreamEvent{{Type: parley.StreamContent, Content: "The answer is"}}, nil
+	})
+	a := f.agent(nil)
+	var once sync.Once
+	u := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("q"), CreatedAt: time.Now().UTC()}
+	if err := f.store.AppendMessages(ctx, f.sess, u); err != nil {
+		t.Fatal(err)
+	}
+	_, err := a.Run(ctx, Input{SessionID: f.sess}, func(ev parley.Event) {
+		if ev.Type == parley.EventChunk {
+			once.Do(cancel)
+		}
+	})
+	if parley.CodeOf(err) != parley.ECCanceled {
+		t.Fatalf("err = %v", err)
+	}
+	h := f.history(t)
+	if len(h) != 2 || h[1].Content.String() != "The answer is" {
+		t.Fatalf("history: %s", roles(h))
+	}
+}
+
+func TestProviderErrors(t *testing.T) {
+	f := newFixture(t)
+	f.prov.steps = append(f.prov.steps, func(*parley.ChatRequest) ([]parley.StreamEvent, error) {
+		return []parley.StreamEvent{{Type: parley.StreamContent, Content: "partial"}}, errors.New("connection reset by peer at 10.0.0.3:443")
+	})
+	_, err := f.run(t, context.Background(), f.agent(nil), "q", nil)
+	if parley.CodeOf(err) != parley.ECUpstream || strings.Contains(parley.MessageOf(err), "10.0.0.3") {
+		t.Fatalf("err = %v (client sees %q)", err, parley.MessageOf(err))
+	}
+	if got := roles(f.history(t)); got != "user" {
+		t.Fatalf("a failed model call stored %s", got)
+	}
+
+	resolveErr := parley.Errorf(parley.ECInvalid, "model: unknown")
+	a := f.agent(func(c *Config) {
+		c.Resolve = func(string) (parley.Provider, string, error) { return nil, "", resolveErr }
+	})
+	if _, err := a.Run(context.Background(), Input{SessionID: f.sess}, func(parley.Event) {}); !errors.Is(err, resolveErr) {
+		t.Fatalf("resolve error: %v", err)
+	}
+}
+
+func TestHistoryIsTruncatedForTheModel(t *testing.T) {
+	f := newFixture(t)
+	f.tool(t, "echo", echoTool)
+	f.prov.steps = append(f.prov.steps,
+		callTools("", [2]string{"echo", `{"step":1}`}),
+		callTools("", [2]string{"echo", `{"step":2}`}),
+		say("done"))
+	if _, err := f.run(t, context.Background(), f.agent(func(c *Config) { c.ToolHistoryRounds = 1; c.SystemPrompt = "sys" }), "go", nil); err != nil {
+		t.Fatal(err)
+	}
+	last := f.prov.requests()[2].Messages
+	if last[0].Role != parley.RoleSystem || last[2].ToolCalls[0].Function.Arguments != llmctx.OmittedArguments ||
+		last[3].Content.String() != llmctx.OmittedResult || last[4].ToolCalls[0].Function.Arguments != `{"step":2}` {
+		t.Fatalf("third request: %+v", last)
+	}
+	// The store keeps everything whole.
+	if h := f.history(t); h[1].ToolCalls[0].Function.Arguments != `{"step":1}` {
+		t.Fatalf("stored call changed: %+v", h[1])
+	}
+}
+
+func TestMissingToolCallIDsAreFilled(t *testing.T) {
+	f := newFixture(t)
+	f.tool(t, "echo", echoTool)
+	f.prov.steps = append(f.prov.steps, func(*parley.ChatRequest) ([]parley.StreamEvent, error) {
+		return []parley.StreamEvent{
+			{Type: parley.StreamToolCall, ToolCall: &parley.ToolCallDelta{Index: 0, Name: "echo", Arguments: "{}"}},
+			{Type: parley.StreamToolCall, ToolCall: &parley.ToolCallDelta{Index: 1, Name: "echo", Arguments: "{}"}},
+		}, nil
+	}, say("ok"))
+	if _, err := f.run(t, context.Background(), f.agent(nil), "go", nil); err != nil {
+		t.Fatal(err)
+	}
+	h := f.history(t)
+	if h[1].ToolCalls[0].ID == "" || h[1].ToolCalls[0].ID == h[1].ToolCalls[1].ID {
+		t.Fatalf("ids: %+v", h[1].ToolCalls)
+	}
+	if err := parley.CheckHistory(h); err != nil {
+		t.Fatal(err)
+	}
+}
