@@ -1,0 +1,170 @@
+// Package chat turns a user's message into a run: it validates the request, finds or creates the
+// session, stores the message durably, and starts the agent loop under the run manager. The HTTP
+// handlers (and later the WebSocket handler) share this one path.
+package chat
+
+import (
+	"context"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/agent"
+	"github.com/parleyhq/parley/runs"
+)
+
+// Runner is the agent loop (agent.Agent satisfies it).
+type Runner interface {
+	Run(ctx context.Context, in agent.Input, emit func(parley.Event)) (*agent.Result, error)
+}
+
+// Service starts chats.
+type Service struct {
+	Store parley.Store
+	Runs  *runs.Manager
+	Agent Runner
+	// CheckModel validates a model name as the client gives it; nil accepts any.
+	CheckModel func(model string) error
+	// CheckTools validates selected_tools; nil accepts any.
+	CheckTools   func(selected []string) error
+	DefaultModel string
+	MaxMessage   int // characters of message text (default 100,000)
+	Now          func() time.Time
+}
+
+// Request is one user turn (seed 001 §1.01, with seed 000's binary_content).
+type Request struct {
+	Message       string        `json:"message"`
+	BinaryContent []parley.Part `json:"binary_content,omitempty"`
+	SessionID     string        `json:"session_id,omitempty"`
+	Model         string        `json:"model,omitempty"`
+	SelectedTools []string      `json:"selected_tools,omitempty"`
+}
+
+// Started describes a run that has begun: the user's message is stored.
+type Started struct {
+	Session     *parley.Session
+	Run         *runs.Run
+	UserMessage *parley.Message
+	NewSession  bool
+}
+
+// Send validates req, stores the user's message and starts the run. Nothing is stored when the
+// request is invalid. owner is the caller's identity.
+func (s *Service) Send(ctx context.Context, owner string, req Request) (*Started, error) {
+	content, err := s.validate(&req)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
+	var sess *parley.Session
+	newSession := false
+	if req.SessionID != "" {
+		sess, err = s.Store.GetSession(ctx, req.SessionID)
+		if err != nil {
+			return nil, err
+		}
+		if sess.Owner != owner {
+			return nil, parley.Errorf(parley.ECForbidden, "this session belongs to another user")
+		}
+	} else {
+		sess = &parley.Session{ID: parley.NewID(), Title: Title(req.Message), Owner: owner, CreatedAt: now, UpdatedAt: now}
+		if err := s.Store.CreateSession(ctx, sess); err != nil {
+			return nil, err
+		}
+		newSession = true
+	}
+
+	run, err := s.Runs.Begin(sess.ID, req.Model)
+	if err != nil {
+		return nil, err
+	}
+	user := &parley.Message{
+		ID: parley.NewID(), Role: parley.RoleUser, Content: content, RunID: run.ID, CreatedAt: now,
+	}
+	if err := s.Store.AppendMessages(ctx, sess.ID, user); err != nil {
+		run.Release()
+		return nil, err
+	}
+	in := agent.Input{SessionID: sess.ID, RunID: run.ID, Model: req.Model, SelectedTools: req.SelectedTools}
+	run.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
+		emit(parley.Event{Type: parley.EventRecord, Message: user})
+		res, err := s.Agent.Run(ctx, in, emit)
+		if res != nil {
+			return res.FinishReason, err
+		}
+		return "", err
+	})
+	return &Started{Session: sess, Run: run, UserMessage: user, NewSession: newSession}, nil
+}
+
+func (s *Service) validate(req *Request) (parley.Content, error) {
+	maxLen := s.MaxMessage
+	if maxLen <= 0 {
+		maxLen = 100_000
+	}
+	if !utf8.ValidString(req.Message) {
+		return parley.Content{}, parley.Errorf(parley.ECInvalid, "message: not valid UTF-8")
+	}
+	if n := utf8.RuneCountInString(req.Message); n > maxLen {
+		return parley.Content{}, parley.Errorf(parley.ECInvalid, "message: %d characters, the limit is %d", n, maxLen)
+	}
+	if strings.TrimSpace(req.Message) == "" && len(req.BinaryContent) == 0 {
+		return parley.Content{}, parley.Errorf(parley.ECInvalid, "message: must not be empty")
+	}
+	if req.Model == "" {
+		req.Model = s.DefaultModel
+	}
+	if s.CheckModel != nil {
+		if err := s.CheckModel(req.Model); err != nil {
+			return parley.Content{}, err
+		}
+	}
+	if s.CheckTools != nil && req.SelectedTools != nil {
+		if err := s.CheckTools(req.SelectedTools); err != nil {
+			return parley.Content{}, err
+		}
+	}
+	if len(req.BinaryContent) == 0 {
+		return parley.Text(req.Message), nil
+	}
+	parts := make([]parley.Part, 0, len(req.BinaryContent)+1)
+	if req.Message != "" {
+		parts = append(parts, parley.Part{Type: "text", Text: req.Message})
+	}
+	for i, p := range req.BinaryContent {
+		if p.Type != "image_url" || p.ImageURL == nil || p.ImageURL.URL == "" {
+			return parley.Content{}, parley.Errorf(parley.ECInvalid, "binary_content[%d]: must be {\"type\":\"image_url\",\"image_url\":{\"url\":…}}", i)
+		}
+		u := p.ImageURL.URL
+		if !strings.HasPrefix(u, "data:image/") && !strings.HasPrefix(u, "https://") && !strings.HasPrefix(u, "http://") {
+			return parley.Content{}, parley.Errorf(parley.ECInvalid, "binary_content[%d]: url must be a data:image/… URL or http(s)", i)
+		}
+		parts = append(parts, p)
+	}
+	return parley.Parts(parts...), nil
+}
+
+func (s *Service) now() time.Time {
+	if s.Now != nil {
+		return s.Now().UTC().Truncate(time.Microsecond)
+	}
+	return time.Now().UTC().Truncate(time.Microsecond)
+}
+
+// Title derives a session title from the first message: its first line, at most 60 characters.
+func Title(msg string) string {
+	msg = strings.TrimSpace(msg)
+	if i := strings.IndexByte(msg, '\n'); i >= 0 {
+		msg = strings.TrimSpace(msg[:i])
+	}
+	if utf8.RuneCountInString(msg) > 60 {
+		r := []rune(msg)
+		msg = strings.TrimSpace(string(r[:59])) + "…"
+	}
+	if msg == "" {
+		return "New chat"
+	}
+	return msg
+}

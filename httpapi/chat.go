@@ -1,0 +1,169 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/chat"
+	"github.com/parleyhq/parley/runs"
+)
+
+// start decodes a chat request and starts its run.
+func (s *server) start(w http.ResponseWriter, r *http.Request) (*chat.Started, error) {
+	owner, err := s.Identify(r)
+	if err != nil {
+		return nil, err
+	}
+	var req chat.Request
+	if err := decodeJSON(w, r, s.MaxBodyBytes, &req); err != nil {
+		return nil, err
+	}
+	if req.SessionID != "" && !validID(req.SessionID) {
+		return nil, parley.Errorf(parley.ECNotFound, "session %q not found", truncate(req.SessionID, 80))
+	}
+	st, err := s.Chat.Send(r.Context(), owner, req)
+	if err != nil && parley.CodeOf(err) == parley.ECNotFound {
+		return nil, parley.Errorf(parley.ECNotFound, "session %q not found", req.SessionID)
+	}
+	return st, err
+}
+
+// batchResponse is the answer of POST /api/v1/chat (seed 001 §1.09).
+type batchResponse struct {
+	Response     string           `json:"response"`
+	SessionID    string           `json:"session_id"`
+	RunID        string           `json:"run_id"`
+	Model        string           `json:"model"`
+	FinishReason string           `json:"finish_reason"`
+	Messages     []parley.Message `json:"messages"` // what the run stored, in order
+	Usage        parley.Usage     `json:"usage"`
+	Metadata     batchMetadata    `json:"metadata"`
+}
+
+type batchMetadata struct {
+	BatchMode  bool `json:"batch_mode"`
+	Iterations int  `json:"iterations"`
+	ToolCalls  int  `json:"tool_calls"`
+}
+
+// handleChat runs a chat to the end and answers with the whole result. If the client leaves, the
+// run goes on and its answer is stored.
+func (s *server) handleChat() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st, err := s.start(w, r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		out := batchResponse{SessionID: st.Session.ID, RunID: st.Run.ID, Model: st.Run.Model, Metadata: batchMetadata{BatchMode: true}}
+		var runErr *parley.ErrorBody
+		err = readRun(r.Context(), st.Run, 0, func(ev parley.Event) error {
+			switch ev.Type {
+			case parley.EventRecord, parley.EventToolResult:
+				out.Messages = append(out.Messages, *ev.Message)
+				if ev.Message.Role == parley.RoleAssistant {
+					out.Response = ev.Message.Content.String()
+					out.Metadata.Iterations++
+					out.Metadata.ToolCalls += len(ev.Message.ToolCalls)
+				}
+			case parley.EventUsage:
+				out.Usage.Add(*ev.Usage)
+			case parley.EventError:
+				runErr = ev.Error
+			case parley.EventDone:
+				out.FinishReason = ev.FinishReason
+			}
+			return nil
+		})
+		if err != nil {
+			return // the client left; the run goes on
+		}
+		if runErr != nil {
+			writeJSON(w, statusOf(runErr.Code), map[string]any{"error": runErr, "session_id": out.SessionID, "run_id": out.RunID})
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
+	})
+}
+
+// handleChatStream starts a run and streams its events as SSE until the run is done or the client
+// leaves (the run goes on without it).
+func (s *server) handleChatStream() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st, err := s.start(w, r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		s.streamRun(w, r, st.Run, 0)
+	})
+}
+
+// streamRun writes the run's events after seq `after` as SSE. Each event's id is its sequence
+// number, so a client can resume with Last-Event-ID.
+func (s *server) streamRun(w http.ResponseWriter, r *http.Request, run *runs.Run, after int64) {
+	sse, err := newSSEWriter(w, s.WriteTimeout)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	heartbeat := time.NewTicker(s.Heartbeat)
+	defer heartbeat.Stop()
+	// One writer per connection: events and heartbeats are written from this goroutine only.
+	for {
+		readCtx, stop := context.WithTimeout(ctx, s.Heartbeat)
+		evs, done, err := run.Log.Read(readCtx, after, 256)
+		stop()
+		switch {
+		case err == nil:
+		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+			if err := sse.comment("ping"); err != nil {
+				return
+			}
+			continue
+		default:
+			if ctx.Err() == nil {
+				s.Log.Warn("event stream ended", "run", run.ID, "err", err)
+			}
+			return
+		}
+		for _, ev := range evs {
+			if err := sse.event(ev); err != nil {
+				s.Log.Info("stream client dropped", "run", run.ID, "seq", ev.Seq, "err", err)
+				return
+			}
+			after = ev.Seq
+		}
+		if err := sse.flush(); err != nil {
+			return
+		}
+		if done {
+			return
+		}
+	}
+}
+
+// readRun calls fn for each event of the run after seq `after` until the run is done or ctx ends.
+func readRun(ctx context.Context, run *runs.Run, after int64, fn func(parley.Event) error) error {
+	for {
+		evs, done, err := run.Log.Read(ctx, after, 256)
+		if err != nil {
+			return fmt.Errorf("reading run %s: %w", run.ID, err)
+		}
+		for _, ev := range evs {
+			if err := fn(ev); err != nil {
+				return err
+			}
+			after = ev.Seq
+		}
+		if done {
+			return nil
+		}
+	}
+}

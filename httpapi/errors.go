@@ -1,0 +1,119 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	parley "github.com/parleyhq/parley"
+)
+
+// statusOf is the one map from error codes to HTTP statuses.
+func statusOf(code parley.ErrorCode) int {
+	switch code {
+	case parley.ECInvalid:
+		return http.StatusBadRequest
+	case parley.ECUnauth:
+		return http.StatusUnauthorized
+	case parley.ECForbidden:
+		return http.StatusForbidden
+	case parley.ECNotFound:
+		return http.StatusNotFound
+	case parley.ECConflict:
+		return http.StatusConflict
+	case parley.ECRateLimited:
+		return http.StatusTooManyRequests
+	case parley.ECUpstream:
+		return http.StatusBadGateway
+	case parley.ECUnavailable:
+		return http.StatusServiceUnavailable
+	case parley.ECTimeout:
+		return http.StatusGatewayTimeout
+	case parley.ECCanceled:
+		return http.StatusConflict
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// errorBody is the JSON of every error response.
+type errorBody struct {
+	Error parley.ErrorBody `json:"error"`
+}
+
+// writeError writes err as a sanitized JSON error: the code's status and a client-safe message.
+// Internal errors carry no detail.
+func writeError(w http.ResponseWriter, err error) {
+	code := parley.CodeOf(err)
+	writeJSON(w, statusOf(code), errorBody{parley.ErrorBody{Code: code, Message: parley.MessageOf(err)}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+// decodeJSON reads one JSON object from the body into v: a size limit, no unknown fields, nothing
+// after the object. Every failure is an ECInvalid error with the reason.
+func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
+		return parley.Errorf(parley.ECInvalid, "Content-Type must be application/json")
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return parley.WrapError(parley.ECInvalid, err, describeJSONError(err, limit))
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return parley.Errorf(parley.ECInvalid, "request body: unexpected data after the JSON object")
+	}
+	return nil
+}
+
+func describeJSONError(err error, limit int64) string {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		return fmt.Sprintf("request body: larger than %d bytes", limit)
+	case errors.Is(err, io.EOF):
+		return "request body: empty, expected a JSON object"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "request body: truncated JSON"
+	case errors.As(err, &syn):
+		return fmt.Sprintf("request body: invalid JSON at byte %d", syn.Offset)
+	case errors.As(err, &typ):
+		if typ.Field != "" {
+			return fmt.Sprintf("%s: must be %s, not %s", typ.Field, typeName(typ.Type.Kind().String()), typ.Value)
+		}
+		return fmt.Sprintf("request body: must be a JSON object, not %s", typ.Value)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return "unknown field " + strings.TrimPrefix(err.Error(), "json: unknown field ")
+	default:
+		// Errors from our own UnmarshalJSON methods (e.g. Content) are written to be shown.
+		return "request body: " + strings.TrimPrefix(err.Error(), "json: ")
+	}
+}
+
+func typeName(kind string) string {
+	switch kind {
+	case "slice":
+		return "an array"
+	case "struct", "map":
+		return "an object"
+	case "int", "int64", "int32", "uint", "float64":
+		return "a number"
+	case "bool":
+		return "a boolean"
+	default:
+		return "a " + kind
+	}
+}

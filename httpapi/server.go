@@ -1,0 +1,96 @@
+// Package httpapi is Parley's HTTP interface: JSON under /api/v1 and run events over SSE.
+// NewServer returns one http.Handler; every route is listed in routes.go, and every error goes
+// through the one error-to-status map in errors.go.
+package httpapi
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"time"
+
+	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/chat"
+	"github.com/parleyhq/parley/runs"
+)
+
+// ModelInfo describes one model a client may name.
+type ModelInfo struct {
+	ID       string `json:"id"`
+	Provider string `json:"provider"`
+	Default  bool   `json:"default,omitempty"`
+}
+
+// Deps are what the handlers need. Store, Chat and Runs are required.
+type Deps struct {
+	Store parley.Store
+	Chat  *chat.Service
+	Runs  *runs.Manager
+	// Tools lists the tools a client may select; nil lists none.
+	Tools func() []parley.ToolSpec
+	// Models lists the models a client may name.
+	Models []ModelInfo
+	// Identify returns the caller's identity (the owner of the sessions it creates). Nil: every
+	// caller is "local" (single-user mode, until authentication is configured).
+	Identify func(r *http.Request) (string, error)
+	// Ready reports whether the server can take traffic (store reachable, not shutting down).
+	Ready func(ctx context.Context) error
+	Log   *slog.Logger
+	// MaxBodyBytes bounds request bodies (default 8 MiB).
+	MaxBodyBytes int64
+	// Heartbeat is the idle interval between SSE keep-alive comments (default 15s).
+	Heartbeat time.Duration
+	// WriteTimeout bounds each write to a streaming client; a client that cannot take an event in
+	// this time is dropped (default 10s). It can reconnect and resume.
+	WriteTimeout time.Duration
+}
+
+type server struct {
+	Deps
+	mux *http.ServeMux
+}
+
+// NewServer returns the API handler.
+func NewServer(d Deps) http.Handler {
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
+	}
+	if d.MaxBodyBytes <= 0 {
+		d.MaxBodyBytes = 8 << 20
+	}
+	if d.Heartbeat <= 0 {
+		d.Heartbeat = 15 * time.Second
+	}
+	if d.WriteTimeout <= 0 {
+		d.WriteTimeout = 10 * time.Second
+	}
+	if d.Identify == nil {
+		d.Identify = func(*http.Request) (string, error) { return "local", nil }
+	}
+	s := &server{Deps: d, mux: http.NewServeMux()}
+	s.routes()
+	return s.recoverer(s.mux)
+}
+
+// recoverer turns a handler panic into a sanitized 500 and a log line.
+func (s *server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				s.Log.Error("handler panicked", "method", r.Method, "path", r.URL.Path, "panic", p)
+				writeError(w, parley.Errorf(parley.ECInternal, "internal error"))
+			}
+		}()
+		// A malformed query string would otherwise be dropped silently by URL.Query, and a bad
+		// cursor or limit would quietly become the first page.
+		if _, err := url.ParseQuery(r.URL.RawQuery); err != nil {
+			writeError(w, parley.Errorf(parley.ECInvalid, "query string: %v (parameters such as cursor must be URL-encoded)", err))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}

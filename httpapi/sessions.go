@@ -1,0 +1,264 @@
+package httpapi
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/chat"
+)
+
+const maxTitle = 200
+
+// ownedSession loads the session named in the path and checks that the caller owns it:
+// another user's session is 403, no such session 404.
+func (s *server) ownedSession(r *http.Request) (*parley.Session, string, error) {
+	owner, err := s.Identify(r)
+	if err != nil {
+		return nil, "", err
+	}
+	id := r.PathValue("id")
+	if !validID(id) {
+		return nil, owner, parley.Errorf(parley.ECNotFound, "session %q not found", truncate(id, 80))
+	}
+	sess, err := s.Store.GetSession(r.Context(), id)
+	if err != nil {
+		if parley.CodeOf(err) == parley.ECNotFound {
+			return nil, owner, parley.Errorf(parley.ECNotFound, "session %q not found", id)
+		}
+		return nil, owner, err
+	}
+	if sess.Owner != owner {
+		return nil, owner, parley.Errorf(parley.ECForbidden, "session %q belongs to another user", id)
+	}
+	return sess, owner, nil
+}
+
+// validID accepts the IDs Parley issues (UUIDs) and other short printable tokens.
+func validID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for _, c := range id {
+		if !(c == '-' || c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+type titleBody struct {
+	Title *string `json:"title"`
+}
+
+func checkTitle(t string) error {
+	if !utf8.ValidString(t) {
+		return parley.Errorf(parley.ECInvalid, "title: not valid UTF-8")
+	}
+	if n := utf8.RuneCountInString(t); n > maxTitle {
+		return parley.Errorf(parley.ECInvalid, "title: %d characters, the limit is %d", n, maxTitle)
+	}
+	return nil
+}
+
+func (s *server) handleCreateSession() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		owner, err := s.Identify(r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		var body titleBody
+		if r.ContentLength != 0 {
+			if err := decodeJSON(w, r, s.MaxBodyBytes, &body); err != nil {
+				writeError(w, err)
+				return
+			}
+		}
+		title := "New chat"
+		if body.Title != nil {
+			if err := checkTitle(*body.Title); err != nil {
+				writeError(w, err)
+				return
+			}
+			title = chat.Title(*body.Title)
+		}
+		now := time.Now().UTC().Truncate(time.Microsecond)
+		sess := &parley.Session{ID: parley.NewID(), Title: title, Owner: owner, CreatedAt: now, UpdatedAt: now}
+		if err := s.Store.CreateSession(r.Context(), sess); err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusCreated, sess)
+	})
+}
+
+func (s *server) handleListSessions() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		owner, err := s.Identify(r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		limit, err := intParam(r, "limit", 50, 1, 200)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		list, next, err := s.Store.ListSessions(r.Context(), owner, parley.Page{Cursor: r.URL.Query().Get("cursor"), Limit: limit})
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		if list == nil {
+			list = []parley.Session{}
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"sessions": list, "next_cursor": next})
+	})
+}
+
+func (s *server) handleGetSession() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sess, _, err := s.ownedSession(r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		out := struct {
+			*parley.Session
+			ActiveRun string `json:"active_run,omitempty"`
+		}{Session: sess}
+		if run, ok := s.Runs.Active(sess.ID); ok {
+			out.ActiveRun = run.ID
+		}
+		writeJSON(w, http.StatusOK, out)
+	})
+}
+
+func (s *server) handleRenameSession() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sess, _, err := s.ownedSession(r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		var body titleBody
+		if err := decodeJSON(w, r, s.MaxBodyBytes, &body); err != nil {
+			writeError(w, err)
+			return
+		}
+		if body.Title == nil || strings.TrimSpace(*body.Title) == "" {
+			writeError(w, parley.Errorf(parley.ECInvalid, "title: required and must not be empty"))
+			return
+		}
+		if err := checkTitle(*body.Title); err != nil {
+			writeError(w, err)
+			return
+		}
+		out, err := s.Store.RenameSession(r.Context(), sess.ID, strings.TrimSpace(*body.Title), time.Now().UTC().Truncate(time.Microsecond))
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
+	})
+}
+
+func (s *server) handleDeleteSession() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sess, _, err := s.ownedSession(r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		if run, ok := s.Runs.Active(sess.ID); ok {
+			// Stop the run first so it does not write into a deleted session.
+			run.Abort()
+			select {
+			case <-run.Done():
+			case <-time.After(20 * time.Second):
+				writeError(w, parley.Errorf(parley.ECConflict, "the session's run did not stop in time; try again"))
+				return
+			case <-r.Context().Done():
+				return
+			}
+		}
+		if err := s.Store.DeleteSession(r.Context(), sess.ID); err != nil {
+			writeError(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
+func (s *server) handleListMessages() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sess, _, err := s.ownedSession(r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		after, err := intParam(r, "after", 0, 0, 1<<62)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		limit, err := intParam(r, "limit", 100, 1, 1000)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		msgs, err := s.Store.ListMessages(r.Context(), sess.ID, int64(after), limit)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		if msgs == nil {
+			msgs = []parley.Message{}
+		}
+		out := map[string]any{"session_id": sess.ID, "messages": msgs}
+		if len(msgs) == limit {
+			out["next_after"] = msgs[len(msgs)-1].Seq
+		}
+		writeJSON(w, http.StatusOK, out)
+	})
+}
+
+func (s *server) handleRecords() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sess, _, err := s.ownedSession(r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		msgs, err := s.Store.History(r.Context(), sess.ID)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"session_id": sess.ID, "records": parley.Records(msgs)})
+	})
+}
+
+// intParam reads an integer query parameter within [lo, hi], or def when absent.
+func intParam(r *http.Request, name string, def, lo, hi int) (int, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		return 0, parley.Errorf(parley.ECInvalid, "%s: must be an integer from %d to %d", name, lo, hi)
+	}
+	return n, nil
+}
