@@ -1,0 +1,165 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// config is everything `parley serve` can be told. Each field is a flag; the same setting can be
+// given as the environment variable PARLEY_<FLAG> (upper case, '-' as '_') or as a key of the
+// config file. Precedence: flag, then environment, then config file, then the default.
+type config struct {
+	Addr              string
+	DB                string
+	DatabaseURL       string
+	Migrate           bool
+	Model             string
+	OpenAIBaseURL     string
+	OpenAIAPIKey      string
+	SystemPrompt      string
+	MaxIterations     int
+	ToolHistoryRounds int
+	ToolTimeout       time.Duration
+	MaxParallelTools  int
+	MaxBodyBytes      int64
+	MaxMessageChars   int
+	ShutdownGrace     time.Duration
+	RunRetain         time.Duration
+	Heartbeat         time.Duration
+	WriteTimeout      time.Duration
+	MockTokenDelay    time.Duration
+	LogLevel          string
+	LogFormat         string
+}
+
+// serveFlags declares the flags of `serve` on fs, bound to c.
+func serveFlags(fs *flag.FlagSet, c *config) {
+	fs.StringVar(&c.Addr, "addr", "127.0.0.1:8080", "address to listen on (host:port; port 0 picks a free one)")
+	fs.StringVar(&c.DB, "db", "parley.db", "SQLite database file (created if missing)")
+	fs.StringVar(&c.DatabaseURL, "database-url", "", "PostgreSQL URL (postgres://…); not supported yet, reserved")
+	fs.BoolVar(&c.Migrate, "migrate", true, "apply database migrations at start")
+	fs.StringVar(&c.Model, "model", "", "default model when a request names none (default: gpt-4o-mini with OpenAI, mock offline)")
+	fs.StringVar(&c.OpenAIBaseURL, "openai-base-url", "", "OpenAI-compatible endpoint, e.g. http://localhost:11434/v1 for Ollama (also OPENAI_BASE_URL)")
+	fs.StringVar(&c.OpenAIAPIKey, "openai-api-key", "", "API key for the OpenAI-compatible endpoint (also OPENAI_API_KEY)")
+	fs.StringVar(&c.SystemPrompt, "system-prompt", "", "system prompt put before every conversation")
+	fs.IntVar(&c.MaxIterations, "max-iterations", 10, "model calls per run before it stops with a 'reached max iterations' message")
+	fs.IntVar(&c.ToolHistoryRounds, "tool-history-rounds", 10, "most recent tool calls sent to the model whole; older ones are shortened")
+	fs.DurationVar(&c.ToolTimeout, "tool-timeout", 60*time.Second, "time limit of one tool call")
+	fs.IntVar(&c.MaxParallelTools, "max-parallel-tools", 4, "tool calls of one model answer run at once")
+	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", 8<<20, "largest request body accepted")
+	fs.IntVar(&c.MaxMessageChars, "max-message-chars", 100_000, "longest user message accepted, in characters")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, time given to active runs to finish before they are aborted")
+	fs.DurationVar(&c.RunRetain, "run-retain", 5*time.Minute, "how long a finished run's events stay in memory for clients that resume")
+	fs.DurationVar(&c.Heartbeat, "heartbeat", 15*time.Second, "idle interval between SSE keep-alive comments")
+	fs.DurationVar(&c.WriteTimeout, "write-timeout", 10*time.Second, "a streaming client that cannot take an event in this time is dropped")
+	fs.DurationVar(&c.MockTokenDelay, "mock-token-delay", 15*time.Millisecond, "delay between chunks of the offline mock model")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
+}
+
+// envName is the environment variable for a flag.
+func envName(flagName string) string {
+	return "PARLEY_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parseConfig fills fs's flags from the config file, the environment and args, in rising
+// precedence. The config file is named by --config or PARLEY_CONFIG.
+func parseConfig(fs *flag.FlagSet, args []string, getenv func(string) string) error {
+	configPath := fs.String("config", "", "YAML config file whose keys are these flag names (also PARLEY_CONFIG)")
+	fs.SetOutput(io.Discard)
+	// A first pass finds --config; the real parse comes last so flags win.
+	probe := flag.NewFlagSet("probe", flag.ContinueOnError)
+	probe.SetOutput(io.Discard)
+	fs.VisitAll(func(f *flag.Flag) { probe.Var(f.Value, f.Name, f.Usage) })
+	if err := probe.Parse(args); err != nil {
+		return err
+	}
+	path := *configPath
+	if path == "" {
+		path = getenv("PARLEY_CONFIG")
+	}
+	if path != "" {
+		if err := applyFile(fs, path); err != nil {
+			return err
+		}
+	}
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name == "config" {
+			return
+		}
+		if v := getenv(envName(f.Name)); v != "" {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %v", envName(f.Name), err))
+			}
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return fs.Parse(args)
+}
+
+// applyFile sets flags from a YAML mapping of flag names to values.
+func applyFile(fs *flag.FlagSet, path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config file: %w", err)
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(data, &m); err != nil {
+		return fmt.Errorf("config file %s: %w", path, err)
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		name := strings.ReplaceAll(k, "_", "-")
+		if fs.Lookup(name) == nil || name == "config" {
+			return fmt.Errorf("config file %s: unknown key %q", path, k)
+		}
+		if err := fs.Set(name, fmt.Sprint(m[k])); err != nil {
+			return fmt.Errorf("config file %s: %s: %v", path, k, err)
+		}
+	}
+	return nil
+}
+
+// validate checks settings that flag parsing cannot.
+func (c *config) validate() error {
+	var errs []error
+	if c.MaxIterations < 1 {
+		errs = append(errs, errors.New("max-iterations must be at least 1"))
+	}
+	if c.ToolHistoryRounds < 0 {
+		errs = append(errs, errors.New("tool-history-rounds must not be negative"))
+	}
+	if c.MaxParallelTools < 1 {
+		errs = append(errs, errors.New("max-parallel-tools must be at least 1"))
+	}
+	if c.ToolTimeout <= 0 || c.ShutdownGrace < 0 || c.Heartbeat <= 0 || c.WriteTimeout <= 0 {
+		errs = append(errs, errors.New("tool-timeout, heartbeat and write-timeout must be positive; shutdown-grace must not be negative"))
+	}
+	if c.MaxBodyBytes < 1024 {
+		errs = append(errs, errors.New("max-body-bytes must be at least 1024"))
+	}
+	if c.DatabaseURL != "" {
+		errs = append(errs, errors.New("database-url: PostgreSQL is not supported yet; use --db for SQLite"))
+	}
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		errs = append(errs, fmt.Errorf("log-format must be text or json, not %q", c.LogFormat))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,97 @@
+// Command parley is the Parley conversation server.
+//
+//	parley serve      run the server (SQLite by default; the offline mock model when no provider is set)
+//	parley migrate    apply or inspect database migrations: up | down | status
+//	parley mockllm    run the fake OpenAI-compatible upstream, for benchmarks and demos
+//	parley version    print the version
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "parley:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+const usage = `Usage: parley <command> [flags]
+
+Commands:
+  serve     run the server
+  migrate   apply or inspect database migrations (up | down | status)
+  mockllm   run the fake OpenAI-compatible model server
+  version   print the version
+
+Run 'parley <command> -h' for the flags of a command.
+`
+
+// run is the whole program; main only supplies the process's context, arguments, environment and
+// standard streams, so tests can start it in-process.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("no command given")
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "serve":
+		return runServe(ctx, rest, getenv, stdout, stderr)
+	case "migrate":
+		return runMigrate(ctx, rest, getenv, stdout, stderr)
+	case "mockllm":
+		return runMockLLM(ctx, rest, getenv, stdout, stderr)
+	case "version", "-v", "--version":
+		fmt.Fprintf(stdout, "parley %s (%s, %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("unknown command %q", cmd)
+	}
+}
+
+// newLogger returns the process logger.
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return slog.New(slog.NewTextHandler(w, opts)), nil
+}
+
+// flagSet returns a FlagSet for a subcommand whose usage goes to stderr.
+func flagSet(name string, stderr io.Writer, intro string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: parley %s [flags]\n%s\nFlags (each also PARLEY_<NAME> in the environment):\n", name, intro)
+		fs.SetOutput(stderr)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	return fs
+}

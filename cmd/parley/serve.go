@@ -1,0 +1,217 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/agent"
+	"github.com/parleyhq/parley/chat"
+	"github.com/parleyhq/parley/httpapi"
+	"github.com/parleyhq/parley/provider/llmtest"
+	"github.com/parleyhq/parley/provider/openai"
+	"github.com/parleyhq/parley/runs"
+	"github.com/parleyhq/parley/store/sqlite"
+	"github.com/parleyhq/parley/tools"
+	"github.com/parleyhq/parley/tools/builtin"
+)
+
+func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var c config
+	fs := flagSet("serve", stderr, "Runs the Parley server.")
+	serveFlags(fs, &c)
+	if err := parseConfig(fs, args, getenv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.Usage()
+		}
+		return err
+	}
+	// The conventional provider variables, when Parley's own are not set.
+	if c.OpenAIAPIKey == "" {
+		c.OpenAIAPIKey = getenv("OPENAI_API_KEY")
+	}
+	if c.OpenAIBaseURL == "" {
+		c.OpenAIBaseURL = getenv("OPENAI_BASE_URL")
+	}
+	if err := c.validate(); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, c.LogLevel, c.LogFormat)
+	if err != nil {
+		return err
+	}
+
+	store, err := openStore(ctx, &c)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	reg := tools.NewRegistry(tools.WithTimeout(c.ToolTimeout), tools.WithLogger(log))
+	if err := builtin.Register(reg, time.Now); err != nil {
+		return err
+	}
+
+	models, err := newModels(&c, log)
+	if err != nil {
+		return err
+	}
+
+	runMgr := runs.NewManager(runs.Options{Retain: c.RunRetain, Log: log})
+	ag := agent.New(agent.Config{
+		Store:             store,
+		Resolve:           models.resolve,
+		Tools:             reg,
+		MaxIterations:     c.MaxIterations,
+		MaxParallelTools:  c.MaxParallelTools,
+		ToolHistoryRounds: c.ToolHistoryRounds,
+		SystemPrompt:      c.SystemPrompt,
+		Log:               log,
+	})
+	svc := &chat.Service{
+		Store:        store,
+		Runs:         runMgr,
+		Agent:        ag,
+		CheckModel:   func(m string) error { _, _, err := models.resolve(m); return err },
+		CheckTools:   func(sel []string) error { _, err := reg.Specs(sel); return err },
+		DefaultModel: models.defaultModel,
+		MaxMessage:   c.MaxMessageChars,
+	}
+	var closing atomic.Bool
+	handler := httpapi.NewServer(httpapi.Deps{
+		Store:  store,
+		Chat:   svc,
+		Runs:   runMgr,
+		Tools:  reg.List,
+		Models: models.list,
+		Ready: func(ctx context.Context) error {
+			if closing.Load() {
+				return errors.New("shutting down")
+			}
+			return store.Ping(ctx)
+		},
+		Log:          log,
+		MaxBodyBytes: c.MaxBodyBytes,
+		Heartbeat:    c.Heartbeat,
+		WriteTimeout: c.WriteTimeout,
+	})
+
+	ln, err := net.Listen("tcp", c.Addr)
+	if err != nil {
+		return err
+	}
+	// Streams end when baseCtx is cancelled, which happens before Shutdown: Shutdown does not
+	// interrupt active connections, so without this a long SSE stream would hold it up.
+	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBase()
+	srv := &http.Server{
+		Handler:           handler,
+		BaseContext:       func(net.Listener) context.Context { return baseCtx },
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	log.Info("listening", "addr", ln.Addr().String(), "db", c.DB, "default_model", models.defaultModel, "version", version)
+
+	select {
+	case err := <-serveErr:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "active_runs", runMgr.ActiveCount(), "grace", c.ShutdownGrace)
+	closing.Store(true)
+	graceCtx, cancelGrace := context.WithTimeout(context.Background(), c.ShutdownGrace)
+	defer cancelGrace()
+	if err := runMgr.Shutdown(graceCtx); err != nil {
+		log.Warn("active runs were aborted at shutdown", "err", err)
+	}
+	cancelBase()
+	shutCtx, cancelShut := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancelShut()
+	if err := srv.Shutdown(shutCtx); err != nil {
+		log.Warn("http shutdown", "err", err)
+	}
+	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// openStore opens the configured database, applying migrations unless told not to.
+func openStore(ctx context.Context, c *config) (*sqlite.Store, error) {
+	var opts []sqlite.Option
+	if !c.Migrate {
+		opts = append(opts, sqlite.WithoutMigrate())
+	}
+	st, err := sqlite.Open(ctx, c.DB, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", c.DB, err)
+	}
+	return st, nil
+}
+
+// models is the set of models clients may name.
+type models struct {
+	defaultModel string
+	list         []httpapi.ModelInfo
+	resolve      func(model string) (parley.Provider, string, error)
+}
+
+// mockModel is the name of the offline model.
+const mockModel = "mock"
+
+// newModels configures the OpenAI-compatible provider when an endpoint or key is given, and the
+// offline mock model otherwise — never both, so a real deployment never answers from the mock.
+func newModels(c *config, log *slog.Logger) (*models, error) {
+	if c.OpenAIAPIKey != "" || c.OpenAIBaseURL != "" {
+		base := c.OpenAIBaseURL
+		if base == "" {
+			base = "https://api.openai.com/v1"
+		}
+		p := openai.New(openai.Config{BaseURL: base, APIKey: c.OpenAIAPIKey, HTTPClient: &http.Client{}})
+		def := c.Model
+		if def == "" {
+			def = "gpt-4o-mini"
+		}
+		log.Info("model provider configured", "provider", "openai-compatible", "base_url", base, "default_model", def)
+		return &models{
+			defaultModel: def,
+			list:         []httpapi.ModelInfo{{ID: def, Provider: "openai", Default: true}},
+			resolve: func(model string) (parley.Provider, string, error) {
+				if model == "" {
+					model = def
+				}
+				return p, model, nil
+			},
+		}, nil
+	}
+	if c.Model != "" && c.Model != mockModel {
+		return nil, fmt.Errorf("model %q needs a provider: set OPENAI_API_KEY or PARLEY_OPENAI_BASE_URL", c.Model)
+	}
+	fake := llmtest.NewServer(llmtest.WithTokenDelay(c.MockTokenDelay), llmtest.WithModel(mockModel))
+	p := openai.New(openai.Config{BaseURL: "http://mock.invalid/v1", HTTPClient: &http.Client{Transport: llmtest.Transport(fake)}})
+	log.Warn("no model provider configured: answering with the offline mock model",
+		"model", mockModel,
+		"hint", "set OPENAI_API_KEY (OpenAI) or PARLEY_OPENAI_BASE_URL (Ollama, vLLM, GLM, any OpenAI-compatible endpoint) to use a real model")
+	return &models{
+		defaultModel: mockModel,
+		list:         []httpapi.ModelInfo{{ID: mockModel, Provider: "mock", Default: true}},
+		resolve: func(model string) (parley.Provider, string, error) {
+			if model != "" && model != mockModel {
+				return nil, "", parley.Errorf(parley.ECInvalid, "model: unknown model %q (this server offers %q)", model, mockModel)
+			}
+			return p, mockModel, nil
+		},
+	}, nil
+}

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/parleyhq/parley/provider/llmtest"
+	"github.com/parleyhq/parley/store/sqlite"
+)
+
+func runMigrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flagSet("migrate", stderr, "Applies or inspects migrations: parley migrate [flags] up|down|status")
+	db := fs.String("db", "parley.db", "SQLite database file")
+	if err := parseConfig(fs, args, getenv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.Usage()
+		}
+		return err
+	}
+	cmd := "status"
+	if fs.NArg() > 0 {
+		cmd = fs.Arg(0)
+	}
+	switch cmd {
+	case "up", "down", "status":
+	default:
+		return fmt.Errorf("migrate: unknown direction %q (want up, down or status)", cmd)
+	}
+	st, err := sqlite.Open(ctx, *db, sqlite.WithoutMigrate())
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	return sqlite.Migrate(ctx, st.DB(), cmd, stdout)
+}
+
+func runMockLLM(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flagSet("mockllm", stderr, "Runs the fake OpenAI-compatible model server (POST /v1/chat/completions).")
+	addr := fs.String("addr", "127.0.0.1:8081", "address to listen on")
+	delay := fs.Duration("token-delay", 0, "delay between streamed chunks")
+	chunk := fs.Int("chunk-size", 0, "characters per streamed content chunk (0: the server's default)")
+	level := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := parseConfig(fs, args, getenv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.Usage()
+		}
+		return err
+	}
+	log, err := newLogger(stderr, *level, "text")
+	if err != nil {
+		return err
+	}
+	opts := []llmtest.Option{llmtest.WithTokenDelay(*delay)}
+	if *chunk > 0 {
+		opts = append(opts, llmtest.WithChunkSize(*chunk))
+	}
+	return llmtest.ListenAndServe(ctx, *addr, llmtest.NewServer(opts...), log)
+}
