@@ -1,0 +1,73 @@
+package chat
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/agent"
+	"github.com/parleyhq/parley/runs"
+	"github.com/parleyhq/parley/store/sqlite"
+)
+
+func TestTitle(t *testing.T) {
+	for in, want := range map[string]string{
+		"  What is 2+2?  ":          "What is 2+2?",
+		"First line\nsecond line":   "First line",
+		"":                          "New chat",
+		"   \n  ":                   "New chat",
+		strings.Repeat("é", 80):     strings.Repeat("é", 59) + "…",
+		strings.Repeat("word ", 13): strings.TrimSpace(strings.Repeat("word ", 13)[:59]) + "…",
+	} {
+		if got := Title(in); got != want {
+			t.Errorf("Title(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+type nopAgent struct{}
+
+func (nopAgent) Run(ctx context.Context, in agent.Input, emit func(parley.Event)) (*agent.Result, error) {
+	return &agent.Result{FinishReason: parley.FinishStop}, nil
+}
+
+func TestSendStoresImagePartsAndDefaults(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "c.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	mgr := runs.NewManager(runs.Options{})
+	defer mgr.Shutdown(context.Background())
+	s := &Service{Store: st, Runs: mgr, Agent: nopAgent{}, DefaultModel: "mock"}
+	started, err := s.Send(context.Background(), "alice", Request{
+		Message:       "What is in this picture?",
+		BinaryContent: []parley.Part{{Type: "image_url", ImageURL: &parley.ImageURL{URL: "data:image/png;base64,iVBORw0KGgo="}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-started.Run.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("run did not end")
+	}
+	if !started.NewSession || started.Session.Title != "What is in this picture?" || started.Run.Model != "mock" {
+		t.Fatalf("started: %+v model %q", started.Session, started.Run.Model)
+	}
+	h, _ := st.History(context.Background(), started.Session.ID)
+	if len(h) != 1 || !h[0].Content.IsParts() || len(h[0].Content.Parts()) != 2 || h[0].Content.Parts()[1].ImageURL.URL == "" {
+		t.Fatalf("stored user message: %+v", h)
+	}
+	// An image alone is a valid message; nothing at all is not.
+	if _, err := s.Send(context.Background(), "alice", Request{SessionID: started.Session.ID,
+		BinaryContent: []parley.Part{{Type: "image_url", ImageURL: &parley.ImageURL{URL: "https://example.com/a.png"}}}}); err != nil {
+		t.Fatalf("image-only message: %v", err)
+	}
+	if _, err := s.Send(context.Background(), "alice", Request{Message: "  "}); parley.CodeOf(err) != parley.ECInvalid {
+		t.Fatalf("empty message: %v", err)
+	}
+}
