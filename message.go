@@ -105,6 +105,19 @@ type Part struct {
 	ImageURL *ImageURL `json:"image_url,omitempty"`
 }
 
+// MarshalJSON writes "text" on every text part, even an empty one, as the OpenAI format requires.
+func (p Part) MarshalJSON() ([]byte, error) {
+	type plain Part
+	if p.Type == "text" && p.Text == "" {
+		return json.Marshal(struct {
+			Type     string    `json:"type"`
+			Text     string    `json:"text"`
+			ImageURL *ImageURL `json:"image_url,omitempty"`
+		}{p.Type, p.Text, p.ImageURL})
+	}
+	return json.Marshal(plain(p))
+}
+
 // ImageURL is an image by URL or as a data: URL with base64 bytes.
 type ImageURL struct {
 	URL    string `json:"url"`

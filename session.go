@@ -15,6 +15,9 @@ type Session struct {
 	Owner     string    `json:"owner"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// Usage totals the token usage of the session's messages. Stores fill it in; it is ignored by
+	// CreateSession.
+	Usage Usage `json:"usage"`
 }
 
 // Resource is something a tool result refers to (a file, a fetched page, an artifact); tool
@@ -50,13 +53,19 @@ type Store interface {
 	DeleteSession(ctx context.Context, id string) error
 
 	// AppendMessages appends msgs to the session in one transaction, sets each one's Seq (and
-	// SessionID), and bumps the session's updated_at to the last message's CreatedAt. Each message
+	// SessionID), adds their Usage to the session's, and bumps the session's updated_at to the last
+	// message's CreatedAt (it never moves back). Each message
 	// must have ID and CreatedAt set. An unknown session gives ErrNotFound.
 	AppendMessages(ctx context.Context, sessionID string, msgs ...*Message) error
 	// ListMessages returns up to limit messages with Seq > afterSeq, in order.
 	ListMessages(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]Message, error)
 	// History returns every message of the session, in order.
 	History(ctx context.Context, sessionID string) ([]Message, error)
+	// ModelHistory returns every message of the session, in order, with only the fields a model
+	// is sent (Message.OpenAI): the cheap read the agent loop makes before each model call.
+	ModelHistory(ctx context.Context, sessionID string) ([]Message, error)
+	// OwnerUsage totals the token usage of all of owner's sessions.
+	OwnerUsage(ctx context.Context, owner string) (Usage, error)
 
 	// PutResource stores r; GetResource returns ErrNotFound for an unknown id.
 	PutResource(ctx context.Context, r *Resource) error

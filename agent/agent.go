@@ -123,7 +123,7 @@ func (a *Agent) Run(ctx context.Context, in Input, emit func(parley.Event)) (*Re
 	res := &Result{}
 	for res.Iterations < a.cfg.MaxIterations {
 		res.Iterations++
-		history, err := a.cfg.Store.History(ctx, in.SessionID)
+		history, err := a.cfg.Store.ModelHistory(ctx, in.SessionID)
 		if err != nil {
 			return res, a.canceledOr(ctx, err)
 		}

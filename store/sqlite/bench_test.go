@@ -7,6 +7,7 @@ import (
 	"time"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/llmctx"
 )
 
 func benchSession(b *testing.B, s *Store, owner string) string {
@@ -58,12 +59,12 @@ func BenchmarkAppendBatch100(b *testing.B) {
 	b.ReportMetric(float64(b.N*len(batch))/b.Elapsed().Seconds(), "records/s")
 }
 
-// BenchmarkHistory10k loads a session of 10,000 messages, a quarter of them tool rounds.
-func BenchmarkHistory10k(b *testing.B) {
+// history10k returns a store holding one session of 10,000 messages: 2,500 rounds of a user
+// question, an assistant tool call, its result and the answer.
+func history10k(b *testing.B) *Store {
+	b.Helper()
 	s := openTemp(b)
-	defer s.Close()
 	sid := benchSession(b, s, "bench")
-	ctx := context.Background()
 	ok := true
 	var batch []*parley.Message
 	for i := 0; len(batch) < 10_000; i++ {
@@ -75,16 +76,50 @@ func BenchmarkHistory10k(b *testing.B) {
 			&parley.Message{ID: parley.NewID(), Role: parley.RoleTool, ToolCallID: id, Name: "calculator", Content: parley.Text("3"), Success: &ok, CreatedAt: now},
 			&parley.Message{ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text("The answer is 3."), CreatedAt: now})
 	}
-	if err := s.AppendMessages(ctx, sid, batch...); err != nil {
+	if err := s.AppendMessages(context.Background(), sid, batch...); err != nil {
 		b.Fatal(err)
 	}
+	return s
+}
+
+// BenchmarkHistory10k loads a session of 10,000 messages.
+func BenchmarkHistory10k(b *testing.B) {
+	s := history10k(b)
+	defer s.Close()
+	sid := onlySession(b, s)
 	b.ReportAllocs()
 	for b.Loop() {
-		h, err := s.History(ctx, sid)
+		h, err := s.History(context.Background(), sid)
 		if err != nil || len(h) != 10_000 {
 			b.Fatalf("%d %v", len(h), err)
 		}
 	}
+}
+
+// BenchmarkModelContext10k is what the agent loop does before each model call: read a
+// 10,000-message session's model view and turn it into the model's message list.
+func BenchmarkModelContext10k(b *testing.B) {
+	s := history10k(b)
+	defer s.Close()
+	sid := onlySession(b, s)
+	b.ReportAllocs()
+	for b.Loop() {
+		h, err := s.ModelHistory(context.Background(), sid)
+		if err != nil || len(h) != 10_000 {
+			b.Fatalf("%d %v", len(h), err)
+		}
+		if msgs := llmctx.Build(h, llmctx.Options{}); len(msgs) != 10_000 {
+			b.Fatal(len(msgs))
+		}
+	}
+}
+
+func onlySession(b *testing.B, s *Store) string {
+	var id string
+	if err := s.DB().QueryRow(`SELECT id FROM sessions`).Scan(&id); err != nil {
+		b.Fatal(err)
+	}
+	return id
 }
 
 // BenchmarkListSessionsPage reads one page of 50 from an owner with 10,000 sessions.

@@ -188,7 +188,8 @@ func (s *Store) CreateSession(ctx context.Context, sess *parley.Session) error {
 	})
 }
 
-const sessionCols = `id, title, owner, created_at, updated_at`
+const sessionCols = `id, title, owner, created_at, updated_at, prompt_tokens, completion_tokens, total_tokens,
+	reasoning_tokens, cached_tokens`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -197,7 +198,9 @@ func scanSession(r scanner) (*parley.Session, error) {
 		sess     parley.Session
 		cre, upd int64
 	)
-	if err := r.Scan(&sess.ID, &sess.Title, &sess.Owner, &cre, &upd); err != nil {
+	u := &sess.Usage
+	if err := r.Scan(&sess.ID, &sess.Title, &sess.Owner, &cre, &upd, &u.PromptTokens, &u.CompletionTokens, &u.TotalTokens,
+		&u.ReasoningTokens, &u.CachedTokens); err != nil {
 		return nil, err
 	}
 	sess.CreatedAt, sess.UpdatedAt = fromMicros(cre), fromMicros(upd)
@@ -331,56 +334,67 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...*p
 		}
 		rows[i] = r
 	}
-	var seqs []int64
+	var total parley.Usage
+	for _, m := range msgs {
+		if m.Usage != nil {
+			total.Add(*m.Usage)
+		}
+	}
+	var last int64
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		var last int64
-		err := tx.QueryRowContext(ctx, `SELECT COALESCE((SELECT MAX(seq) FROM messages WHERE session_id = s.id), 0)
-			FROM sessions s WHERE s.id = ?`, sessionID).Scan(&last)
+		// One statement reserves the seqs, totals the usage and touches the session; no row means
+		// no session.
+		err := tx.QueryRowContext(ctx, `UPDATE sessions SET last_seq = last_seq + ?, updated_at = MAX(updated_at, ?),
+			prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ?, total_tokens = total_tokens + ?,
+			reasoning_tokens = reasoning_tokens + ?, cached_tokens = cached_tokens + ?
+			WHERE id = ? RETURNING last_seq`,
+			len(msgs), micros(msgs[len(msgs)-1].CreatedAt), total.PromptTokens, total.CompletionTokens, total.TotalTokens,
+			total.ReasoningTokens, total.CachedTokens, sessionID).Scan(&last)
 		if errors.Is(err, sql.ErrNoRows) {
 			return notFound("session", sessionID)
 		}
 		if err != nil {
 			return fmt.Errorf("sqlite: appending messages: %w", err)
 		}
-		stmt, err := tx.PrepareContext(ctx, `INSERT INTO messages (id, session_id, seq, role, content, name, tool_calls,
+		stmt, err := tx.PrepareContext(ctx, `INSERT INTO messages (id, session_id, seq, role, content, parts, name, tool_calls,
 			tool_call_id, reasoning, run_id, model, latency_ms, usage, success, resource_id, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 		if err != nil {
 			return fmt.Errorf("sqlite: appending messages: %w", err)
 		}
 		defer stmt.Close()
-		seqs = make([]int64, len(msgs))
+		first := last - int64(len(msgs)) + 1
 		for i, r := range rows {
-			last++
-			seqs[i] = last
-			args := append([]any{r[0], sessionID, last}, r[1:]...)
+			args := append([]any{r[0], sessionID, first + int64(i)}, r[1:]...)
 			if _, err := stmt.ExecContext(ctx, args...); err != nil {
 				return fmt.Errorf("sqlite: appending message %d: %w", i, err)
 			}
-		}
-		_, err = tx.ExecContext(ctx, `UPDATE sessions SET updated_at = MAX(updated_at, ?) WHERE id = ?`,
-			micros(msgs[len(msgs)-1].CreatedAt), sessionID)
-		if err != nil {
-			return fmt.Errorf("sqlite: touching session: %w", err)
 		}
 		return nil
 	})
 	if err != nil {
 		return err
 	}
+	first := last - int64(len(msgs)) + 1
 	for i, m := range msgs {
-		m.Seq, m.SessionID = seqs[i], sessionID
+		m.Seq, m.SessionID = first+int64(i), sessionID
 	}
 	return nil
 }
 
 // messageRow returns the column values of m, without session_id and seq.
 func messageRow(m *parley.Message) ([]any, error) {
-	content, err := json.Marshal(m.Content)
-	if err != nil {
-		return nil, fmt.Errorf("content: %w", err)
+	var text, parts, toolCalls, usage any
+	switch {
+	case m.Content.IsParts():
+		b, err := json.Marshal(m.Content.Parts())
+		if err != nil {
+			return nil, fmt.Errorf("content: %w", err)
+		}
+		parts = string(b)
+	case !m.Content.IsNull():
+		text = m.Content.String()
 	}
-	var toolCalls, usage any
 	if len(m.ToolCalls) > 0 {
 		b, err := json.Marshal(m.ToolCalls)
 		if err != nil {
@@ -402,7 +416,7 @@ func messageRow(m *parley.Message) ([]any, error) {
 			success = 1
 		}
 	}
-	return []any{m.ID, string(m.Role), string(content), nullStr(m.Name), toolCalls, nullStr(m.ToolCallID),
+	return []any{m.ID, string(m.Role), text, parts, nullStr(m.Name), toolCalls, nullStr(m.ToolCallID),
 		nullStr(m.Reasoning), nullStr(m.RunID), nullStr(m.Model), m.LatencyMS, usage, success,
 		nullStr(m.ResourceID), micros(m.CreatedAt)}, nil
 }
@@ -414,30 +428,24 @@ func nullStr(s string) any {
 	return s
 }
 
-const messageCols = `id, session_id, seq, role, content, name, tool_calls, tool_call_id, reasoning, run_id, model,
-	latency_ms, usage, success, resource_id, created_at`
+const messageCols = `id, session_id, seq, role, content, parts, name, tool_calls, tool_call_id, reasoning, run_id,
+	model, latency_ms, usage, success, resource_id, created_at`
 
 func scanMessage(r scanner) (parley.Message, error) {
 	var (
-		m                                                 parley.Message
-		role, content                                     string
-		name, calls, callID, reasoning, run, model, usage sql.NullString
-		resource                                          sql.NullString
-		latency, success                                  sql.NullInt64
-		created                                           int64
+		m                                           parley.Message
+		role                                        string
+		text, parts, name, calls, callID, reasoning sql.NullString
+		run, model, usage, resource                 sql.NullString
+		latency, success                            sql.NullInt64
+		created                                     int64
 	)
-	if err := r.Scan(&m.ID, &m.SessionID, &m.Seq, &role, &content, &name, &calls, &callID, &reasoning, &run,
+	if err := r.Scan(&m.ID, &m.SessionID, &m.Seq, &role, &text, &parts, &name, &calls, &callID, &reasoning, &run,
 		&model, &latency, &usage, &success, &resource, &created); err != nil {
 		return m, err
 	}
-	m.Role = parley.Role(role)
-	if err := json.Unmarshal([]byte(content), &m.Content); err != nil {
-		return m, fmt.Errorf("message %s: content: %w", m.ID, err)
-	}
-	if calls.Valid {
-		if err := json.Unmarshal([]byte(calls.String), &m.ToolCalls); err != nil {
-			return m, fmt.Errorf("message %s: tool_calls: %w", m.ID, err)
-		}
+	if err := decodeOpenAI(&m, role, text, parts, name, calls, callID, reasoning); err != nil {
+		return m, err
 	}
 	if usage.Valid {
 		m.Usage = new(parley.Usage)
@@ -449,10 +457,82 @@ func scanMessage(r scanner) (parley.Message, error) {
 		ok := success.Int64 == 1
 		m.Success = &ok
 	}
-	m.Name, m.ToolCallID, m.Reasoning, m.RunID = name.String, callID.String, reasoning.String, run.String
-	m.Model, m.ResourceID, m.LatencyMS = model.String, resource.String, latency.Int64
+	m.RunID, m.Model, m.ResourceID, m.LatencyMS = run.String, model.String, resource.String, latency.Int64
 	m.CreatedAt = fromMicros(created)
 	return m, nil
+}
+
+// decodeOpenAI fills the OpenAI fields of m from their columns.
+func decodeOpenAI(m *parley.Message, role string, text, parts, name, calls, callID, reasoning sql.NullString) error {
+	m.Role = parley.Role(role)
+	switch {
+	case parts.Valid:
+		var ps []parley.Part
+		if err := json.Unmarshal([]byte(parts.String), &ps); err != nil {
+			return fmt.Errorf("message %s: parts: %w", m.ID, err)
+		}
+		m.Content = parley.Parts(ps...)
+	case text.Valid:
+		m.Content = parley.Text(text.String)
+	}
+	if calls.Valid {
+		if err := json.Unmarshal([]byte(calls.String), &m.ToolCalls); err != nil {
+			return fmt.Errorf("message %s: tool_calls: %w", m.ID, err)
+		}
+	}
+	m.Name, m.ToolCallID, m.Reasoning = name.String, callID.String, reasoning.String
+	return nil
+}
+
+// ModelHistory returns the session's messages with only the fields a model is sent.
+func (s *Store) ModelHistory(ctx context.Context, sessionID string) ([]parley.Message, error) {
+	// The session's last seq is its message count: size the slice once instead of growing it.
+	var n int64
+	err := s.db.QueryRowContext(ctx, `SELECT last_seq FROM sessions WHERE id = ?`, sessionID).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return []parley.Message{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: reading history: %w", err)
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT role, content, parts, name, tool_calls, tool_call_id, reasoning
+		FROM messages WHERE session_id = ? ORDER BY seq`, sessionID)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: reading history: %w", err)
+	}
+	defer rows.Close()
+	out := make([]parley.Message, 0, min(n, 1<<20))
+	var (
+		role                                        string
+		text, parts, name, calls, callID, reasoning sql.NullString
+	)
+	for rows.Next() {
+		if err := rows.Scan(&role, &text, &parts, &name, &calls, &callID, &reasoning); err != nil {
+			return nil, fmt.Errorf("sqlite: reading history: %w", err)
+		}
+		var m parley.Message
+		if err := decodeOpenAI(&m, role, text, parts, name, calls, callID, reasoning); err != nil {
+			return nil, fmt.Errorf("sqlite: reading history: %w", err)
+		}
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: reading history: %w", err)
+	}
+	return out, nil
+}
+
+// OwnerUsage totals the token usage of owner's sessions.
+func (s *Store) OwnerUsage(ctx context.Context, owner string) (parley.Usage, error) {
+	var u parley.Usage
+	err := s.db.QueryRowContext(ctx, `SELECT COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0),
+		COALESCE(SUM(total_tokens), 0), COALESCE(SUM(reasoning_tokens), 0), COALESCE(SUM(cached_tokens), 0)
+		FROM sessions WHERE owner = ?`, owner).
+		Scan(&u.PromptTokens, &u.CompletionTokens, &u.TotalTokens, &u.ReasoningTokens, &u.CachedTokens)
+	if err != nil {
+		return u, fmt.Errorf("sqlite: totalling usage: %w", err)
+	}
+	return u, nil
 }
 
 // ListMessages returns up to limit messages of the session with seq > afterSeq.

@@ -3,7 +3,9 @@
 package storetest
 
 import (
+	"bytes"
 	"context"
+	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,6 +37,9 @@ func Run(t *testing.T, open func(t *testing.T) parley.Store) {
 		{"ListMessagesPaging", testListMessagesPaging},
 		{"RoundTrip", testRoundTrip},
 		{"Resources", testResources},
+		{"Goldens", testGoldens},
+		{"ModelHistory", testModelHistory},
+		{"Usage", testUsage},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -475,5 +480,165 @@ func testResources(t *testing.T, s parley.Store) {
 	orphan := &parley.Resource{ID: parley.NewID(), SessionID: parley.NewID(), Kind: "file", CreatedAt: base}
 	if err := s.PutResource(ctx, orphan); err == nil {
 		t.Fatal("a resource of an unknown session was accepted")
+	}
+}
+
+//go:embed testdata/*.json
+var goldens embed.FS
+
+// testGoldens writes each OpenAI message list of testdata and reads it back: the OpenAI view of
+// what is read must be the file, byte for byte once whitespace is compacted. The files are in
+// encoding/json's canonical form (fields in struct order, <, > and & escaped).
+func testGoldens(t *testing.T, s parley.Store) {
+	files, err := goldens.ReadDir("testdata")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no goldens: %v", err)
+	}
+	for _, f := range files {
+		t.Run(f.Name(), func(t *testing.T) {
+			raw, _ := goldens.ReadFile("testdata/" + f.Name())
+			roundTripExact(t, s, raw)
+		})
+	}
+	// A tool result of over 1 MB: every byte value class JSON escapes, multi-byte runes split
+	// across no boundary, and a line structure like real command output.
+	t.Run("large_tool_result", func(t *testing.T) {
+		var big strings.Builder
+		for i := 0; big.Len() < 1<<20+1; i++ {
+			fmt.Fprintf(&big, "%06d\t\"quoted\" \\ back <tag> & 東京 👩🏽‍💻 \u0001 line\n", i)
+		}
+		msgs := []parley.Message{
+			{Role: parley.RoleUser, Content: parley.Text("dump it")},
+			{Role: parley.RoleAssistant, ToolCalls: []parley.ToolCall{{ID: "call_big", Type: "function",
+				Function: parley.FunctionCall{Name: "dump", Arguments: `{"path":"/var/log/big.log"}`}}}},
+			{Role: parley.RoleTool, Name: "dump", ToolCallID: "call_big", Content: parley.Text(big.String())},
+		}
+		raw, err := json.Marshal(msgs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(raw) < 1<<20 {
+			t.Fatalf("only %d bytes", len(raw))
+		}
+		roundTripExact(t, s, raw)
+	})
+}
+
+// roundTripExact stores the OpenAI message list raw and checks that History and ModelHistory
+// both give it back, byte for byte once whitespace is compacted.
+func roundTripExact(t *testing.T, s parley.Store, raw []byte) {
+	t.Helper()
+	var want bytes.Buffer
+	if err := json.Compact(&want, raw); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []parley.Message
+	if err := json.Unmarshal(raw, &msgs); err != nil {
+		t.Fatal(err)
+	}
+	sess := newSession(t, s, "golden", base)
+	ptrs := make([]*parley.Message, len(msgs))
+	for i := range msgs {
+		msgs[i].ID, msgs[i].CreatedAt = parley.NewID(), base
+		ptrs[i] = &msgs[i]
+	}
+	if err := s.AppendMessages(ctx, sess.ID, ptrs...); err != nil {
+		t.Fatal(err)
+	}
+	for _, read := range []func(context.Context, string) ([]parley.Message, error){s.History, s.ModelHistory} {
+		got, err := read(ctx, sess.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		view := make([]parley.Message, len(got))
+		for i, m := range got {
+			view[i] = m.OpenAI()
+		}
+		if g := jsonOf(t, view); g != want.String() {
+			t.Fatalf("read back differs:\nread %.2000s\nfile %.2000s", g, want.String())
+		}
+	}
+}
+
+func testModelHistory(t *testing.T, s parley.Store) {
+	sess := newSession(t, s, "alice", base)
+	msgs := RoundTripMessages("", base)
+	msgs[4].ResourceID = ""
+	if err := s.AppendMessages(ctx, sess.ID, msgs...); err != nil {
+		t.Fatal(err)
+	}
+	full, err := s.History(ctx, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, err := s.ModelHistory(ctx, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(model) != len(full) {
+		t.Fatalf("%d model messages, %d stored", len(model), len(full))
+	}
+	for i := range full {
+		if w, g := jsonOf(t, full[i].OpenAI()), jsonOf(t, model[i]); w != g {
+			t.Fatalf("message %d:\nwant %.300s\ngot  %.300s", i, w, g)
+		}
+	}
+	if h, err := s.ModelHistory(ctx, parley.NewID()); err != nil || len(h) != 0 {
+		t.Fatalf("unknown session: %v %v", h, err)
+	}
+}
+
+func testUsage(t *testing.T, s parley.Store) {
+	a := newSession(t, s, "erin", base)
+	b := newSession(t, s, "erin", base)
+	other := newSession(t, s, "frank", base)
+	withUsage := func(p, c, r int64) *parley.Message {
+		m := msg(parley.RoleAssistant, "x", base)
+		m.Usage = &parley.Usage{PromptTokens: p, CompletionTokens: c, TotalTokens: p + c, ReasoningTokens: r, CachedTokens: p / 2}
+		return m
+	}
+	for _, step := range []struct {
+		sess string
+		msgs []*parley.Message
+	}{
+		{a.ID, []*parley.Message{msg(parley.RoleUser, "q", base), withUsage(100, 20, 5)}},
+		{a.ID, []*parley.Message{withUsage(300, 40, 0), withUsage(10, 1, 0)}},
+		{b.ID, []*parley.Message{withUsage(1000, 200, 50)}},
+		{other.ID, []*parley.Message{withUsage(7, 7, 7)}},
+	} {
+		if err := s.AppendMessages(ctx, step.sess, step.msgs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.GetSession(ctx, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := parley.Usage{PromptTokens: 410, CompletionTokens: 61, TotalTokens: 471, ReasoningTokens: 5, CachedTokens: 50 + 150 + 5}
+	if got.Usage != want {
+		t.Fatalf("session usage %+v, want %+v", got.Usage, want)
+	}
+	if list, _, _ := s.ListSessions(ctx, "erin", parley.Page{Limit: 10}); len(list) != 2 || list[0].Usage.TotalTokens+list[1].Usage.TotalTokens != 471+1200 {
+		t.Fatalf("listed usage: %+v", list)
+	}
+	owner, err := s.OwnerUsage(ctx, "erin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want.Add(parley.Usage{PromptTokens: 1000, CompletionTokens: 200, TotalTokens: 1200, ReasoningTokens: 50, CachedTokens: 500})
+	if owner != want {
+		t.Fatalf("owner usage %+v, want %+v", owner, want)
+	}
+	if none, err := s.OwnerUsage(ctx, "nobody"); err != nil || none != (parley.Usage{}) {
+		t.Fatalf("unknown owner: %+v %v", none, err)
+	}
+	// A failed append adds nothing.
+	bad := withUsage(999, 999, 0)
+	bad.ResourceID = parley.NewID()
+	if err := s.AppendMessages(ctx, b.ID, bad); err == nil {
+		t.Fatal("append with unknown resource succeeded")
+	}
+	if got, _ := s.GetSession(ctx, b.ID); got.Usage.TotalTokens != 1200 {
+		t.Fatalf("failed append changed usage: %+v", got.Usage)
 	}
 }
