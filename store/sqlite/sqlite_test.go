@@ -3,10 +3,14 @@ package sqlite
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"io/fs"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pressly/goose/v3"
 
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/store/storetest"
@@ -77,21 +81,30 @@ func TestMigrateUpDownUp(t *testing.T) {
 		s.DB().QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'messages'`).Scan(&n)
 		return n == 1
 	}
-	if st := status(); !strings.Contains(st, "00001") || !strings.Contains(st, "pending") || hasTable() {
+	if st := status(); strings.Count(st, "pending") != 2 || hasTable() {
 		t.Fatalf("fresh database: %q", st)
 	}
+	// Up applies both; each down reverts one; up again restores a working store.
 	for i, step := range []struct {
-		cmd   string
-		table bool
-		state string
-	}{{"up", true, "applied"}, {"down", false, "pending"}, {"up", true, "applied"}} {
+		cmd     string
+		table   bool
+		applied int
+	}{{"up", true, 2}, {"down", true, 1}, {"down", false, 0}, {"up", true, 2}} {
 		var out bytes.Buffer
 		if err := Migrate(ctx, s.DB(), step.cmd, &out); err != nil {
 			t.Fatalf("step %d %s: %v", i, step.cmd, err)
 		}
-		if hasTable() != step.table || !strings.Contains(status(), step.state) {
-			t.Fatalf("after %s: table=%v status %q", step.cmd, hasTable(), status())
+		if st := status(); hasTable() != step.table || strings.Count(st, "applied") != step.applied {
+			t.Fatalf("step %d %s: table=%v status %q", i, step.cmd, hasTable(), st)
 		}
+	}
+	now := time.Now().UTC()
+	sess := &parley.Session{ID: parley.NewID(), Owner: "o", CreatedAt: now, UpdatedAt: now}
+	if err := s.CreateSession(ctx, sess); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AppendMessages(ctx, sess.ID, &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("after up, down, up"), CreatedAt: now}); err != nil {
+		t.Fatal(err)
 	}
 	var out bytes.Buffer
 	if err := Migrate(ctx, s.DB(), "up", &out); err != nil || !strings.Contains(out.String(), "no pending") {
@@ -109,4 +122,82 @@ func TestOpenRejectsBadPath(t *testing.T) {
 			t.Errorf("Open(%q) succeeded", p)
 		}
 	}
+}
+
+// TestMigration2KeepsData writes rows in the first schema's form (content as JSON), migrates up
+// and checks what the store reads back, then migrates down and checks the rows are as written.
+func TestMigration2KeepsData(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "m2.db"), WithoutMigrate())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	sub, _ := fs.Sub(migrationFiles, "migrations")
+	p, err := goose.NewProvider(goose.DialectSQLite3, s.DB(), sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	const v1 = `INSERT INTO sessions (id, title, owner, created_at, updated_at) VALUES ('s1', 't', 'o', 1, 2);
+		INSERT INTO messages (id, session_id, seq, role, content, created_at) VALUES ('m1', 's1', 1, 'user', '"héllo \"x\""', 1);
+		INSERT INTO messages (id, session_id, seq, role, content, tool_calls, usage, created_at) VALUES ('m2', 's1', 2, 'assistant', 'null',
+			'[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]', '{"prompt_tokens":10,"completion_tokens":3,"total_tokens":13,"cached_tokens":4}', 2);
+		INSERT INTO messages (id, session_id, seq, role, content, created_at) VALUES ('m3', 's1', 3, 'user',
+			'[{"type":"text","text":"see"},{"type":"image_url","image_url":{"url":"https://example.com/a.png"}}]', 3);`
+	if _, err := s.DB().ExecContext(ctx, v1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h, err := s.History(ctx, "s1")
+	if err != nil || len(h) != 3 {
+		t.Fatalf("history after up: %v %v", h, err)
+	}
+	got := jsonString(t, []parley.Message{h[0].OpenAI(), h[1].OpenAI(), h[2].OpenAI()})
+	want := `[{"role":"user","content":"héllo \"x\""},` +
+		`{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},` +
+		`{"role":"user","content":[{"type":"text","text":"see"},{"type":"image_url","image_url":{"url":"https://example.com/a.png"}}]}]`
+	if got != want {
+		t.Fatalf("after up:\n got %s\nwant %s", got, want)
+	}
+	sess, err := s.GetSession(ctx, "s1")
+	if err != nil || sess.Usage != (parley.Usage{PromptTokens: 10, CompletionTokens: 3, TotalTokens: 13, CachedTokens: 4}) {
+		t.Fatalf("usage after up: %+v %v", sess, err)
+	}
+	next := &parley.Message{ID: "m4", Role: parley.RoleUser, Content: parley.Text("next"), CreatedAt: time.UnixMicro(4)}
+	if err := s.AppendMessages(ctx, "s1", next); err != nil || next.Seq != 4 {
+		t.Fatalf("append after up: seq %d %v", next.Seq, err)
+	}
+	if _, err := p.Down(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := s.DB().QueryContext(ctx, `SELECT content FROM messages ORDER BY seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var contents []string
+	for rows.Next() {
+		var c string
+		rows.Scan(&c)
+		contents = append(contents, c)
+	}
+	wantV1 := []string{`"héllo \"x\""`, `null`,
+		`[{"type":"text","text":"see"},{"type":"image_url","image_url":{"url":"https://example.com/a.png"}}]`, `"next"`}
+	if strings.Join(contents, "\n") != strings.Join(wantV1, "\n") {
+		t.Fatalf("after down: %q", contents)
+	}
+}
+
+func jsonString(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -4,14 +4,7 @@ CREATE TABLE sessions (
     title      TEXT NOT NULL DEFAULT '',
     owner      TEXT NOT NULL,
     created_at INTEGER NOT NULL, -- unix microseconds, UTC
-    updated_at INTEGER NOT NULL,
-    last_seq   INTEGER NOT NULL DEFAULT 0, -- seq of the session's last message
-    -- Token usage totals of the session's messages (seed 002's info.json, kept here).
-    prompt_tokens     INTEGER NOT NULL DEFAULT 0,
-    completion_tokens INTEGER NOT NULL DEFAULT 0,
-    total_tokens      INTEGER NOT NULL DEFAULT 0,
-    reasoning_tokens  INTEGER NOT NULL DEFAULT 0,
-    cached_tokens     INTEGER NOT NULL DEFAULT 0
+    updated_at INTEGER NOT NULL
 ) STRICT;
 CREATE INDEX sessions_owner_updated ON sessions (owner, updated_at DESC, id DESC);
 
@@ -25,15 +18,13 @@ CREATE TABLE resources (
 ) STRICT;
 CREATE INDEX resources_session ON resources (session_id);
 
--- One row per OpenAI chat message (seed 004), plus Parley's metadata. Content is either text
--- (content) or an array of parts (parts, JSON); both NULL is a null content.
+-- One row per OpenAI chat message (seed 004), plus Parley's metadata.
 CREATE TABLE messages (
     id           TEXT PRIMARY KEY,
     session_id   TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
     seq          INTEGER NOT NULL,
     role         TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant', 'tool')),
-    content      TEXT,
-    parts        TEXT, -- JSON array
+    content      TEXT NOT NULL, -- JSON: null, a string, or an array of parts
     name         TEXT,
     tool_calls   TEXT, -- JSON array, NULL when none
     tool_call_id TEXT,
