@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -283,12 +284,39 @@ func (a *Agent) runTools(ctx context.Context, in Input, calls []parley.ToolCall,
 // store appends msg durably. It still writes after ctx was cancelled (bounded by storeTimeout),
 // so that an aborted run leaves a complete record of what it did.
 func (a *Agent) store(ctx context.Context, sessionID string, msg *parley.Message) error {
+	scrubNUL(msg)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	defer cancel()
 	if err := a.cfg.Store.AppendMessages(wctx, sessionID, msg); err != nil {
 		return fmt.Errorf("storing %s message: %w", msg.Role, err)
 	}
 	return nil
+}
+
+// scrubNUL replaces NUL characters, which no store accepts (PostgreSQL cannot hold them), by
+// U+FFFD in what a model or a tool produced, so that a stray byte of binary output cannot fail a run.
+func scrubNUL(m *parley.Message) {
+	fix := func(s *string) {
+		if strings.IndexByte(*s, 0) >= 0 {
+			*s = strings.ReplaceAll(*s, "\x00", "\uFFFD")
+		}
+	}
+	if m.Content.IsParts() {
+		parts := m.Content.Parts()
+		for i := range parts {
+			fix(&parts[i].Text)
+		}
+	} else if !m.Content.IsNull() {
+		if t := m.Content.String(); strings.IndexByte(t, 0) >= 0 {
+			fix(&t)
+			m.Content = parley.Text(t)
+		}
+	}
+	fix(&m.Reasoning)
+	for i := range m.ToolCalls {
+		fix(&m.ToolCalls[i].Function.Arguments)
+		fix(&m.ToolCalls[i].Function.Name)
+	}
 }
 
 func (a *Agent) now() time.Time { return a.cfg.Now().UTC().Truncate(time.Microsecond) }

@@ -543,3 +543,26 @@ func TestMissingToolCallIDsAreFilled(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A NUL in what a model or a tool produced cannot be stored (PostgreSQL refuses it); the run goes
+// on with U+FFFD in its place instead of failing.
+func TestNULBytesAreScrubbed(t *testing.T) {
+	f := newFixture(t)
+	f.tool(t, "bin", func(ctx context.Context, args json.RawMessage) (*parley.ToolResult, error) {
+		return &parley.ToolResult{Content: parley.Text("ELF\x00\x01")}, nil
+	})
+	f.prov.steps = append(f.prov.steps, callTools("think\x00", [2]string{"bin", "{\"p\":\"a\x00\"}"}), say("done\x00"))
+	if _, err := f.run(t, context.Background(), f.agent(nil), "go", nil); err != nil {
+		t.Fatal(err)
+	}
+	h := f.history(t)
+	if roles(h) != "user assistant(1 calls) tool:bin assistant" {
+		t.Fatalf("history: %s", roles(h))
+	}
+	if h[1].Reasoning != "think\uFFFD" || h[2].Content.String() != "ELF\uFFFD\x01" || h[3].Content.String() != "done\uFFFD" {
+		t.Fatalf("stored: %q %q %q", h[1].Reasoning, h[2].Content.String(), h[3].Content.String())
+	}
+	if args := h[1].ToolCalls[0].Function.Arguments; args != "{\"p\":\"a\uFFFD\"}" {
+		t.Fatalf("arguments: %q", args)
+	}
+}

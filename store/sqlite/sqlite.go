@@ -7,13 +7,11 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -22,6 +20,8 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/store/internal/migrate"
+	"github.com/parleyhq/parley/store/internal/rowcodec"
 )
 
 //go:embed migrations/*.sql
@@ -100,52 +100,14 @@ func (s *Store) Ping(ctx context.Context) error {
 // Close closes the database.
 func (s *Store) Close() error { return s.db.Close() }
 
-// Migrate applies ("up"), reverts one ("down") or lists ("status") the embedded migrations,
-// writing what it did to out.
+// Migrate applies ("up"), reverts the newest ("down") or lists ("status") the embedded
+// migrations, writing what it did to out.
 func Migrate(ctx context.Context, db *sql.DB, command string, out io.Writer) error {
 	sub, err := fs.Sub(migrationFiles, "migrations")
 	if err != nil {
 		return err
 	}
-	p, err := goose.NewProvider(goose.DialectSQLite3, db, sub)
-	if err != nil {
-		return fmt.Errorf("migrations: %w", err)
-	}
-	// p.Close would close db, which belongs to the caller.
-	switch command {
-	case "up":
-		res, err := p.Up(ctx)
-		for _, r := range res {
-			fmt.Fprintf(out, "applied %d %s (%s)\n", r.Source.Version, r.Source.Path, r.Duration.Round(time.Microsecond))
-		}
-		if err != nil {
-			return fmt.Errorf("migrating up: %w", err)
-		}
-		if len(res) == 0 {
-			fmt.Fprintln(out, "no pending migrations")
-		}
-	case "down":
-		r, err := p.Down(ctx)
-		if err != nil {
-			return fmt.Errorf("migrating down: %w", err)
-		}
-		fmt.Fprintf(out, "reverted %d %s\n", r.Source.Version, r.Source.Path)
-	case "status":
-		st, err := p.Status(ctx)
-		if err != nil {
-			return fmt.Errorf("migration status: %w", err)
-		}
-		for _, m := range st {
-			state := "pending"
-			if m.State == goose.StateApplied {
-				state = "applied " + m.AppliedAt.UTC().Format(time.RFC3339)
-			}
-			fmt.Fprintf(out, "%05d %-30s %s\n", m.Source.Version, m.Source.Path, state)
-		}
-	default:
-		return fmt.Errorf("migrate: unknown command %q (want up, down or status)", command)
-	}
-	return nil
+	return migrate.Run(ctx, goose.DialectSQLite3, db, sub, command, out)
 }
 
 // write runs fn in one write transaction.
@@ -229,7 +191,7 @@ func (s *Store) ListSessions(ctx context.Context, owner string, p parley.Page) (
 	q := `SELECT ` + sessionCols + ` FROM sessions WHERE owner = ?`
 	args := []any{owner}
 	if p.Cursor != "" {
-		upd, id, err := decodeCursor(p.Cursor)
+		upd, id, err := rowcodec.DecodeCursor(p.Cursor)
 		if err != nil {
 			return nil, "", err
 		}
@@ -258,25 +220,9 @@ func (s *Store) ListSessions(ctx context.Context, owner string, p parley.Page) (
 	if len(out) > limit {
 		out = out[:limit]
 		last := out[limit-1]
-		next = encodeCursor(micros(last.UpdatedAt), last.ID)
+		next = rowcodec.EncodeCursor(micros(last.UpdatedAt), last.ID)
 	}
 	return out, next, nil
-}
-
-func encodeCursor(upd int64, id string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(upd, 10) + "/" + id))
-}
-
-func decodeCursor(c string) (int64, string, error) {
-	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err == nil {
-		if ts, id, ok := strings.Cut(string(b), "/"); ok && id != "" {
-			if v, err := strconv.ParseInt(ts, 10, 64); err == nil {
-				return v, id, nil
-			}
-		}
-	}
-	return 0, "", parley.Errorf(parley.ECInvalid, "cursor: not a cursor this server issued")
 }
 
 // RenameSession sets the session's title.
@@ -322,11 +268,8 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...*p
 	}
 	rows := make([][]any, len(msgs))
 	for i, m := range msgs {
-		if m.ID == "" || m.CreatedAt.IsZero() {
-			return parley.Errorf(parley.ECInvalid, "message %d: id and created_at are required", i)
-		}
-		if !m.Role.Valid() {
-			return parley.Errorf(parley.ECInvalid, "message %d: unknown role %q", i, m.Role)
+		if err := rowcodec.Validate(i, m); err != nil {
+			return err
 		}
 		r, err := messageRow(m)
 		if err != nil {
@@ -334,12 +277,7 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...*p
 		}
 		rows[i] = r
 	}
-	var total parley.Usage
-	for _, m := range msgs {
-		if m.Usage != nil {
-			total.Add(*m.Usage)
-		}
-	}
+	total := rowcodec.TotalUsage(msgs)
 	var last int64
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		// One statement reserves the seqs, totals the usage and touches the session; no row means
@@ -384,30 +322,9 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...*p
 
 // messageRow returns the column values of m, without session_id and seq.
 func messageRow(m *parley.Message) ([]any, error) {
-	var text, parts, toolCalls, usage any
-	switch {
-	case m.Content.IsParts():
-		b, err := json.Marshal(m.Content.Parts())
-		if err != nil {
-			return nil, fmt.Errorf("content: %w", err)
-		}
-		parts = string(b)
-	case !m.Content.IsNull():
-		text = m.Content.String()
-	}
-	if len(m.ToolCalls) > 0 {
-		b, err := json.Marshal(m.ToolCalls)
-		if err != nil {
-			return nil, fmt.Errorf("tool_calls: %w", err)
-		}
-		toolCalls = string(b)
-	}
-	if m.Usage != nil {
-		b, err := json.Marshal(m.Usage)
-		if err != nil {
-			return nil, fmt.Errorf("usage: %w", err)
-		}
-		usage = string(b)
+	c, err := rowcodec.Encode(m)
+	if err != nil {
+		return nil, err
 	}
 	var success any
 	if m.Success != nil {
@@ -416,8 +333,8 @@ func messageRow(m *parley.Message) ([]any, error) {
 			success = 1
 		}
 	}
-	return []any{m.ID, string(m.Role), text, parts, nullStr(m.Name), toolCalls, nullStr(m.ToolCallID),
-		nullStr(m.Reasoning), nullStr(m.RunID), nullStr(m.Model), m.LatencyMS, usage, success,
+	return []any{m.ID, string(m.Role), c.Text, c.Parts, nullStr(m.Name), c.ToolCalls, nullStr(m.ToolCallID),
+		nullStr(m.Reasoning), nullStr(m.RunID), nullStr(m.Model), m.LatencyMS, c.Usage, success,
 		nullStr(m.ResourceID), micros(m.CreatedAt)}, nil
 }
 
@@ -433,25 +350,20 @@ const messageCols = `id, session_id, seq, role, content, parts, name, tool_calls
 
 func scanMessage(r scanner) (parley.Message, error) {
 	var (
-		m                                           parley.Message
-		role                                        string
-		text, parts, name, calls, callID, reasoning sql.NullString
-		run, model, usage, resource                 sql.NullString
-		latency, success                            sql.NullInt64
-		created                                     int64
+		m                             parley.Message
+		role                          string
+		text, name, callID, reasoning sql.NullString
+		run, model, resource          sql.NullString
+		parts, calls, usage           sql.RawBytes
+		latency, success              sql.NullInt64
+		created                       int64
 	)
 	if err := r.Scan(&m.ID, &m.SessionID, &m.Seq, &role, &text, &parts, &name, &calls, &callID, &reasoning, &run,
 		&model, &latency, &usage, &success, &resource, &created); err != nil {
 		return m, err
 	}
-	if err := decodeOpenAI(&m, role, text, parts, name, calls, callID, reasoning); err != nil {
+	if err := decodeOpenAI(&m, role, text, name, callID, reasoning, parts, calls, usage); err != nil {
 		return m, err
-	}
-	if usage.Valid {
-		m.Usage = new(parley.Usage)
-		if err := json.Unmarshal([]byte(usage.String), m.Usage); err != nil {
-			return m, fmt.Errorf("message %s: usage: %w", m.ID, err)
-		}
 	}
 	if success.Valid {
 		ok := success.Int64 == 1
@@ -462,26 +374,14 @@ func scanMessage(r scanner) (parley.Message, error) {
 	return m, nil
 }
 
-// decodeOpenAI fills the OpenAI fields of m from their columns.
-func decodeOpenAI(m *parley.Message, role string, text, parts, name, calls, callID, reasoning sql.NullString) error {
+// decodeOpenAI fills the OpenAI fields of m (and its usage) from their columns.
+func decodeOpenAI(m *parley.Message, role string, text, name, callID, reasoning sql.NullString, parts, calls, usage []byte) error {
 	m.Role = parley.Role(role)
-	switch {
-	case parts.Valid:
-		var ps []parley.Part
-		if err := json.Unmarshal([]byte(parts.String), &ps); err != nil {
-			return fmt.Errorf("message %s: parts: %w", m.ID, err)
-		}
-		m.Content = parley.Parts(ps...)
-	case text.Valid:
+	if text.Valid {
 		m.Content = parley.Text(text.String)
 	}
-	if calls.Valid {
-		if err := json.Unmarshal([]byte(calls.String), &m.ToolCalls); err != nil {
-			return fmt.Errorf("message %s: tool_calls: %w", m.ID, err)
-		}
-	}
 	m.Name, m.ToolCallID, m.Reasoning = name.String, callID.String, reasoning.String
-	return nil
+	return rowcodec.DecodeJSON(m, parts, calls, usage)
 }
 
 // ModelHistory returns the session's messages with only the fields a model is sent.
@@ -503,15 +403,16 @@ func (s *Store) ModelHistory(ctx context.Context, sessionID string) ([]parley.Me
 	defer rows.Close()
 	out := make([]parley.Message, 0, min(n, 1<<20))
 	var (
-		role                                        string
-		text, parts, name, calls, callID, reasoning sql.NullString
+		role                          string
+		text, name, callID, reasoning sql.NullString
+		parts, calls                  sql.RawBytes
 	)
 	for rows.Next() {
 		if err := rows.Scan(&role, &text, &parts, &name, &calls, &callID, &reasoning); err != nil {
 			return nil, fmt.Errorf("sqlite: reading history: %w", err)
 		}
 		var m parley.Message
-		if err := decodeOpenAI(&m, role, text, parts, name, calls, callID, reasoning); err != nil {
+		if err := decodeOpenAI(&m, role, text, name, callID, reasoning, parts, calls, nil); err != nil {
 			return nil, fmt.Errorf("sqlite: reading history: %w", err)
 		}
 		out = append(out, m)

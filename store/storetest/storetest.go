@@ -40,6 +40,7 @@ func Run(t *testing.T, open func(t *testing.T) parley.Store) {
 		{"Goldens", testGoldens},
 		{"ModelHistory", testModelHistory},
 		{"Usage", testUsage},
+		{"RejectsNUL", testRejectsNUL},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -640,5 +641,33 @@ func testUsage(t *testing.T, s parley.Store) {
 	}
 	if got, _ := s.GetSession(ctx, b.ID); got.Usage.TotalTokens != 1200 {
 		t.Fatalf("failed append changed usage: %+v", got.Usage)
+	}
+}
+
+// testRejectsNUL: PostgreSQL cannot store U+0000 in text or jsonb, so every store refuses it alike,
+// as invalid input, and keeps nothing of the batch.
+func testRejectsNUL(t *testing.T, s parley.Store) {
+	sess := newSession(t, s, "alice", base)
+	for _, tc := range []struct {
+		field string
+		edit  func(m *parley.Message)
+	}{
+		{"content", func(m *parley.Message) { m.Content = parley.Text("a\x00b") }},
+		{"content", func(m *parley.Message) { m.Content = parley.Parts(parley.Part{Type: "text", Text: "\x00"}) }},
+		{"tool_calls", func(m *parley.Message) {
+			m.ToolCalls = []parley.ToolCall{{ID: "c", Type: "function", Function: parley.FunctionCall{Name: "f", Arguments: "{\"a\":\"\x00\"}"}}}
+		}},
+		{"reasoning_content", func(m *parley.Message) { m.Reasoning = "\x00" }},
+		{"name", func(m *parley.Message) { m.Name = "n\x00" }},
+	} {
+		m := msg(parley.RoleAssistant, "ok", base)
+		tc.edit(m)
+		err := s.AppendMessages(ctx, sess.ID, msg(parley.RoleUser, "fine", base), m)
+		if parley.CodeOf(err) != parley.ECInvalid || !strings.Contains(err.Error(), tc.field) {
+			t.Fatalf("NUL in %s: %v, want an invalid-input error naming the field", tc.field, err)
+		}
+	}
+	if h, err := s.History(ctx, sess.ID); err != nil || len(h) != 0 {
+		t.Fatalf("refused batches left %d messages (%v)", len(h), err)
 	}
 }

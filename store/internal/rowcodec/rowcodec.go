@@ -1,0 +1,145 @@
+// Package rowcodec turns messages into the column values both SQL stores write, and cursors into
+// the tokens both hand out, so that the stores differ only where their databases do.
+package rowcodec
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	parley "github.com/parleyhq/parley"
+)
+
+// Columns are a message's columns that need encoding. Each is nil for SQL NULL or a string.
+type Columns struct {
+	Text      any // string-form content
+	Parts     any // array-form content, JSON
+	ToolCalls any // JSON array
+	Usage     any // JSON object
+}
+
+// Encode returns m's encoded columns.
+func Encode(m *parley.Message) (Columns, error) {
+	var c Columns
+	switch {
+	case m.Content.IsParts():
+		b, err := json.Marshal(m.Content.Parts())
+		if err != nil {
+			return c, fmt.Errorf("content: %w", err)
+		}
+		c.Parts = string(b)
+	case !m.Content.IsNull():
+		c.Text = m.Content.String()
+	}
+	if len(m.ToolCalls) > 0 {
+		b, err := json.Marshal(m.ToolCalls)
+		if err != nil {
+			return c, fmt.Errorf("tool_calls: %w", err)
+		}
+		c.ToolCalls = string(b)
+	}
+	if m.Usage != nil {
+		b, err := json.Marshal(m.Usage)
+		if err != nil {
+			return c, fmt.Errorf("usage: %w", err)
+		}
+		c.Usage = string(b)
+	}
+	return c, nil
+}
+
+// DecodeJSON fills the JSON-encoded fields of m from their columns; a nil slice is NULL.
+func DecodeJSON(m *parley.Message, parts, calls, usage []byte) error {
+	if parts != nil {
+		var ps []parley.Part
+		if err := json.Unmarshal(parts, &ps); err != nil {
+			return fmt.Errorf("message %s: parts: %w", m.ID, err)
+		}
+		m.Content = parley.Parts(ps...)
+	}
+	if calls != nil {
+		if err := json.Unmarshal(calls, &m.ToolCalls); err != nil {
+			return fmt.Errorf("message %s: tool_calls: %w", m.ID, err)
+		}
+	}
+	if usage != nil {
+		m.Usage = new(parley.Usage)
+		if err := json.Unmarshal(usage, m.Usage); err != nil {
+			return fmt.Errorf("message %s: usage: %w", m.ID, err)
+		}
+	}
+	return nil
+}
+
+// Validate checks what every store requires of a message before it is appended.
+func Validate(i int, m *parley.Message) error {
+	if m.ID == "" || m.CreatedAt.IsZero() {
+		return parley.Errorf(parley.ECInvalid, "message %d: id and created_at are required", i)
+	}
+	if !m.Role.Valid() {
+		return parley.Errorf(parley.ECInvalid, "message %d: unknown role %q", i, m.Role)
+	}
+	if f := nulField(m); f != "" {
+		// PostgreSQL's text and jsonb cannot hold U+0000; every store refuses it alike.
+		return parley.Errorf(parley.ECInvalid, "message %d: %s contains a NUL character (U+0000)", i, f)
+	}
+	return nil
+}
+
+// nulField names the first field of m that holds a NUL character, or returns "".
+func nulField(m *parley.Message) string {
+	has := func(s string) bool { return strings.IndexByte(s, 0) >= 0 }
+	if m.Content.IsParts() {
+		for _, p := range m.Content.Parts() {
+			if has(p.Text) || (p.ImageURL != nil && (has(p.ImageURL.URL) || has(p.ImageURL.Detail))) {
+				return "content"
+			}
+		}
+	} else if has(m.Content.String()) {
+		return "content"
+	}
+	for _, c := range m.ToolCalls {
+		if has(c.ID) || has(c.Type) || has(c.Function.Name) || has(c.Function.Arguments) {
+			return "tool_calls"
+		}
+	}
+	for _, f := range [...]struct{ name, v string }{{"name", m.Name}, {"tool_call_id", m.ToolCallID},
+		{"reasoning_content", m.Reasoning}, {"run_id", m.RunID}, {"model", m.Model}, {"resource_id", m.ResourceID}, {"id", m.ID}} {
+		if has(f.v) {
+			return f.name
+		}
+	}
+	return ""
+}
+
+// TotalUsage sums the usage of msgs.
+func TotalUsage(msgs []*parley.Message) parley.Usage {
+	var total parley.Usage
+	for _, m := range msgs {
+		if m.Usage != nil {
+			total.Add(*m.Usage)
+		}
+	}
+	return total
+}
+
+// EncodeCursor returns the cursor of the session listing page that follows the session updated
+// at upd (unix microseconds) with id.
+func EncodeCursor(upd int64, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(upd, 10) + "/" + id))
+}
+
+// DecodeCursor reads a cursor EncodeCursor made; any other string is ECInvalid.
+func DecodeCursor(c string) (int64, string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err == nil {
+		if ts, id, ok := strings.Cut(string(b), "/"); ok && id != "" {
+			if v, err := strconv.ParseInt(ts, 10, 64); err == nil {
+				return v, id, nil
+			}
+		}
+	}
+	return 0, "", parley.Errorf(parley.ECInvalid, "cursor: not a cursor this server issued")
+}

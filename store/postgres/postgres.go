@@ -1,0 +1,475 @@
+// Package postgres is Parley's Store on PostgreSQL, for deployments that outgrow one SQLite file
+// or run several instances. It uses pgx/v5 with a connection pool; tool calls, parts, usage and
+// resource metadata are JSONB. Migrations are goose files embedded in the binary.
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+
+	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/store/internal/migrate"
+	"github.com/parleyhq/parley/store/internal/rowcodec"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Page size limits of ListSessions and ListMessages.
+const (
+	DefaultPageSize = 50
+	MaxPageSize     = 1000
+)
+
+// Store is a parley.Store on a PostgreSQL database.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+var _ parley.Store = (*Store)(nil)
+
+type options struct {
+	migrate bool
+}
+
+// Option configures Open.
+type Option func(*options)
+
+// WithoutMigrate opens the database without applying pending migrations.
+func WithoutMigrate() Option { return func(o *options) { o.migrate = false } }
+
+// Open connects to the database at url (postgres://user@host:port/db?sslmode=…; a search_path
+// parameter selects the schema) and applies pending migrations.
+func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
+	o := options{migrate: true}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// The error may quote the URL, password included: say only what kind of error it is.
+		return nil, errors.New("postgres: the database URL cannot be parsed (want postgres://user:password@host:port/database)")
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	s := &Store{pool: pool}
+	if err := s.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if o.migrate {
+		db := s.DB()
+		err := Migrate(ctx, db, "up", io.Discard)
+		db.Close()
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Pool returns the connection pool.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// DB returns a database/sql handle on the pool, for migrations and tools. Closing it leaves the
+// pool open.
+func (s *Store) DB() *sql.DB { return stdlib.OpenDBFromPool(s.pool) }
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	return nil
+}
+
+// Close closes the pool.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+// Migrate applies ("up"), reverts the newest ("down") or lists ("status") the embedded
+// migrations, writing what it did to out.
+func Migrate(ctx context.Context, db *sql.DB, command string, out io.Writer) error {
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		return err
+	}
+	return migrate.Run(ctx, goose.DialectPostgres, db, sub, command, out)
+}
+
+func notFound(kind, id string) error {
+	return fmt.Errorf("%s %q: %w", kind, id, parley.ErrNotFound)
+}
+
+// isFKViolation reports whether err is a foreign key violation.
+func isFKViolation(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23503"
+}
+
+// CreateSession stores sess.
+func (s *Store) CreateSession(ctx context.Context, sess *parley.Session) error {
+	if sess.ID == "" || sess.CreatedAt.IsZero() || sess.UpdatedAt.IsZero() {
+		return parley.Errorf(parley.ECInvalid, "session: id, created_at and updated_at are required")
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO sessions (id, title, owner, created_at, updated_at) VALUES ($1, $2, $3, $4, $5)`,
+		sess.ID, sess.Title, sess.Owner, sess.CreatedAt.UTC(), sess.UpdatedAt.UTC())
+	if err != nil {
+		return fmt.Errorf("postgres: creating session: %w", err)
+	}
+	return nil
+}
+
+const sessionCols = `id, title, owner, created_at, updated_at, prompt_tokens, completion_tokens, total_tokens,
+	reasoning_tokens, cached_tokens`
+
+func scanSession(r pgx.Row) (*parley.Session, error) {
+	var sess parley.Session
+	u := &sess.Usage
+	if err := r.Scan(&sess.ID, &sess.Title, &sess.Owner, &sess.CreatedAt, &sess.UpdatedAt, &u.PromptTokens,
+		&u.CompletionTokens, &u.TotalTokens, &u.ReasoningTokens, &u.CachedTokens); err != nil {
+		return nil, err
+	}
+	sess.CreatedAt, sess.UpdatedAt = sess.CreatedAt.UTC(), sess.UpdatedAt.UTC()
+	return &sess, nil
+}
+
+// GetSession returns the session with id.
+func (s *Store) GetSession(ctx context.Context, id string) (*parley.Session, error) {
+	sess, err := scanSession(s.pool.QueryRow(ctx, `SELECT `+sessionCols+` FROM sessions WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, notFound("session", id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("postgres: reading session: %w", err)
+	}
+	return sess, nil
+}
+
+// ListSessions returns owner's sessions, most recently updated first.
+func (s *Store) ListSessions(ctx context.Context, owner string, p parley.Page) ([]parley.Session, string, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = DefaultPageSize
+	}
+	limit = min(limit, MaxPageSize)
+	q := `SELECT ` + sessionCols + ` FROM sessions WHERE owner = $1`
+	args := []any{owner}
+	if p.Cursor != "" {
+		upd, id, err := rowcodec.DecodeCursor(p.Cursor)
+		if err != nil {
+			return nil, "", err
+		}
+		// A row comparison walks the (owner, updated_at DESC, id DESC) index from the cursor on.
+		q += ` AND (updated_at, id) < ($2, $3)`
+		args = append(args, time.UnixMicro(upd).UTC(), id)
+	}
+	q += fmt.Sprintf(` ORDER BY updated_at DESC, id DESC LIMIT %d`, limit+1)
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, "", fmt.Errorf("postgres: listing sessions: %w", err)
+	}
+	defer rows.Close()
+	out := []parley.Session{}
+	for rows.Next() {
+		sess, err := scanSession(rows)
+		if err != nil {
+			return nil, "", fmt.Errorf("postgres: listing sessions: %w", err)
+		}
+		out = append(out, *sess)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", fmt.Errorf("postgres: listing sessions: %w", err)
+	}
+	next := ""
+	if len(out) > limit {
+		out = out[:limit]
+		last := out[limit-1]
+		next = rowcodec.EncodeCursor(last.UpdatedAt.UnixMicro(), last.ID)
+	}
+	return out, next, nil
+}
+
+// RenameSession sets the session's title.
+func (s *Store) RenameSession(ctx context.Context, id, title string, now time.Time) (*parley.Session, error) {
+	sess, err := scanSession(s.pool.QueryRow(ctx, `UPDATE sessions SET title = $1, updated_at = $2 WHERE id = $3
+		RETURNING `+sessionCols, title, now.UTC(), id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, notFound("session", id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("postgres: renaming session: %w", err)
+	}
+	return sess, nil
+}
+
+// DeleteSession deletes the session with its messages and resources.
+func (s *Store) DeleteSession(ctx context.Context, id string) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Messages first: they refer to the resources that go with them.
+		if _, err := tx.Exec(ctx, `DELETE FROM messages WHERE session_id = $1`, id); err != nil {
+			return fmt.Errorf("postgres: deleting messages: %w", err)
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM sessions WHERE id = $1`, id)
+		if err != nil {
+			return fmt.Errorf("postgres: deleting session: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return notFound("session", id)
+		}
+		return nil
+	})
+}
+
+const insertMessage = `INSERT INTO messages (id, session_id, seq, role, content, parts, name, tool_calls,
+	tool_call_id, reasoning, run_id, model, latency_ms, usage, success, resource_id, created_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`
+
+// AppendMessages appends msgs to the session in one transaction.
+func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...*parley.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	cols := make([]rowcodec.Columns, len(msgs))
+	for i, m := range msgs {
+		if err := rowcodec.Validate(i, m); err != nil {
+			return err
+		}
+		c, err := rowcodec.Encode(m)
+		if err != nil {
+			return fmt.Errorf("message %d: %w", i, err)
+		}
+		cols[i] = c
+	}
+	total := rowcodec.TotalUsage(msgs)
+	var last int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// One statement reserves the seqs, totals the usage and touches the session, holding the
+		// session's row lock until commit; no row means no session.
+		err := tx.QueryRow(ctx, `UPDATE sessions SET last_seq = last_seq + $1, updated_at = GREATEST(updated_at, $2),
+			prompt_tokens = prompt_tokens + $3, completion_tokens = completion_tokens + $4, total_tokens = total_tokens + $5,
+			reasoning_tokens = reasoning_tokens + $6, cached_tokens = cached_tokens + $7
+			WHERE id = $8 RETURNING last_seq`,
+			len(msgs), msgs[len(msgs)-1].CreatedAt.UTC(), total.PromptTokens, total.CompletionTokens, total.TotalTokens,
+			total.ReasoningTokens, total.CachedTokens, sessionID).Scan(&last)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return notFound("session", sessionID)
+		}
+		if err != nil {
+			return fmt.Errorf("postgres: appending messages: %w", err)
+		}
+		first := last - int64(len(msgs)) + 1
+		b := &pgx.Batch{}
+		for i, m := range msgs {
+			c := cols[i]
+			var success any
+			if m.Success != nil {
+				success = *m.Success
+			}
+			b.Queue(insertMessage, m.ID, sessionID, first+int64(i), string(m.Role), c.Text, c.Parts, nullStr(m.Name),
+				c.ToolCalls, nullStr(m.ToolCallID), nullStr(m.Reasoning), nullStr(m.RunID), nullStr(m.Model),
+				m.LatencyMS, c.Usage, success, nullStr(m.ResourceID), m.CreatedAt.UTC())
+		}
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return fmt.Errorf("postgres: appending messages: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	first := last - int64(len(msgs)) + 1
+	for i, m := range msgs {
+		m.Seq, m.SessionID = first+int64(i), sessionID
+	}
+	return nil
+}
+
+func nullStr(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+const messageCols = `id, session_id, seq, role, content, parts, name, tool_calls, tool_call_id, reasoning, run_id,
+	model, latency_ms, usage, success, resource_id, created_at`
+
+func scanMessage(r pgx.Row) (parley.Message, error) {
+	var (
+		m                             parley.Message
+		role                          string
+		text, name, callID, reasoning pgtype.Text
+		run, model, resource          pgtype.Text
+		parts, calls, usage           []byte
+		latency                       pgtype.Int8
+		success                       pgtype.Bool
+	)
+	if err := r.Scan(&m.ID, &m.SessionID, &m.Seq, &role, &text, &parts, &name, &calls, &callID, &reasoning, &run,
+		&model, &latency, &usage, &success, &resource, &m.CreatedAt); err != nil {
+		return m, err
+	}
+	if err := decodeOpenAI(&m, role, text, name, callID, reasoning, parts, calls, usage); err != nil {
+		return m, err
+	}
+	if success.Valid {
+		ok := success.Bool
+		m.Success = &ok
+	}
+	m.RunID, m.Model, m.ResourceID, m.LatencyMS = run.String, model.String, resource.String, latency.Int64
+	m.CreatedAt = m.CreatedAt.UTC()
+	return m, nil
+}
+
+// decodeOpenAI fills the OpenAI fields of m (and its usage) from their columns.
+func decodeOpenAI(m *parley.Message, role string, text, name, callID, reasoning pgtype.Text, parts, calls, usage []byte) error {
+	m.Role = parley.Role(role)
+	if text.Valid {
+		m.Content = parley.Text(text.String)
+	}
+	m.Name, m.ToolCallID, m.Reasoning = name.String, callID.String, reasoning.String
+	return rowcodec.DecodeJSON(m, parts, calls, usage)
+}
+
+// ModelHistory returns the session's messages with only the fields a model is sent.
+func (s *Store) ModelHistory(ctx context.Context, sessionID string) ([]parley.Message, error) {
+	rows, err := s.pool.Query(ctx, `SELECT role, content, parts, name, tool_calls, tool_call_id, reasoning
+		FROM messages WHERE session_id = $1 ORDER BY seq`, sessionID)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: reading history: %w", err)
+	}
+	defer rows.Close()
+	out := []parley.Message{}
+	var (
+		role                          string
+		text, name, callID, reasoning pgtype.Text
+		parts, calls                  []byte
+	)
+	for rows.Next() {
+		if err := rows.Scan(&role, &text, &parts, &name, &calls, &callID, &reasoning); err != nil {
+			return nil, fmt.Errorf("postgres: reading history: %w", err)
+		}
+		var m parley.Message
+		if err := decodeOpenAI(&m, role, text, name, callID, reasoning, parts, calls, nil); err != nil {
+			return nil, fmt.Errorf("postgres: reading history: %w", err)
+		}
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: reading history: %w", err)
+	}
+	return out, nil
+}
+
+// OwnerUsage totals the token usage of owner's sessions.
+func (s *Store) OwnerUsage(ctx context.Context, owner string) (parley.Usage, error) {
+	var u parley.Usage
+	err := s.pool.QueryRow(ctx, `SELECT COALESCE(SUM(prompt_tokens), 0)::bigint, COALESCE(SUM(completion_tokens), 0)::bigint,
+		COALESCE(SUM(total_tokens), 0)::bigint, COALESCE(SUM(reasoning_tokens), 0)::bigint, COALESCE(SUM(cached_tokens), 0)::bigint
+		FROM sessions WHERE owner = $1`, owner).
+		Scan(&u.PromptTokens, &u.CompletionTokens, &u.TotalTokens, &u.ReasoningTokens, &u.CachedTokens)
+	if err != nil {
+		return u, fmt.Errorf("postgres: totalling usage: %w", err)
+	}
+	return u, nil
+}
+
+// ListMessages returns up to limit messages of the session with seq > afterSeq.
+func (s *Store) ListMessages(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]parley.Message, error) {
+	if limit <= 0 {
+		limit = DefaultPageSize
+	}
+	return s.queryMessages(ctx, `SELECT `+messageCols+` FROM messages WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`,
+		sessionID, afterSeq, limit)
+}
+
+// History returns all of the session's messages, in order.
+func (s *Store) History(ctx context.Context, sessionID string) ([]parley.Message, error) {
+	return s.queryMessages(ctx, `SELECT `+messageCols+` FROM messages WHERE session_id = $1 ORDER BY seq`, sessionID)
+}
+
+func (s *Store) queryMessages(ctx context.Context, q string, args ...any) ([]parley.Message, error) {
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: reading messages: %w", err)
+	}
+	defer rows.Close()
+	out := []parley.Message{}
+	for rows.Next() {
+		m, err := scanMessage(rows)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: reading messages: %w", err)
+		}
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: reading messages: %w", err)
+	}
+	return out, nil
+}
+
+// PutResource stores r.
+func (s *Store) PutResource(ctx context.Context, r *parley.Resource) error {
+	if r.ID == "" || r.SessionID == "" || r.Kind == "" || r.CreatedAt.IsZero() {
+		return parley.Errorf(parley.ECInvalid, "resource: id, session_id, kind and created_at are required")
+	}
+	var meta any
+	if len(r.Meta) > 0 {
+		if !json.Valid(r.Meta) {
+			return parley.Errorf(parley.ECInvalid, "resource: meta is not valid JSON")
+		}
+		meta = string(r.Meta)
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO resources (id, session_id, kind, uri, meta, created_at) VALUES ($1, $2, $3, $4, $5, $6)`,
+		r.ID, r.SessionID, r.Kind, r.URI, meta, r.CreatedAt.UTC())
+	if isFKViolation(err) {
+		return notFound("session", r.SessionID)
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: storing resource: %w", err)
+	}
+	return nil
+}
+
+// GetResource returns the resource with id.
+func (s *Store) GetResource(ctx context.Context, id string) (*parley.Resource, error) {
+	var (
+		r    parley.Resource
+		meta []byte
+	)
+	err := s.pool.QueryRow(ctx, `SELECT id, session_id, kind, uri, meta::text, created_at FROM resources WHERE id = $1`, id).
+		Scan(&r.ID, &r.SessionID, &r.Kind, &r.URI, &meta, &r.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, notFound("resource", id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("postgres: reading resource: %w", err)
+	}
+	if meta != nil {
+		r.Meta = json.RawMessage(meta)
+	}
+	r.CreatedAt = r.CreatedAt.UTC()
+	return &r, nil
+}

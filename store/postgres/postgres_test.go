@@ -1,0 +1,83 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/store/postgres/pgtest"
+	"github.com/parleyhq/parley/store/storetest"
+)
+
+func openTest(t testing.TB, opts ...Option) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), pgtest.Schema(t), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestContract(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) parley.Store { return openTest(t) })
+}
+
+func TestMigrateUpDownUp(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, WithoutMigrate())
+	defer s.Close()
+	db := s.DB()
+	defer db.Close()
+	status := func() string {
+		var b bytes.Buffer
+		if err := Migrate(ctx, db, "status", &b); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	hasTable := func() bool {
+		var reg *string
+		if err := s.pool.QueryRow(ctx, `SELECT to_regclass('messages')::text`).Scan(&reg); err != nil {
+			t.Fatal(err)
+		}
+		return reg != nil
+	}
+	if st := status(); strings.Count(st, "pending") != 1 || hasTable() {
+		t.Fatalf("fresh schema: %q", st)
+	}
+	for i, step := range []struct {
+		cmd     string
+		table   bool
+		applied int
+	}{{"up", true, 1}, {"down", false, 0}, {"up", true, 1}} {
+		var out bytes.Buffer
+		if err := Migrate(ctx, db, step.cmd, &out); err != nil {
+			t.Fatalf("step %d %s: %v", i, step.cmd, err)
+		}
+		if st := status(); hasTable() != step.table || strings.Count(st, "applied") != step.applied {
+			t.Fatalf("step %d %s: table=%v status %q", i, step.cmd, hasTable(), st)
+		}
+	}
+	var out bytes.Buffer
+	if err := Migrate(ctx, db, "up", &out); err != nil || !strings.Contains(out.String(), "no pending") {
+		t.Fatalf("second up: %q %v", out.String(), err)
+	}
+	now := time.Now().UTC()
+	sess := &parley.Session{ID: parley.NewID(), Owner: "o", CreatedAt: now, UpdatedAt: now}
+	if err := s.CreateSession(ctx, sess); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AppendMessages(ctx, sess.ID, &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("after up, down, up"), CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOpenRejectsBadURL(t *testing.T) {
+	_, err := Open(context.Background(), "postgres://user:s3cret@[::1")
+	if err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Fatalf("bad URL: %v", err)
+	}
+}
