@@ -66,6 +66,10 @@ type Store interface {
 	ModelHistory(ctx context.Context, sessionID string) ([]Message, error)
 	// OwnerUsage totals the token usage of all of owner's sessions.
 	OwnerUsage(ctx context.Context, owner string) (Usage, error)
+	// SessionsWithOpenToolCalls returns the ids of sessions where more assistant tool calls were
+	// stored than tool messages: a run that stopped (a crash) between a model's tool calls and
+	// their results leaves one. It returns at most limit ids greater than afterID, in order.
+	SessionsWithOpenToolCalls(ctx context.Context, afterID string, limit int) ([]string, error)
 
 	// PutResource stores r; GetResource returns ErrNotFound for an unknown id.
 	PutResource(ctx context.Context, r *Resource) error

@@ -44,7 +44,7 @@ type config struct {
 func serveFlags(fs *flag.FlagSet, c *config) {
 	fs.StringVar(&c.Addr, "addr", "127.0.0.1:8080", "address to listen on (host:port; port 0 picks a free one)")
 	fs.StringVar(&c.DB, "db", "parley.db", "SQLite database file (created if missing)")
-	fs.StringVar(&c.DatabaseURL, "database-url", "", "PostgreSQL URL (postgres://…); not supported yet, reserved")
+	fs.StringVar(&c.DatabaseURL, "database-url", "", "PostgreSQL URL (postgres://user:password@host:5432/db); when set, used instead of --db")
 	fs.BoolVar(&c.Migrate, "migrate", true, "apply database migrations at start")
 	fs.StringVar(&c.Model, "model", "", "default model when a request names none (default: gpt-4o-mini with OpenAI, mock offline)")
 	fs.StringVar(&c.OpenAIBaseURL, "openai-base-url", "", "OpenAI-compatible endpoint, e.g. http://localhost:11434/v1 for Ollama (also OPENAI_BASE_URL)")
@@ -153,8 +153,8 @@ func (c *config) validate() error {
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, errors.New("max-body-bytes must be at least 1024"))
 	}
-	if c.DatabaseURL != "" {
-		errs = append(errs, errors.New("database-url: PostgreSQL is not supported yet; use --db for SQLite"))
+	if c.DatabaseURL != "" && !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") {
+		errs = append(errs, errors.New("database-url must be a postgres:// or postgresql:// URL"))
 	}
 	switch c.LogFormat {
 	case "text", "json":

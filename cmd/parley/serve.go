@@ -19,7 +19,6 @@ import (
 	"github.com/parleyhq/parley/provider/llmtest"
 	"github.com/parleyhq/parley/provider/openai"
 	"github.com/parleyhq/parley/runs"
-	"github.com/parleyhq/parley/store/sqlite"
 	"github.com/parleyhq/parley/tools"
 	"github.com/parleyhq/parley/tools/builtin"
 )
@@ -49,11 +48,19 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 
-	store, err := openStore(ctx, &c)
+	store, err := openDatabase(ctx, c.DB, c.DatabaseURL, c.Migrate)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
+	log.Info("database", "store", store.Name)
+	// A run killed between its tool calls and their results left those calls open: answer them
+	// before any new run starts, so that every stored history is a valid OpenAI history again.
+	if n, err := agent.CloseInterruptedCalls(ctx, store, time.Now); err != nil {
+		return fmt.Errorf("closing interrupted tool calls: %w", err)
+	} else if n > 0 {
+		log.Warn("closed tool calls of interrupted runs", "tool_messages", n)
+	}
 
 	reg := tools.NewRegistry(tools.WithTimeout(c.ToolTimeout), tools.WithLogger(log))
 	if err := builtin.Register(reg, time.Now); err != nil {
@@ -146,19 +153,6 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	log.Info("stopped")
 	return nil
-}
-
-// openStore opens the configured database, applying migrations unless told not to.
-func openStore(ctx context.Context, c *config) (*sqlite.Store, error) {
-	var opts []sqlite.Option
-	if !c.Migrate {
-		opts = append(opts, sqlite.WithoutMigrate())
-	}
-	st, err := sqlite.Open(ctx, c.DB, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("opening %s: %w", c.DB, err)
-	}
-	return st, nil
 }
 
 // models is the set of models clients may name.

@@ -8,12 +8,12 @@ import (
 	"io"
 
 	"github.com/parleyhq/parley/provider/llmtest"
-	"github.com/parleyhq/parley/store/sqlite"
 )
 
 func runMigrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flagSet("migrate", stderr, "Applies or inspects migrations: parley migrate [flags] up|down|status")
 	db := fs.String("db", "parley.db", "SQLite database file")
+	databaseURL := fs.String("database-url", "", "PostgreSQL URL (postgres://…); when set, used instead of --db")
 	if err := parseConfig(fs, args, getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.Usage()
@@ -29,12 +29,13 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 	default:
 		return fmt.Errorf("migrate: unknown direction %q (want up, down or status)", cmd)
 	}
-	st, err := sqlite.Open(ctx, *db, sqlite.WithoutMigrate())
+	d, err := openDatabase(ctx, *db, *databaseURL, false)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	return sqlite.Migrate(ctx, st.DB(), cmd, stdout)
+	defer d.Close()
+	fmt.Fprintf(stdout, "%s\n", d.Name)
+	return d.Migrate(ctx, cmd, stdout)
 }
 
 func runMockLLM(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {

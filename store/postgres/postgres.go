@@ -270,10 +270,11 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...*p
 		// session's row lock until commit; no row means no session.
 		err := tx.QueryRow(ctx, `UPDATE sessions SET last_seq = last_seq + $1, updated_at = GREATEST(updated_at, $2),
 			prompt_tokens = prompt_tokens + $3, completion_tokens = completion_tokens + $4, total_tokens = total_tokens + $5,
-			reasoning_tokens = reasoning_tokens + $6, cached_tokens = cached_tokens + $7
-			WHERE id = $8 RETURNING last_seq`,
+			reasoning_tokens = reasoning_tokens + $6, cached_tokens = cached_tokens + $7,
+			open_calls = GREATEST(0, open_calls + $8)
+			WHERE id = $9 RETURNING last_seq`,
 			len(msgs), msgs[len(msgs)-1].CreatedAt.UTC(), total.PromptTokens, total.CompletionTokens, total.TotalTokens,
-			total.ReasoningTokens, total.CachedTokens, sessionID).Scan(&last)
+			total.ReasoningTokens, total.CachedTokens, rowcodec.OpenCallsDelta(msgs), sessionID).Scan(&last)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return notFound("session", sessionID)
 		}
@@ -394,6 +395,19 @@ func (s *Store) OwnerUsage(ctx context.Context, owner string) (parley.Usage, err
 		return u, fmt.Errorf("postgres: totalling usage: %w", err)
 	}
 	return u, nil
+}
+
+// SessionsWithOpenToolCalls returns sessions with tool calls that no tool message answers.
+func (s *Store) SessionsWithOpenToolCalls(ctx context.Context, afterID string, limit int) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id FROM sessions WHERE open_calls > 0 AND id > $1 ORDER BY id LIMIT $2`, afterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: finding open tool calls: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("postgres: finding open tool calls: %w", err)
+	}
+	return ids, nil
 }
 
 // ListMessages returns up to limit messages of the session with seq > afterSeq.

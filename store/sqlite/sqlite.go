@@ -284,10 +284,10 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...*p
 		// no session.
 		err := tx.QueryRowContext(ctx, `UPDATE sessions SET last_seq = last_seq + ?, updated_at = MAX(updated_at, ?),
 			prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ?, total_tokens = total_tokens + ?,
-			reasoning_tokens = reasoning_tokens + ?, cached_tokens = cached_tokens + ?
+			reasoning_tokens = reasoning_tokens + ?, cached_tokens = cached_tokens + ?, open_calls = MAX(0, open_calls + ?)
 			WHERE id = ? RETURNING last_seq`,
 			len(msgs), micros(msgs[len(msgs)-1].CreatedAt), total.PromptTokens, total.CompletionTokens, total.TotalTokens,
-			total.ReasoningTokens, total.CachedTokens, sessionID).Scan(&last)
+			total.ReasoningTokens, total.CachedTokens, rowcodec.OpenCallsDelta(msgs), sessionID).Scan(&last)
 		if errors.Is(err, sql.ErrNoRows) {
 			return notFound("session", sessionID)
 		}
@@ -434,6 +434,24 @@ func (s *Store) OwnerUsage(ctx context.Context, owner string) (parley.Usage, err
 		return u, fmt.Errorf("sqlite: totalling usage: %w", err)
 	}
 	return u, nil
+}
+
+// SessionsWithOpenToolCalls returns sessions with tool calls that no tool message answers.
+func (s *Store) SessionsWithOpenToolCalls(ctx context.Context, afterID string, limit int) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id FROM sessions WHERE open_calls > 0 AND id > ? ORDER BY id LIMIT ?`, afterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: finding open tool calls: %w", err)
+	}
+	defer rows.Close()
+	ids := []string{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("sqlite: finding open tool calls: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
 }
 
 // ListMessages returns up to limit messages of the session with seq > afterSeq.

@@ -168,6 +168,9 @@ func TestMigration2KeepsData(t *testing.T) {
 	if err != nil || sess.Usage != (parley.Usage{PromptTokens: 10, CompletionTokens: 3, TotalTokens: 13, CachedTokens: 4}) {
 		t.Fatalf("usage after up: %+v %v", sess, err)
 	}
+	if open, err := s.SessionsWithOpenToolCalls(ctx, "", 10); err != nil || len(open) != 1 || open[0] != "s1" {
+		t.Fatalf("open tool calls after up: %v %v", open, err)
+	}
 	next := &parley.Message{ID: "m4", Role: parley.RoleUser, Content: parley.Text("next"), CreatedAt: time.UnixMicro(4)}
 	if err := s.AppendMessages(ctx, "s1", next); err != nil || next.Seq != 4 {
 		t.Fatalf("append after up: seq %d %v", next.Seq, err)

@@ -41,6 +41,7 @@ func Run(t *testing.T, open func(t *testing.T) parley.Store) {
 		{"ModelHistory", testModelHistory},
 		{"Usage", testUsage},
 		{"RejectsNUL", testRejectsNUL},
+		{"OpenToolCalls", testOpenToolCalls},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -669,5 +670,55 @@ func testRejectsNUL(t *testing.T, s parley.Store) {
 	}
 	if h, err := s.History(ctx, sess.ID); err != nil || len(h) != 0 {
 		t.Fatalf("refused batches left %d messages (%v)", len(h), err)
+	}
+}
+
+func testOpenToolCalls(t *testing.T, s parley.Store) {
+	open := func() []string {
+		t.Helper()
+		ids, err := s.SessionsWithOpenToolCalls(ctx, "", 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	a := newSession(t, s, "alice", base)
+	b := newSession(t, s, "alice", base)
+	call := func(id string) parley.ToolCall {
+		return parley.ToolCall{ID: id, Type: "function", Function: parley.FunctionCall{Name: "f", Arguments: "{}"}}
+	}
+	result := func(id string) *parley.Message {
+		m := msg(parley.RoleTool, "r", base)
+		m.ToolCallID, m.Name = id, "f"
+		return m
+	}
+	ask := msg(parley.RoleAssistant, "", base)
+	ask.ToolCalls = []parley.ToolCall{call("c1"), call("c2")}
+	if err := s.AppendMessages(ctx, a.ID, msg(parley.RoleUser, "go", base), ask); err != nil {
+		t.Fatal(err)
+	}
+	// b answers its call in the same batch: nothing open.
+	askB := msg(parley.RoleAssistant, "", base)
+	askB.ToolCalls = []parley.ToolCall{call("d1")}
+	if err := s.AppendMessages(ctx, b.ID, askB, result("d1")); err != nil {
+		t.Fatal(err)
+	}
+	if got := open(); len(got) != 1 || got[0] != a.ID {
+		t.Fatalf("open after the calls: %v, want [%s]", got, a.ID)
+	}
+	if got, err := s.SessionsWithOpenToolCalls(ctx, a.ID, 100); err != nil || len(got) != 0 {
+		t.Fatalf("open after %s: %v %v", a.ID, got, err)
+	}
+	if err := s.AppendMessages(ctx, a.ID, result("c1")); err != nil {
+		t.Fatal(err)
+	}
+	if got := open(); len(got) != 1 {
+		t.Fatalf("one of two answered: %v", got)
+	}
+	if err := s.AppendMessages(ctx, a.ID, result("c2")); err != nil {
+		t.Fatal(err)
+	}
+	if got := open(); len(got) != 0 {
+		t.Fatalf("all answered, still open: %v", got)
 	}
 }

@@ -125,6 +125,21 @@ func TotalUsage(msgs []*parley.Message) parley.Usage {
 	return total
 }
 
+// OpenCallsDelta is how msgs change a session's count of tool calls without a tool message: each
+// assistant tool call adds one, each tool message takes one away.
+func OpenCallsDelta(msgs []*parley.Message) int {
+	n := 0
+	for _, m := range msgs {
+		switch {
+		case m.Role == parley.RoleAssistant:
+			n += len(m.ToolCalls)
+		case m.Role == parley.RoleTool && m.ToolCallID != "":
+			n--
+		}
+	}
+	return n
+}
+
 // EncodeCursor returns the cursor of the session listing page that follows the session updated
 // at upd (unix microseconds) with id.
 func EncodeCursor(upd int64, id string) string {

@@ -14,9 +14,12 @@ CREATE TABLE sessions (
     completion_tokens bigint NOT NULL DEFAULT 0,
     total_tokens      bigint NOT NULL DEFAULT 0,
     reasoning_tokens  bigint NOT NULL DEFAULT 0,
-    cached_tokens     bigint NOT NULL DEFAULT 0
+    cached_tokens     bigint NOT NULL DEFAULT 0,
+    -- Assistant tool calls not yet answered by a tool message; above 0 after a crash mid-run.
+    open_calls        integer NOT NULL DEFAULT 0
 );
 CREATE INDEX sessions_owner_updated ON sessions (owner, updated_at DESC, id DESC);
+CREATE INDEX sessions_open_calls ON sessions (id) WHERE open_calls > 0;
 
 CREATE TABLE resources (
     id         text PRIMARY KEY,

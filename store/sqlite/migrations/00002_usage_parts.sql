@@ -9,6 +9,9 @@ ALTER TABLE sessions ADD COLUMN completion_tokens INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE sessions ADD COLUMN total_tokens INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE sessions ADD COLUMN reasoning_tokens INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE sessions ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0;
+-- Assistant tool calls not yet answered by a tool message; above 0 after a crash mid-run.
+ALTER TABLE sessions ADD COLUMN open_calls INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX sessions_open_calls ON sessions (id) WHERE open_calls > 0;
 
 -- Content is either text (content) or an array of parts (parts, JSON); both NULL is a null content.
 CREATE TABLE messages_v2 (
@@ -49,7 +52,10 @@ UPDATE sessions SET
     completion_tokens = (SELECT COALESCE(SUM(json_extract(usage, '$.completion_tokens')), 0) FROM messages m WHERE m.session_id = sessions.id),
     total_tokens = (SELECT COALESCE(SUM(json_extract(usage, '$.total_tokens')), 0) FROM messages m WHERE m.session_id = sessions.id),
     reasoning_tokens = (SELECT COALESCE(SUM(json_extract(usage, '$.reasoning_tokens')), 0) FROM messages m WHERE m.session_id = sessions.id),
-    cached_tokens = (SELECT COALESCE(SUM(json_extract(usage, '$.cached_tokens')), 0) FROM messages m WHERE m.session_id = sessions.id);
+    cached_tokens = (SELECT COALESCE(SUM(json_extract(usage, '$.cached_tokens')), 0) FROM messages m WHERE m.session_id = sessions.id),
+    open_calls = MAX(0,
+        (SELECT COALESCE(SUM(json_array_length(tool_calls)), 0) FROM messages m WHERE m.session_id = sessions.id AND role = 'assistant')
+        - (SELECT COUNT(*) FROM messages m WHERE m.session_id = sessions.id AND role = 'tool' AND tool_call_id IS NOT NULL));
 
 -- +goose Down
 CREATE TABLE messages_v1 (
@@ -81,6 +87,8 @@ DROP TABLE messages;
 ALTER TABLE messages_v1 RENAME TO messages;
 CREATE INDEX messages_tool_call_id ON messages (tool_call_id) WHERE tool_call_id IS NOT NULL;
 CREATE INDEX messages_resource ON messages (resource_id) WHERE resource_id IS NOT NULL;
+DROP INDEX sessions_open_calls;
+ALTER TABLE sessions DROP COLUMN open_calls;
 ALTER TABLE sessions DROP COLUMN cached_tokens;
 ALTER TABLE sessions DROP COLUMN reasoning_tokens;
 ALTER TABLE sessions DROP COLUMN total_tokens;
