@@ -520,3 +520,61 @@ func TestConcurrentStreams(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestUsageIsReadable: token totals per session (GET /sessions/{id}) and per owner (GET /usage),
+// and per-message latency and usage in the message listing.
+func TestUsageIsReadable(t *testing.T) {
+	e := newEnv(t, nil)
+	e.agent.run = func(ctx context.Context, in agent.Input, emit func(parley.Event)) (*agent.Result, error) {
+		m := &parley.Message{ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text("ok"), RunID: in.RunID,
+			Model: "mock", LatencyMS: 42, Usage: &parley.Usage{PromptTokens: 100, CompletionTokens: 10, TotalTokens: 110, CachedTokens: 64},
+			CreatedAt: time.Now().UTC().Truncate(time.Microsecond)}
+		if err := e.store.AppendMessages(ctx, in.SessionID, m); err != nil {
+			return nil, err
+		}
+		return &agent.Result{Final: m, FinishReason: parley.FinishStop}, nil
+	}
+	sid := e.newSession(t, "alice")
+	for i := 0; i < 2; i++ {
+		if code, out := e.do(t, "POST", "/api/v1/chat", `{"message":"Hi","session_id":"`+sid+`"}`); code != 200 {
+			t.Fatalf("chat: %d %v", code, out)
+		}
+	}
+	if code, out := e.do(t, "POST", "/api/v1/chat", `{"message":"Hi"}`); code != 200 {
+		t.Fatalf("chat: %d %v", code, out)
+	}
+	code, out := e.do(t, "GET", "/api/v1/sessions/"+sid, "")
+	u, _ := out["usage"].(map[string]any)
+	if code != 200 || u["prompt_tokens"] != 200.0 || u["completion_tokens"] != 20.0 || u["total_tokens"] != 220.0 || u["cached_tokens"] != 128.0 {
+		t.Fatalf("session usage: %d %v", code, out)
+	}
+	code, out = e.do(t, "GET", "/api/v1/usage", "")
+	if u, _ := out["usage"].(map[string]any); code != 200 || out["owner"] != "alice" || u["total_tokens"] != 330.0 {
+		t.Fatalf("alice's usage: %d %v", code, out)
+	}
+	code, out = e.do(t, "GET", "/api/v1/usage", "", "X-Test-User", "bob")
+	if u, _ := out["usage"].(map[string]any); code != 200 || u["total_tokens"] != 0.0 {
+		t.Fatalf("bob's usage: %d %v", code, out)
+	}
+	code, out = e.do(t, "GET", "/api/v1/sessions/"+sid+"/messages", "")
+	msgs, _ := out["messages"].([]any)
+	if code != 200 || len(msgs) != 4 {
+		t.Fatalf("messages: %d %v", code, out)
+	}
+	if a := msgs[1].(map[string]any); a["latency_ms"] != 42.0 || a["usage"].(map[string]any)["total_tokens"] != 110.0 {
+		t.Fatalf("assistant message metadata: %v", a)
+	}
+}
+
+// A NUL character cannot be stored by every store: it is refused with a reason, and nothing is kept.
+func TestNULInAMessageIsA400(t *testing.T) {
+	e := newEnv(t, nil)
+	sid := e.newSession(t, "alice")
+	code, out := e.do(t, "POST", "/api/v1/chat", `{"message":"a\u0000b","session_id":"`+sid+`"}`)
+	if code != 400 || !strings.Contains(errMsg(out), "NUL") {
+		t.Fatalf("NUL: %d %v", code, out)
+	}
+	if code, out := e.do(t, "GET", "/api/v1/sessions/"+sid+"/messages", ""); code != 200 || len(out["messages"].([]any)) != 0 {
+		t.Fatalf("after refusal: %d %v", code, out)
+	}
+}

@@ -12,6 +12,7 @@ func (s *server) routes() {
 	s.mux.Handle("DELETE /api/v1/sessions/{id}", s.handleDeleteSession())
 	s.mux.Handle("GET /api/v1/sessions/{id}/messages", s.handleListMessages())
 	s.mux.Handle("GET /api/v1/sessions/{id}/records", s.handleRecords())
+	s.mux.Handle("GET /api/v1/usage", s.handleUsage())
 
 	s.mux.Handle("POST /api/v1/chat", s.handleChat())
 	s.mux.Handle("POST /api/v1/chat/stream", s.handleChatStream())

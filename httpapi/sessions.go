@@ -127,6 +127,23 @@ func (s *server) handleListSessions() http.Handler {
 	})
 }
 
+// handleUsage returns the caller's token usage, totalled over all of their sessions.
+func (s *server) handleUsage() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		owner, err := s.Identify(r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		u, err := s.Store.OwnerUsage(r.Context(), owner)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"owner": owner, "usage": u})
+	})
+}
+
 func (s *server) handleGetSession() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sess, _, err := s.ownedSession(r)

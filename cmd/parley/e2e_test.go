@@ -126,17 +126,29 @@ type sseEvent struct {
 // readSSE parses an SSE body, calling fn for each event until fn returns false or the body ends.
 func readSSE(t *testing.T, body io.Reader, fn func(sseEvent) bool) {
 	t.Helper()
+	if err := scanSSE(body, fn); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// scanSSE is readSSE for any goroutine: it returns the first malformed event. An event cut off by
+// the end of the body is not an error (the server may have been killed mid-write).
+func scanSSE(body io.Reader, fn func(sseEvent) bool) error {
 	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 1<<20), 8<<20)
-	var ev sseEvent
+	var (
+		ev  sseEvent
+		bad error
+	)
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
 		case line == "":
-			if ev.Event != "" {
-				if !fn(ev) {
-					return
-				}
+			if bad != nil {
+				return bad
+			}
+			if ev.Event != "" && !fn(ev) {
+				return nil
 			}
 			ev = sseEvent{}
 		case strings.HasPrefix(line, "id: "):
@@ -145,10 +157,11 @@ func readSSE(t *testing.T, body io.Reader, fn func(sseEvent) bool) {
 			ev.Event = strings.TrimPrefix(line, "event: ")
 		case strings.HasPrefix(line, "data: "):
 			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &ev.Data); err != nil {
-				t.Fatalf("bad SSE data %q: %v", line, err)
+				bad = fmt.Errorf("bad SSE data %q: %v", line, err)
 			}
 		}
 	}
+	return nil
 }
 
 func postStream(t *testing.T, ctx context.Context, url string, body any) *http.Response {
