@@ -127,12 +127,13 @@ type ImageURL struct {
 // Content is a message's content in one of the three forms the OpenAI format allows: null, a
 // string, or an array of parts. The zero value is null. The form is kept through a JSON round trip.
 type Content struct {
-	text  *string
-	parts []Part
+	text   string
+	isText bool // string form (text may be empty)
+	parts  []Part
 }
 
 // Text returns string-form content.
-func Text(s string) Content { return Content{text: &s} }
+func Text(s string) Content { return Content{text: s, isText: true} }
 
 // Parts returns array-form content. With no parts it is an empty array, not null.
 func Parts(parts ...Part) Content {
@@ -143,7 +144,7 @@ func Parts(parts ...Part) Content {
 }
 
 // IsNull reports whether the content is JSON null.
-func (c Content) IsNull() bool { return c.text == nil && c.parts == nil }
+func (c Content) IsNull() bool { return !c.isText && c.parts == nil }
 
 // IsParts reports whether the content is in array form.
 func (c Content) IsParts() bool { return c.parts != nil }
@@ -153,8 +154,8 @@ func (c Content) Parts() []Part { return c.parts }
 
 // String returns the text of the content: the string itself, or the text parts joined by newlines.
 func (c Content) String() string {
-	if c.text != nil {
-		return *c.text
+	if c.isText {
+		return c.text
 	}
 	var b strings.Builder
 	for _, p := range c.parts {
@@ -173,8 +174,8 @@ func (c Content) MarshalJSON() ([]byte, error) {
 	switch {
 	case c.parts != nil:
 		return json.Marshal(c.parts)
-	case c.text != nil:
-		return json.Marshal(*c.text)
+	case c.isText:
+		return json.Marshal(c.text)
 	default:
 		return []byte("null"), nil
 	}

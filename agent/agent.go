@@ -130,7 +130,7 @@ func (a *Agent) Run(ctx context.Context, in Input, emit func(parley.Event)) (*Re
 		}
 		req := &parley.ChatRequest{
 			Model:    model,
-			Messages: llmctx.Build(history, llmctx.Options{SystemPrompt: a.cfg.SystemPrompt, ToolHistoryRounds: a.cfg.ToolHistoryRounds}),
+			Messages: llmctx.BuildOwned(history, llmctx.Options{SystemPrompt: a.cfg.SystemPrompt, ToolHistoryRounds: a.cfg.ToolHistoryRounds}),
 			Tools:    specs,
 		}
 		start := time.Now()

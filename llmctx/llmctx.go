@@ -4,6 +4,8 @@
 package llmctx
 
 import (
+	"slices"
+
 	parley "github.com/parleyhq/parley"
 )
 
@@ -51,36 +53,32 @@ func Build(history []parley.Message, opts Options) []parley.Message {
 	}
 
 	// First pass: repair into a valid sequence. pending holds the calls of the last assistant
-	// message that still wait for their tool message; answered collects those tool messages so
-	// that they are emitted in the order of the calls.
+	// message that still wait for their tool message; answers[i] is the tool message of pending[i]
+	// (emitted in the order of the calls). Both are reused from round to round.
 	var (
-		pending  []parley.ToolCall
-		answered map[string]parley.Message
+		pending []parley.ToolCall
+		answers []parley.Message
+		got     []bool
 	)
 	flush := func() {
-		for _, c := range pending {
-			m, ok := answered[c.ID]
-			if !ok {
+		for i, c := range pending {
+			m := answers[i]
+			if !got[i] {
 				m = parley.Message{Role: parley.RoleTool, ToolCallID: c.ID, Name: c.Function.Name, Content: parley.Text(MissingResult)}
 			}
 			out = append(out, m)
 		}
-		pending, answered = nil, nil
+		pending = nil
 	}
-	isPending := func(id string) bool {
-		for _, c := range pending {
-			if c.ID == id {
-				return true
-			}
-		}
-		return false
-	}
-	for _, m := range history {
-		m = m.OpenAI()
+	for i := range history {
+		m := history[i].OpenAI()
 		if m.Role == parley.RoleTool {
-			if isPending(m.ToolCallID) {
-				if _, dup := answered[m.ToolCallID]; !dup {
-					answered[m.ToolCallID] = m
+			for j, c := range pending {
+				if c.ID == m.ToolCallID {
+					if !got[j] { // a repeated answer is dropped
+						answers[j], got[j] = m, true
+					}
+					break
 				}
 			}
 			continue
@@ -92,50 +90,126 @@ func Build(history []parley.Message, opts Options) []parley.Message {
 		if m.Role == parley.RoleAssistant && m.Content.IsNull() && len(m.ToolCalls) == 0 {
 			continue
 		}
-		if len(m.ToolCalls) > 0 {
+		if n := len(m.ToolCalls); n > 0 {
 			pending = m.ToolCalls
-			answered = make(map[string]parley.Message, len(pending))
+			if cap(answers) < n {
+				answers, got = make([]parley.Message, n), make([]bool, n)
+			}
+			answers, got = answers[:n], got[:n]
+			clear(answers)
+			clear(got)
 		}
 		out = append(out, m)
 	}
 	flush()
 
-	// Second pass: shorten all but the last keep tool calls.
+	// Second pass: shorten all but the last keep tool calls. After the first pass, the tool
+	// messages of an assistant message follow it directly, in the order of its calls.
 	total := 0
-	for _, m := range out {
-		total += len(m.ToolCalls)
+	for i := range out {
+		total += len(out[i].ToolCalls)
 	}
 	threshold := total - keep
-	if threshold <= 0 {
-		return out
-	}
-	old := make(map[string]bool, threshold)
 	n := 0
-	for i := range out {
-		if len(out[i].ToolCalls) == 0 {
+	for i := 0; i < len(out) && n < threshold; i++ {
+		calls := out[i].ToolCalls
+		if len(calls) == 0 {
 			continue
 		}
-		var calls []parley.ToolCall
-		for _, c := range out[i].ToolCalls {
+		short := make([]parley.ToolCall, len(calls)) // a copy: the caller's history is not changed
+		copy(short, calls)
+		for j := range short {
 			if n < threshold {
-				old[c.ID] = true
-				c.Function.Arguments = OmittedArguments
+				short[j].Function.Arguments = OmittedArguments
+				out[i+1+j].Content = parley.Text(OmittedResult)
 			}
-			calls = append(calls, c)
 			n++
 		}
-		out[i].ToolCalls = calls // a copy: the caller's history is not changed
-	}
-	for i := range out {
-		if out[i].Role == parley.RoleTool && old[out[i].ToolCallID] {
-			out[i].Content = parley.Text(OmittedResult)
-		}
+		out[i].ToolCalls = short
 	}
 	return out
 }
 
-// dedupeCalls drops calls with an empty or repeated id, which no provider accepts.
+// BuildOwned is Build for a history the caller hands over (as Store.ModelHistory returns it):
+// when the history is already valid, which is the common case, it is shortened in place instead of
+// copied, saving a copy of the whole session on every model call. history must not be used after.
+func BuildOwned(history []parley.Message, opts Options) []parley.Message {
+	if !plainValid(history) {
+		return Build(history, opts)
+	}
+	keep := opts.ToolHistoryRounds
+	if keep == 0 {
+		keep = DefaultToolHistoryRounds
+	}
+	total := 0
+	for i := range history {
+		history[i] = history[i].OpenAI()
+		total += len(history[i].ToolCalls)
+	}
+	threshold := total - max(keep, 0)
+	n := 0
+	for i := 0; i < len(history) && n < threshold; i++ {
+		calls := history[i].ToolCalls
+		for j := range calls {
+			if n < threshold {
+				calls[j].Function.Arguments = OmittedArguments
+				history[i+1+j].Content = parley.Text(OmittedResult)
+			}
+			n++
+		}
+	}
+	if opts.SystemPrompt != "" {
+		history = slices.Insert(history, 0, parley.Message{Role: parley.RoleSystem, Content: parley.Text(opts.SystemPrompt)})
+	}
+	return history
+}
+
+// plainValid reports whether Build would only shorten history: every assistant message with tool
+// calls (unique, non-empty ids) is followed directly by one tool message per call, in the order of
+// the calls; no other tool message; no assistant message with neither content nor calls.
+func plainValid(history []parley.Message) bool {
+	for i := 0; i < len(history); i++ {
+		m := &history[i]
+		switch {
+		case m.Role == parley.RoleTool:
+			return false // not consumed by a preceding assistant message
+		case m.Role == parley.RoleAssistant && m.Content.IsNull() && len(m.ToolCalls) == 0:
+			return false
+		case len(m.ToolCalls) > 0:
+			if m.Role != parley.RoleAssistant || len(dedupeCalls(m.ToolCalls)) != len(m.ToolCalls) || i+len(m.ToolCalls) >= len(history) {
+				return false
+			}
+			for j, c := range m.ToolCalls {
+				t := &history[i+1+j]
+				if t.Role != parley.RoleTool || t.ToolCallID != c.ID {
+					return false
+				}
+			}
+			i += len(m.ToolCalls)
+		}
+	}
+	return true
+}
+
+// dedupeCalls drops calls with an empty or repeated id, which no provider accepts. It returns
+// calls itself when there is nothing to drop.
 func dedupeCalls(calls []parley.ToolCall) []parley.ToolCall {
+	clean := true
+	for i, c := range calls {
+		if c.ID == "" {
+			clean = false
+			break
+		}
+		for _, d := range calls[:i] {
+			if d.ID == c.ID {
+				clean = false
+				break
+			}
+		}
+	}
+	if clean {
+		return calls
+	}
 	seen := make(map[string]bool, len(calls))
 	out := make([]parley.ToolCall, 0, len(calls))
 	for _, c := range calls {

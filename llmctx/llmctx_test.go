@@ -128,7 +128,7 @@ assistant: done
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Build(tc.history, Options{ToolHistoryRounds: tc.rounds})
+			got := buildBoth(t, tc.history, Options{ToolHistoryRounds: tc.rounds})
 			if s := show(got); s != tc.want {
 				t.Fatalf("got:\n%s\nwant:\n%s", s, tc.want)
 			}
@@ -190,7 +190,7 @@ assistant: t
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Build(tc.history, Options{})
+			got := buildBoth(t, tc.history, Options{})
 			if s := show(got); s != tc.want {
 				t.Fatalf("got:\n%s\nwant:\n%s", s, tc.want)
 			}
@@ -206,7 +206,7 @@ func TestBuildSystemPromptAndMetadata(t *testing.T) {
 	h := []parley.Message{{Role: parley.RoleUser, Content: parley.Text("hi"), ID: "x", Seq: 1, RunID: "r"},
 		{Role: parley.RoleAssistant, Content: parley.Text("hello"), Reasoning: "think", LatencyMS: 5, Usage: &parley.Usage{TotalTokens: 3}},
 		{Role: parley.RoleTool, ToolCallID: "nope", Success: &ok}}
-	got := Build(h, Options{SystemPrompt: "be brief"})
+	got := buildBoth(t, h, Options{SystemPrompt: "be brief"})
 	b, _ := json.Marshal(got)
 	want := `[{"role":"system","content":"be brief"},{"role":"user","content":"hi"},{"role":"assistant","content":"hello","reasoning_content":"think"}]`
 	if string(b) != want {
@@ -223,14 +223,52 @@ func TestBuildDoesNotChangeHistory(t *testing.T) {
 	}
 }
 
-func BenchmarkBuild10k(b *testing.B) {
+func history10k() []parley.Message {
 	var h []parley.Message
 	for i := 0; len(h) < 10_000; i++ {
 		id := fmt.Sprint(i)
 		h = append(h, user("question "+id), calls(id), result(id), text("answer "+id))
 	}
+	return h
+}
+
+func BenchmarkBuild10k(b *testing.B) {
+	h := history10k()
 	b.ReportAllocs()
 	for b.Loop() {
 		Build(h, Options{})
+	}
+}
+
+// buildBoth returns Build's answer after checking that BuildOwned, given a deep copy of the
+// history, answers the same.
+func buildBoth(t *testing.T, h []parley.Message, opts Options) []parley.Message {
+	t.Helper()
+	want := Build(h, opts)
+	owned := make([]parley.Message, len(h))
+	for i, m := range h {
+		m.ToolCalls = append([]parley.ToolCall(nil), m.ToolCalls...)
+		owned[i] = m
+	}
+	got := BuildOwned(owned, opts)
+	wj, _ := json.Marshal(want)
+	gj, _ := json.Marshal(got)
+	if string(wj) != string(gj) {
+		t.Fatalf("BuildOwned differs from Build:\nBuild      %s\nBuildOwned %s", wj, gj)
+	}
+	return want
+}
+
+func BenchmarkBuildOwned10k(b *testing.B) {
+	h := history10k()
+	owned := make([]parley.Message, len(h))
+	for b.Loop() {
+		b.StopTimer()
+		for i, m := range h {
+			m.ToolCalls = append([]parley.ToolCall(nil), m.ToolCalls...)
+			owned[i] = m
+		}
+		b.StartTimer()
+		BuildOwned(owned, Options{})
 	}
 }

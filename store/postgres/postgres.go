@@ -182,7 +182,7 @@ func (s *Store) ListSessions(ctx context.Context, owner string, p parley.Page) (
 		if err != nil {
 			return nil, "", err
 		}
-		// A row comparison walks the (owner, updated_at DESC, id DESC) index from the cursor on.
+		// A row-value comparison walks the (owner, updated_at DESC, id DESC) index from the cursor on.
 		q += ` AND (updated_at, id) < ($2, $3)`
 		args = append(args, time.UnixMicro(upd).UTC(), id)
 	}
@@ -356,13 +356,23 @@ func decodeOpenAI(m *parley.Message, role string, text, name, callID, reasoning 
 
 // ModelHistory returns the session's messages with only the fields a model is sent.
 func (s *Store) ModelHistory(ctx context.Context, sessionID string) ([]parley.Message, error) {
+	// The session's last seq is its message count: size the slice once instead of growing it.
+	var n int64
+	err := s.pool.QueryRow(ctx, `SELECT last_seq FROM sessions WHERE id = $1`, sessionID).Scan(&n)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return []parley.Message{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("postgres: reading history: %w", err)
+	}
 	rows, err := s.pool.Query(ctx, `SELECT role, content, parts, name, tool_calls, tool_call_id, reasoning
 		FROM messages WHERE session_id = $1 ORDER BY seq`, sessionID)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: reading history: %w", err)
 	}
 	defer rows.Close()
-	out := []parley.Message{}
+	// One spare slot lets llmctx.BuildOwned put a system prompt first without copying.
+	out := make([]parley.Message, 0, min(n, 1<<20)+1)
 	var (
 		role                          string
 		text, name, callID, reasoning pgtype.Text

@@ -195,8 +195,8 @@ func (s *Store) ListSessions(ctx context.Context, owner string, p parley.Page) (
 		if err != nil {
 			return nil, "", err
 		}
-		q += ` AND (updated_at < ? OR (updated_at = ? AND id < ?))`
-		args = append(args, upd, upd, id)
+		q += ` AND (updated_at, id) < (?, ?)`
+		args = append(args, upd, id)
 	}
 	q += ` ORDER BY updated_at DESC, id DESC LIMIT ?`
 	args = append(args, limit+1)
@@ -401,7 +401,8 @@ func (s *Store) ModelHistory(ctx context.Context, sessionID string) ([]parley.Me
 		return nil, fmt.Errorf("sqlite: reading history: %w", err)
 	}
 	defer rows.Close()
-	out := make([]parley.Message, 0, min(n, 1<<20))
+	// One spare slot lets llmctx.BuildOwned put a system prompt first without copying.
+	out := make([]parley.Message, 0, min(n, 1<<20)+1)
 	var (
 		role                          string
 		text, name, callID, reasoning sql.NullString

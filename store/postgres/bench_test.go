@@ -1,0 +1,117 @@
+package postgres
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/store/storetest"
+)
+
+// The benchmark bodies are in storetest, shared with store/sqlite; the Raw benchmarks measure
+// PostgreSQL itself through pgx the same way (the limit).
+
+func BenchmarkAppendOne(b *testing.B) {
+	s := openTest(b)
+	defer s.Close()
+	storetest.BenchAppend(b, s, 1)
+}
+
+func BenchmarkAppendBatch100(b *testing.B) {
+	s := openTest(b)
+	defer s.Close()
+	storetest.BenchAppend(b, s, 100)
+}
+
+func BenchmarkHistory10k(b *testing.B) {
+	s := openTest(b)
+	defer s.Close()
+	storetest.BenchHistory(b, s, storetest.Seed10k(b, s))
+}
+
+func BenchmarkModelContext10k(b *testing.B) {
+	s := openTest(b)
+	defer s.Close()
+	storetest.BenchModelContext(b, s, storetest.Seed10k(b, s))
+}
+
+// seedSessions copies n sessions of owner in, one second apart.
+func seedSessions(b *testing.B, s *Store, owner string, n int) {
+	b.Helper()
+	start := time.Now().UTC()
+	_, err := s.pool.CopyFrom(context.Background(), pgx.Identifier{"sessions"}, []string{"id", "title", "owner", "created_at", "updated_at"},
+		pgx.CopyFromSlice(n, func(i int) ([]any, error) {
+			t := start.Add(time.Duration(i) * time.Second)
+			return []any{parley.NewID(), "t", owner, t, t}, nil
+		}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := s.pool.Exec(context.Background(), `ANALYZE sessions`); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkPageAll100k pages through 100,000 sessions of one owner, 100 per page.
+func BenchmarkPageAll100k(b *testing.B) {
+	s := openTest(b)
+	defer s.Close()
+	seedSessions(b, s, "bench", 100_000)
+	storetest.BenchPageAll(b, s, "bench", 100_000)
+}
+
+// BenchmarkRawInsert1 and BenchmarkRawInsert100 are the limits for the append benchmarks: the
+// same rows inserted through pgx, 1 or 100 per transaction (a batch), none of the store's work.
+func BenchmarkRawInsert1(b *testing.B)   { benchRawInsert(b, 1) }
+func BenchmarkRawInsert100(b *testing.B) { benchRawInsert(b, 100) }
+
+func benchRawInsert(b *testing.B, n int) {
+	s := openTest(b)
+	defer s.Close()
+	sid := storetest.BenchSession(b, s, "bench")
+	ctx := context.Background()
+	seq := 0
+	for b.Loop() {
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			batch := &pgx.Batch{}
+			for i := 0; i < n; i++ {
+				seq++
+				batch.Queue(`INSERT INTO messages (id, session_id, seq, role, content, run_id, created_at) VALUES ($1, $2, $3, 'user', $4, 'run', $5)`,
+					parley.NewID(), sid, seq, "message: a typical short chat line", time.Now())
+			}
+			return tx.SendBatch(ctx, batch).Close()
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "records/s")
+}
+
+// BenchmarkRawScanModelCols10k is the limit for BenchmarkModelContext10k: the same query, rows
+// read as raw bytes, nothing decoded.
+func BenchmarkRawScanModelCols10k(b *testing.B) {
+	s := openTest(b)
+	defer s.Close()
+	sid := storetest.Seed10k(b, s)
+	ctx := context.Background()
+	for b.Loop() {
+		rows, err := s.pool.Query(ctx, `SELECT role, content, parts, name, tool_calls, tool_call_id, reasoning
+			FROM messages WHERE session_id = $1 ORDER BY seq`, sid)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n := 0
+		for rows.Next() {
+			_ = rows.RawValues()
+			n++
+		}
+		rows.Close()
+		if rows.Err() != nil || n != 10_000 {
+			b.Fatal(n, rows.Err())
+		}
+	}
+}

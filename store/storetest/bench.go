@@ -1,0 +1,118 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/llmctx"
+)
+
+// Benchmark bodies shared by the stores, so that both are measured the same way.
+
+// BenchSession creates an empty session of owner.
+func BenchSession(b *testing.B, s parley.Store, owner string) string {
+	b.Helper()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	sess := &parley.Session{ID: parley.NewID(), Owner: owner, CreatedAt: now, UpdatedAt: now}
+	if err := s.CreateSession(context.Background(), sess); err != nil {
+		b.Fatal(err)
+	}
+	return sess.ID
+}
+
+func benchMessage(i int) *parley.Message {
+	return &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text(fmt.Sprintf("message %d: a typical short chat line", i)),
+		RunID: "run", CreatedAt: time.Now().UTC()}
+}
+
+// BenchAppend appends batch messages per durable transaction and reports records/s.
+func BenchAppend(b *testing.B, s parley.Store, batch int) {
+	sid := BenchSession(b, s, "bench")
+	ctx := context.Background()
+	msgs := make([]*parley.Message, batch)
+	for b.Loop() {
+		for i := range msgs {
+			msgs[i] = benchMessage(i)
+		}
+		if err := s.AppendMessages(ctx, sid, msgs...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "records/s")
+}
+
+// Seed10k stores one session of 10,000 messages: 2,500 rounds of a user question, an assistant
+// tool call, its result and the answer. It returns the session's id.
+func Seed10k(b *testing.B, s parley.Store) string {
+	b.Helper()
+	sid := BenchSession(b, s, "bench")
+	ok := true
+	var batch []*parley.Message
+	for i := 0; len(batch) < 10_000; i++ {
+		id := fmt.Sprintf("call_%d", i)
+		now := time.Now().UTC()
+		batch = append(batch, benchMessage(i),
+			&parley.Message{ID: parley.NewID(), Role: parley.RoleAssistant, CreatedAt: now, Usage: &parley.Usage{TotalTokens: 10},
+				ToolCalls: []parley.ToolCall{{ID: id, Type: "function", Function: parley.FunctionCall{Name: "calculator", Arguments: `{"expression":"1+2"}`}}}},
+			&parley.Message{ID: parley.NewID(), Role: parley.RoleTool, ToolCallID: id, Name: "calculator", Content: parley.Text("3"), Success: &ok, CreatedAt: now},
+			&parley.Message{ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text("The answer is 3."), CreatedAt: now})
+	}
+	if err := s.AppendMessages(context.Background(), sid, batch...); err != nil {
+		b.Fatal(err)
+	}
+	return sid
+}
+
+// BenchModelContext is what the agent loop does before each model call: read the session's model
+// view and turn it into the model's message list.
+func BenchModelContext(b *testing.B, s parley.Store, sid string) {
+	b.ReportAllocs()
+	for b.Loop() {
+		h, err := s.ModelHistory(context.Background(), sid)
+		if err != nil || len(h) != 10_000 {
+			b.Fatalf("%d %v", len(h), err)
+		}
+		if msgs := llmctx.BuildOwned(h, llmctx.Options{}); len(msgs) != 10_000 {
+			b.Fatal(len(msgs))
+		}
+	}
+}
+
+// BenchHistory loads every message of the session with all its metadata.
+func BenchHistory(b *testing.B, s parley.Store, sid string) {
+	b.ReportAllocs()
+	for b.Loop() {
+		h, err := s.History(context.Background(), sid)
+		if err != nil || len(h) != 10_000 {
+			b.Fatalf("%d %v", len(h), err)
+		}
+	}
+}
+
+// BenchPageAll pages through all n sessions of owner, 100 at a time, and reports pages/s.
+func BenchPageAll(b *testing.B, s parley.Store, owner string, n int) {
+	ctx := context.Background()
+	pages := 0
+	for b.Loop() {
+		cursor, seen := "", 0
+		for {
+			page, next, err := s.ListSessions(ctx, owner, parley.Page{Cursor: cursor, Limit: 100})
+			if err != nil {
+				b.Fatal(err)
+			}
+			seen += len(page)
+			pages++
+			if next == "" {
+				break
+			}
+			cursor = next
+		}
+		if seen != n {
+			b.Fatalf("paged through %d sessions, want %d", seen, n)
+		}
+	}
+	b.ReportMetric(float64(pages)/b.Elapsed().Seconds(), "pages/s")
+}
