@@ -34,6 +34,11 @@ const (
 // Config wires an Agent.
 type Config struct {
 	Store parley.Store
+	// History reads a session's model view before each model call; nil reads Store. A
+	// historycache.Cache in front of Store reads only the messages stored since its last read.
+	History interface {
+		ModelHistory(ctx context.Context, sessionID string) ([]parley.Message, error)
+	}
 	// Resolve maps a requested model name ("" for the default) to its provider and the model name
 	// that provider knows.
 	Resolve func(model string) (parley.Provider, string, error)
@@ -88,6 +93,9 @@ func New(cfg Config) *Agent {
 	if cfg.Tools == nil {
 		cfg.Tools = tools.NewRegistry()
 	}
+	if cfg.History == nil {
+		cfg.History = cfg.Store
+	}
 	return &Agent{cfg: cfg}
 }
 
@@ -124,7 +132,7 @@ func (a *Agent) Run(ctx context.Context, in Input, emit func(parley.Event)) (*Re
 	res := &Result{}
 	for res.Iterations < a.cfg.MaxIterations {
 		res.Iterations++
-		history, err := a.cfg.Store.ModelHistory(ctx, in.SessionID)
+		history, err := a.cfg.History.ModelHistory(ctx, in.SessionID)
 		if err != nil {
 			return res, a.canceledOr(ctx, err)
 		}

@@ -130,9 +130,10 @@ func Build(history []parley.Message, opts Options) []parley.Message {
 	return out
 }
 
-// BuildOwned is Build for a history the caller hands over (as Store.ModelHistory returns it):
-// when the history is already valid, which is the common case, it is shortened in place instead of
-// copied, saving a copy of the whole session on every model call. history must not be used after.
+// BuildOwned is Build for a history slice the caller hands over (as Store.ModelHistory returns
+// it): when the history is already valid, which is the common case, the slice is shortened in
+// place instead of copied, saving a copy of the whole session on every model call. The slice must
+// not be used after; the ToolCalls arrays its messages point to are not changed.
 func BuildOwned(history []parley.Message, opts Options) []parley.Message {
 	if !plainValid(history) {
 		return Build(history, opts)
@@ -150,13 +151,19 @@ func BuildOwned(history []parley.Message, opts Options) []parley.Message {
 	n := 0
 	for i := 0; i < len(history) && n < threshold; i++ {
 		calls := history[i].ToolCalls
-		for j := range calls {
+		if len(calls) == 0 {
+			continue
+		}
+		short := make([]parley.ToolCall, len(calls)) // the calls' arrays may be shared (historycache)
+		copy(short, calls)
+		for j := range short {
 			if n < threshold {
-				calls[j].Function.Arguments = OmittedArguments
+				short[j].Function.Arguments = OmittedArguments
 				history[i+1+j].Content = parley.Text(OmittedResult)
 			}
 			n++
 		}
+		history[i].ToolCalls = short
 	}
 	if opts.SystemPrompt != "" {
 		history = slices.Insert(history, 0, parley.Message{Role: parley.RoleSystem, Content: parley.Text(opts.SystemPrompt)})

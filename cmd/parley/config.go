@@ -27,6 +27,7 @@ type config struct {
 	SystemPrompt      string
 	MaxIterations     int
 	ToolHistoryRounds int
+	HistoryCacheMB    int
 	ToolTimeout       time.Duration
 	MaxParallelTools  int
 	MaxBodyBytes      int64
@@ -52,6 +53,7 @@ func serveFlags(fs *flag.FlagSet, c *config) {
 	fs.StringVar(&c.SystemPrompt, "system-prompt", "", "system prompt put before every conversation")
 	fs.IntVar(&c.MaxIterations, "max-iterations", 10, "model calls per run before it stops with a 'reached max iterations' message")
 	fs.IntVar(&c.ToolHistoryRounds, "tool-history-rounds", 10, "most recent tool calls sent to the model whole; older ones are shortened")
+	fs.IntVar(&c.HistoryCacheMB, "history-cache-mb", 64, "memory for the model view of active sessions, so each model call reads only new messages (0: off)")
 	fs.DurationVar(&c.ToolTimeout, "tool-timeout", 60*time.Second, "time limit of one tool call")
 	fs.IntVar(&c.MaxParallelTools, "max-parallel-tools", 4, "tool calls of one model answer run at once")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", 8<<20, "largest request body accepted")
@@ -143,6 +145,9 @@ func (c *config) validate() error {
 	}
 	if c.ToolHistoryRounds < 0 {
 		errs = append(errs, errors.New("tool-history-rounds must not be negative"))
+	}
+	if c.HistoryCacheMB < 0 {
+		errs = append(errs, errors.New("history-cache-mb must not be negative"))
 	}
 	if c.MaxParallelTools < 1 {
 		errs = append(errs, errors.New("max-parallel-tools must be at least 1"))

@@ -19,6 +19,7 @@ import (
 	"github.com/parleyhq/parley/provider/llmtest"
 	"github.com/parleyhq/parley/provider/openai"
 	"github.com/parleyhq/parley/runs"
+	"github.com/parleyhq/parley/store/historycache"
 	"github.com/parleyhq/parley/tools"
 	"github.com/parleyhq/parley/tools/builtin"
 )
@@ -75,6 +76,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	runMgr := runs.NewManager(runs.Options{Retain: c.RunRetain, Log: log})
 	ag := agent.New(agent.Config{
 		Store:             store,
+		History:           historycache.New(store, int64(c.HistoryCacheMB)<<20),
 		Resolve:           models.resolve,
 		Tools:             reg,
 		MaxIterations:     c.MaxIterations,

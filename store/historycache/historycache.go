@@ -1,0 +1,166 @@
+// Package historycache keeps the model view of recently active sessions in memory, so that the
+// agent loop, which needs a session's whole history before every model call, reads from the
+// database only the messages stored since its last read.
+//
+// A session's history is append-only and its seqs are contiguous, so a cached view is brought up
+// to date by reading the rows with seq > the last one it holds; rows another instance appended are
+// found the same way. The cache holds at most a configured number of bytes (estimated from the
+// messages' sizes), evicting the least recently used sessions.
+package historycache
+
+import (
+	"container/list"
+	"context"
+	"slices"
+	"sync"
+	"unsafe"
+
+	parley "github.com/parleyhq/parley"
+)
+
+// page is how many new rows one read brings in.
+const page = 1000
+
+// Cache is a parley.Store's ModelHistory with memory. It is safe for concurrent use.
+type Cache struct {
+	st  parley.Store
+	max int64
+
+	mu      sync.Mutex
+	total   int64                    // bytes held, over all sessions
+	lru     *list.List               // of *entry, most recently used first
+	entries map[string]*list.Element // by session id
+}
+
+type entry struct {
+	session string
+	lastSeq int64
+	msgs    []parley.Message // OpenAI fields only; never changed in place once published
+	size    int64
+}
+
+var messageSize = int64(unsafe.Sizeof(parley.Message{}))
+
+// sizeOf estimates the memory msgs hold.
+func sizeOf(msgs []parley.Message) int64 {
+	n := int64(cap(msgs)) * messageSize
+	for i := range msgs {
+		m := &msgs[i]
+		if m.Content.IsParts() {
+			for _, p := range m.Content.Parts() {
+				n += 64 + int64(len(p.Text))
+				if p.ImageURL != nil {
+					n += int64(len(p.ImageURL.URL))
+				}
+			}
+		} else {
+			n += int64(len(m.Content.String()))
+		}
+		n += int64(len(m.Name) + len(m.ToolCallID) + len(m.Reasoning))
+		for _, c := range m.ToolCalls {
+			n += int64(unsafe.Sizeof(c)) + int64(len(c.ID)+len(c.Function.Name)+len(c.Function.Arguments))
+		}
+	}
+	return n
+}
+
+// New returns a cache over st that holds at most maxBytes (estimated); a session larger than that
+// is read from st every time. maxBytes <= 0 turns the cache off.
+func New(st parley.Store, maxBytes int64) *Cache {
+	return &Cache{st: st, max: maxBytes, lru: list.New(), entries: map[string]*list.Element{}}
+}
+
+// ModelHistory returns the session's messages with the fields a model is sent, as
+// parley.Store.ModelHistory does. The returned slice is the caller's (llmctx.BuildOwned may
+// reuse it); the ToolCalls arrays it points to are shared and must not be changed.
+func (c *Cache) ModelHistory(ctx context.Context, sessionID string) ([]parley.Message, error) {
+	if c.max <= 0 {
+		return c.st.ModelHistory(ctx, sessionID)
+	}
+	c.mu.Lock()
+	var (
+		msgs    []parley.Message
+		lastSeq int64
+	)
+	if el, ok := c.entries[sessionID]; ok {
+		e := el.Value.(*entry)
+		msgs, lastSeq = e.msgs, e.lastSeq
+	}
+	c.mu.Unlock()
+
+	if msgs == nil {
+		fresh, err := c.st.ModelHistory(ctx, sessionID)
+		if err != nil {
+			return nil, err
+		}
+		// ModelHistory carries no seqs: the session's messages are numbered 1..n.
+		c.put(sessionID, slices.Clone(fresh), int64(len(fresh)))
+		return fresh, nil
+	}
+	var added []parley.Message
+	for {
+		rows, err := c.st.ListMessages(ctx, sessionID, lastSeq, page)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range rows {
+			added = append(added, m.OpenAI())
+			lastSeq = m.Seq
+		}
+		if len(rows) < page {
+			break
+		}
+	}
+	if len(added) > 0 {
+		// A new array: readers of the old one may still hold it.
+		grown := make([]parley.Message, 0, len(msgs)+len(added)+1)
+		msgs = append(append(grown, msgs...), added...)
+	}
+	c.put(sessionID, msgs, lastSeq)
+	out := make([]parley.Message, len(msgs), len(msgs)+1)
+	copy(out, msgs)
+	return out, nil
+}
+
+// Forget drops a session's cached view (after it was deleted, say).
+func (c *Cache) Forget(sessionID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.entries[sessionID]; ok {
+		c.remove(el)
+	}
+}
+
+// Size returns the estimated bytes held.
+func (c *Cache) Size() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.total
+}
+
+func (c *Cache) put(sessionID string, msgs []parley.Message, lastSeq int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.entries[sessionID]; ok {
+		e := el.Value.(*entry)
+		if e.lastSeq > lastSeq {
+			return // a concurrent reader stored a newer view
+		}
+		c.remove(el)
+	}
+	size := sizeOf(msgs)
+	if size > c.max {
+		return
+	}
+	c.entries[sessionID] = c.lru.PushFront(&entry{session: sessionID, lastSeq: lastSeq, msgs: msgs, size: size})
+	c.total += size
+	for c.total > c.max {
+		c.remove(c.lru.Back())
+	}
+}
+
+func (c *Cache) remove(el *list.Element) {
+	e := c.lru.Remove(el).(*entry)
+	delete(c.entries, e.session)
+	c.total -= e.size
+}

@@ -1,0 +1,160 @@
+package historycache
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/llmctx"
+	"github.com/parleyhq/parley/store/sqlite"
+	"github.com/parleyhq/parley/store/storetest"
+)
+
+// counting records what the cache asks of the store.
+type counting struct {
+	parley.Store
+	fullReads int
+	rowsRead  int
+}
+
+func (c *counting) ModelHistory(ctx context.Context, id string) ([]parley.Message, error) {
+	c.fullReads++
+	h, err := c.Store.ModelHistory(ctx, id)
+	c.rowsRead += len(h)
+	return h, err
+}
+
+func (c *counting) ListMessages(ctx context.Context, id string, after int64, limit int) ([]parley.Message, error) {
+	m, err := c.Store.ListMessages(ctx, id, after, limit)
+	c.rowsRead += len(m)
+	return m, err
+}
+
+func setup(t *testing.T) (*counting, string) {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "c.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	now := time.Now().UTC()
+	sess := &parley.Session{ID: parley.NewID(), Owner: "o", CreatedAt: now, UpdatedAt: now}
+	if err := st.CreateSession(context.Background(), sess); err != nil {
+		t.Fatal(err)
+	}
+	return &counting{Store: st}, sess.ID
+}
+
+func appendRound(t *testing.T, st parley.Store, sid string, i int) {
+	t.Helper()
+	now := time.Now().UTC()
+	id := fmt.Sprintf("call_%d", i)
+	msgs := []*parley.Message{
+		{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text(fmt.Sprintf("q%d", i)), CreatedAt: now},
+		{ID: parley.NewID(), Role: parley.RoleAssistant, CreatedAt: now, ToolCalls: []parley.ToolCall{{ID: id, Type: "function",
+			Function: parley.FunctionCall{Name: "f", Arguments: fmt.Sprintf(`{"n":%d}`, i)}}}},
+		{ID: parley.NewID(), Role: parley.RoleTool, ToolCallID: id, Name: "f", Content: parley.Text(fmt.Sprintf("r%d", i)), CreatedAt: now},
+		{ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text(fmt.Sprintf("a%d", i)), CreatedAt: now},
+	}
+	if err := st.AppendMessages(context.Background(), sid, msgs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func js(v any) string { b, _ := json.Marshal(v); return string(b) }
+
+func TestMatchesTheStoreAndReadsOnlyNewRows(t *testing.T) {
+	ctx := context.Background()
+	st, sid := setup(t)
+	c := New(st, 1<<20)
+	for i := 0; i < 30; i++ {
+		appendRound(t, st.Store, sid, i) // written behind the cache's back, as another instance would
+		got, err := c.ModelHistory(ctx, sid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := st.Store.ModelHistory(ctx, sid)
+		if js(got) != js(want) {
+			t.Fatalf("round %d: cache and store differ", i)
+		}
+		// The caller owns the slice: shortening it in place must not reach the cache.
+		llmctx.BuildOwned(got, llmctx.Options{ToolHistoryRounds: 1, SystemPrompt: "s"})
+	}
+	if st.fullReads != 1 {
+		t.Fatalf("%d full reads, want 1", st.fullReads)
+	}
+	if st.rowsRead != 30*4 {
+		t.Fatalf("read %d rows for 120 messages", st.rowsRead)
+	}
+}
+
+func TestBoundedAndEvicting(t *testing.T) {
+	ctx := context.Background()
+	st, a := setup(t)
+	now := time.Now().UTC()
+	b := &parley.Session{ID: parley.NewID(), Owner: "o", CreatedAt: now, UpdatedAt: now}
+	if err := st.CreateSession(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 10; i++ {
+		appendRound(t, st, a, i)
+		appendRound(t, st, b.ID, i)
+	}
+	one, _ := st.Store.ModelHistory(ctx, a)
+	limit := sizeOf(one) * 3 / 2 // room for one session, not two
+	c := New(st, limit)
+	for _, id := range []string{a, b.ID, a} {
+		if _, err := c.ModelHistory(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if c.Size() > limit || c.Size() == 0 {
+			t.Fatalf("size %d, limit %d", c.Size(), limit)
+		}
+	}
+	if st.fullReads != 3 {
+		t.Fatalf("%d full reads: a was not evicted by b", st.fullReads)
+	}
+	// A session larger than the whole cache is read but not kept.
+	small := New(st, 100)
+	if h, err := small.ModelHistory(ctx, a); err != nil || len(h) != 40 || small.Size() != 0 {
+		t.Fatalf("oversized session: %d %v size %d", len(h), err, small.Size())
+	}
+	c.Forget(a)
+	if c.Size() != 0 {
+		t.Fatalf("after Forget: %d", c.Size())
+	}
+}
+
+// BenchmarkModelContext10kWarm is BenchmarkModelContext10k of the stores through a warm cache,
+// one new message arriving between reads as during a run.
+func BenchmarkModelContext10kWarm(b *testing.B) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "c.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	sid := storetest.Seed10k(b, st)
+	c := New(st, 1<<30)
+	ctx := context.Background()
+	if _, err := c.ModelHistory(ctx, sid); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		m := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("next"), CreatedAt: time.Now().UTC()}
+		if err := st.AppendMessages(ctx, sid, m); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		h, err := c.ModelHistory(ctx, sid)
+		if err != nil {
+			b.Fatal(err)
+		}
+		llmctx.BuildOwned(h, llmctx.Options{})
+	}
+}
