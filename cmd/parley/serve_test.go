@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -14,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/parleyhq/parley/store/postgres/pgtest"
 )
 
 // startInProcess runs `parley serve` in this process on a free port and returns its URL. The
@@ -253,5 +256,34 @@ func TestRunCommands(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"migrate", "--db", db, "sideways"}, os.Getenv, io.Discard, io.Discard); err == nil {
 		t.Fatal("bad migrate direction accepted")
+	}
+}
+
+// TestMigrateCommandOnPostgres runs `parley migrate` against PostgreSQL (skipped without one).
+func TestMigrateCommandOnPostgres(t *testing.T) {
+	url := pgtest.Schema(t)
+	for _, step := range []string{"status", "up", "status", "down", "status", "up"} {
+		var out bytes.Buffer
+		if err := run(context.Background(), []string{"migrate", "--database-url", url, step}, os.Getenv, &out, io.Discard); err != nil {
+			t.Fatalf("migrate %s: %v", step, err)
+		}
+		if !strings.HasPrefix(out.String(), "postgres ") {
+			t.Fatalf("migrate %s did not say which database: %q", step, out.String())
+		}
+		if step == "status" && !strings.Contains(out.String(), "00001") {
+			t.Fatalf("migrate status printed %q", out.String())
+		}
+	}
+	// serve on the migrated schema, with migrations off at start.
+	base := startInProcess(t, nil, "--database-url", url, "--migrate=false")
+	resp, err := http.Post(base+"/api/v1/chat", "application/json", strings.NewReader(`{"message":"What is 2+3?"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	json.NewDecoder(resp.Body).Decode(&out)
+	if resp.StatusCode != 200 || !strings.Contains(fmt.Sprint(out["response"]), "5") {
+		t.Fatalf("chat on PostgreSQL: %d %v", resp.StatusCode, out)
 	}
 }
