@@ -39,14 +39,6 @@ type Options struct {
 //     token) are dropped;
 //   - calls other than the last ToolHistoryRounds are shortened.
 func Build(history []parley.Message, opts Options) []parley.Message {
-	keep := opts.ToolHistoryRounds
-	if keep == 0 {
-		keep = DefaultToolHistoryRounds
-	}
-	if keep < 0 {
-		keep = 0
-	}
-
 	out := make([]parley.Message, 0, len(history)+1)
 	if opts.SystemPrompt != "" {
 		out = append(out, parley.Message{Role: parley.RoleSystem, Content: parley.Text(opts.SystemPrompt)})
@@ -103,30 +95,8 @@ func Build(history []parley.Message, opts Options) []parley.Message {
 	}
 	flush()
 
-	// Second pass: shorten all but the last keep tool calls. After the first pass, the tool
-	// messages of an assistant message follow it directly, in the order of its calls.
-	total := 0
-	for i := range out {
-		total += len(out[i].ToolCalls)
-	}
-	threshold := total - keep
-	n := 0
-	for i := 0; i < len(out) && n < threshold; i++ {
-		calls := out[i].ToolCalls
-		if len(calls) == 0 {
-			continue
-		}
-		short := make([]parley.ToolCall, len(calls)) // a copy: the caller's history is not changed
-		copy(short, calls)
-		for j := range short {
-			if n < threshold {
-				short[j].Function.Arguments = OmittedArguments
-				out[i+1+j].Content = parley.Text(OmittedResult)
-			}
-			n++
-		}
-		out[i].ToolCalls = short
-	}
+	// Second pass: shorten old tool calls.
+	shorten(out, opts)
 	return out
 }
 
@@ -138,37 +108,47 @@ func BuildOwned(history []parley.Message, opts Options) []parley.Message {
 	if !plainValid(history) {
 		return Build(history, opts)
 	}
+	for i := range history {
+		history[i] = history[i].OpenAI()
+	}
+	shorten(history, opts)
+	if opts.SystemPrompt != "" {
+		history = slices.Insert(history, 0, parley.Message{Role: parley.RoleSystem, Content: parley.Text(opts.SystemPrompt)})
+	}
+	return history
+}
+
+// shorten replaces the arguments and results of all but the last opts.ToolHistoryRounds tool
+// calls of msgs, a valid history in which the tool messages of an assistant message follow it
+// directly, in the order of its calls. Shortened calls get new arrays: the old ones may be shared
+// (with the caller's history, or with historycache).
+func shorten(msgs []parley.Message, opts Options) {
 	keep := opts.ToolHistoryRounds
 	if keep == 0 {
 		keep = DefaultToolHistoryRounds
 	}
 	total := 0
-	for i := range history {
-		history[i] = history[i].OpenAI()
-		total += len(history[i].ToolCalls)
+	for i := range msgs {
+		total += len(msgs[i].ToolCalls)
 	}
 	threshold := total - max(keep, 0)
 	n := 0
-	for i := 0; i < len(history) && n < threshold; i++ {
-		calls := history[i].ToolCalls
+	for i := 0; i < len(msgs) && n < threshold; i++ {
+		calls := msgs[i].ToolCalls
 		if len(calls) == 0 {
 			continue
 		}
-		short := make([]parley.ToolCall, len(calls)) // the calls' arrays may be shared (historycache)
+		short := make([]parley.ToolCall, len(calls))
 		copy(short, calls)
 		for j := range short {
 			if n < threshold {
 				short[j].Function.Arguments = OmittedArguments
-				history[i+1+j].Content = parley.Text(OmittedResult)
+				msgs[i+1+j].Content = parley.Text(OmittedResult)
 			}
 			n++
 		}
-		history[i].ToolCalls = short
+		msgs[i].ToolCalls = short
 	}
-	if opts.SystemPrompt != "" {
-		history = slices.Insert(history, 0, parley.Message{Role: parley.RoleSystem, Content: parley.Text(opts.SystemPrompt)})
-	}
-	return history
 }
 
 // plainValid reports whether Build would only shorten history: every assistant message with tool

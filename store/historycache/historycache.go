@@ -43,7 +43,12 @@ var messageSize = int64(unsafe.Sizeof(parley.Message{}))
 
 // sizeOf estimates the memory msgs hold.
 func sizeOf(msgs []parley.Message) int64 {
-	n := int64(cap(msgs)) * messageSize
+	return int64(cap(msgs))*messageSize + contentSize(msgs)
+}
+
+// contentSize estimates the memory msgs point to.
+func contentSize(msgs []parley.Message) int64 {
+	var n int64
 	for i := range msgs {
 		m := &msgs[i]
 		if m.Content.IsParts() {
@@ -81,10 +86,12 @@ func (c *Cache) ModelHistory(ctx context.Context, sessionID string) ([]parley.Me
 	var (
 		msgs    []parley.Message
 		lastSeq int64
+		size    int64
 	)
 	if el, ok := c.entries[sessionID]; ok {
 		e := el.Value.(*entry)
-		msgs, lastSeq = e.msgs, e.lastSeq
+		msgs, lastSeq, size = e.msgs, e.lastSeq, e.size
+		c.lru.MoveToFront(el)
 	}
 	c.mu.Unlock()
 
@@ -94,7 +101,8 @@ func (c *Cache) ModelHistory(ctx context.Context, sessionID string) ([]parley.Me
 			return nil, err
 		}
 		// ModelHistory carries no seqs: the session's messages are numbered 1..n.
-		c.put(sessionID, slices.Clone(fresh), int64(len(fresh)))
+		kept := slices.Clone(fresh)
+		c.put(sessionID, kept, int64(len(fresh)), sizeOf(kept))
 		return fresh, nil
 	}
 	var added []parley.Message
@@ -112,11 +120,13 @@ func (c *Cache) ModelHistory(ctx context.Context, sessionID string) ([]parley.Me
 		}
 	}
 	if len(added) > 0 {
-		// A new array: readers of the old one may still hold it.
+		// A new array: readers of the old one may still hold it. Its size follows from the old
+		// one's without walking the whole session again.
 		grown := make([]parley.Message, 0, len(msgs)+len(added)+1)
+		size += int64(cap(grown)-cap(msgs))*messageSize + contentSize(added)
 		msgs = append(append(grown, msgs...), added...)
+		c.put(sessionID, msgs, lastSeq, size)
 	}
-	c.put(sessionID, msgs, lastSeq)
 	out := make([]parley.Message, len(msgs), len(msgs)+1)
 	copy(out, msgs)
 	return out, nil
@@ -138,7 +148,7 @@ func (c *Cache) Size() int64 {
 	return c.total
 }
 
-func (c *Cache) put(sessionID string, msgs []parley.Message, lastSeq int64) {
+func (c *Cache) put(sessionID string, msgs []parley.Message, lastSeq, size int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.entries[sessionID]; ok {
@@ -148,7 +158,6 @@ func (c *Cache) put(sessionID string, msgs []parley.Message, lastSeq int64) {
 		}
 		c.remove(el)
 	}
-	size := sizeOf(msgs)
 	if size > c.max {
 		return
 	}

@@ -87,6 +87,11 @@ func TestMatchesTheStoreAndReadsOnlyNewRows(t *testing.T) {
 	if st.fullReads != 1 {
 		t.Fatalf("%d full reads, want 1", st.fullReads)
 	}
+	// The size kept up incrementally is the size of what is held.
+	e := c.entries[sid].Value.(*entry)
+	if c.Size() != sizeOf(e.msgs) {
+		t.Fatalf("size %d, held %d", c.Size(), sizeOf(e.msgs))
+	}
 	if st.rowsRead != 30*4 {
 		t.Fatalf("read %d rows for 120 messages", st.rowsRead)
 	}

@@ -456,17 +456,11 @@ func (s *Store) queryMessages(ctx context.Context, q string, args ...any) ([]par
 
 // PutResource stores r.
 func (s *Store) PutResource(ctx context.Context, r *parley.Resource) error {
-	if r.ID == "" || r.SessionID == "" || r.Kind == "" || r.CreatedAt.IsZero() {
-		return parley.Errorf(parley.ECInvalid, "resource: id, session_id, kind and created_at are required")
+	meta, err := rowcodec.ResourceMeta(r)
+	if err != nil {
+		return err
 	}
-	var meta any
-	if len(r.Meta) > 0 {
-		if !json.Valid(r.Meta) {
-			return parley.Errorf(parley.ECInvalid, "resource: meta is not valid JSON")
-		}
-		meta = string(r.Meta)
-	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO resources (id, session_id, kind, uri, meta, created_at) VALUES ($1, $2, $3, $4, $5, $6)`,
+	_, err = s.pool.Exec(ctx, `INSERT INTO resources (id, session_id, kind, uri, meta, created_at) VALUES ($1, $2, $3, $4, $5, $6)`,
 		r.ID, r.SessionID, r.Kind, r.URI, meta, r.CreatedAt.UTC())
 	if isFKViolation(err) {
 		return notFound("session", r.SessionID)

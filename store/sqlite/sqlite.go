@@ -491,15 +491,9 @@ func (s *Store) queryMessages(ctx context.Context, q string, args ...any) ([]par
 
 // PutResource stores r.
 func (s *Store) PutResource(ctx context.Context, r *parley.Resource) error {
-	if r.ID == "" || r.SessionID == "" || r.Kind == "" || r.CreatedAt.IsZero() {
-		return parley.Errorf(parley.ECInvalid, "resource: id, session_id, kind and created_at are required")
-	}
-	var meta any
-	if len(r.Meta) > 0 {
-		if !json.Valid(r.Meta) {
-			return parley.Errorf(parley.ECInvalid, "resource: meta is not valid JSON")
-		}
-		meta = string(r.Meta)
+	meta, err := rowcodec.ResourceMeta(r)
+	if err != nil {
+		return err
 	}
 	return s.write(ctx, func(tx *sql.Tx) error {
 		var one int

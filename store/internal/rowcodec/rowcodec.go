@@ -114,6 +114,21 @@ func nulField(m *parley.Message) string {
 	return ""
 }
 
+// ResourceMeta checks what every store requires of a resource and returns its meta column: nil
+// for SQL NULL, or the JSON text.
+func ResourceMeta(r *parley.Resource) (any, error) {
+	if r.ID == "" || r.SessionID == "" || r.Kind == "" || r.CreatedAt.IsZero() {
+		return nil, parley.Errorf(parley.ECInvalid, "resource: id, session_id, kind and created_at are required")
+	}
+	if len(r.Meta) == 0 {
+		return nil, nil
+	}
+	if !json.Valid(r.Meta) {
+		return nil, parley.Errorf(parley.ECInvalid, "resource: meta is not valid JSON")
+	}
+	return string(r.Meta), nil
+}
+
 // TotalUsage sums the usage of msgs.
 func TotalUsage(msgs []*parley.Message) parley.Usage {
 	var total parley.Usage
