@@ -287,3 +287,19 @@ func TestMigrateCommandOnPostgres(t *testing.T) {
 		t.Fatalf("chat on PostgreSQL: %d %v", resp.StatusCode, out)
 	}
 }
+
+func TestValidateRejectsBadDatabaseSettings(t *testing.T) {
+	var c config
+	fs := flagSet("serve", io.Discard, "")
+	serveFlags(fs, &c)
+	if err := fs.Parse([]string{"--database-url", "mysql://u:pw@h/db", "--history-cache-mb", "-1"}); err != nil {
+		t.Fatal(err)
+	}
+	err := c.validate()
+	if err == nil || !strings.Contains(err.Error(), "database-url") || !strings.Contains(err.Error(), "history-cache-mb") {
+		t.Fatalf("validate: %v", err)
+	}
+	if got := redactURL("postgres://parley:s3cret@db:5432/parley"); strings.Contains(got, "s3cret") || !strings.Contains(got, "db:5432") {
+		t.Fatalf("redactURL: %q", got)
+	}
+}
