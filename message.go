@@ -40,6 +40,10 @@ type Message struct {
 	// Reasoning is the model's reasoning ("thinking") text, carried under the name the
 	// OpenAI-compatible providers (DeepSeek, GLM, vLLM) use for it.
 	Reasoning string `json:"reasoning_content,omitempty"`
+	// ThinkingBlocks are the model's reasoning as signed blocks (Anthropic's extended thinking),
+	// under the name LiteLLM's OpenAI format uses. They go back to the provider that signed them;
+	// other providers are sent only Reasoning, or nothing.
+	ThinkingBlocks []ThinkingBlock `json:"thinking_blocks,omitempty"`
 
 	// Metadata kept by Parley.
 	ID         string    `json:"id,omitempty"`          // UUIDv7, time-ordered
@@ -63,7 +67,18 @@ func (m Message) OpenAI() Message {
 		ToolCalls:  m.ToolCalls,
 		ToolCallID: m.ToolCallID,
 		Reasoning:  m.Reasoning,
+
+		ThinkingBlocks: m.ThinkingBlocks,
 	}
+}
+
+// ThinkingBlock is one block of signed reasoning: "thinking" with its text and signature, or
+// "redacted_thinking" with the encrypted data the provider gave instead of text.
+type ThinkingBlock struct {
+	Type      string `json:"type"` // "thinking" or "redacted_thinking"
+	Thinking  string `json:"thinking,omitempty"`
+	Signature string `json:"signature,omitempty"`
+	Data      string `json:"data,omitempty"`
 }
 
 // ToolCall is one function call requested by an assistant message.
@@ -71,6 +86,28 @@ type ToolCall struct {
 	ID       string       `json:"id"`
 	Type     string       `json:"type"` // always "function"
 	Function FunctionCall `json:"function"`
+	// ExtraContent is vendor data that must go back with the call, in the shape Gemini's
+	// OpenAI-compatible API uses for it: {"google": {"thought_signature": "…"}}.
+	ExtraContent *ExtraContent `json:"extra_content,omitempty"`
+}
+
+// ExtraContent holds vendor data of a tool call, keyed by vendor.
+type ExtraContent struct {
+	Google *GoogleExtra `json:"google,omitempty"`
+}
+
+// GoogleExtra is Gemini's data on a tool call: the signature of the thought that led to it,
+// which Gemini's thinking models require back on the calls of the current turn.
+type GoogleExtra struct {
+	ThoughtSignature string `json:"thought_signature,omitempty"`
+}
+
+// ThoughtSignature returns the Gemini thought signature of c, or "".
+func (c ToolCall) ThoughtSignature() string {
+	if c.ExtraContent == nil || c.ExtraContent.Google == nil {
+		return ""
+	}
+	return c.ExtraContent.Google.ThoughtSignature
 }
 
 // FunctionCall names the function and carries its arguments as a JSON-encoded string, as the
@@ -80,13 +117,18 @@ type FunctionCall struct {
 	Arguments string `json:"arguments"`
 }
 
-// Usage counts the tokens of one model call (or a sum of calls).
+// Usage counts the tokens of one model call (or a sum of calls), normalized across providers as
+// OpenAI counts them: PromptTokens includes CachedTokens (prompt tokens read from the provider's
+// cache) and CompletionTokens includes ReasoningTokens.
 type Usage struct {
 	PromptTokens     int64 `json:"prompt_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
 	TotalTokens      int64 `json:"total_tokens"`
 	ReasoningTokens  int64 `json:"reasoning_tokens,omitempty"`
 	CachedTokens     int64 `json:"cached_tokens,omitempty"`
+	// Cost is the price of these tokens in US dollars, from the configured price table; 0 when
+	// the model has no price.
+	Cost float64 `json:"cost,omitempty"`
 }
 
 // Add adds o to u.
@@ -96,6 +138,7 @@ func (u *Usage) Add(o Usage) {
 	u.TotalTokens += o.TotalTokens
 	u.ReasoningTokens += o.ReasoningTokens
 	u.CachedTokens += o.CachedTokens
+	u.Cost += o.Cost
 }
 
 // Part is one element of array-form content: text or an image (seed 000's binary_content).

@@ -41,6 +41,7 @@ const (
 	StreamToolCall  StreamEventType = "tool_call" // ToolCall holds a tool-call delta
 	StreamFinish    StreamEventType = "finish"    // FinishReason is set
 	StreamUsage     StreamEventType = "usage"     // Usage is set
+	StreamThinking  StreamEventType = "thinking"  // Thinking holds one whole signed reasoning block
 )
 
 // StreamEvent is one provider-agnostic increment of a model's answer.
@@ -51,6 +52,9 @@ type StreamEvent struct {
 	ToolCall     *ToolCallDelta
 	FinishReason string
 	Usage        *Usage
+	// Thinking is a finished block of signed reasoning. Its text has already come as StreamReasoning
+	// events; this event carries the block whole, with its signature, to be stored.
+	Thinking *ThinkingBlock
 }
 
 // ToolCallDelta is a piece of one tool call; pieces with the same Index belong to one call. The
@@ -60,6 +64,8 @@ type ToolCallDelta struct {
 	ID        string
 	Name      string
 	Arguments string
+	// ThoughtSignature is Gemini's signature for the call, sent with its first piece.
+	ThoughtSignature string
 }
 
 // Stream yields a model's answer as events. Next returns io.EOF after the last event.
@@ -75,6 +81,8 @@ type Response struct {
 	ToolCalls    []ToolCall
 	FinishReason string
 	Usage        *Usage
+	// ThinkingBlocks are the signed reasoning blocks, in order (Anthropic).
+	ThinkingBlocks []ThinkingBlock
 }
 
 // HasToolCalls reports whether the model asked for tools.
@@ -88,6 +96,7 @@ type ResponseBuilder struct {
 	args      map[int]*strings.Builder
 	finish    string
 	usage     *Usage
+	thinking  []ThinkingBlock
 }
 
 // Add folds one event into the response.
@@ -118,6 +127,9 @@ func (b *ResponseBuilder) Add(ev StreamEvent) {
 		if d.Name != "" {
 			c.Function.Name = d.Name
 		}
+		if d.ThoughtSignature != "" {
+			c.ExtraContent = &ExtraContent{Google: &GoogleExtra{ThoughtSignature: d.ThoughtSignature}}
+		}
 		b.args[d.Index].WriteString(d.Arguments)
 	case StreamFinish:
 		b.finish = ev.FinishReason
@@ -125,6 +137,10 @@ func (b *ResponseBuilder) Add(ev StreamEvent) {
 		if ev.Usage != nil {
 			u := *ev.Usage
 			b.usage = &u
+		}
+	case StreamThinking:
+		if ev.Thinking != nil {
+			b.thinking = append(b.thinking, *ev.Thinking)
 		}
 	}
 }
@@ -136,6 +152,8 @@ func (b *ResponseBuilder) Response() *Response {
 		Reasoning:    b.reasoning.String(),
 		FinishReason: b.finish,
 		Usage:        b.usage,
+
+		ThinkingBlocks: b.thinking,
 	}
 	idx := make([]int, 0, len(b.calls))
 	for i := range b.calls {

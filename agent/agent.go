@@ -230,7 +230,7 @@ func (a *Agent) callModel(ctx context.Context, prov parley.Provider, req *parley
 // assistant builds the assistant message for a model response.
 func (a *Agent) assistant(in Input, model string, resp *parley.Response, latency time.Duration) *parley.Message {
 	msg := &parley.Message{
-		ID: parley.NewID(), Role: parley.RoleAssistant, Reasoning: resp.Reasoning,
+		ID: parley.NewID(), Role: parley.RoleAssistant, Reasoning: resp.Reasoning, ThinkingBlocks: resp.ThinkingBlocks,
 		RunID: in.RunID, Model: model, LatencyMS: latency.Milliseconds(), Usage: resp.Usage, CreatedAt: a.now(),
 	}
 	if resp.Content != "" || len(resp.ToolCalls) == 0 {
@@ -321,6 +321,17 @@ func scrubNUL(m *parley.Message) {
 		}
 	}
 	fix(&m.Reasoning)
+	// A signed block cannot be edited without breaking its signature: one holding a NUL is dropped.
+	kept := m.ThinkingBlocks[:0]
+	for _, b := range m.ThinkingBlocks {
+		if strings.IndexByte(b.Thinking, 0) < 0 && strings.IndexByte(b.Signature, 0) < 0 && strings.IndexByte(b.Data, 0) < 0 {
+			kept = append(kept, b)
+		}
+	}
+	if len(kept) == 0 {
+		kept = nil
+	}
+	m.ThinkingBlocks = kept
 	for i := range m.ToolCalls {
 		fix(&m.ToolCalls[i].Function.Arguments)
 		fix(&m.ToolCalls[i].Function.Name)

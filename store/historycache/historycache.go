@@ -63,7 +63,10 @@ func contentSize(msgs []parley.Message) int64 {
 		}
 		n += int64(len(m.Name) + len(m.ToolCallID) + len(m.Reasoning))
 		for _, c := range m.ToolCalls {
-			n += int64(unsafe.Sizeof(c)) + int64(len(c.ID)+len(c.Function.Name)+len(c.Function.Arguments))
+			n += int64(unsafe.Sizeof(c)) + int64(len(c.ID)+len(c.Function.Name)+len(c.Function.Arguments)+len(c.ThoughtSignature()))
+		}
+		for _, b := range m.ThinkingBlocks {
+			n += int64(unsafe.Sizeof(b)) + int64(len(b.Thinking)+len(b.Signature)+len(b.Data))
 		}
 	}
 	return n

@@ -143,13 +143,13 @@ func (s *Store) CreateSession(ctx context.Context, sess *parley.Session) error {
 }
 
 const sessionCols = `id, title, owner, created_at, updated_at, prompt_tokens, completion_tokens, total_tokens,
-	reasoning_tokens, cached_tokens`
+	reasoning_tokens, cached_tokens, cost`
 
 func scanSession(r pgx.Row) (*parley.Session, error) {
 	var sess parley.Session
 	u := &sess.Usage
 	if err := r.Scan(&sess.ID, &sess.Title, &sess.Owner, &sess.CreatedAt, &sess.UpdatedAt, &u.PromptTokens,
-		&u.CompletionTokens, &u.TotalTokens, &u.ReasoningTokens, &u.CachedTokens); err != nil {
+		&u.CompletionTokens, &u.TotalTokens, &u.ReasoningTokens, &u.CachedTokens, &u.Cost); err != nil {
 		return nil, err
 	}
 	sess.CreatedAt, sess.UpdatedAt = sess.CreatedAt.UTC(), sess.UpdatedAt.UTC()
@@ -244,8 +244,8 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 }
 
 const insertMessage = `INSERT INTO messages (id, session_id, seq, role, content, parts, name, tool_calls,
-	tool_call_id, reasoning, run_id, model, latency_ms, usage, success, resource_id, created_at)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`
+	tool_call_id, reasoning, run_id, model, latency_ms, usage, success, resource_id, created_at, thinking_blocks)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`
 
 // AppendMessages appends msgs to the session in one transaction.
 func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...*parley.Message) error {
@@ -270,11 +270,11 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...*p
 		// session's row lock until commit; no row means no session.
 		err := tx.QueryRow(ctx, `UPDATE sessions SET last_seq = last_seq + $1, updated_at = GREATEST(updated_at, $2),
 			prompt_tokens = prompt_tokens + $3, completion_tokens = completion_tokens + $4, total_tokens = total_tokens + $5,
-			reasoning_tokens = reasoning_tokens + $6, cached_tokens = cached_tokens + $7,
-			open_calls = GREATEST(0, open_calls + $8)
-			WHERE id = $9 RETURNING last_seq`,
+			reasoning_tokens = reasoning_tokens + $6, cached_tokens = cached_tokens + $7, cost = cost + $8,
+			open_calls = GREATEST(0, open_calls + $9)
+			WHERE id = $10 RETURNING last_seq`,
 			len(msgs), msgs[len(msgs)-1].CreatedAt.UTC(), total.PromptTokens, total.CompletionTokens, total.TotalTokens,
-			total.ReasoningTokens, total.CachedTokens, rowcodec.OpenCallsDelta(msgs), sessionID).Scan(&last)
+			total.ReasoningTokens, total.CachedTokens, total.Cost, rowcodec.OpenCallsDelta(msgs), sessionID).Scan(&last)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return notFound("session", sessionID)
 		}
@@ -291,7 +291,7 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...*p
 			}
 			b.Queue(insertMessage, m.ID, sessionID, first+int64(i), string(m.Role), c.Text, c.Parts, nullStr(m.Name),
 				c.ToolCalls, nullStr(m.ToolCallID), nullStr(m.Reasoning), nullStr(m.RunID), nullStr(m.Model),
-				m.LatencyMS, c.Usage, success, nullStr(m.ResourceID), m.CreatedAt.UTC())
+				m.LatencyMS, c.Usage, success, nullStr(m.ResourceID), m.CreatedAt.UTC(), c.Thinking)
 		}
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("postgres: appending messages: %w", err)
@@ -316,7 +316,7 @@ func nullStr(s string) any {
 }
 
 const messageCols = `id, session_id, seq, role, content, parts, name, tool_calls, tool_call_id, reasoning, run_id,
-	model, latency_ms, usage, success, resource_id, created_at`
+	model, latency_ms, usage, success, resource_id, created_at, thinking_blocks`
 
 func scanMessage(r pgx.Row) (parley.Message, error) {
 	var (
@@ -324,15 +324,15 @@ func scanMessage(r pgx.Row) (parley.Message, error) {
 		role                          string
 		text, name, callID, reasoning pgtype.Text
 		run, model, resource          pgtype.Text
-		parts, calls, usage           []byte
+		parts, calls, usage, thinking []byte
 		latency                       pgtype.Int8
 		success                       pgtype.Bool
 	)
 	if err := r.Scan(&m.ID, &m.SessionID, &m.Seq, &role, &text, &parts, &name, &calls, &callID, &reasoning, &run,
-		&model, &latency, &usage, &success, &resource, &m.CreatedAt); err != nil {
+		&model, &latency, &usage, &success, &resource, &m.CreatedAt, &thinking); err != nil {
 		return m, err
 	}
-	if err := decodeOpenAI(&m, role, text, name, callID, reasoning, parts, calls, usage); err != nil {
+	if err := decodeOpenAI(&m, role, text, name, callID, reasoning, parts, calls, usage, thinking); err != nil {
 		return m, err
 	}
 	if success.Valid {
@@ -345,12 +345,15 @@ func scanMessage(r pgx.Row) (parley.Message, error) {
 }
 
 // decodeOpenAI fills the OpenAI fields of m (and its usage) from their columns.
-func decodeOpenAI(m *parley.Message, role string, text, name, callID, reasoning pgtype.Text, parts, calls, usage []byte) error {
+func decodeOpenAI(m *parley.Message, role string, text, name, callID, reasoning pgtype.Text, parts, calls, usage, thinking []byte) error {
 	m.Role = parley.Role(role)
 	if text.Valid {
 		m.Content = parley.Text(text.String)
 	}
 	m.Name, m.ToolCallID, m.Reasoning = name.String, callID.String, reasoning.String
+	if err := rowcodec.DecodeThinking(m, thinking); err != nil {
+		return err
+	}
 	return rowcodec.DecodeJSON(m, parts, calls, usage)
 }
 
@@ -365,7 +368,7 @@ func (s *Store) ModelHistory(ctx context.Context, sessionID string) ([]parley.Me
 	if err != nil {
 		return nil, fmt.Errorf("postgres: reading history: %w", err)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT role, content, parts, name, tool_calls, tool_call_id, reasoning
+	rows, err := s.pool.Query(ctx, `SELECT role, content, parts, name, tool_calls, tool_call_id, reasoning, thinking_blocks
 		FROM messages WHERE session_id = $1 ORDER BY seq`, sessionID)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: reading history: %w", err)
@@ -376,14 +379,14 @@ func (s *Store) ModelHistory(ctx context.Context, sessionID string) ([]parley.Me
 	var (
 		role                          string
 		text, name, callID, reasoning pgtype.Text
-		parts, calls                  []byte
+		parts, calls, thinking        []byte
 	)
 	for rows.Next() {
-		if err := rows.Scan(&role, &text, &parts, &name, &calls, &callID, &reasoning); err != nil {
+		if err := rows.Scan(&role, &text, &parts, &name, &calls, &callID, &reasoning, &thinking); err != nil {
 			return nil, fmt.Errorf("postgres: reading history: %w", err)
 		}
 		var m parley.Message
-		if err := decodeOpenAI(&m, role, text, name, callID, reasoning, parts, calls, nil); err != nil {
+		if err := decodeOpenAI(&m, role, text, name, callID, reasoning, parts, calls, nil, thinking); err != nil {
 			return nil, fmt.Errorf("postgres: reading history: %w", err)
 		}
 		out = append(out, m)
@@ -398,9 +401,10 @@ func (s *Store) ModelHistory(ctx context.Context, sessionID string) ([]parley.Me
 func (s *Store) OwnerUsage(ctx context.Context, owner string) (parley.Usage, error) {
 	var u parley.Usage
 	err := s.pool.QueryRow(ctx, `SELECT COALESCE(SUM(prompt_tokens), 0)::bigint, COALESCE(SUM(completion_tokens), 0)::bigint,
-		COALESCE(SUM(total_tokens), 0)::bigint, COALESCE(SUM(reasoning_tokens), 0)::bigint, COALESCE(SUM(cached_tokens), 0)::bigint
+		COALESCE(SUM(total_tokens), 0)::bigint, COALESCE(SUM(reasoning_tokens), 0)::bigint, COALESCE(SUM(cached_tokens), 0)::bigint,
+		COALESCE(SUM(cost), 0)::double precision
 		FROM sessions WHERE owner = $1`, owner).
-		Scan(&u.PromptTokens, &u.CompletionTokens, &u.TotalTokens, &u.ReasoningTokens, &u.CachedTokens)
+		Scan(&u.PromptTokens, &u.CompletionTokens, &u.TotalTokens, &u.ReasoningTokens, &u.CachedTokens, &u.Cost)
 	if err != nil {
 		return u, fmt.Errorf("postgres: totalling usage: %w", err)
 	}

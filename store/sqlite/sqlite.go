@@ -151,7 +151,7 @@ func (s *Store) CreateSession(ctx context.Context, sess *parley.Session) error {
 }
 
 const sessionCols = `id, title, owner, created_at, updated_at, prompt_tokens, completion_tokens, total_tokens,
-	reasoning_tokens, cached_tokens`
+	reasoning_tokens, cached_tokens, cost`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -162,7 +162,7 @@ func scanSession(r scanner) (*parley.Session, error) {
 	)
 	u := &sess.Usage
 	if err := r.Scan(&sess.ID, &sess.Title, &sess.Owner, &cre, &upd, &u.PromptTokens, &u.CompletionTokens, &u.TotalTokens,
-		&u.ReasoningTokens, &u.CachedTokens); err != nil {
+		&u.ReasoningTokens, &u.CachedTokens, &u.Cost); err != nil {
 		return nil, err
 	}
 	sess.CreatedAt, sess.UpdatedAt = fromMicros(cre), fromMicros(upd)
@@ -284,10 +284,11 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...*p
 		// no session.
 		err := tx.QueryRowContext(ctx, `UPDATE sessions SET last_seq = last_seq + ?, updated_at = MAX(updated_at, ?),
 			prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ?, total_tokens = total_tokens + ?,
-			reasoning_tokens = reasoning_tokens + ?, cached_tokens = cached_tokens + ?, open_calls = MAX(0, open_calls + ?)
+			reasoning_tokens = reasoning_tokens + ?, cached_tokens = cached_tokens + ?, cost = cost + ?,
+			open_calls = MAX(0, open_calls + ?)
 			WHERE id = ? RETURNING last_seq`,
 			len(msgs), micros(msgs[len(msgs)-1].CreatedAt), total.PromptTokens, total.CompletionTokens, total.TotalTokens,
-			total.ReasoningTokens, total.CachedTokens, rowcodec.OpenCallsDelta(msgs), sessionID).Scan(&last)
+			total.ReasoningTokens, total.CachedTokens, total.Cost, rowcodec.OpenCallsDelta(msgs), sessionID).Scan(&last)
 		if errors.Is(err, sql.ErrNoRows) {
 			return notFound("session", sessionID)
 		}
@@ -295,8 +296,8 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...*p
 			return fmt.Errorf("sqlite: appending messages: %w", err)
 		}
 		stmt, err := tx.PrepareContext(ctx, `INSERT INTO messages (id, session_id, seq, role, content, parts, name, tool_calls,
-			tool_call_id, reasoning, run_id, model, latency_ms, usage, success, resource_id, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+			tool_call_id, reasoning, run_id, model, latency_ms, usage, success, resource_id, created_at, thinking_blocks)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 		if err != nil {
 			return fmt.Errorf("sqlite: appending messages: %w", err)
 		}
@@ -335,7 +336,7 @@ func messageRow(m *parley.Message) ([]any, error) {
 	}
 	return []any{m.ID, string(m.Role), c.Text, c.Parts, nullStr(m.Name), c.ToolCalls, nullStr(m.ToolCallID),
 		nullStr(m.Reasoning), nullStr(m.RunID), nullStr(m.Model), m.LatencyMS, c.Usage, success,
-		nullStr(m.ResourceID), micros(m.CreatedAt)}, nil
+		nullStr(m.ResourceID), micros(m.CreatedAt), c.Thinking}, nil
 }
 
 func nullStr(s string) any {
@@ -346,7 +347,7 @@ func nullStr(s string) any {
 }
 
 const messageCols = `id, session_id, seq, role, content, parts, name, tool_calls, tool_call_id, reasoning, run_id,
-	model, latency_ms, usage, success, resource_id, created_at`
+	model, latency_ms, usage, success, resource_id, created_at, thinking_blocks`
 
 func scanMessage(r scanner) (parley.Message, error) {
 	var (
@@ -354,15 +355,15 @@ func scanMessage(r scanner) (parley.Message, error) {
 		role                          string
 		text, name, callID, reasoning sql.NullString
 		run, model, resource          sql.NullString
-		parts, calls, usage           sql.RawBytes
+		parts, calls, usage, thinking sql.RawBytes
 		latency, success              sql.NullInt64
 		created                       int64
 	)
 	if err := r.Scan(&m.ID, &m.SessionID, &m.Seq, &role, &text, &parts, &name, &calls, &callID, &reasoning, &run,
-		&model, &latency, &usage, &success, &resource, &created); err != nil {
+		&model, &latency, &usage, &success, &resource, &created, &thinking); err != nil {
 		return m, err
 	}
-	if err := decodeOpenAI(&m, role, text, name, callID, reasoning, parts, calls, usage); err != nil {
+	if err := decodeOpenAI(&m, role, text, name, callID, reasoning, parts, calls, usage, thinking); err != nil {
 		return m, err
 	}
 	if success.Valid {
@@ -375,12 +376,15 @@ func scanMessage(r scanner) (parley.Message, error) {
 }
 
 // decodeOpenAI fills the OpenAI fields of m (and its usage) from their columns.
-func decodeOpenAI(m *parley.Message, role string, text, name, callID, reasoning sql.NullString, parts, calls, usage []byte) error {
+func decodeOpenAI(m *parley.Message, role string, text, name, callID, reasoning sql.NullString, parts, calls, usage, thinking []byte) error {
 	m.Role = parley.Role(role)
 	if text.Valid {
 		m.Content = parley.Text(text.String)
 	}
 	m.Name, m.ToolCallID, m.Reasoning = name.String, callID.String, reasoning.String
+	if err := rowcodec.DecodeThinking(m, thinking); err != nil {
+		return err
+	}
 	return rowcodec.DecodeJSON(m, parts, calls, usage)
 }
 
@@ -395,7 +399,7 @@ func (s *Store) ModelHistory(ctx context.Context, sessionID string) ([]parley.Me
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: reading history: %w", err)
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT role, content, parts, name, tool_calls, tool_call_id, reasoning
+	rows, err := s.db.QueryContext(ctx, `SELECT role, content, parts, name, tool_calls, tool_call_id, reasoning, thinking_blocks
 		FROM messages WHERE session_id = ? ORDER BY seq`, sessionID)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: reading history: %w", err)
@@ -406,14 +410,14 @@ func (s *Store) ModelHistory(ctx context.Context, sessionID string) ([]parley.Me
 	var (
 		role                          string
 		text, name, callID, reasoning sql.NullString
-		parts, calls                  sql.RawBytes
+		parts, calls, thinking        sql.RawBytes
 	)
 	for rows.Next() {
-		if err := rows.Scan(&role, &text, &parts, &name, &calls, &callID, &reasoning); err != nil {
+		if err := rows.Scan(&role, &text, &parts, &name, &calls, &callID, &reasoning, &thinking); err != nil {
 			return nil, fmt.Errorf("sqlite: reading history: %w", err)
 		}
 		var m parley.Message
-		if err := decodeOpenAI(&m, role, text, name, callID, reasoning, parts, calls, nil); err != nil {
+		if err := decodeOpenAI(&m, role, text, name, callID, reasoning, parts, calls, nil, thinking); err != nil {
 			return nil, fmt.Errorf("sqlite: reading history: %w", err)
 		}
 		out = append(out, m)
@@ -428,9 +432,10 @@ func (s *Store) ModelHistory(ctx context.Context, sessionID string) ([]parley.Me
 func (s *Store) OwnerUsage(ctx context.Context, owner string) (parley.Usage, error) {
 	var u parley.Usage
 	err := s.db.QueryRowContext(ctx, `SELECT COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0),
-		COALESCE(SUM(total_tokens), 0), COALESCE(SUM(reasoning_tokens), 0), COALESCE(SUM(cached_tokens), 0)
+		COALESCE(SUM(total_tokens), 0), COALESCE(SUM(reasoning_tokens), 0), COALESCE(SUM(cached_tokens), 0),
+		COALESCE(SUM(cost), 0)
 		FROM sessions WHERE owner = ?`, owner).
-		Scan(&u.PromptTokens, &u.CompletionTokens, &u.TotalTokens, &u.ReasoningTokens, &u.CachedTokens)
+		Scan(&u.PromptTokens, &u.CompletionTokens, &u.TotalTokens, &u.ReasoningTokens, &u.CachedTokens, &u.Cost)
 	if err != nil {
 		return u, fmt.Errorf("sqlite: totalling usage: %w", err)
 	}

@@ -81,15 +81,15 @@ func TestMigrateUpDownUp(t *testing.T) {
 		s.DB().QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'messages'`).Scan(&n)
 		return n == 1
 	}
-	if st := status(); strings.Count(st, "pending") != 2 || hasTable() {
+	if st := status(); strings.Count(st, "pending") != 3 || hasTable() {
 		t.Fatalf("fresh database: %q", st)
 	}
-	// Up applies both; each down reverts one; up again restores a working store.
+	// Up applies all; each down reverts one; up again restores a working store.
 	for i, step := range []struct {
 		cmd     string
 		table   bool
 		applied int
-	}{{"up", true, 2}, {"down", true, 1}, {"down", false, 0}, {"up", true, 2}} {
+	}{{"up", true, 3}, {"down", true, 2}, {"down", true, 1}, {"down", false, 0}, {"up", true, 3}} {
 		var out bytes.Buffer
 		if err := Migrate(ctx, s.DB(), step.cmd, &out); err != nil {
 			t.Fatalf("step %d %s: %v", i, step.cmd, err)
@@ -125,7 +125,8 @@ func TestOpenRejectsBadPath(t *testing.T) {
 }
 
 // TestMigration2KeepsData writes rows in the first schema's form (content as JSON), migrates up
-// and checks what the store reads back, then migrates down and checks the rows are as written.
+// and checks what the store reads back (and the session cost migration 3 totals), then migrates
+// down to the first schema and checks the rows are as written.
 func TestMigration2KeepsData(t *testing.T) {
 	ctx := context.Background()
 	s, err := Open(ctx, filepath.Join(t.TempDir(), "m2.db"), WithoutMigrate())
@@ -144,7 +145,7 @@ func TestMigration2KeepsData(t *testing.T) {
 	const v1 = `INSERT INTO sessions (id, title, owner, created_at, updated_at) VALUES ('s1', 't', 'o', 1, 2);
 		INSERT INTO messages (id, session_id, seq, role, content, created_at) VALUES ('m1', 's1', 1, 'user', '"héllo \"x\""', 1);
 		INSERT INTO messages (id, session_id, seq, role, content, tool_calls, usage, created_at) VALUES ('m2', 's1', 2, 'assistant', 'null',
-			'[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]', '{"prompt_tokens":10,"completion_tokens":3,"total_tokens":13,"cached_tokens":4}', 2);
+			'[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]', '{"prompt_tokens":10,"completion_tokens":3,"total_tokens":13,"cached_tokens":4,"cost":0.5}', 2);
 		INSERT INTO messages (id, session_id, seq, role, content, created_at) VALUES ('m3', 's1', 3, 'user',
 			'[{"type":"text","text":"see"},{"type":"image_url","image_url":{"url":"https://example.com/a.png"}}]', 3);`
 	if _, err := s.DB().ExecContext(ctx, v1); err != nil {
@@ -165,7 +166,7 @@ func TestMigration2KeepsData(t *testing.T) {
 		t.Fatalf("after up:\n got %s\nwant %s", got, want)
 	}
 	sess, err := s.GetSession(ctx, "s1")
-	if err != nil || sess.Usage != (parley.Usage{PromptTokens: 10, CompletionTokens: 3, TotalTokens: 13, CachedTokens: 4}) {
+	if err != nil || sess.Usage != (parley.Usage{PromptTokens: 10, CompletionTokens: 3, TotalTokens: 13, CachedTokens: 4, Cost: 0.5}) {
 		t.Fatalf("usage after up: %+v %v", sess, err)
 	}
 	if open, err := s.SessionsWithOpenToolCalls(ctx, "", 10); err != nil || len(open) != 1 || open[0] != "s1" {
@@ -175,7 +176,7 @@ func TestMigration2KeepsData(t *testing.T) {
 	if err := s.AppendMessages(ctx, "s1", next); err != nil || next.Seq != 4 {
 		t.Fatalf("append after up: seq %d %v", next.Seq, err)
 	}
-	if _, err := p.Down(ctx); err != nil {
+	if _, err := p.DownTo(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := s.DB().QueryContext(ctx, `SELECT content FROM messages ORDER BY seq`)

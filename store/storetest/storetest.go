@@ -413,7 +413,8 @@ func RoundTripMessages(resourceID string, at time.Time) []*parley.Message {
 			parley.Part{Type: "image_url", ImageURL: &parley.ImageURL{URL: "data:image/png;base64,iVBORw0KGgo=", Detail: "low"}},
 		)},
 		{ID: parley.NewID(), Role: parley.RoleAssistant, Reasoning: "Two lookups, in parallel.", RunID: "run-1", Model: "gpt-4o",
-			LatencyMS: 1234, Usage: &parley.Usage{PromptTokens: 100, CompletionTokens: 20, TotalTokens: 120, ReasoningTokens: 7, CachedTokens: 64},
+			ThinkingBlocks: []parley.ThinkingBlock{{Type: "thinking", Thinking: "Two lookups, in parallel.", Signature: "c2lnbmF0dXJl"}},
+			LatencyMS: 1234, Usage: &parley.Usage{PromptTokens: 100, CompletionTokens: 20, TotalTokens: 120, ReasoningTokens: 7, CachedTokens: 64, Cost: 0.00123},
 			CreatedAt: at.Add(time.Microsecond), ToolCalls: []parley.ToolCall{
 				{ID: "call_a", Type: "function", Function: parley.FunctionCall{Name: "search", Arguments: `{"q":"ünïcode","n":3}`}},
 				{ID: "call_b", Type: "function", Function: parley.FunctionCall{Name: "fetch", Arguments: `{"url":"https://example.com/?a=1&b=<2>"}`}},
@@ -596,7 +597,8 @@ func testUsage(t *testing.T, s parley.Store) {
 	other := newSession(t, s, "frank", base)
 	withUsage := func(p, c, r int64) *parley.Message {
 		m := msg(parley.RoleAssistant, "x", base)
-		m.Usage = &parley.Usage{PromptTokens: p, CompletionTokens: c, TotalTokens: p + c, ReasoningTokens: r, CachedTokens: p / 2}
+		// Costs with a power-of-two denominator add up exactly in floating point.
+		m.Usage = &parley.Usage{PromptTokens: p, CompletionTokens: c, TotalTokens: p + c, ReasoningTokens: r, CachedTokens: p / 2, Cost: float64(p) / 1024}
 		return m
 	}
 	for _, step := range []struct {
@@ -616,7 +618,7 @@ func testUsage(t *testing.T, s parley.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := parley.Usage{PromptTokens: 410, CompletionTokens: 61, TotalTokens: 471, ReasoningTokens: 5, CachedTokens: 50 + 150 + 5}
+	want := parley.Usage{PromptTokens: 410, CompletionTokens: 61, TotalTokens: 471, ReasoningTokens: 5, CachedTokens: 50 + 150 + 5, Cost: 410.0 / 1024}
 	if got.Usage != want {
 		t.Fatalf("session usage %+v, want %+v", got.Usage, want)
 	}
@@ -627,7 +629,7 @@ func testUsage(t *testing.T, s parley.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want.Add(parley.Usage{PromptTokens: 1000, CompletionTokens: 200, TotalTokens: 1200, ReasoningTokens: 50, CachedTokens: 500})
+	want.Add(parley.Usage{PromptTokens: 1000, CompletionTokens: 200, TotalTokens: 1200, ReasoningTokens: 50, CachedTokens: 500, Cost: 1000.0 / 1024})
 	if owner != want {
 		t.Fatalf("owner usage %+v, want %+v", owner, want)
 	}

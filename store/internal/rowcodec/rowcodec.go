@@ -18,6 +18,7 @@ type Columns struct {
 	Parts     any // array-form content, JSON
 	ToolCalls any // JSON array
 	Usage     any // JSON object
+	Thinking  any // JSON array of thinking blocks
 }
 
 // Encode returns m's encoded columns.
@@ -47,7 +48,25 @@ func Encode(m *parley.Message) (Columns, error) {
 		}
 		c.Usage = string(b)
 	}
+	if len(m.ThinkingBlocks) > 0 {
+		b, err := json.Marshal(m.ThinkingBlocks)
+		if err != nil {
+			return c, fmt.Errorf("thinking_blocks: %w", err)
+		}
+		c.Thinking = string(b)
+	}
 	return c, nil
+}
+
+// DecodeThinking fills m's thinking blocks from their column; nil is NULL.
+func DecodeThinking(m *parley.Message, thinking []byte) error {
+	if thinking == nil {
+		return nil
+	}
+	if err := json.Unmarshal(thinking, &m.ThinkingBlocks); err != nil {
+		return fmt.Errorf("message %s: thinking_blocks: %w", m.ID, err)
+	}
+	return nil
 }
 
 // DecodeJSON fills the JSON-encoded fields of m from their columns; a nil slice is NULL.
@@ -101,8 +120,13 @@ func nulField(m *parley.Message) string {
 		return "content"
 	}
 	for _, c := range m.ToolCalls {
-		if has(c.ID) || has(c.Type) || has(c.Function.Name) || has(c.Function.Arguments) {
+		if has(c.ID) || has(c.Type) || has(c.Function.Name) || has(c.Function.Arguments) || has(c.ThoughtSignature()) {
 			return "tool_calls"
+		}
+	}
+	for _, b := range m.ThinkingBlocks {
+		if has(b.Type) || has(b.Thinking) || has(b.Signature) || has(b.Data) {
+			return "thinking_blocks"
 		}
 	}
 	for _, f := range [...]struct{ name, v string }{{"name", m.Name}, {"tool_call_id", m.ToolCallID},
