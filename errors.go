@@ -3,6 +3,8 @@ package parley
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"time"
 )
 
 // ErrorCode is a stable, client-visible classification of an error. httpapi maps each code to one
@@ -70,4 +72,27 @@ func MessageOf(err error) string {
 		return e.Message
 	}
 	return "internal error"
+}
+
+// StatusError is a model provider's answer with a non-2xx HTTP status. It is wrapped in an *Error;
+// Message is the provider's own text, for logs only.
+type StatusError struct {
+	StatusCode int
+	RetryAfter time.Duration // from Retry-After (seconds or an HTTP date) or retry-after-ms; 0 if none
+	Type       string        // the provider's error type or status, e.g. "overloaded_error", if it sent one
+	Code       string        // the provider's error code, e.g. "rate_limit_exceeded", if it sent one
+	Message    string        // the provider's error message, truncated, with the API key redacted
+}
+
+func (e *StatusError) Error() string {
+	s := "HTTP " + strconv.Itoa(e.StatusCode)
+	if e.Code != "" {
+		s += " (" + e.Code + ")"
+	} else if e.Type != "" {
+		s += " (" + e.Type + ")"
+	}
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	return s
 }

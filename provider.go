@@ -65,7 +65,7 @@ type ToolCallDelta struct {
 	Name      string
 	Arguments string
 	// ThoughtSignature is Gemini's signature for the call, sent with its first piece.
-	ThoughtSignature string
+	ThoughtSignature string `json:",omitempty"`
 }
 
 // Stream yields a model's answer as events. Next returns io.EOF after the last event.
@@ -82,7 +82,7 @@ type Response struct {
 	FinishReason string
 	Usage        *Usage
 	// ThinkingBlocks are the signed reasoning blocks, in order (Anthropic).
-	ThinkingBlocks []ThinkingBlock
+	ThinkingBlocks []ThinkingBlock `json:",omitempty"`
 }
 
 // HasToolCalls reports whether the model asked for tools.

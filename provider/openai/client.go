@@ -4,28 +4,17 @@
 package openai
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
-	"io"
-	"math"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/provider/internal/upstream"
 )
 
 // DefaultBaseURL is used when Config.BaseURL is empty.
 const DefaultBaseURL = "https://api.openai.com/v1"
-
-// Bounds on what is read from a provider outside a stream.
-const (
-	maxResponseSize  = 32 << 20 // a non-streamed response body
-	maxErrorBodySize = 64 << 10 // the body of a non-2xx response
-)
 
 // Config configures a Client.
 type Config struct {
@@ -76,7 +65,7 @@ func New(cfg Config) *Client {
 		headers: headers,
 		opts:    EncodeOptions{SendReasoning: cfg.SendReasoning, LegacyMaxTokens: cfg.LegacyMaxTokens, SendToolName: cfg.SendToolName},
 		now:     time.Now,
-		maxBody: maxResponseSize,
+		maxBody: upstream.MaxResponseSize,
 	}
 }
 
@@ -104,111 +93,26 @@ func (c *Client) Complete(ctx context.Context, req *parley.ChatRequest) (*parley
 		return nil, err
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, c.maxBody+1))
+	data, err := upstream.ReadBody(ctx, resp.Body, c.maxBody)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctxError(ctx)
-		}
-		return nil, parley.WrapError(parley.ECUpstream, err, "provider response failed")
-	}
-	if int64(len(data)) > c.maxBody {
-		return nil, parley.Errorf(parley.ECUpstream, "provider response too large")
+		return nil, err
 	}
 	return DecodeResponse(data)
 }
 
 // post sends body and returns a 2xx response, whose body the caller closes.
 func (c *Client) post(ctx context.Context, body []byte, accept string) (*http.Response, error) {
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
-	if err != nil {
-		return nil, parley.WrapError(parley.ECInternal, err, "invalid provider URL")
-	}
-	hr.Header.Set("Content-Type", "application/json")
-	hr.Header.Set("Accept", accept)
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	h.Set("Accept", accept)
 	if c.key != "" {
-		hr.Header.Set("Authorization", "Bearer "+c.key)
+		h.Set("Authorization", "Bearer "+c.key)
 	}
 	for k, v := range c.headers {
-		hr.Header.Set(k, v)
+		h.Set(k, v)
 	}
-	resp, err := c.hc.Do(hr)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctxError(ctx)
-		}
-		return nil, parley.WrapError(parley.ECUpstream, err, "provider request failed")
-	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		defer resp.Body.Close()
-		return nil, c.statusError(resp)
-	}
-	return resp, nil
+	return upstream.Endpoint{Client: c.hc, Secret: c.key, Now: c.now}.Post(ctx, c.url, h, body)
 }
 
-// statusError turns a non-2xx response into a *parley.Error wrapping a *StatusError.
-func (c *Client) statusError(resp *http.Response) error {
-	se := &StatusError{StatusCode: resp.StatusCode, RetryAfter: retryAfter(resp.Header, c.now())}
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBodySize))
-	var w struct {
-		Error json.RawMessage `json:"error"`
-	}
-	if json.Unmarshal(data, &w) == nil && isSet(w.Error) {
-		e := parseAPIError(w.Error)
-		se.Type, se.Code, se.Message = e.Type, e.Code, e.Message
-		if c.key != "" {
-			se.Message = strings.ReplaceAll(se.Message, c.key, "[redacted]")
-		}
-	}
-	code := parley.ECUpstream
-	if resp.StatusCode == http.StatusTooManyRequests {
-		code = parley.ECRateLimited
-	}
-	return parley.WrapError(code, se, fmt.Sprintf("provider returned HTTP %d", resp.StatusCode))
-}
-
-// StatusError is a non-2xx answer of the provider. It is wrapped in a *parley.Error; its
-// Message is the provider's own text, for logs only.
-type StatusError struct {
-	StatusCode int
-	RetryAfter time.Duration // from Retry-After (seconds or an HTTP date) or retry-after-ms; 0 if none
-	Type       string        // the provider's error type, e.g. "invalid_request_error", if it sent one
-	Code       string        // the provider's error code, e.g. "rate_limit_exceeded", if it sent one
-	Message    string        // the provider's error message, truncated, with the API key redacted
-}
-
-func (e *StatusError) Error() string {
-	s := "HTTP " + strconv.Itoa(e.StatusCode)
-	if e.Code != "" {
-		s += " (" + e.Code + ")"
-	} else if e.Type != "" {
-		s += " (" + e.Type + ")"
-	}
-	if e.Message != "" {
-		s += ": " + e.Message
-	}
-	return s
-}
-
-// retryAfter reads retry-after-ms (sent by OpenAI and Azure) or Retry-After as seconds or an
-// HTTP date. It returns 0 when neither is usable.
-func retryAfter(h http.Header, now time.Time) time.Duration {
-	if v := strings.TrimSpace(h.Get("Retry-After-Ms")); v != "" {
-		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 && ms < float64(math.MaxInt64/int64(time.Millisecond)) {
-			return time.Duration(ms * float64(time.Millisecond))
-		}
-	}
-	v := strings.TrimSpace(h.Get("Retry-After"))
-	if v == "" {
-		return 0
-	}
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if secs <= 0 || secs > math.MaxInt64/int64(time.Second) {
-			return 0
-		}
-		return time.Duration(secs) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
-	}
-	return 0
-}
+// StatusError is the provider's non-2xx answer; see parley.StatusError.
+type StatusError = parley.StatusError

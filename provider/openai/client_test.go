@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/provider/internal/upstream"
 )
 
 const testKey = "sk-test-0123456789abcdef"
@@ -36,8 +37,8 @@ type recorded struct {
 	body         []byte
 }
 
-// upstream starts a server that records each request and answers with reply.
-func upstream(t *testing.T, reply http.HandlerFunc) (*httptest.Server, <-chan recorded) {
+// fakeUpstream starts a server that records each request and answers with reply.
+func fakeUpstream(t *testing.T, reply http.HandlerFunc) (*httptest.Server, <-chan recorded) {
 	t.Helper()
 	reqs := make(chan recorded, 8)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -71,7 +72,7 @@ func receive(t *testing.T, reqs <-chan recorded) recorded {
 }
 
 func TestClientStream(t *testing.T) {
-	srv, reqs := upstream(t, sseReply(fixture(t, "stream", "parallel_tools.sse")))
+	srv, reqs := fakeUpstream(t, sseReply(fixture(t, "stream", "parallel_tools.sse")))
 	c := New(Config{BaseURL: srv.URL + "/v1/", APIKey: testKey, Headers: map[string]string{"OpenAI-Organization": "org-1"}, SendReasoning: true})
 	req := &parley.ChatRequest{Model: "gpt-4.1", Messages: toolRound}
 	s, err := c.Stream(context.Background(), req)
@@ -125,7 +126,7 @@ func TestClientHeaders(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			srv, reqs := upstream(t, sseReply([]byte("data: [DONE]\n\n")))
+			srv, reqs := fakeUpstream(t, sseReply([]byte("data: [DONE]\n\n")))
 			tt.cfg.BaseURL = srv.URL
 			s, err := New(tt.cfg).Stream(context.Background(), helloReq)
 			if err != nil {
@@ -147,7 +148,7 @@ func TestClientHeaders(t *testing.T) {
 }
 
 func TestClientComplete(t *testing.T) {
-	srv, reqs := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+	srv, reqs := fakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(fixture(t, "response", "tool_calls.json"))
 	})
@@ -171,7 +172,7 @@ func TestClientComplete(t *testing.T) {
 }
 
 func TestClientCompleteTooLarge(t *testing.T) {
-	srv, _ := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+	srv, _ := fakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(bytes.Repeat([]byte(" "), 1025))
 	})
 	c := New(Config{BaseURL: srv.URL})
@@ -232,7 +233,7 @@ func TestClientStatusErrors(t *testing.T) {
 	for _, tt := range tests {
 		for _, call := range []string{"Stream", "Complete"} {
 			t.Run(tt.name+"/"+call, func(t *testing.T) {
-				srv, _ := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+				srv, _ := fakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 					for k, v := range tt.header {
 						w.Header().Set(k, v)
 					}
@@ -281,7 +282,7 @@ func TestClientConnectionError(t *testing.T) {
 }
 
 func TestClientEncodeErrorSendsNothing(t *testing.T) {
-	srv, reqs := upstream(t, sseReply(nil))
+	srv, reqs := fakeUpstream(t, sseReply(nil))
 	_, err := New(Config{BaseURL: srv.URL}).Stream(context.Background(), &parley.ChatRequest{Model: "m"})
 	if parley.CodeOf(err) != parley.ECInvalid {
 		t.Errorf("got %v", err)
@@ -353,7 +354,7 @@ func TestClientCancelBeforeHeaders(t *testing.T) {
 }
 
 func TestClientDeadline(t *testing.T) {
-	srv, _ := upstream(t, sseReply(nil))
+	srv, _ := fakeUpstream(t, sseReply(nil))
 	ctx, cancel := context.WithDeadline(context.Background(), time.Unix(0, 0))
 	defer cancel()
 	_, err := New(Config{BaseURL: srv.URL}).Complete(ctx, helloReq)
@@ -410,41 +411,9 @@ func TestClientCloseEndsRequest(t *testing.T) {
 	}
 }
 
-func TestRetryAfter(t *testing.T) {
-	now := time.Date(2025, 8, 5, 12, 0, 0, 0, time.UTC)
-	tests := []struct {
-		name   string
-		header map[string]string
-		want   time.Duration
-	}{
-		{"none", nil, 0},
-		{"seconds", map[string]string{"Retry-After": "20"}, 20 * time.Second},
-		{"seconds with spaces", map[string]string{"Retry-After": " 3 "}, 3 * time.Second},
-		{"zero", map[string]string{"Retry-After": "0"}, 0},
-		{"negative", map[string]string{"Retry-After": "-5"}, 0},
-		{"overflow", map[string]string{"Retry-After": "99999999999999"}, 0},
-		{"HTTP date", map[string]string{"Retry-After": "Tue, 05 Aug 2025 12:01:30 GMT"}, 90 * time.Second},
-		{"HTTP date in the past", map[string]string{"Retry-After": "Tue, 05 Aug 2025 11:00:00 GMT"}, 0},
-		{"garbage", map[string]string{"Retry-After": "soon"}, 0},
-		{"retry-after-ms wins", map[string]string{"Retry-After-Ms": "1500", "Retry-After": "2"}, 1500 * time.Millisecond},
-		{"bad retry-after-ms falls back", map[string]string{"Retry-After-Ms": "x", "Retry-After": "2"}, 2 * time.Second},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			h := http.Header{}
-			for k, v := range tt.header {
-				h.Set(k, v)
-			}
-			if got := retryAfter(h, now); got != tt.want {
-				t.Errorf("got %v, want %v", got, tt.want)
-			}
-		})
-	}
-}
-
 func TestNewDefaults(t *testing.T) {
 	c := New(Config{})
-	if c.url != DefaultBaseURL+"/chat/completions" || c.hc != http.DefaultClient || c.maxBody != maxResponseSize {
+	if c.url != DefaultBaseURL+"/chat/completions" || c.hc != http.DefaultClient || c.maxBody != upstream.MaxResponseSize {
 		t.Errorf("url %q, client %v", c.url, c.hc)
 	}
 	h := map[string]string{"X": "1"}
@@ -453,4 +422,10 @@ func TestNewDefaults(t *testing.T) {
 	if c.headers["X"] != "1" {
 		t.Error("New keeps the caller's map")
 	}
+}
+
+// timeout bounds every wait in these tests; it never asserts speed.
+func timeout(t *testing.T) <-chan time.Time {
+	t.Helper()
+	return time.After(10 * time.Second)
 }

@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"unicode/utf8"
 
 	"github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/provider/internal/upstream"
 )
 
 // DecodeResponse turns a non-streamed Chat Completions response body into a parley.Response.
@@ -25,8 +25,8 @@ func DecodeResponse(body []byte) (*parley.Response, error) {
 	if err := json.Unmarshal(body, &w); err != nil {
 		return nil, parley.WrapError(parley.ECUpstream, err, "invalid provider response")
 	}
-	if isSet(w.Error) {
-		return nil, parley.WrapError(parley.ECUpstream, parseAPIError(w.Error), "provider returned an error")
+	if upstream.IsSet(w.Error) {
+		return nil, parley.WrapError(parley.ECUpstream, upstream.ParseError(w.Error), "provider returned an error")
 	}
 	if len(w.Choices) == 0 {
 		return nil, parley.Errorf(parley.ECUpstream, "provider returned no choices")
@@ -104,8 +104,8 @@ func (d *chunkDecoder) decode(data []byte) ([]parley.StreamEvent, error) {
 	if err := json.Unmarshal(data, &ch); err != nil {
 		return nil, parley.WrapError(parley.ECUpstream, err, "invalid provider stream chunk")
 	}
-	if isSet(ch.Error) {
-		return nil, parley.WrapError(parley.ECUpstream, parseAPIError(ch.Error), "provider stream failed")
+	if upstream.IsSet(ch.Error) {
+		return nil, parley.WrapError(parley.ECUpstream, upstream.ParseError(ch.Error), "provider stream failed")
 	}
 	var evs []parley.StreamEvent
 	for _, c := range ch.Choices {
@@ -277,67 +277,4 @@ func (a *argsField) UnmarshalJSON(b []byte) error {
 		*a = argsField(buf.String())
 	}
 	return nil
-}
-
-// apiError is an error object sent by a provider. It is kept for logs, never shown to clients.
-type apiError struct {
-	Type    string
-	Code    string
-	Message string
-}
-
-func (e *apiError) Error() string {
-	s := "provider error"
-	if e.Type != "" {
-		s += " " + e.Type
-	}
-	if e.Code != "" {
-		s += " (" + e.Code + ")"
-	}
-	if e.Message != "" {
-		s += ": " + e.Message
-	}
-	return s
-}
-
-// maxErrorMessage bounds the provider's error text kept for logs.
-const maxErrorMessage = 1024
-
-// parseAPIError reads {"message","type","code"} (OpenAI, vLLM) or a bare string.
-func parseAPIError(raw json.RawMessage) *apiError {
-	e := &apiError{}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		e.Message = s
-	} else {
-		var w struct {
-			Message string          `json:"message"`
-			Type    string          `json:"type"`
-			Code    json.RawMessage `json:"code"`
-		}
-		if json.Unmarshal(raw, &w) != nil {
-			return &apiError{Message: "unreadable error object"}
-		}
-		e.Message, e.Type = w.Message, w.Type
-		var code string
-		switch {
-		case json.Unmarshal(w.Code, &code) == nil:
-			e.Code = code
-		case isSet(w.Code):
-			e.Code = string(w.Code) // a number, as vLLM sends
-		}
-	}
-	if len(e.Message) > maxErrorMessage {
-		n := maxErrorMessage
-		for n > 0 && !utf8.RuneStart(e.Message[n]) {
-			n--
-		}
-		e.Message = e.Message[:n] + "…"
-	}
-	return e
-}
-
-func isSet(raw json.RawMessage) bool {
-	raw = bytes.TrimSpace(raw)
-	return len(raw) > 0 && !bytes.Equal(raw, []byte("null"))
 }

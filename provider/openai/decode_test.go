@@ -97,22 +97,3 @@ func TestDecodeResponse(t *testing.T) {
 		})
 	}
 }
-
-func TestParseAPIError(t *testing.T) {
-	tests := []struct {
-		raw  string
-		want apiError
-	}{
-		{`{"message":"m","type":"server_error","param":null,"code":null}`, apiError{Type: "server_error", Message: "m"}},
-		{`{"message":"m","type":"invalid_request_error","code":"model_not_found"}`, apiError{Type: "invalid_request_error", Code: "model_not_found", Message: "m"}},
-		{`{"object":"error","message":"m","type":"BadRequestError","param":null,"code":400}`, apiError{Type: "BadRequestError", Code: "400", Message: "m"}},
-		{`"plain"`, apiError{Message: "plain"}},
-		{`[1]`, apiError{Message: "unreadable error object"}},
-		{`{"message":"` + strings.Repeat("é", 600) + `"}`, apiError{Message: strings.Repeat("é", 512) + "…"}},
-	}
-	for _, tt := range tests {
-		if got := parseAPIError([]byte(tt.raw)); *got != tt.want {
-			t.Errorf("parseAPIError(%.40s) = %+v, want %+v", tt.raw, *got, tt.want)
-		}
-	}
-}

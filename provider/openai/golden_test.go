@@ -1,42 +1,11 @@
 package openai
 
 import (
-	"bytes"
-	"encoding/json"
-	"flag"
-	"os"
 	"testing"
+
+	"github.com/parleyhq/parley/provider/internal/golden"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+func checkGolden(t *testing.T, path string, got []byte) { t.Helper(); golden.Check(t, path, got) }
 
-// checkGolden compares got with the file at path, or rewrites the file with -update.
-func checkGolden(t *testing.T, path string, got []byte) {
-	t.Helper()
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./provider/openai -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs (run with -update to accept)\n--- got\n%s\n--- want\n%s", path, got, want)
-	}
-}
-
-// indentJSON returns v as indented JSON with a final newline.
-func indentJSON(t *testing.T, v any) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
+func indentJSON(t *testing.T, v any) []byte { t.Helper(); return golden.JSON(t, v) }

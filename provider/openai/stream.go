@@ -3,12 +3,11 @@ package openai
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"io"
 	"sync/atomic"
 
 	"github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/provider/internal/upstream"
 )
 
 // NewStream reads a Chat Completions event stream (the body of a stream:true response) as
@@ -20,7 +19,7 @@ func NewStream(body io.ReadCloser) parley.Stream {
 }
 
 func newStream(ctx context.Context, body io.ReadCloser) *stream {
-	return &stream{ctx: ctx, body: body, sse: newSSEReader(body), dec: newChunkDecoder()}
+	return &stream{ctx: ctx, body: body, sse: upstream.NewSSEReader(body), dec: newChunkDecoder()}
 }
 
 // stream is the state machine between the event reader and the chunk decoder: it queues the
@@ -29,7 +28,7 @@ func newStream(ctx context.Context, body io.ReadCloser) *stream {
 type stream struct {
 	ctx    context.Context
 	body   io.ReadCloser
-	sse    *sseReader
+	sse    *upstream.SSEReader
 	dec    *chunkDecoder
 	queue  []parley.StreamEvent
 	usage  *parley.Usage // the latest usage seen, reported once at [DONE]
@@ -52,7 +51,7 @@ func (s *stream) Next() (parley.StreamEvent, error) {
 		if s.closed.Load() {
 			return parley.StreamEvent{}, errClosed
 		}
-		ev, err := s.sse.next()
+		ev, err := s.sse.Next()
 		if err != nil {
 			s.err = s.readError(err)
 			continue
@@ -65,7 +64,7 @@ func (s *stream) Next() (parley.StreamEvent, error) {
 			}
 			s.err = io.EOF
 		case ev.Type == "error":
-			s.err = parley.WrapError(parley.ECUpstream, eventError(data), "provider stream failed")
+			s.err = parley.WrapError(parley.ECUpstream, upstream.EventError(data), "provider stream failed")
 		default:
 			evs, err := s.dec.decode(data)
 			if err != nil {
@@ -93,43 +92,8 @@ func (s *stream) Close() error {
 
 // readError maps an error of the event reader to the stream's final error.
 func (s *stream) readError(err error) error {
-	switch {
-	case s.closed.Load():
+	if s.closed.Load() {
 		return errClosed
-	case s.ctx.Err() != nil:
-		return ctxError(s.ctx)
-	case err == io.EOF:
-		return parley.WrapError(parley.ECUpstream, io.ErrUnexpectedEOF, "provider stream ended before [DONE]")
-	case errors.Is(err, errTooLarge):
-		return parley.WrapError(parley.ECUpstream, err, "provider stream event too large")
 	}
-	return parley.WrapError(parley.ECUpstream, err, "provider stream failed")
-}
-
-// eventError reads the data of an "event: error" as an error object or as plain text.
-func eventError(data []byte) error {
-	if json.Valid(data) {
-		var w struct {
-			Error json.RawMessage `json:"error"`
-		}
-		if json.Unmarshal(data, &w) == nil && isSet(w.Error) {
-			return parseAPIError(w.Error)
-		}
-		return parseAPIError(data)
-	}
-	return parseAPIError(mustJSON(string(data)))
-}
-
-func mustJSON(s string) json.RawMessage {
-	b, _ := json.Marshal(s) // a string always encodes
-	return b
-}
-
-// ctxError reports why ctx ended: ECTimeout for a deadline, ECCanceled otherwise. It wraps
-// ctx.Err(), so errors.Is(err, context.Canceled) holds.
-func ctxError(ctx context.Context) error {
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return parley.WrapError(parley.ECTimeout, ctx.Err(), "provider call timed out")
-	}
-	return parley.WrapError(parley.ECCanceled, ctx.Err(), "provider call canceled")
+	return upstream.StreamError(s.ctx, err, "[DONE]")
 }

@@ -13,6 +13,7 @@ import (
 	"testing/iotest"
 
 	"github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/provider/internal/upstream"
 )
 
 // goldenEvent is the JSON form of a parley.StreamEvent in golden files.
@@ -337,7 +338,7 @@ func TestStreamReadError(t *testing.T) {
 }
 
 func TestStreamEventTooLarge(t *testing.T) {
-	in := "data: " + strings.Repeat("x", maxLineSize) + "\n\n"
+	in := "data: " + strings.Repeat("x", upstream.MaxEventSize) + "\n\n"
 	_, err := NewStream(io.NopCloser(strings.NewReader(in))).Next()
 	if parley.CodeOf(err) != parley.ECUpstream || parley.MessageOf(err) != "provider stream event too large" {
 		t.Errorf("got %v", err)

@@ -1,4 +1,4 @@
-package openai
+package upstream
 
 import (
 	"errors"
@@ -17,10 +17,10 @@ func timeout(t *testing.T) <-chan time.Time {
 
 type ev struct{ Type, Data string }
 
-func readAll(r *sseReader) ([]ev, error) {
+func readAll(r *SSEReader) ([]ev, error) {
 	var out []ev
 	for i := 0; i < 1000; i++ {
-		e, err := r.next()
+		e, err := r.Next()
 		if err != nil {
 			return out, err
 		}
@@ -50,8 +50,8 @@ func TestSSEReader(t *testing.T) {
 		{"BOM", "\xEF\xBB\xBFdata: a\n\n", []ev{{"", "a"}}, io.EOF},
 		{"complete event without blank line at EOF", "data: a\n\ndata: b\n", []ev{{"", "a"}, {"", "b"}}, io.EOF},
 		{"partial last line dropped", "data: a\n\ndata: {\"x\":", []ev{{"", "a"}}, io.EOF},
-		{"line too long", "data: " + strings.Repeat("x", maxLineSize) + "\n\n", nil, errTooLarge},
-		{"event too large", strings.Repeat("data: "+strings.Repeat("x", 1<<20)+"\n", 5) + "\n", nil, errTooLarge},
+		{"line too long", "data: " + strings.Repeat("x", MaxEventSize) + "\n\n", nil, ErrTooLarge},
+		{"event too large", strings.Repeat("data: "+strings.Repeat("x", 1<<20)+"\n", 5) + "\n", nil, ErrTooLarge},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -63,7 +63,7 @@ func TestSSEReader(t *testing.T) {
 					}
 					r = iotest.OneByteReader(r)
 				}
-				got, err := readAll(newSSEReader(r))
+				got, err := readAll(NewSSEReader(r))
 				if !errors.Is(err, tt.err) {
 					t.Errorf("%s: err = %v, want %v", mode, err, tt.err)
 				}
@@ -82,7 +82,7 @@ func TestSSEReader(t *testing.T) {
 
 func TestSSEReaderReadError(t *testing.T) {
 	boom := errors.New("boom")
-	r := newSSEReader(io.MultiReader(strings.NewReader("data: a\n\n"), iotest.ErrReader(boom)))
+	r := NewSSEReader(io.MultiReader(strings.NewReader("data: a\n\n"), iotest.ErrReader(boom)))
 	got, err := readAll(r)
 	if len(got) != 1 || !errors.Is(err, boom) {
 		t.Errorf("got %q, %v; want one event then boom", got, err)

@@ -1,4 +1,4 @@
-package openai
+package upstream
 
 import (
 	"bufio"
@@ -7,25 +7,25 @@ import (
 	"io"
 )
 
-// maxLineSize bounds one line of a provider's event stream, and the data of one event.
-const maxLineSize = 4 << 20
+// MaxEventSize bounds one line of a provider's event stream, and the data of one event.
+const MaxEventSize = 4 << 20
 
-// errTooLarge reports a line or an event larger than maxLineSize.
-var errTooLarge = errors.New("event stream line or event too large")
+// ErrTooLarge reports a line or an event larger than MaxEventSize.
+var ErrTooLarge = errors.New("event stream line or event too large")
 
 // errPartialLine reports a stream that ended inside a line.
 var errPartialLine = errors.New("event stream ended inside a line")
 
-// sseEvent is one dispatched server-sent event.
-type sseEvent struct {
+// SSEEvent is one dispatched server-sent event.
+type SSEEvent struct {
 	Type string // the event field; "" when none was sent
 	Data []byte // the data lines joined by "\n"; valid until the next call of next
 }
 
-// sseReader reads server-sent events as the WHATWG HTML standard defines them: lines ended by
+// SSEReader reads server-sent events as the WHATWG HTML standard defines them: lines ended by
 // CRLF, LF or CR; a blank line dispatches; lines starting with ':' are comments; "data" lines
 // accumulate; "id" and "retry" are ignored.
-type sseReader struct {
+type SSEReader struct {
 	sc    *bufio.Scanner
 	first bool
 	data  []byte
@@ -33,17 +33,17 @@ type sseReader struct {
 	has   bool // a data field was seen since the last dispatch
 }
 
-func newSSEReader(r io.Reader) *sseReader {
+func NewSSEReader(r io.Reader) *SSEReader {
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), maxLineSize)
+	sc.Buffer(make([]byte, 0, 64<<10), MaxEventSize)
 	sc.Split(splitLine)
-	return &sseReader{sc: sc, first: true}
+	return &SSEReader{sc: sc, first: true}
 }
 
-// next returns the next event. At the end of the input, an event whose lines were complete but
+// Next returns the next event. At the end of the input, an event whose lines were complete but
 // that no blank line dispatched is still returned; a partial last line is dropped. After the
 // last event it returns io.EOF, or the read error.
-func (r *sseReader) next() (sseEvent, error) {
+func (r *SSEReader) Next() (SSEEvent, error) {
 	r.data, r.typ, r.has = r.data[:0], "", false
 	for r.sc.Scan() {
 		line := r.sc.Bytes()
@@ -53,7 +53,7 @@ func (r *sseReader) next() (sseEvent, error) {
 		}
 		if len(line) == 0 {
 			if r.has {
-				return sseEvent{Type: r.typ, Data: bytes.TrimSuffix(r.data, []byte("\n"))}, nil
+				return SSEEvent{Type: r.typ, Data: bytes.TrimSuffix(r.data, []byte("\n"))}, nil
 			}
 			r.typ = ""
 			continue
@@ -65,8 +65,8 @@ func (r *sseReader) next() (sseEvent, error) {
 		value = bytes.TrimPrefix(value, []byte(" "))
 		switch string(field) {
 		case "data":
-			if len(r.data)+len(value)+1 > maxLineSize {
-				return sseEvent{}, errTooLarge
+			if len(r.data)+len(value)+1 > MaxEventSize {
+				return SSEEvent{}, ErrTooLarge
 			}
 			r.data = append(r.data, value...)
 			r.data = append(r.data, '\n')
@@ -78,13 +78,13 @@ func (r *sseReader) next() (sseEvent, error) {
 	err := r.sc.Err()
 	switch {
 	case errors.Is(err, bufio.ErrTooLong):
-		return sseEvent{}, errTooLarge
+		return SSEEvent{}, ErrTooLarge
 	case err != nil && !errors.Is(err, errPartialLine):
-		return sseEvent{}, err
+		return SSEEvent{}, err
 	case r.has:
-		return sseEvent{Type: r.typ, Data: bytes.TrimSuffix(r.data, []byte("\n"))}, nil
+		return SSEEvent{Type: r.typ, Data: bytes.TrimSuffix(r.data, []byte("\n"))}, nil
 	}
-	return sseEvent{}, io.EOF
+	return SSEEvent{}, io.EOF
 }
 
 // splitLine splits at CRLF, LF or CR. A CR at the end of the buffer waits for the next byte, so

@@ -1,0 +1,249 @@
+// Package upstream holds what every provider adapter needs around HTTP: the event-stream reader,
+// a POST that turns a non-2xx answer into a *parley.StatusError, Retry-After, the vendors' error
+// objects, and the errors of an ended context. It does no translation of messages.
+package upstream
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/parleyhq/parley"
+)
+
+// Bounds on what is read from a provider outside a stream.
+const (
+	MaxResponseSize  = 32 << 20 // a non-streamed response body
+	maxErrorBodySize = 64 << 10 // the body of a non-2xx response
+	maxErrorMessage  = 1024     // the provider's error text kept for logs
+)
+
+// Endpoint is how an adapter reaches its provider.
+type Endpoint struct {
+	Client *http.Client
+	Secret string           // the API key, cut out of the provider's error messages
+	Now    func() time.Time // for Retry-After dates; nil means time.Now
+}
+
+// Post sends body to url and returns a 2xx response, whose body the caller closes. A non-2xx
+// answer is a *parley.Error (ECRateLimited for 429, ECUpstream otherwise) wrapping a
+// *parley.StatusError.
+func (e Endpoint) Post(ctx context.Context, url string, header http.Header, body []byte) (*http.Response, error) {
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, parley.WrapError(parley.ECInternal, err, "invalid provider URL")
+	}
+	for k, v := range header {
+		hr.Header[k] = v
+	}
+	resp, err := e.Client.Do(hr)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, CtxError(ctx)
+		}
+		return nil, parley.WrapError(parley.ECUpstream, err, "provider request failed")
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		defer resp.Body.Close()
+		now := time.Now
+		if e.Now != nil {
+			now = e.Now
+		}
+		return nil, statusError(resp, e.Secret, now())
+	}
+	return resp, nil
+}
+
+// ReadBody reads a non-streamed response body of at most limit bytes.
+func ReadBody(ctx context.Context, body io.Reader, limit int64) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(body, limit+1))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, CtxError(ctx)
+		}
+		return nil, parley.WrapError(parley.ECUpstream, err, "provider response failed")
+	}
+	if int64(len(data)) > limit {
+		return nil, parley.Errorf(parley.ECUpstream, "provider response too large")
+	}
+	return data, nil
+}
+
+// statusError turns a non-2xx response into a *parley.Error wrapping a *parley.StatusError.
+func statusError(resp *http.Response, secret string, now time.Time) error {
+	se := &parley.StatusError{StatusCode: resp.StatusCode, RetryAfter: RetryAfter(resp.Header, now)}
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBodySize))
+	if e := ErrorFromBody(data); e != nil {
+		se.Type, se.Code, se.Message = e.Type, e.Code, e.Message
+		if secret != "" {
+			se.Message = strings.ReplaceAll(se.Message, secret, "[redacted]")
+		}
+	}
+	code := parley.ECUpstream
+	if resp.StatusCode == http.StatusTooManyRequests {
+		code = parley.ECRateLimited
+	}
+	return parley.WrapError(code, se, fmt.Sprintf("provider returned HTTP %d", resp.StatusCode))
+}
+
+// RetryAfter reads retry-after-ms (sent by OpenAI and Azure) or Retry-After as seconds or an
+// HTTP date. It returns 0 when neither is usable.
+func RetryAfter(h http.Header, now time.Time) time.Duration {
+	if v := strings.TrimSpace(h.Get("Retry-After-Ms")); v != "" {
+		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 && ms < float64(math.MaxInt64/int64(time.Millisecond)) {
+			return time.Duration(ms * float64(time.Millisecond))
+		}
+	}
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs <= 0 || secs > math.MaxInt64/int64(time.Second) {
+			return 0
+		}
+		return time.Duration(secs) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+// APIError is an error object sent by a provider. It is kept for logs, never shown to clients.
+type APIError struct {
+	Type    string
+	Code    string
+	Message string
+}
+
+func (e *APIError) Error() string {
+	s := "provider error"
+	if e.Type != "" {
+		s += " " + e.Type
+	}
+	if e.Code != "" {
+		s += " (" + e.Code + ")"
+	}
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	return s
+}
+
+// ErrorFromBody finds the error object of a response body in the vendors' shapes:
+// {"error": {...}} (OpenAI, Anthropic, Gemini), {"error": "text"} (Ollama), Gemini's
+// [{"error": {...}}], or a bare error object. It returns nil when the body holds none.
+func ErrorFromBody(data []byte) *APIError {
+	data = bytes.TrimSpace(data)
+	if len(data) > 0 && data[0] == '[' {
+		var arr []json.RawMessage
+		if json.Unmarshal(data, &arr) != nil || len(arr) == 0 {
+			return nil
+		}
+		data = arr[0]
+	}
+	var w struct {
+		Error json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(data, &w) == nil && IsSet(w.Error) {
+		return ParseError(w.Error)
+	}
+	return nil
+}
+
+// ParseError reads an error object, {"message", "type" or "status", "code"} with a string or
+// numeric code, or a bare string.
+func ParseError(raw json.RawMessage) *APIError {
+	e := &APIError{}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		e.Message = s
+	} else {
+		var w struct {
+			Message string          `json:"message"`
+			Type    string          `json:"type"`
+			Status  string          `json:"status"` // Gemini: "RESOURCE_EXHAUSTED"
+			Code    json.RawMessage `json:"code"`
+		}
+		if json.Unmarshal(raw, &w) != nil {
+			return &APIError{Message: "unreadable error object"}
+		}
+		e.Message, e.Type = w.Message, w.Type
+		if e.Type == "" {
+			e.Type = w.Status
+		}
+		var code string
+		switch {
+		case json.Unmarshal(w.Code, &code) == nil:
+			e.Code = code
+		case IsSet(w.Code):
+			e.Code = string(w.Code) // a number, as vLLM and Gemini send
+		}
+	}
+	e.Message = Truncate(e.Message, maxErrorMessage)
+	return e
+}
+
+// EventError reads the data of an error event: an object with an "error" member, an error object,
+// or plain text.
+func EventError(data []byte) *APIError {
+	if json.Valid(data) {
+		if e := ErrorFromBody(data); e != nil {
+			return e
+		}
+		return ParseError(data)
+	}
+	b, _ := json.Marshal(string(data)) // a string always encodes
+	return ParseError(b)
+}
+
+// Truncate cuts s to at most n bytes at a rune boundary, marking the cut with "…".
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// IsSet reports whether raw holds a JSON value other than null.
+func IsSet(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) > 0 && !bytes.Equal(raw, []byte("null"))
+}
+
+// CtxError reports why ctx ended: ECTimeout for a deadline, ECCanceled otherwise. It wraps
+// ctx.Err(), so errors.Is(err, context.Canceled) holds.
+func CtxError(ctx context.Context) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return parley.WrapError(parley.ECTimeout, ctx.Err(), "provider call timed out")
+	}
+	return parley.WrapError(parley.ECCanceled, ctx.Err(), "provider call canceled")
+}
+
+// StreamError maps the error that ended reading a stream body to the stream's final error:
+// the context's reason, a cut stream (ECUpstream wrapping io.ErrUnexpectedEOF), an event too
+// large, or a read failure. what names the missing end, e.g. "[DONE]".
+func StreamError(ctx context.Context, err error, what string) error {
+	switch {
+	case ctx.Err() != nil:
+		return CtxError(ctx)
+	case err == io.EOF:
+		return parley.WrapError(parley.ECUpstream, io.ErrUnexpectedEOF, "provider stream ended before "+what)
+	case errors.Is(err, ErrTooLarge):
+		return parley.WrapError(parley.ECUpstream, err, "provider stream event too large")
+	}
+	return parley.WrapError(parley.ECUpstream, err, "provider stream failed")
+}
