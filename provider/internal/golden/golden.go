@@ -5,9 +5,17 @@ package golden
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
+	"io"
 	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"testing/iotest"
+
+	"github.com/parleyhq/parley"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -42,3 +50,155 @@ func JSON(t *testing.T, v any) []byte {
 	}
 	return buf.Bytes()
 }
+
+// Request is the JSON form of a test case for an adapter's request encoder: a provider-agnostic
+// request and the adapter's options, read from testdata/request/<name>.in.json.
+type Request struct {
+	Model       string            `json:"model"`
+	Messages    []parley.Message  `json:"messages"`
+	Tools       []parley.ToolSpec `json:"tools,omitempty"`
+	ToolChoice  string            `json:"tool_choice,omitempty"`
+	Temperature *float64          `json:"temperature,omitempty"`
+	MaxTokens   int               `json:"max_tokens,omitempty"`
+	Stream      bool              `json:"stream,omitempty"`
+	Options     json.RawMessage   `json:"options,omitempty"` // the adapter's options
+}
+
+// ChatRequest returns the request of the case.
+func (r *Request) ChatRequest() *parley.ChatRequest {
+	return &parley.ChatRequest{Model: r.Model, Messages: r.Messages, Tools: r.Tools, ToolChoice: r.ToolChoice,
+		Temperature: r.Temperature, MaxTokens: r.MaxTokens}
+}
+
+// EachRequest runs encode on every testdata/request/*.in.json and compares the body it returns,
+// indented, with <name>.golden.json; an error is written as {"error": ...} instead.
+func EachRequest(t *testing.T, encode func(*Request) ([]byte, error)) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("testdata", "request", "*.in.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no request cases: %v", err)
+	}
+	for _, file := range files {
+		name := strings.TrimSuffix(filepath.Base(file), ".in.json")
+		t.Run(name, func(t *testing.T) {
+			raw, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var c Request
+			dec := json.NewDecoder(bytes.NewReader(raw))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&c); err != nil {
+				t.Fatalf("%s: %v", file, err)
+			}
+			body, err := encode(&c)
+			var got []byte
+			if err != nil {
+				got = JSON(t, map[string]any{"error": err.Error(), "code": parley.CodeOf(err)})
+			} else {
+				var v any
+				if err := json.Unmarshal(body, &v); err != nil {
+					t.Fatalf("body is not JSON: %v\n%s", err, body)
+				}
+				got = JSON(t, json.RawMessage(body))
+			}
+			Check(t, filepath.Join("testdata", "request", name+".golden.json"), got)
+		})
+	}
+}
+
+// Event is the JSON form of a parley.StreamEvent in golden files.
+type Event struct {
+	Type         parley.StreamEventType `json:"type"`
+	Content      string                 `json:"content,omitempty"`
+	Reasoning    string                 `json:"reasoning,omitempty"`
+	ToolCall     *parley.ToolCallDelta  `json:"tool_call,omitempty"`
+	FinishReason string                 `json:"finish_reason,omitempty"`
+	Usage        *parley.Usage          `json:"usage,omitempty"`
+	Thinking     *parley.ThinkingBlock  `json:"thinking,omitempty"`
+}
+
+// End is how a stream ended.
+type End struct {
+	EOF           bool             `json:"eof,omitempty"` // io.EOF: the stream's proper end
+	Code          parley.ErrorCode `json:"code,omitempty"`
+	Message       string           `json:"message,omitempty"`
+	Log           string           `json:"log,omitempty"` // err.Error(): what the logs see
+	UnexpectedEOF bool             `json:"unexpected_eof,omitempty"`
+}
+
+// Stream is what a stream yielded: its events, how it ended, and the response they make.
+type Stream struct {
+	Events   []Event          `json:"events"`
+	End      End              `json:"end"`
+	Response *parley.Response `json:"response"`
+}
+
+// Drain reads s to its end, with a bound on the number of events.
+func Drain(t *testing.T, s parley.Stream) Stream {
+	t.Helper()
+	var g Stream
+	var b parley.ResponseBuilder
+	for i := 0; ; i++ {
+		if i > 100000 {
+			t.Fatal("stream does not end")
+		}
+		ev, err := s.Next()
+		if err != nil {
+			if err == io.EOF {
+				g.End.EOF = true
+			} else {
+				g.End = End{Code: parley.CodeOf(err), Message: parley.MessageOf(err), Log: err.Error(),
+					UnexpectedEOF: errors.Is(err, io.ErrUnexpectedEOF)}
+			}
+			break
+		}
+		b.Add(ev)
+		g.Events = append(g.Events, Event{ev.Type, ev.Content, ev.Reasoning, ev.ToolCall, ev.FinishReason, ev.Usage, ev.Thinking})
+	}
+	g.Response = b.Response()
+	return g
+}
+
+// EachStream feeds every testdata/stream/*<ext> file to open, whole and in one-byte reads, and
+// compares what the stream yields with <name>.golden.json. Both reads must agree, and Close must
+// close the body exactly once.
+func EachStream(t *testing.T, ext string, open func(io.ReadCloser) parley.Stream) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("testdata", "stream", "*"+ext))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no stream fixtures: %v", err)
+	}
+	for _, file := range files {
+		name := strings.TrimSuffix(filepath.Base(file), ext)
+		t.Run(name, func(t *testing.T) {
+			raw, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body := &closeCounter{Reader: bytes.NewReader(raw)}
+			s := open(body)
+			g := Drain(t, s)
+			Check(t, filepath.Join("testdata", "stream", name+".golden.json"), JSON(t, g))
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			_ = s.Close()
+			if n := body.closes.Load(); n != 1 {
+				t.Errorf("body closed %d times, want 1", n)
+			}
+			slow := open(&closeCounter{Reader: iotest.OneByteReader(bytes.NewReader(raw))})
+			defer slow.Close()
+			if g2 := Drain(t, slow); string(JSON(t, g2)) != string(JSON(t, g)) {
+				t.Errorf("one-byte reads give a different result:\n%s", JSON(t, g2))
+			}
+		})
+	}
+}
+
+type closeCounter struct {
+	io.Reader
+	closes atomic.Int32
+}
+
+func (c *closeCounter) Close() error { c.closes.Add(1); return nil }
