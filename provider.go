@@ -167,3 +167,9 @@ func (b *ResponseBuilder) Response() *Response {
 	}
 	return r
 }
+
+// ModelReporter is implemented by a Stream that can tell which model answered: "provider/model".
+// A router that fell back to another model reports the one that did.
+type ModelReporter interface {
+	Model() string
+}

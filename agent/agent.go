@@ -142,7 +142,7 @@ func (a *Agent) Run(ctx context.Context, in Input, emit func(parley.Event)) (*Re
 			Tools:    specs,
 		}
 		start := time.Now()
-		resp, err := a.callModel(ctx, prov, req, emitSafe)
+		resp, answeredBy, err := a.callModel(ctx, prov, req, emitSafe)
 		latency := time.Since(start)
 		if resp != nil && resp.Usage != nil {
 			res.Usage.Add(*resp.Usage)
@@ -152,7 +152,7 @@ func (a *Agent) Run(ctx context.Context, in Input, emit func(parley.Event)) (*Re
 			if ctx.Err() != nil {
 				// Keep what the user already saw of an answer they stopped.
 				if resp != nil && resp.Content != "" {
-					msg := a.assistant(in, model, &parley.Response{Content: resp.Content, Reasoning: resp.Reasoning}, latency)
+					msg := a.assistant(in, answeredBy, &parley.Response{Content: resp.Content, Reasoning: resp.Reasoning}, latency)
 					if a.store(ctx, in.SessionID, msg) == nil {
 						res.Final = msg
 						emitSafe(parley.Event{Type: parley.EventRecord, Message: msg})
@@ -163,7 +163,7 @@ func (a *Agent) Run(ctx context.Context, in Input, emit func(parley.Event)) (*Re
 			return res, err
 		}
 
-		msg := a.assistant(in, model, resp, latency)
+		msg := a.assistant(in, answeredBy, resp, latency)
 		if err := a.store(ctx, in.SessionID, msg); err != nil {
 			return res, err
 		}
@@ -197,21 +197,26 @@ func (a *Agent) Run(ctx context.Context, in Input, emit func(parley.Event)) (*Re
 }
 
 // callModel streams one model call, emitting text and reasoning deltas as they arrive, and returns
-// the assembled response. On error it also returns what had arrived.
-func (a *Agent) callModel(ctx context.Context, prov parley.Provider, req *parley.ChatRequest, emit func(parley.Event)) (*parley.Response, error) {
+// the assembled response and the model that answered it (another than req.Model when a router
+// fell back). On error it also returns what had arrived.
+func (a *Agent) callModel(ctx context.Context, prov parley.Provider, req *parley.ChatRequest, emit func(parley.Event)) (*parley.Response, string, error) {
+	answeredBy := req.Model
 	stream, err := prov.Stream(ctx, req)
 	if err != nil {
-		return nil, upstream(err)
+		return nil, answeredBy, upstream(err)
 	}
 	defer stream.Close()
+	if mr, ok := stream.(parley.ModelReporter); ok && mr.Model() != "" {
+		answeredBy = mr.Model()
+	}
 	var b parley.ResponseBuilder
 	for {
 		ev, err := stream.Next()
 		if errors.Is(err, io.EOF) {
-			return b.Response(), nil
+			return b.Response(), answeredBy, nil
 		}
 		if err != nil {
-			return b.Response(), upstream(err)
+			return b.Response(), answeredBy, upstream(err)
 		}
 		b.Add(ev)
 		switch ev.Type {

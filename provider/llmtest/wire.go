@@ -102,9 +102,12 @@ type completion struct {
 const fingerprint = "fp_parley_mock"
 
 type wireUsage struct {
-	PromptTokens            int64 `json:"prompt_tokens"`
-	CompletionTokens        int64 `json:"completion_tokens"`
-	TotalTokens             int64 `json:"total_tokens"`
+	PromptTokens        int64 `json:"prompt_tokens"`
+	CompletionTokens    int64 `json:"completion_tokens"`
+	TotalTokens         int64 `json:"total_tokens"`
+	PromptTokensDetails *struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"prompt_tokens_details,omitempty"`
 	CompletionTokensDetails *struct {
 		ReasoningTokens int64 `json:"reasoning_tokens"`
 	} `json:"completion_tokens_details,omitempty"`
@@ -116,6 +119,11 @@ func usageOf(u *parley.Usage) *wireUsage {
 		w.CompletionTokensDetails = &struct {
 			ReasoningTokens int64 `json:"reasoning_tokens"`
 		}{u.ReasoningTokens}
+	}
+	if u.CachedTokens > 0 {
+		w.PromptTokensDetails = &struct {
+			CachedTokens int64 `json:"cached_tokens"`
+		}{u.CachedTokens}
 	}
 	return w
 }

@@ -1,0 +1,452 @@
+// Package router puts the configured providers behind one parley.Provider per model, addressed
+// as "provider/model". Each call is retried with exponential backoff and jitter on 429, 5xx and
+// connection errors (honouring Retry-After) until the first event of the answer arrives, never
+// after; each provider endpoint has a circuit breaker; a model may name fallback models that
+// answer while its endpoint's breaker is open or its retries ran out; the price table turns each
+// call's usage into a cost. It knows no wire format: cmd/parley gives it the adapters.
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/breaker"
+	"github.com/parleyhq/parley/llmctx"
+)
+
+// Endpoint is one configured provider.
+type Endpoint struct {
+	Name     string // the prefix of its model names: "openai", "anthropic", "glm", …
+	Kind     string // the wire format, for listings: "openai", "anthropic", "gemini", "ollama", "mock"
+	Provider parley.Provider
+	// Models are the models it offers. With none, any model name is passed through.
+	Models []string
+	// ToolResultsAsText sends tool results as user messages in seed 003's XML envelope, for
+	// models without a native tool role.
+	ToolResultsAsText bool
+}
+
+// Price is what a model costs, in US dollars per million tokens.
+type Price struct {
+	Input       float64 `json:"input" yaml:"input"`               // prompt tokens not read from the cache
+	CachedInput float64 `json:"cached_input" yaml:"cached_input"` // prompt tokens read from the cache
+	Output      float64 `json:"output" yaml:"output"`             // completion tokens, reasoning included
+}
+
+// Cost returns the price of u.
+func (p Price) Cost(u parley.Usage) float64 {
+	fresh := max(u.PromptTokens-u.CachedTokens, 0)
+	return (float64(fresh)*p.Input + float64(u.CachedTokens)*p.CachedInput + float64(u.CompletionTokens)*p.Output) / 1e6
+}
+
+// Retry is the retry policy of one call.
+type Retry struct {
+	Attempts int           // tries per model, the first included (default 3; 1 turns retries off)
+	Base     time.Duration // the first backoff (default 500 ms); each next one doubles
+	Max      time.Duration // the longest backoff (default 10 s)
+	// MaxWait is the longest Retry-After honoured (default 60 s); a provider asking for more
+	// is not retried (a fallback answers, if there is one).
+	MaxWait time.Duration
+}
+
+// Config configures a Router.
+type Config struct {
+	Endpoints []Endpoint
+	// Default is the model used when a request names none ("provider/model").
+	Default string
+	// Fallbacks maps a model to the models that answer, in order, while its endpoint's breaker is
+	// open or its retries ran out.
+	Fallbacks map[string][]string
+	// Prices maps a model to its price; a model without one costs nothing.
+	Prices map[string]Price
+	Retry  Retry
+	// BreakerFailures and BreakerCooldown configure every endpoint's breaker (defaults 3, 30 s).
+	BreakerFailures int
+	BreakerCooldown time.Duration
+
+	Log *slog.Logger
+	// Now, Sleep and Jitter are for tests: the clock, a wait that ends early when ctx does, and a
+	// random number in [0, 1).
+	Now    func() time.Time
+	Sleep  func(ctx context.Context, d time.Duration) error
+	Jitter func() float64
+}
+
+// Router resolves model names to providers. It is safe for concurrent use.
+type Router struct {
+	cfg       Config
+	endpoints map[string]*endpoint
+	order     []string // endpoint names in configuration order
+}
+
+type endpoint struct {
+	Endpoint
+	breaker *breaker.Breaker
+}
+
+// New checks cfg and returns a Router.
+func New(cfg Config) (*Router, error) {
+	if cfg.Retry.Attempts == 0 {
+		cfg.Retry.Attempts = 3
+	}
+	if cfg.Retry.Base <= 0 {
+		cfg.Retry.Base = 500 * time.Millisecond
+	}
+	if cfg.Retry.Max <= 0 {
+		cfg.Retry.Max = 10 * time.Second
+	}
+	if cfg.Retry.MaxWait <= 0 {
+		cfg.Retry.MaxWait = 60 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Sleep == nil {
+		cfg.Sleep = sleep
+	}
+	if cfg.Jitter == nil {
+		cfg.Jitter = rand.Float64
+	}
+	if cfg.Retry.Attempts < 1 {
+		return nil, errors.New("retry attempts must be at least 1")
+	}
+	r := &Router{cfg: cfg, endpoints: map[string]*endpoint{}}
+	for _, e := range cfg.Endpoints {
+		switch {
+		case e.Name == "" || strings.Contains(e.Name, "/"):
+			return nil, fmt.Errorf("provider name %q: must be non-empty and without '/'", e.Name)
+		case e.Provider == nil:
+			return nil, fmt.Errorf("provider %q: no adapter", e.Name)
+		case r.endpoints[e.Name] != nil:
+			return nil, fmt.Errorf("provider %q: configured twice", e.Name)
+		}
+		r.endpoints[e.Name] = &endpoint{Endpoint: e, breaker: breaker.New(cfg.BreakerFailures, cfg.BreakerCooldown, cfg.Now)}
+		r.order = append(r.order, e.Name)
+	}
+	if len(r.order) == 0 {
+		return nil, errors.New("no provider configured")
+	}
+	if _, _, err := r.lookup(cfg.Default); err != nil {
+		return nil, fmt.Errorf("default model: %v", parley.MessageOf(err))
+	}
+	for from, tos := range cfg.Fallbacks {
+		if _, _, err := r.lookup(from); err != nil {
+			return nil, fmt.Errorf("fallbacks of %q: %v", from, parley.MessageOf(err))
+		}
+		for _, to := range tos {
+			if _, _, err := r.lookup(to); err != nil {
+				return nil, fmt.Errorf("fallback %q of %q: %v", to, from, parley.MessageOf(err))
+			}
+		}
+	}
+	for m := range cfg.Prices {
+		if _, _, err := r.lookup(m); err != nil {
+			return nil, fmt.Errorf("price of %q: %v", m, parley.MessageOf(err))
+		}
+	}
+	return r, nil
+}
+
+// lookup finds the endpoint of a model name: "provider/model", or a bare model name that exactly
+// one provider lists. It returns the endpoint and the model as the provider knows it.
+func (r *Router) lookup(name string) (*endpoint, string, error) {
+	if name == "" {
+		return nil, "", parley.Errorf(parley.ECInvalid, "model: no model named")
+	}
+	if prefix, model, ok := strings.Cut(name, "/"); ok {
+		if e := r.endpoints[prefix]; e != nil {
+			if model == "" {
+				return nil, "", parley.Errorf(parley.ECInvalid, "model: %q names no model of provider %q", name, prefix)
+			}
+			if len(e.Models) > 0 && !slices.Contains(e.Models, model) {
+				return nil, "", parley.Errorf(parley.ECInvalid, "model: provider %q does not offer %q (it offers %s)", prefix, model, strings.Join(e.Models, ", "))
+			}
+			return e, model, nil
+		}
+	}
+	var found []*endpoint
+	for _, n := range r.order {
+		if e := r.endpoints[n]; slices.Contains(e.Models, name) {
+			found = append(found, e)
+		}
+	}
+	switch len(found) {
+	case 1:
+		return found[0], name, nil
+	case 0:
+		return nil, "", parley.Errorf(parley.ECInvalid, "model: unknown model %q (name it as provider/model; GET /api/v1/models lists them)", name)
+	}
+	return nil, "", parley.Errorf(parley.ECInvalid, "model: %q is offered by several providers; name it as provider/model", name)
+}
+
+// Resolve maps a requested model ("" for the default) to a provider for it and its full name,
+// "provider/model". The provider retries, breaks and falls back as configured; its streams
+// report the model that answered (parley.ModelReporter) and put the cost into usage.
+func (r *Router) Resolve(name string) (parley.Provider, string, error) {
+	if name == "" {
+		name = r.cfg.Default
+	}
+	e, model, err := r.lookup(name)
+	if err != nil {
+		return nil, "", err
+	}
+	full := e.Name + "/" + model
+	return &route{r: r, full: full}, full, nil
+}
+
+// Default returns the default model, "provider/model".
+func (r *Router) Default() string {
+	e, model, _ := r.lookup(r.cfg.Default)
+	return e.Name + "/" + model
+}
+
+// ModelInfo describes a configured model.
+type ModelInfo struct {
+	ID        string   `json:"id"`       // "provider/model"
+	Provider  string   `json:"provider"` // the provider's name
+	Kind      string   `json:"kind"`     // its wire format
+	Default   bool     `json:"default,omitempty"`
+	Breaker   string   `json:"breaker"` // the provider endpoint's breaker: closed, open or half_open
+	Fallbacks []string `json:"fallbacks,omitempty"`
+	Price     *Price   `json:"price,omitempty"`
+}
+
+// Models lists the configured models, the default first. A provider that lists no models is
+// shown with its name and "*".
+func (r *Router) Models() []ModelInfo {
+	def := r.Default()
+	var out []ModelInfo
+	for _, n := range r.order {
+		e := r.endpoints[n]
+		models := e.Models
+		if len(models) == 0 {
+			models = []string{"*"}
+		}
+		for _, m := range models {
+			id := n + "/" + m
+			mi := ModelInfo{ID: id, Provider: n, Kind: e.Kind, Default: id == def, Breaker: string(e.breaker.State()), Fallbacks: r.cfg.Fallbacks[id]}
+			if p, ok := r.cfg.Prices[id]; ok {
+				mi.Price = &p
+			}
+			out = append(out, mi)
+		}
+	}
+	if !slices.ContainsFunc(out, func(m ModelInfo) bool { return m.Default }) {
+		e, _, _ := r.lookup(def)
+		out = append(out, ModelInfo{ID: def, Provider: e.Name, Kind: e.Kind, Default: true, Breaker: string(e.breaker.State()), Fallbacks: r.cfg.Fallbacks[def]})
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Default && !out[j].Default })
+	return out
+}
+
+// route is the provider of one model.
+type route struct {
+	r    *Router
+	full string
+}
+
+// Stream tries the model and then its fallbacks, each with retries, until one gives the first
+// event of an answer.
+func (rt *route) Stream(ctx context.Context, req *parley.ChatRequest) (parley.Stream, error) {
+	candidates := append([]string{rt.full}, rt.r.cfg.Fallbacks[rt.full]...)
+	var last error
+	for i, name := range candidates {
+		e, model, err := rt.r.lookup(name)
+		if err != nil {
+			return nil, err
+		}
+		s, err := rt.r.attempt(ctx, e, model, req)
+		if err == nil {
+			if i > 0 {
+				rt.r.cfg.Log.Warn("model call fell back", "model", rt.full, "answered_by", name, "error", last)
+			}
+			return s, nil
+		}
+		last = err
+		if ctx.Err() != nil || !fallsBack(err) {
+			return nil, err
+		}
+	}
+	return nil, last
+}
+
+// fallsBack reports whether another model should be tried after err: the endpoint is unwell,
+// not the request.
+func fallsBack(err error) bool {
+	switch parley.CodeOf(err) {
+	case parley.ECUnavailable, parley.ECUpstream, parley.ECRateLimited:
+		return true
+	}
+	return false
+}
+
+// attempt calls one model with retries. It returns a stream whose first event has arrived.
+func (r *Router) attempt(ctx context.Context, e *endpoint, model string, req *parley.ChatRequest) (parley.Stream, error) {
+	call := *req
+	call.Model = model
+	if e.ToolResultsAsText {
+		call.Messages = llmctx.ToolResultsAsText(req.Messages)
+	}
+	full := e.Name + "/" + model
+	var err error
+	for try := 1; ; try++ {
+		done, wait, ok := e.breaker.Allow()
+		if !ok {
+			secs := int(wait.Round(time.Second) / time.Second)
+			return nil, parley.WrapError(parley.ECUnavailable, &parley.StatusError{StatusCode: 503, RetryAfter: wait},
+				fmt.Sprintf("provider %q is unavailable (circuit open; retry in %ds)", e.Name, max(secs, 1)))
+		}
+		var s parley.Stream
+		s, err = r.open(ctx, e, &call, full, done)
+		if err == nil {
+			return s, nil
+		}
+		if ctx.Err() != nil || !retryable(err) || try >= r.cfg.Retry.Attempts {
+			return nil, err
+		}
+		delay := r.backoff(try)
+		var se *parley.StatusError
+		if errors.As(err, &se) && se.RetryAfter > 0 {
+			if se.RetryAfter > r.cfg.Retry.MaxWait {
+				return nil, err
+			}
+			delay = max(delay, se.RetryAfter)
+		}
+		r.cfg.Log.Info("retrying model call", "model", full, "attempt", try+1, "after", delay, "error", err)
+		if err := r.cfg.Sleep(ctx, delay); err != nil {
+			return nil, parley.WrapError(parley.ECCanceled, err, "the run was cancelled")
+		}
+	}
+}
+
+// open starts one call and waits for its first event, reporting the outcome to the breaker: a
+// failure before the first event is the call's failure; after it, the stream reports at its end.
+func (r *Router) open(ctx context.Context, e *endpoint, req *parley.ChatRequest, full string, done func(breaker.Outcome)) (parley.Stream, error) {
+	s, err := e.Provider.Stream(ctx, req)
+	if err != nil {
+		done(outcome(ctx, err))
+		return nil, err
+	}
+	first, err := s.Next()
+	if err != nil && err != io.EOF {
+		s.Close()
+		done(outcome(ctx, err))
+		return nil, err
+	}
+	price, priced := r.cfg.Prices[full]
+	return &stream{Stream: s, model: full, first: &first, firstErr: err, done: done, ctx: ctx, price: price, priced: priced}, nil
+}
+
+// retryable reports whether a failed call may be tried again: 408, 409, 429 and 5xx answers, and
+// provider failures without a status (a refused or broken connection, a stream cut before its
+// first event).
+func retryable(err error) bool {
+	var se *parley.StatusError
+	if errors.As(err, &se) {
+		return se.StatusCode == 408 || se.StatusCode == 409 || se.StatusCode == 429 || se.StatusCode >= 500
+	}
+	return parley.CodeOf(err) == parley.ECUpstream
+}
+
+// outcome is what a call's error says of the endpoint's health.
+func outcome(ctx context.Context, err error) breaker.Outcome {
+	switch {
+	case err == nil || err == io.EOF:
+		return breaker.Success
+	case ctx.Err() != nil:
+		return breaker.Ignore
+	case retryable(err):
+		return breaker.Failure
+	}
+	return breaker.Ignore // the request was refused (400, 401, …): the endpoint itself is up
+}
+
+// backoff is the wait before try+1: Base doubled per try, at most Max, with half of it random.
+func (r *Router) backoff(try int) time.Duration {
+	d := r.cfg.Retry.Base
+	for i := 1; i < try && d < r.cfg.Retry.Max; i++ {
+		d *= 2
+	}
+	d = min(d, r.cfg.Retry.Max)
+	return d/2 + time.Duration(r.cfg.Jitter()*float64(d/2))
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// stream hands out the first event it was opened with, then the rest; it puts the cost into
+// usage and tells the breaker how the call ended.
+type stream struct {
+	parley.Stream
+	ctx      context.Context
+	model    string
+	first    *parley.StreamEvent
+	firstErr error
+	price    Price
+	priced   bool
+
+	mu   sync.Mutex
+	done func(breaker.Outcome)
+}
+
+var _ parley.ModelReporter = (*stream)(nil)
+
+// Model is the model that answered, "provider/model".
+func (s *stream) Model() string { return s.model }
+
+func (s *stream) Next() (parley.StreamEvent, error) {
+	var ev parley.StreamEvent
+	var err error
+	if s.first != nil {
+		ev, err = *s.first, s.firstErr
+		s.first = nil
+	} else {
+		ev, err = s.Stream.Next()
+	}
+	if err != nil {
+		s.report(outcome(s.ctx, err))
+		return ev, err
+	}
+	if ev.Type == parley.StreamUsage && ev.Usage != nil && s.priced {
+		u := *ev.Usage
+		u.Cost = s.price.Cost(u)
+		ev.Usage = &u
+	}
+	return ev, nil
+}
+
+// Close ends the call; a stream closed before its end says nothing of the endpoint's health.
+func (s *stream) Close() error {
+	s.report(breaker.Ignore)
+	return s.Stream.Close()
+}
+
+func (s *stream) report(o breaker.Outcome) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done != nil {
+		s.done(o)
+		s.done = nil
+	}
+}
