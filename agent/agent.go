@@ -42,6 +42,8 @@ type Config struct {
 	// Resolve maps a requested model name ("" for the default) to its provider and the model name
 	// that provider knows.
 	Resolve func(model string) (parley.Provider, string, error)
+	// ModelTimeout bounds one model call, its whole stream included (0: no bound but the run's).
+	ModelTimeout time.Duration
 	Tools   *tools.Registry
 	// MaxIterations bounds the model calls of one run (seed 000's max_iterations).
 	MaxIterations int
@@ -201,6 +203,11 @@ func (a *Agent) Run(ctx context.Context, in Input, emit func(parley.Event)) (*Re
 // fell back). On error it also returns what had arrived.
 func (a *Agent) callModel(ctx context.Context, prov parley.Provider, req *parley.ChatRequest, emit func(parley.Event)) (*parley.Response, string, error) {
 	answeredBy := req.Model
+	if a.cfg.ModelTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, a.cfg.ModelTimeout)
+		defer cancel()
+	}
 	stream, err := prov.Stream(ctx, req)
 	if err != nil {
 		return nil, answeredBy, upstream(err)

@@ -31,9 +31,9 @@ func (s *server) handleReady() http.Handler {
 
 func (s *server) handleModels() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		models := s.Models
-		if models == nil {
-			models = []ModelInfo{}
+		models := []ModelInfo{}
+		if s.Models != nil {
+			models = append(models, s.Models()...)
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"models": models})
 	})

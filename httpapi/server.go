@@ -17,9 +17,20 @@ import (
 
 // ModelInfo describes one model a client may name.
 type ModelInfo struct {
-	ID       string `json:"id"`
-	Provider string `json:"provider"`
-	Default  bool   `json:"default,omitempty"`
+	ID        string      `json:"id"`       // "provider/model"; "provider/*" when the provider takes any model name
+	Provider  string      `json:"provider"` // the configured provider's name
+	Kind      string      `json:"kind"`     // its wire format: openai, anthropic, gemini, ollama or mock
+	Default   bool        `json:"default,omitempty"`
+	Breaker   string      `json:"breaker"` // the provider endpoint's circuit breaker: closed, open or half_open
+	Fallbacks []string    `json:"fallbacks,omitempty"`
+	Price     *ModelPrice `json:"price,omitempty"`
+}
+
+// ModelPrice is a model's price in US dollars per million tokens.
+type ModelPrice struct {
+	Input       float64 `json:"input"`
+	CachedInput float64 `json:"cached_input"`
+	Output      float64 `json:"output"`
 }
 
 // Deps are what the handlers need. Store, Chat and Runs are required.
@@ -30,7 +41,7 @@ type Deps struct {
 	// Tools lists the tools a client may select; nil lists none.
 	Tools func() []parley.ToolSpec
 	// Models lists the models a client may name.
-	Models []ModelInfo
+	Models func() []ModelInfo
 	// Identify returns the caller's identity (the owner of the sessions it creates). Nil: every
 	// caller is "local" (single-user mode, until authentication is configured).
 	Identify func(r *http.Request) (string, error)

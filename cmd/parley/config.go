@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/parleyhq/parley/provider/router"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -24,6 +26,15 @@ type config struct {
 	Model             string
 	OpenAIBaseURL     string
 	OpenAIAPIKey      string
+	AnthropicAPIKey   string
+	GeminiAPIKey      string
+	ProviderAttempts  int
+	ProviderRetryBase time.Duration
+	ProviderRetryMax  time.Duration
+	ProviderMaxWait   time.Duration
+	ProviderTimeout   time.Duration
+	BreakerFailures   int
+	BreakerCooldown   time.Duration
 	SystemPrompt      string
 	MaxIterations     int
 	ToolHistoryRounds int
@@ -39,6 +50,16 @@ type config struct {
 	MockTokenDelay    time.Duration
 	LogLevel          string
 	LogFormat         string
+
+	// From the config file only: they are structured.
+	Providers []providerConfig
+	Fallbacks map[string][]string
+	Prices    map[string]router.Price
+}
+
+// fileSections are the config file's structured keys, which no flag takes: the decoder of each.
+func (c *config) fileSections() map[string]any {
+	return map[string]any{"providers": &c.Providers, "fallbacks": &c.Fallbacks, "prices": &c.Prices}
 }
 
 // serveFlags declares the flags of `serve` on fs, bound to c.
@@ -50,6 +71,15 @@ func serveFlags(fs *flag.FlagSet, c *config) {
 	fs.StringVar(&c.Model, "model", "", "default model when a request names none (default: gpt-4o-mini with OpenAI, mock offline)")
 	fs.StringVar(&c.OpenAIBaseURL, "openai-base-url", "", "OpenAI-compatible endpoint, e.g. http://localhost:11434/v1 for Ollama (also OPENAI_BASE_URL)")
 	fs.StringVar(&c.OpenAIAPIKey, "openai-api-key", "", "API key for the OpenAI-compatible endpoint (also OPENAI_API_KEY)")
+	fs.StringVar(&c.AnthropicAPIKey, "anthropic-api-key", "", "API key of Anthropic's Messages API; configures the provider \"anthropic\" (also ANTHROPIC_API_KEY)")
+	fs.StringVar(&c.GeminiAPIKey, "gemini-api-key", "", "API key of the Gemini API; configures the provider \"gemini\" (also GEMINI_API_KEY)")
+	fs.IntVar(&c.ProviderAttempts, "provider-attempts", 3, "tries of one model call on 429, 5xx and connection errors, the first included, before the first token")
+	fs.DurationVar(&c.ProviderRetryBase, "provider-retry-base", 500*time.Millisecond, "first backoff between tries; it doubles per try, with jitter")
+	fs.DurationVar(&c.ProviderRetryMax, "provider-retry-max", 10*time.Second, "longest backoff between tries")
+	fs.DurationVar(&c.ProviderMaxWait, "provider-max-wait", time.Minute, "longest Retry-After honoured; a provider asking for more is not retried")
+	fs.DurationVar(&c.ProviderTimeout, "provider-timeout", 10*time.Minute, "time limit of one model call, streaming included")
+	fs.IntVar(&c.BreakerFailures, "breaker-failures", 3, "consecutive failures of a provider endpoint that open its circuit breaker")
+	fs.DurationVar(&c.BreakerCooldown, "breaker-cooldown", 30*time.Second, "how long an open breaker refuses calls before one trial call")
 	fs.StringVar(&c.SystemPrompt, "system-prompt", "", "system prompt put before every conversation")
 	fs.IntVar(&c.MaxIterations, "max-iterations", 10, "model calls per run before it stops with a 'reached max iterations' message")
 	fs.IntVar(&c.ToolHistoryRounds, "tool-history-rounds", 10, "most recent tool calls sent to the model whole; older ones are shortened")
@@ -74,7 +104,7 @@ func envName(flagName string) string {
 
 // parseConfig fills fs's flags from the config file, the environment and args, in rising
 // precedence. The config file is named by --config or PARLEY_CONFIG.
-func parseConfig(fs *flag.FlagSet, args []string, getenv func(string) string) error {
+func parseConfig(fs *flag.FlagSet, args []string, getenv func(string) string, sections map[string]any) error {
 	configPath := fs.String("config", "", "YAML config file whose keys are these flag names (also PARLEY_CONFIG)")
 	fs.SetOutput(io.Discard)
 	// A first pass finds --config; the real parse comes last so flags win.
@@ -89,7 +119,7 @@ func parseConfig(fs *flag.FlagSet, args []string, getenv func(string) string) er
 		path = getenv("PARLEY_CONFIG")
 	}
 	if path != "" {
-		if err := applyFile(fs, path); err != nil {
+		if err := applyFile(fs, path, sections); err != nil {
 			return err
 		}
 	}
@@ -110,8 +140,9 @@ func parseConfig(fs *flag.FlagSet, args []string, getenv func(string) string) er
 	return fs.Parse(args)
 }
 
-// applyFile sets flags from a YAML mapping of flag names to values.
-func applyFile(fs *flag.FlagSet, path string) error {
+// applyFile sets flags from a YAML mapping of flag names to values. The keys of sections are
+// decoded, strictly, into their values instead.
+func applyFile(fs *flag.FlagSet, path string, sections map[string]any) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("config file: %w", err)
@@ -126,6 +157,12 @@ func applyFile(fs *flag.FlagSet, path string) error {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
+		if dst, ok := sections[k]; ok {
+			if err := decodeSection(m[k], dst); err != nil {
+				return fmt.Errorf("config file %s: %s: %v", path, k, err)
+			}
+			continue
+		}
 		name := strings.ReplaceAll(k, "_", "-")
 		if fs.Lookup(name) == nil || name == "config" {
 			return fmt.Errorf("config file %s: unknown key %q", path, k)
@@ -135,6 +172,17 @@ func applyFile(fs *flag.FlagSet, path string) error {
 		}
 	}
 	return nil
+}
+
+// decodeSection decodes one structured section of the config file into dst, refusing unknown keys.
+func decodeSection(v any, dst any) error {
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		return err
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	return dec.Decode(dst)
 }
 
 // validate checks settings that flag parsing cannot.
@@ -154,6 +202,12 @@ func (c *config) validate() error {
 	}
 	if c.ToolTimeout <= 0 || c.ShutdownGrace < 0 || c.Heartbeat <= 0 || c.WriteTimeout <= 0 {
 		errs = append(errs, errors.New("tool-timeout, heartbeat and write-timeout must be positive; shutdown-grace must not be negative"))
+	}
+	if c.ProviderAttempts < 1 || c.BreakerFailures < 1 {
+		errs = append(errs, errors.New("provider-attempts and breaker-failures must be at least 1"))
+	}
+	if c.ProviderRetryBase <= 0 || c.ProviderRetryMax <= 0 || c.ProviderMaxWait <= 0 || c.ProviderTimeout <= 0 || c.BreakerCooldown <= 0 {
+		errs = append(errs, errors.New("provider-retry-base, provider-retry-max, provider-max-wait, provider-timeout and breaker-cooldown must be positive"))
 	}
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, errors.New("max-body-bytes must be at least 1024"))

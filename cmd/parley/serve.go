@@ -12,12 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/agent"
 	"github.com/parleyhq/parley/chat"
 	"github.com/parleyhq/parley/httpapi"
-	"github.com/parleyhq/parley/provider/llmtest"
-	"github.com/parleyhq/parley/provider/openai"
 	"github.com/parleyhq/parley/runs"
 	"github.com/parleyhq/parley/store/historycache"
 	"github.com/parleyhq/parley/tools"
@@ -28,18 +25,20 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	var c config
 	fs := flagSet("serve", stderr, "Runs the Parley server.")
 	serveFlags(fs, &c)
-	if err := parseConfig(fs, args, getenv); err != nil {
+	if err := parseConfig(fs, args, getenv, c.fileSections()); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.Usage()
 		}
 		return err
 	}
 	// The conventional provider variables, when Parley's own are not set.
-	if c.OpenAIAPIKey == "" {
-		c.OpenAIAPIKey = getenv("OPENAI_API_KEY")
-	}
-	if c.OpenAIBaseURL == "" {
-		c.OpenAIBaseURL = getenv("OPENAI_BASE_URL")
+	for _, v := range []struct {
+		dst *string
+		env string
+	}{{&c.OpenAIAPIKey, "OPENAI_API_KEY"}, {&c.OpenAIBaseURL, "OPENAI_BASE_URL"}, {&c.AnthropicAPIKey, "ANTHROPIC_API_KEY"}, {&c.GeminiAPIKey, "GEMINI_API_KEY"}} {
+		if *v.dst == "" {
+			*v.dst = getenv(v.env)
+		}
 	}
 	if err := c.validate(); err != nil {
 		return err
@@ -68,7 +67,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 
-	models, err := newModels(&c, log)
+	models, err := newRouter(&c, getenv, log)
 	if err != nil {
 		return err
 	}
@@ -77,7 +76,8 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	ag := agent.New(agent.Config{
 		Store:             store,
 		History:           historycache.New(store, int64(c.HistoryCacheMB)<<20),
-		Resolve:           models.resolve,
+		Resolve:           models.Resolve,
+		ModelTimeout:      c.ProviderTimeout,
 		Tools:             reg,
 		MaxIterations:     c.MaxIterations,
 		MaxParallelTools:  c.MaxParallelTools,
@@ -89,9 +89,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		Store:        store,
 		Runs:         runMgr,
 		Agent:        ag,
-		CheckModel:   func(m string) error { _, _, err := models.resolve(m); return err },
+		CheckModel:   func(m string) error { _, _, err := models.Resolve(m); return err },
 		CheckTools:   func(sel []string) error { _, err := reg.Specs(sel); return err },
-		DefaultModel: models.defaultModel,
+		DefaultModel: models.Default(),
 		MaxMessage:   c.MaxMessageChars,
 	}
 	var closing atomic.Bool
@@ -100,7 +100,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		Chat:   svc,
 		Runs:   runMgr,
 		Tools:  reg.List,
-		Models: models.list,
+		Models: func() []httpapi.ModelInfo { return modelInfos(models) },
 		Ready: func(ctx context.Context) error {
 			if closing.Load() {
 				return errors.New("shutting down")
@@ -130,7 +130,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	log.Info("listening", "addr", ln.Addr().String(), "db", c.DB, "default_model", models.defaultModel, "version", version)
+	log.Info("listening", "addr", ln.Addr().String(), "db", c.DB, "default_model", models.Default(), "version", version)
 
 	select {
 	case err := <-serveErr:
@@ -155,59 +155,4 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	log.Info("stopped")
 	return nil
-}
-
-// models is the set of models clients may name.
-type models struct {
-	defaultModel string
-	list         []httpapi.ModelInfo
-	resolve      func(model string) (parley.Provider, string, error)
-}
-
-// mockModel is the name of the offline model.
-const mockModel = "mock"
-
-// newModels configures the OpenAI-compatible provider when an endpoint or key is given, and the
-// offline mock model otherwise — never both, so a real deployment never answers from the mock.
-func newModels(c *config, log *slog.Logger) (*models, error) {
-	if c.OpenAIAPIKey != "" || c.OpenAIBaseURL != "" {
-		base := c.OpenAIBaseURL
-		if base == "" {
-			base = "https://api.openai.com/v1"
-		}
-		p := openai.New(openai.Config{BaseURL: base, APIKey: c.OpenAIAPIKey, HTTPClient: &http.Client{}})
-		def := c.Model
-		if def == "" {
-			def = "gpt-4o-mini"
-		}
-		log.Info("model provider configured", "provider", "openai-compatible", "base_url", base, "default_model", def)
-		return &models{
-			defaultModel: def,
-			list:         []httpapi.ModelInfo{{ID: def, Provider: "openai", Default: true}},
-			resolve: func(model string) (parley.Provider, string, error) {
-				if model == "" {
-					model = def
-				}
-				return p, model, nil
-			},
-		}, nil
-	}
-	if c.Model != "" && c.Model != mockModel {
-		return nil, fmt.Errorf("model %q needs a provider: set OPENAI_API_KEY or PARLEY_OPENAI_BASE_URL", c.Model)
-	}
-	fake := llmtest.NewServer(llmtest.WithTokenDelay(c.MockTokenDelay), llmtest.WithModel(mockModel))
-	p := openai.New(openai.Config{BaseURL: "http://mock.invalid/v1", HTTPClient: &http.Client{Transport: llmtest.Transport(fake)}})
-	log.Warn("no model provider configured: answering with the offline mock model",
-		"model", mockModel,
-		"hint", "set OPENAI_API_KEY (OpenAI) or PARLEY_OPENAI_BASE_URL (Ollama, vLLM, GLM, any OpenAI-compatible endpoint) to use a real model")
-	return &models{
-		defaultModel: mockModel,
-		list:         []httpapi.ModelInfo{{ID: mockModel, Provider: "mock", Default: true}},
-		resolve: func(model string) (parley.Provider, string, error) {
-			if model != "" && model != mockModel {
-				return nil, "", parley.Errorf(parley.ECInvalid, "model: unknown model %q (this server offers %q)", model, mockModel)
-			}
-			return p, mockModel, nil
-		},
-	}, nil
 }

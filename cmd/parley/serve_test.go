@@ -172,7 +172,7 @@ func TestConfigPrecedence(t *testing.T) {
 	fs := flagSet("serve", io.Discard, "")
 	serveFlags(fs, &c)
 	env := map[string]string{"PARLEY_CONFIG": file, "PARLEY_MAX_ITERATIONS": "6", "PARLEY_ADDR": "127.0.0.1:7001"}
-	if err := parseConfig(fs, []string{"--addr", "127.0.0.1:7002"}, func(k string) string { return env[k] }); err != nil {
+	if err := parseConfig(fs, []string{"--addr", "127.0.0.1:7002"}, func(k string) string { return env[k] }, nil); err != nil {
 		t.Fatal(err)
 	}
 	if c.Addr != "127.0.0.1:7002" || c.MaxIterations != 6 || c.ToolTimeout != 5*time.Second || c.Model != "mock" || c.ToolHistoryRounds != 10 {
@@ -199,7 +199,7 @@ func TestConfigPrecedence(t *testing.T) {
 			os.WriteFile(f, []byte(bad.file), 0o600)
 			env = map[string]string{"PARLEY_CONFIG": f}
 		}
-		err := parseConfig(fs, bad.args, func(k string) string { return env[k] })
+		err := parseConfig(fs, bad.args, func(k string) string { return env[k] }, nil)
 		if err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%+v: error %v, want it to mention %q", bad, err, bad.want)
 		}

@@ -14,7 +14,7 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 	fs := flagSet("migrate", stderr, "Applies or inspects migrations: parley migrate [flags] up|down|status")
 	db := fs.String("db", "parley.db", "SQLite database file")
 	databaseURL := fs.String("database-url", "", "PostgreSQL URL (postgres://…); when set, used instead of --db")
-	if err := parseConfig(fs, args, getenv); err != nil {
+	if err := parseConfig(fs, args, getenv, nil); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.Usage()
 		}
@@ -44,7 +44,7 @@ func runMockLLM(ctx context.Context, args []string, getenv func(string) string, 
 	delay := fs.Duration("token-delay", 0, "delay between streamed chunks")
 	chunk := fs.Int("chunk-size", 0, "characters per streamed content chunk (0: the server's default)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
-	if err := parseConfig(fs, args, getenv); err != nil {
+	if err := parseConfig(fs, args, getenv, nil); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.Usage()
 		}
