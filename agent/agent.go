@@ -44,7 +44,7 @@ type Config struct {
 	Resolve func(model string) (parley.Provider, string, error)
 	// ModelTimeout bounds one model call, its whole stream included (0: no bound but the run's).
 	ModelTimeout time.Duration
-	Tools   *tools.Registry
+	Tools        *tools.Registry
 	// MaxIterations bounds the model calls of one run (seed 000's max_iterations).
 	MaxIterations int
 	// MaxParallelTools bounds the tool calls of one model response that run at once.

@@ -24,8 +24,9 @@ type Service struct {
 	Store parley.Store
 	Runs  *runs.Manager
 	Agent Runner
-	// CheckModel validates a model name as the client gives it; nil accepts any.
-	CheckModel func(model string) error
+	// ResolveModel validates a model name as the client gives it and returns its full name
+	// ("provider/model"); nil accepts any name as it is.
+	ResolveModel func(model string) (string, error)
 	// CheckTools validates selected_tools; nil accepts any.
 	CheckTools   func(selected []string) error
 	DefaultModel string
@@ -116,10 +117,12 @@ func (s *Service) validate(req *Request) (parley.Content, error) {
 	if req.Model == "" {
 		req.Model = s.DefaultModel
 	}
-	if s.CheckModel != nil {
-		if err := s.CheckModel(req.Model); err != nil {
+	if s.ResolveModel != nil {
+		full, err := s.ResolveModel(req.Model)
+		if err != nil {
 			return parley.Content{}, err
 		}
+		req.Model = full
 	}
 	if s.CheckTools != nil && req.SelectedTools != nil {
 		if err := s.CheckTools(req.SelectedTools); err != nil {

@@ -70,11 +70,11 @@ func newEnv(t *testing.T, mod func(*httpapi.Deps)) *env {
 	fa := &fakeAgent{run: answer(st, "Hello there")}
 	svc := &chat.Service{
 		Store: st, Runs: mgr, Agent: fa, DefaultModel: "mock",
-		CheckModel: func(m string) error {
+		ResolveModel: func(m string) (string, error) {
 			if m != "mock" {
-				return parley.Errorf(parley.ECInvalid, "model: unknown model %q", m)
+				return "", parley.Errorf(parley.ECInvalid, "model: unknown model %q", m)
 			}
-			return nil
+			return m, nil
 		},
 		CheckTools: func(sel []string) error {
 			for _, s := range sel {

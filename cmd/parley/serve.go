@@ -89,7 +89,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		Store:        store,
 		Runs:         runMgr,
 		Agent:        ag,
-		CheckModel:   func(m string) error { _, _, err := models.Resolve(m); return err },
+		ResolveModel: func(m string) (string, error) { _, full, err := models.Resolve(m); return full, err },
 		CheckTools:   func(sel []string) error { _, err := reg.Specs(sel); return err },
 		DefaultModel: models.Default(),
 		MaxMessage:   c.MaxMessageChars,

@@ -414,7 +414,7 @@ func RoundTripMessages(resourceID string, at time.Time) []*parley.Message {
 		)},
 		{ID: parley.NewID(), Role: parley.RoleAssistant, Reasoning: "Two lookups, in parallel.", RunID: "run-1", Model: "gpt-4o",
 			ThinkingBlocks: []parley.ThinkingBlock{{Type: "thinking", Thinking: "Two lookups, in parallel.", Signature: "c2lnbmF0dXJl"}},
-			LatencyMS: 1234, Usage: &parley.Usage{PromptTokens: 100, CompletionTokens: 20, TotalTokens: 120, ReasoningTokens: 7, CachedTokens: 64, Cost: 0.00123},
+			LatencyMS:      1234, Usage: &parley.Usage{PromptTokens: 100, CompletionTokens: 20, TotalTokens: 120, ReasoningTokens: 7, CachedTokens: 64, Cost: 0.00123},
 			CreatedAt: at.Add(time.Microsecond), ToolCalls: []parley.ToolCall{
 				{ID: "call_a", Type: "function", Function: parley.FunctionCall{Name: "search", Arguments: `{"q":"ünïcode","n":3}`}},
 				{ID: "call_b", Type: "function", Function: parley.FunctionCall{Name: "fetch", Arguments: `{"url":"https://example.com/?a=1&b=<2>"}`}},
