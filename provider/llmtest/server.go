@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -131,37 +132,62 @@ func (s *Server) next(r Request) (Turn, bool) {
 	return t, true
 }
 
-// ServeHTTP serves POST /v1/chat/completions (or /chat/completions) and GET /v1/models.
+// ServeHTTP serves each vendor's chat endpoint: OpenAI's POST /v1/chat/completions (or
+// /chat/completions) and GET /v1/models, Anthropic's POST /v1/messages, Gemini's POST
+// /v1beta/models/{model}:generateContent and :streamGenerateContent?alt=sse, and Ollama's POST
+// /api/chat. One script serves them all.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	switch {
-	case r.URL.Path == "/v1/chat/completions" || r.URL.Path == "/chat/completions":
-		if r.Method != http.MethodPost {
-			writeError(w, http.StatusMethodNotAllowed, "invalid_request_error", "", "use POST")
-			return
-		}
-		s.chat(w, r)
-	case r.URL.Path == "/v1/models" || r.URL.Path == "/models":
+	var wf wireFormat
+	switch p := r.URL.Path; {
+	case p == "/v1/chat/completions" || p == "/chat/completions":
+		wf = openaiWire{}
+	case p == "/v1/messages":
+		wf = anthropicWire{}
+	case strings.HasPrefix(p, "/v1beta/models/") && (strings.HasSuffix(p, ":streamGenerateContent") || strings.HasSuffix(p, ":generateContent")):
+		wf = geminiWire{}
+	case p == "/api/chat":
+		wf = ollamaWire{}
+	case p == "/v1/models" || p == "/models":
 		writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []map[string]any{
 			{"id": s.model, "object": "model", "created": 1700000000, "owned_by": "parley"},
 		}})
+		return
 	default:
 		writeError(w, http.StatusNotFound, "invalid_request_error", "unknown_url", fmt.Sprintf("Unknown request URL: %s %s.", r.Method, r.URL.Path))
+		return
 	}
+	if r.Method != http.MethodPost {
+		wf.writeError(w, http.StatusMethodNotAllowed, "use POST")
+		return
+	}
+	s.chat(w, r, wf)
 }
 
-func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+// wireFormat is one vendor's side of the fake: how it reads a request and writes an answer.
+type wireFormat interface {
+	// decode parses and checks a request as the vendor's API does, into OpenAI-format messages.
+	decode(r *http.Request, body []byte) (*Request, error)
+	// writeError answers with status in the vendor's error shape.
+	writeError(w http.ResponseWriter, status int, msg string)
+	// frames returns the streamed answer: each frame is written whole, then flushed.
+	frames(s *Server, c completion, req *Request, t Turn) []string
+	// full returns the non-streamed answer.
+	full(s *Server, c completion, req *Request, t Turn) any
+}
+
+func (s *Server) chat(w http.ResponseWriter, r *http.Request, wf wireFormat) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "could not read the request body")
+		wf.writeError(w, http.StatusBadRequest, "could not read the request body")
 		return
 	}
 	if len(body) > maxBody {
-		writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "", "request too large")
+		wf.writeError(w, http.StatusRequestEntityTooLarge, "request too large")
 		return
 	}
-	req, err := decodeRequest(body)
+	req, err := wf.decode(r, body)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "", err.Error())
+		wf.writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	turn, scripted := s.next(*req)
@@ -176,14 +202,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		if msg == "" {
 			msg = http.StatusText(turn.Status)
 		}
-		typ, code := "server_error", ""
-		switch {
-		case turn.Status == http.StatusTooManyRequests:
-			typ, code = "requests", "rate_limit_exceeded"
-		case turn.Status < 500:
-			typ = "invalid_request_error"
-		}
-		writeError(w, turn.Status, typ, code, msg)
+		wf.writeError(w, turn.Status, msg)
 		return
 	}
 	if turn.FinishReason == "" {
@@ -199,13 +218,16 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	if model == "" {
 		model = s.model
 	}
-	c := completion{id: "chatcmpl-" + strconv.FormatInt(s.clock().UnixNano(), 36) + strconv.FormatInt(s.seq.Add(1), 36),
-		created: s.clock().Unix(), model: model}
+	c := completion{id: strconv.FormatInt(s.clock().UnixNano(), 36) + strconv.FormatInt(s.seq.Add(1), 36),
+		created: s.clock().Unix(), model: model, n: s.seq.Load()}
 	if req.Stream {
-		s.stream(w, r, c, req, turn)
+		if ct, ok := wf.(interface{ contentType() string }); ok {
+			w.Header().Set("Content-Type", ct.contentType())
+		}
+		s.stream(w, r, wf.frames(s, c, req, turn), turn)
 		return
 	}
-	writeJSON(w, http.StatusOK, c.full(turn))
+	writeJSON(w, http.StatusOK, wf.full(s, c, req, turn))
 }
 
 // estimate counts about four characters per token, as OpenAI's rule of thumb does.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 	"unicode/utf8"
@@ -94,9 +95,41 @@ func checkHistory(msgs []parley.Message) error {
 
 // completion holds what every object of one answer shares.
 type completion struct {
-	id      string
+	id      string // unique, without a vendor prefix
 	created int64
 	model   string
+	n       int64 // the answer's number, for ids of its parts
+}
+
+// openaiWire is OpenAI's Chat Completions.
+type openaiWire struct{}
+
+func (openaiWire) decode(_ *http.Request, body []byte) (*Request, error) { return decodeRequest(body) }
+
+func (openaiWire) writeError(w http.ResponseWriter, status int, msg string) {
+	typ, code := "server_error", ""
+	switch {
+	case status == http.StatusTooManyRequests:
+		typ, code = "requests", "rate_limit_exceeded"
+	case status < 500:
+		typ = "invalid_request_error"
+	}
+	writeError(w, status, typ, code, msg)
+}
+
+func (openaiWire) frames(s *Server, c completion, req *Request, t Turn) []string {
+	c.id = "chatcmpl-" + c.id
+	var out []string
+	for _, f := range s.chunks(c, req, t) {
+		b, _ := json.Marshal(f)
+		out = append(out, "data: "+string(b)+"\n\n")
+	}
+	return append(out, "data: [DONE]\n\n")
+}
+
+func (openaiWire) full(_ *Server, c completion, _ *Request, t Turn) any {
+	c.id = "chatcmpl-" + c.id
+	return c.full(t)
 }
 
 const fingerprint = "fp_parley_mock"
@@ -160,8 +193,8 @@ func (c completion) chunk(delta map[string]any, finish any, withUsage bool) map[
 	return ch
 }
 
-// frames returns the SSE data payloads of a streamed answer, in order, without [DONE].
-func (s *Server) frames(c completion, req *Request, t Turn) []any {
+// chunks returns the SSE data payloads of a streamed answer, in order, without [DONE].
+func (s *Server) chunks(c completion, req *Request, t Turn) []any {
 	u := req.IncludeUsage
 	var out []any
 	out = append(out, c.chunk(map[string]any{"role": "assistant", "content": "", "refusal": nil}, nil, u))
@@ -211,10 +244,14 @@ func split(s string, n int) []string {
 // errCut is how a scripted cut ends a stream.
 var errCut = errors.New("llmtest: stream cut by script")
 
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, c completion, req *Request, t Turn) {
+// stream writes frames one by one, flushing each, with the token delay between them; a turn
+// with CutAfter drops the connection after that many frames.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, frames []string, t Turn) {
 	flusher, _ := w.(http.Flusher)
 	h := w.Header()
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	if h.Get("Content-Type") == "" {
+		h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	}
 	h.Set("Cache-Control", "no-cache")
 	h.Set("Connection", "keep-alive")
 	w.WriteHeader(http.StatusOK)
@@ -223,7 +260,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c completion, re
 		delay = t.Delay
 	}
 	var timer *time.Timer
-	for i, f := range s.frames(c, req, t) {
+	for i, f := range frames {
 		if t.CutAfter > 0 && i >= t.CutAfter {
 			cut(w)
 			return
@@ -239,17 +276,12 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c completion, re
 				return
 			}
 		}
-		b, _ := json.Marshal(f)
-		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
+		if _, err := io.WriteString(w, f); err != nil {
 			return
 		}
 		if flusher != nil {
 			flusher.Flush()
 		}
-	}
-	fmt.Fprint(w, "data: [DONE]\n\n")
-	if flusher != nil {
-		flusher.Flush()
 	}
 }
 
