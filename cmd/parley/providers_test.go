@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -192,5 +195,48 @@ func TestTruncatedUpstreamStream(t *testing.T) {
 	}
 	if err := parley.CheckHistory(view); err != nil {
 		t.Fatalf("stored history: %v", err)
+	}
+}
+
+// TestProviderConfigErrors: a wrong providers section stops serve at start with a reason.
+func TestProviderConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	for _, tt := range []struct{ file, want string }{
+		{"providers:\n  - name: x\n    kind: cohere\n", `kind must be openai, anthropic, gemini or ollama, not "cohere"`},
+		{"providers:\n  - name: x\n    kind: anthropic\n    api_key_env: NOT_SET_ANYWHERE\n    models: [m]\n", "NOT_SET_ANYWHERE that api_key_env names is empty"},
+		{"providers:\n  - name: x\n    kind: openai\n    modles: [m]\n", "field modles not found"},
+		{"providers:\n  - name: x\n    kind: openai\n", "no default model"},
+		{"providers:\n  - name: x\n    kind: openai\n    models: [m]\nfallbacks:\n  x/m: [y/n]\n", `fallback "y/n"`},
+		{"providers:\n  - name: a/b\n    kind: openai\n    models: [m]\n", "without '/'"},
+		{"model: mock/other\n", "needs a provider"},
+	} {
+		f := filepath.Join(dir, "p.yaml")
+		if err := os.WriteFile(f, []byte(tt.file), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		err := run(context.Background(), []string{"serve", "--addr", "127.0.0.1:0", "--db", filepath.Join(dir, "p.db"), "--config", f},
+			func(string) string { return "" }, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: error %v, want it to mention %q", tt.file, err, tt.want)
+		}
+	}
+}
+
+// TestModelsFromConventionalVariables: the vendors' own variables configure their providers, the
+// first one giving the default model, and GET /api/v1/models lists them with their breakers.
+func TestModelsFromConventionalVariables(t *testing.T) {
+	url := startInProcess(t, map[string]string{"ANTHROPIC_API_KEY": "sk-ant-x", "GEMINI_API_KEY": "g-x"})
+	resp, err := http.Get(url + "/api/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct{ Models []map[string]any }
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Models) != 3 || out.Models[0]["id"] != "anthropic/claude-sonnet-4-5" || out.Models[0]["default"] != true ||
+		out.Models[0]["breaker"] != "closed" || out.Models[2]["id"] != "gemini/*" {
+		t.Fatalf("models %v", out.Models)
 	}
 }
