@@ -168,7 +168,7 @@ func (r *Router) lookup(name string) (*endpoint, string, error) {
 	}
 	if prefix, model, ok := strings.Cut(name, "/"); ok {
 		if e := r.endpoints[prefix]; e != nil {
-			if model == "" {
+			if model == "" || model == "*" {
 				return nil, "", parley.Errorf(parley.ECInvalid, "model: %q names no model of provider %q", name, prefix)
 			}
 			if len(e.Models) > 0 && !slices.Contains(e.Models, model) {

@@ -380,6 +380,7 @@ func TestResolveNames(t *testing.T) {
 		{"openai/gpt-4o", "openai/gpt-4o", ""},
 		{"ollama/llama3.2:3b", "ollama/llama3.2:3b", ""}, // a provider without a model list takes any name
 		{"ollama/", "", "names no model"},
+		{"ollama/*", "", "names no model"}, // how GET /api/v1/models shows a provider without a list
 		{"openai/gpt-5", "", "does not offer"},
 		{"shared", "", "several providers"},
 		{"nope", "", "unknown model"},
