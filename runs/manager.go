@@ -38,6 +38,8 @@ type Manager struct {
 	runs      map[string]*Run // by run id: active and recently finished
 	active    map[string]*Run // by session id
 	lastOfSes map[string]*Run // the latest run of each session
+
+	afterDone func() // tests: called between a run's done event and its end
 }
 
 // NewManager returns a Manager whose runs live until Shutdown.
@@ -160,7 +162,17 @@ func (r *Run) Go(fn Func) {
 				emit(parley.Event{Type: parley.EventError, Error: &parley.ErrorBody{Code: parley.CodeOf(err), Message: parley.MessageOf(err)}})
 			}
 		}
+		// The session is free before the done event goes out: a client that sends its next
+		// message as soon as it sees done must not be told a run is still active.
+		m.mu.Lock()
+		if m.active[r.SessionID] == r {
+			delete(m.active, r.SessionID)
+		}
+		m.mu.Unlock()
 		emit(parley.Event{Type: parley.EventDone, FinishReason: finish})
+		if m.afterDone != nil {
+			m.afterDone()
+		}
 		r.end(finish, err)
 	}()
 }

@@ -186,3 +186,35 @@ func TestFinishedRunsArePruned(t *testing.T) {
 		t.Fatal("old finished run still latest of its session")
 	}
 }
+
+// TestSessionIsFreeOnceDoneIsSeen: a subscriber that reads the done event can begin the session's
+// next run at once, even while the finished run is still winding down.
+func TestSessionIsFreeOnceDoneIsSeen(t *testing.T) {
+	m := NewManager(Options{})
+	release := make(chan struct{})
+	m.afterDone = func() { <-release } // hold the finished run between its done event and its end
+	defer close(release)
+	r, err := m.Begin("s1", "mock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) { return parley.FinishStop, nil })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var after int64
+	for seen := false; !seen; {
+		evs, _, err := r.Log.Read(ctx, after, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs {
+			after = e.Seq
+			seen = seen || e.Type == parley.EventDone
+		}
+	}
+	next, err := m.Begin("s1", "mock")
+	if err != nil {
+		t.Fatalf("the next run after done: %v", err)
+	}
+	next.Release()
+}
