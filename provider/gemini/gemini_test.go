@@ -1,8 +1,10 @@
 package gemini
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/parleyhq/parley"
@@ -50,4 +52,34 @@ func TestDecodeResponse(t *testing.T) {
 	if _, err := DecodeResponse([]byte(`{"error": {"code": 400, "message": "bad", "status": "INVALID_ARGUMENT"}}`)); parley.CodeOf(err) != parley.ECUpstream {
 		t.Fatalf("error body: %v", err)
 	}
+}
+
+// BenchmarkStream decodes an answer of 1,000 text chunks and a chunk of two function calls: the
+// adapter's cost per streamed event.
+func BenchmarkStream(b *testing.B) {
+	var sb strings.Builder
+	for range 1000 {
+		sb.WriteString(`data: {"candidates": [{"content": {"parts": [{"text": "Hello, wörld "}],"role": "model"},"index": 0}],"usageMetadata": {"promptTokenCount": 8,"totalTokenCount": 8},"modelVersion": "gemini-2.5-flash","responseId": "r1"}` + "\r\n\r\n")
+	}
+	sb.WriteString(`data: {"candidates": [{"content": {"parts": [{"functionCall": {"name": "f","args": {"k": 1}},"thoughtSignature": "c2ln"},{"functionCall": {"name": "g","args": {}}}],"role": "model"},"finishReason": "STOP","index": 0}],"usageMetadata": {"promptTokenCount": 8,"candidatesTokenCount": 1200,"totalTokenCount": 1208}}` + "\r\n\r\n")
+	body := []byte(sb.String())
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		s := NewStream(io.NopCloser(bytes.NewReader(body)))
+		n := 0
+		for {
+			if _, err := s.Next(); err != nil {
+				if err != io.EOF {
+					b.Fatal(err)
+				}
+				break
+			}
+			n++
+		}
+		if n != 1004 {
+			b.Fatalf("%d events", n)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1004, "ns/event")
 }
