@@ -1,0 +1,389 @@
+// Package mcp makes the tools of MCP servers Parley tools, on the official MCP Go SDK. A Server
+// is one configured server: it connects over stdio, streamable HTTP or SSE, lists the server's
+// tools (all pages) under names namespaced by the server, keeps the list fresh on
+// tools/list_changed, and calls them with the model's arguments, mapping each result (text,
+// images, embedded resources, structured content, isError) into a parley.ToolResult.
+package mcp
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	parley "github.com/parleyhq/parley"
+)
+
+// ServerConfig is one entry of the common "mcpServers" JSON shape (Claude Desktop, Cursor, VS
+// Code): a command with args and env for stdio, or a url with headers for HTTP.
+type ServerConfig struct {
+	Command  string            `json:"command,omitempty" yaml:"command"`
+	Args     []string          `json:"args,omitempty" yaml:"args"`
+	Env      map[string]string `json:"env,omitempty" yaml:"env"`
+	URL      string            `json:"url,omitempty" yaml:"url"`
+	Headers  map[string]string `json:"headers,omitempty" yaml:"headers"`
+	Type     string            `json:"type,omitempty" yaml:"type"` // "stdio", "http" (streamable HTTP) or "sse"; inferred when empty
+	Disabled bool              `json:"disabled,omitempty" yaml:"disabled"`
+}
+
+// Transport returns the kind of transport: the configured type, or stdio for a command and
+// streamable HTTP for a url.
+func (c ServerConfig) Transport() string {
+	switch {
+	case c.Type == "streamable-http" || c.Type == "streamableHttp":
+		return "http"
+	case c.Type != "":
+		return c.Type
+	case c.Command != "":
+		return "stdio"
+	}
+	return "http"
+}
+
+// Validate checks the entry of server name.
+func (c ServerConfig) Validate(name string) error {
+	if !validServer.MatchString(name) {
+		return fmt.Errorf("mcp server %q: a name is letters, digits, '-' and '_' (at most 32)", name)
+	}
+	switch t := c.Transport(); t {
+	case "stdio":
+		if c.Command == "" || c.URL != "" {
+			return fmt.Errorf("mcp server %q: stdio needs a command and no url", name)
+		}
+	case "http", "sse":
+		if c.URL == "" || c.Command != "" {
+			return fmt.Errorf("mcp server %q: %s needs a url and no command", name, t)
+		}
+		if !strings.HasPrefix(c.URL, "http://") && !strings.HasPrefix(c.URL, "https://") {
+			return fmt.Errorf("mcp server %q: url must be http:// or https://", name)
+		}
+	default:
+		return fmt.Errorf("mcp server %q: type must be stdio, http or sse, not %q", name, c.Type)
+	}
+	return nil
+}
+
+var validServer = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,32}$`)
+
+// ParseConfig reads {"mcpServers": {name: ServerConfig}}.
+func ParseConfig(data []byte) (map[string]ServerConfig, error) {
+	var w struct {
+		MCPServers map[string]ServerConfig `json:"mcpServers"`
+	}
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&w); err != nil {
+		return nil, fmt.Errorf("mcp config: %v", err)
+	}
+	for name, c := range w.MCPServers {
+		if err := c.Validate(name); err != nil {
+			return nil, err
+		}
+	}
+	return w.MCPServers, nil
+}
+
+// ToolName is the name the model sees for tool of server: "<server>__<tool>", with characters the
+// model APIs refuse replaced by '_', and cut to 64 with a hash of the whole kept, so that two
+// servers' tools never share a name.
+func ToolName(server, tool string) string {
+	clean := func(s string) string {
+		return strings.Map(func(r rune) rune {
+			if r == '_' || r == '-' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9') {
+				return r
+			}
+			return '_'
+		}, s)
+	}
+	name := clean(server) + "__" + clean(tool)
+	if len(name) <= 64 && clean(tool) == tool {
+		return name
+	}
+	sum := sha256.Sum256([]byte(server + "\x00" + tool))
+	suffix := "_" + hex.EncodeToString(sum[:4])
+	return name[:min(len(name), 64-len(suffix))] + suffix
+}
+
+// Options configure a Server.
+type Options struct {
+	HTTPClient *http.Client // for http and sse; nil: a client without a timeout (calls have their own)
+	// Transport, when set, is used instead of the configured one (tests: in-memory transports).
+	Transport func() sdk.Transport
+	// OnToolsChanged is called after the tool list was refreshed.
+	OnToolsChanged func()
+	Log            func(msg string, args ...any)
+}
+
+// Server is one MCP server and its tools. Its methods are safe for concurrent use.
+type Server struct {
+	name string
+	cfg  ServerConfig
+	opts Options
+
+	mu      sync.Mutex
+	session *sdk.ClientSession
+	tools   []*Tool
+}
+
+// New returns a Server for the configured entry; Connect starts it.
+func New(name string, cfg ServerConfig, opts Options) *Server {
+	if opts.Log == nil {
+		opts.Log = func(string, ...any) {}
+	}
+	return &Server{name: name, cfg: cfg, opts: opts}
+}
+
+// Name is the server's configured name.
+func (s *Server) Name() string { return s.name }
+
+func (s *Server) transport() (sdk.Transport, error) {
+	if s.opts.Transport != nil {
+		return s.opts.Transport(), nil
+	}
+	hc := s.opts.HTTPClient
+	if hc == nil {
+		hc = &http.Client{}
+	}
+	if len(s.cfg.Headers) > 0 {
+		hc = &http.Client{Transport: headerTransport{base: hc.Transport, headers: s.cfg.Headers}, Timeout: hc.Timeout}
+	}
+	switch s.cfg.Transport() {
+	case "stdio":
+		cmd := exec.Command(s.cfg.Command, s.cfg.Args...)
+		cmd.Env = os.Environ()
+		for k, v := range s.cfg.Env {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+		cmd.Stderr = nil // a server's stderr is its own log; it is not read
+		return &sdk.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, nil
+	case "sse":
+		return &sdk.SSEClientTransport{Endpoint: s.cfg.URL, HTTPClient: hc}, nil
+	case "http":
+		return &sdk.StreamableClientTransport{Endpoint: s.cfg.URL, HTTPClient: hc}, nil
+	}
+	return nil, fmt.Errorf("mcp server %q: unknown transport", s.name)
+}
+
+// headerTransport adds the configured headers to every request.
+type headerTransport struct {
+	base    http.RoundTripper
+	headers map[string]string
+}
+
+func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range t.headers {
+		r.Header.Set(k, v)
+	}
+	base := t.base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	return base.RoundTrip(r)
+}
+
+// Connect starts the server (or opens the connection), initializes the session and lists its
+// tools. ctx bounds the start; the session outlives it until Close.
+func (s *Server) Connect(ctx context.Context) error {
+	t, err := s.transport()
+	if err != nil {
+		return err
+	}
+	client := sdk.NewClient(&sdk.Implementation{Name: "parley", Version: "dev"}, &sdk.ClientOptions{
+		ToolListChangedHandler: func(ctx context.Context, _ *sdk.ToolListChangedRequest) {
+			// The handler runs on the session's reader: refresh elsewhere, bounded.
+			go func() {
+				rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				if err := s.Refresh(rctx); err != nil {
+					s.opts.Log("mcp tool list refresh failed", "server", s.name, "err", err)
+				}
+			}()
+		},
+	})
+	session, err := client.Connect(ctx, t, nil)
+	if err != nil {
+		return fmt.Errorf("mcp server %q: connecting: %w", s.name, err)
+	}
+	s.mu.Lock()
+	old := s.session
+	s.session = session
+	s.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+	return s.Refresh(ctx)
+}
+
+// Refresh lists the server's tools again, every page.
+func (s *Server) Refresh(ctx context.Context) error {
+	s.mu.Lock()
+	session := s.session
+	s.mu.Unlock()
+	if session == nil {
+		return fmt.Errorf("mcp server %q: not connected", s.name)
+	}
+	var tools []*Tool
+	seen := map[string]bool{}
+	for t, err := range session.Tools(ctx, nil) {
+		if err != nil {
+			return fmt.Errorf("mcp server %q: listing tools: %w", s.name, err)
+		}
+		schema, err := json.Marshal(t.InputSchema)
+		if err != nil || string(schema) == "null" {
+			schema = []byte(`{"type":"object","properties":{}}`)
+		}
+		name := ToolName(s.name, t.Name)
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		desc := t.Description
+		if desc == "" {
+			desc = t.Title
+		}
+		tools = append(tools, &Tool{server: s, remote: t.Name, spec: parley.ToolSpec{Name: name, Description: desc, Parameters: schema}})
+	}
+	sort.Slice(tools, func(i, j int) bool { return tools[i].spec.Name < tools[j].spec.Name })
+	s.mu.Lock()
+	s.tools = tools
+	s.mu.Unlock()
+	if s.opts.OnToolsChanged != nil {
+		s.opts.OnToolsChanged()
+	}
+	return nil
+}
+
+// Tools returns the server's tools as last listed.
+func (s *Server) Tools() []*Tool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*Tool(nil), s.tools...)
+}
+
+// Wait blocks until the session ends (the server exited or the connection broke).
+func (s *Server) Wait() error {
+	s.mu.Lock()
+	session := s.session
+	s.mu.Unlock()
+	if session == nil {
+		return errors.New("not connected")
+	}
+	return session.Wait()
+}
+
+// Close ends the session; a stdio server's process is stopped (stdin closed, then SIGTERM).
+func (s *Server) Close() error {
+	s.mu.Lock()
+	session := s.session
+	s.session = nil
+	s.mu.Unlock()
+	if session == nil {
+		return nil
+	}
+	return session.Close()
+}
+
+// Tool is one tool of an MCP server. It implements parley.Tool.
+type Tool struct {
+	server *Server
+	remote string // the name the server knows
+	spec   parley.ToolSpec
+}
+
+var _ parley.Tool = (*Tool)(nil)
+
+// Spec is the tool as the model sees it.
+func (t *Tool) Spec() parley.ToolSpec { return t.spec }
+
+// Server is the name of the tool's server.
+func (t *Tool) Server() string { return t.server.name }
+
+// Call calls the tool. ctx bounds it: cancelling ctx cancels the request on the server.
+func (t *Tool) Call(ctx context.Context, args json.RawMessage) (*parley.ToolResult, error) {
+	t.server.mu.Lock()
+	session := t.server.session
+	t.server.mu.Unlock()
+	if session == nil {
+		return nil, fmt.Errorf("mcp server %s is not connected", t.server.name)
+	}
+	var arguments map[string]any
+	if len(args) > 0 {
+		if err := json.Unmarshal(args, &arguments); err != nil {
+			return &parley.ToolResult{Content: parley.Text("error: the arguments are not a JSON object"), IsError: true}, nil
+		}
+	}
+	res, err := session.CallTool(ctx, &sdk.CallToolParams{Name: t.remote, Arguments: arguments})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("mcp server %s: %w", t.server.name, err)
+	}
+	return Result(res), nil
+}
+
+// Result maps an MCP tool result into what the model sees: text as text, images as image parts
+// (data URLs), embedded text resources as their text, other resources and links as a line naming
+// them, and the structured content as JSON when there is no other content. isError marks the
+// result failed.
+func Result(res *sdk.CallToolResult) *parley.ToolResult {
+	var parts []parley.Part
+	text := func(s string) { parts = append(parts, parley.Part{Type: "text", Text: s}) }
+	images := false
+	for _, c := range res.Content {
+		switch c := c.(type) {
+		case *sdk.TextContent:
+			text(c.Text)
+		case *sdk.ImageContent:
+			images = true
+			parts = append(parts, parley.Part{Type: "image_url", ImageURL: &parley.ImageURL{
+				URL: "data:" + c.MIMEType + ";base64," + base64.StdEncoding.EncodeToString(c.Data)}})
+		case *sdk.AudioContent:
+			text(fmt.Sprintf("[audio: %s, %d bytes]", c.MIMEType, len(c.Data)))
+		case *sdk.EmbeddedResource:
+			if r := c.Resource; r != nil {
+				if r.Text != "" {
+					text(r.Text)
+				} else {
+					text(fmt.Sprintf("[resource %s: %s, %d bytes]", r.URI, r.MIMEType, len(r.Blob)))
+				}
+			}
+		case *sdk.ResourceLink:
+			text(fmt.Sprintf("[resource link %s: %s]", c.URI, c.Name))
+		}
+	}
+	if len(parts) == 0 && res.StructuredContent != nil {
+		if b, err := json.Marshal(res.StructuredContent); err == nil {
+			text(string(b))
+		}
+	}
+	out := &parley.ToolResult{IsError: res.IsError}
+	switch {
+	case images:
+		out.Content = parley.Parts(parts...)
+	default:
+		var b strings.Builder
+		for i, p := range parts {
+			if i > 0 {
+				b.WriteByte('\n')
+			}
+			b.WriteString(p.Text)
+		}
+		out.Content = parley.Text(b.String())
+	}
+	return out
+}
