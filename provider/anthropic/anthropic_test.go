@@ -1,8 +1,6 @@
 package anthropic
 
 import (
-	"bytes"
-	"encoding/json"
 	"io"
 	"strings"
 	"testing"
@@ -14,13 +12,7 @@ import (
 // TestEncodeRequestGolden: history in, request body out, for each testdata/request case.
 func TestEncodeRequestGolden(t *testing.T) {
 	golden.EachRequest(t, func(c *golden.Request) ([]byte, error) {
-		var opts Options
-		if len(c.Options) > 0 {
-			if err := json.Unmarshal(c.Options, &opts); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return EncodeRequest(c.ChatRequest(), true, opts)
+		return EncodeRequest(c.ChatRequest(), true, golden.Options[Options](t, c))
 	})
 }
 
@@ -45,24 +37,5 @@ func BenchmarkStream(b *testing.B) {
 	}
 	sb.WriteString("event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1}\n\n")
 	sb.WriteString("event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\"},\"usage\":{\"output_tokens\":1200}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
-	body := []byte(sb.String())
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		s := NewStream(io.NopCloser(bytes.NewReader(body)))
-		n := 0
-		for {
-			if _, err := s.Next(); err != nil {
-				if err != io.EOF {
-					b.Fatal(err)
-				}
-				break
-			}
-			n++
-		}
-		if n != 1103 {
-			b.Fatalf("%d events", n)
-		}
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1103, "ns/event")
+	golden.BenchStream(b, []byte(sb.String()), 1103, NewStream)
 }

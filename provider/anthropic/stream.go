@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"sync/atomic"
 
 	"github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/provider/internal/upstream"
@@ -17,8 +16,9 @@ import (
 // that ends before it, or an error event, yields a *parley.Error with code ECUpstream.
 func NewStream(body io.ReadCloser) parley.Stream { return newStream(context.Background(), body) }
 
-func newStream(ctx context.Context, body io.ReadCloser) *stream {
-	return &stream{ctx: ctx, body: body, sse: upstream.NewSSEReader(body), blocks: map[int]*block{}}
+func newStream(ctx context.Context, body io.ReadCloser) *upstream.Stream {
+	d := &decoder{sse: upstream.NewSSEReader(body), blocks: map[int]*block{}}
+	return upstream.NewStream(ctx, body, "message_stop", d.frame)
 }
 
 // block is the state of one content block between its start and its stop.
@@ -32,55 +32,24 @@ type block struct {
 	data      string          // redacted_thinking
 }
 
-type stream struct {
-	ctx    context.Context
-	body   io.ReadCloser
+// decoder is the state machine over the events of one answer.
+type decoder struct {
 	sse    *upstream.SSEReader
 	blocks map[int]*block
 	tools  int // tool_use blocks seen
 	usage  wireUsage
-	queue  []parley.StreamEvent
-	err    error
-	closed atomic.Bool
+	out    []parley.StreamEvent // the events of the event being handled
 }
 
-var errClosed = parley.Errorf(parley.ECCanceled, "provider stream closed")
-
-func (s *stream) Next() (parley.StreamEvent, error) {
-	for {
-		if len(s.queue) > 0 {
-			ev := s.queue[0]
-			s.queue = s.queue[1:]
-			return ev, nil
-		}
-		if s.err != nil {
-			return parley.StreamEvent{}, s.err
-		}
-		if s.closed.Load() {
-			return parley.StreamEvent{}, errClosed
-		}
-		ev, err := s.sse.Next()
-		if err != nil {
-			if s.closed.Load() {
-				s.err = errClosed
-			} else {
-				s.err = upstream.StreamError(s.ctx, err, "message_stop")
-			}
-			continue
-		}
-		s.queue = s.queue[:0]
-		if err := s.handle(ev.Data); err != nil {
-			s.err = err
-		}
+// frame reads one event and appends what it yields to out.
+func (d *decoder) frame(out []parley.StreamEvent) ([]parley.StreamEvent, error) {
+	ev, err := d.sse.Next()
+	if err != nil {
+		return out, upstream.Cut(err)
 	}
-}
-
-// Close closes the body. It is safe to call more than once and concurrently with Next.
-func (s *stream) Close() error {
-	if s.closed.Swap(true) {
-		return nil
-	}
-	return s.body.Close()
+	d.out = out
+	err = d.handle(ev.Data)
+	return d.out, err
 }
 
 // wireEvent is any event of the stream; the type inside the data decides, as the SDKs do.
@@ -160,7 +129,7 @@ func (u *wireUsage) normalized() *parley.Usage {
 }
 
 // handle decodes one event's data and queues what it yields.
-func (s *stream) handle(data []byte) error {
+func (d *decoder) handle(data []byte) error {
 	var ev wireEvent
 	if err := json.Unmarshal(data, &ev); err != nil {
 		return parley.WrapError(parley.ECUpstream, err, "invalid provider stream event")
@@ -168,26 +137,26 @@ func (s *stream) handle(data []byte) error {
 	switch ev.Type {
 	case "message_start":
 		if ev.Message != nil {
-			s.usage.merge(ev.Message.Usage)
+			d.usage.merge(ev.Message.Usage)
 		}
 	case "content_block_start":
 		if ev.ContentBlock == nil {
 			return parley.Errorf(parley.ECUpstream, "provider stream: content_block_start without a block")
 		}
-		s.start(ev.Index, ev.ContentBlock)
+		d.start(ev.Index, ev.ContentBlock)
 	case "content_block_delta":
 		if ev.Delta != nil {
-			s.delta(ev.Index, ev.Delta)
+			d.delta(ev.Index, ev.Delta)
 		}
 	case "content_block_stop":
-		s.stop(ev.Index)
+		d.stop(ev.Index)
 	case "message_delta":
-		s.usage.merge(ev.Usage)
+		d.usage.merge(ev.Usage)
 		if ev.Delta != nil && ev.Delta.StopReason != nil {
-			s.queue = append(s.queue, parley.StreamEvent{Type: parley.StreamFinish, FinishReason: finishReason(*ev.Delta.StopReason)})
+			d.out = append(d.out, parley.StreamEvent{Type: parley.StreamFinish, FinishReason: finishReason(*ev.Delta.StopReason)})
 		}
 	case "message_stop":
-		s.queue = append(s.queue, parley.StreamEvent{Type: parley.StreamUsage, Usage: s.usage.normalized()})
+		d.out = append(d.out, parley.StreamEvent{Type: parley.StreamUsage, Usage: d.usage.normalized()})
 		return io.EOF
 	case "error":
 		e := upstream.EventError(data)
@@ -197,61 +166,61 @@ func (s *stream) handle(data []byte) error {
 	return nil
 }
 
-func (s *stream) start(index int, cb *wireBlockOut) {
+func (d *decoder) start(index int, cb *wireBlockOut) {
 	b := &block{typ: cb.Type}
-	s.blocks[index] = b
+	d.blocks[index] = b
 	switch cb.Type {
 	case "text":
 		if cb.Text != "" {
-			s.queue = append(s.queue, parley.StreamEvent{Type: parley.StreamContent, Content: cb.Text})
+			d.out = append(d.out, parley.StreamEvent{Type: parley.StreamContent, Content: cb.Text})
 		}
 	case "tool_use":
-		b.toolIndex, b.input = s.tools, cb.Input
-		s.tools++
-		s.queue = append(s.queue, parley.StreamEvent{Type: parley.StreamToolCall,
+		b.toolIndex, b.input = d.tools, cb.Input
+		d.tools++
+		d.out = append(d.out, parley.StreamEvent{Type: parley.StreamToolCall,
 			ToolCall: &parley.ToolCallDelta{Index: b.toolIndex, ID: cb.ID, Name: cb.Name}})
 	case "thinking":
 		if cb.Thinking != "" {
 			b.thinking = append(b.thinking, cb.Thinking...)
-			s.queue = append(s.queue, parley.StreamEvent{Type: parley.StreamReasoning, Reasoning: cb.Thinking})
+			d.out = append(d.out, parley.StreamEvent{Type: parley.StreamReasoning, Reasoning: cb.Thinking})
 		}
 	case "redacted_thinking":
 		b.data = cb.Data
 	}
 }
 
-func (s *stream) delta(index int, d *wireDelta) {
-	b := s.blocks[index]
+func (d *decoder) delta(index int, w *wireDelta) {
+	b := d.blocks[index]
 	if b == nil {
 		return
 	}
-	switch d.Type {
+	switch w.Type {
 	case "text_delta":
-		if d.Text != "" {
-			s.queue = append(s.queue, parley.StreamEvent{Type: parley.StreamContent, Content: d.Text})
+		if w.Text != "" {
+			d.out = append(d.out, parley.StreamEvent{Type: parley.StreamContent, Content: w.Text})
 		}
 	case "thinking_delta":
-		if d.Thinking != "" {
-			b.thinking = append(b.thinking, d.Thinking...)
-			s.queue = append(s.queue, parley.StreamEvent{Type: parley.StreamReasoning, Reasoning: d.Thinking})
+		if w.Thinking != "" {
+			b.thinking = append(b.thinking, w.Thinking...)
+			d.out = append(d.out, parley.StreamEvent{Type: parley.StreamReasoning, Reasoning: w.Thinking})
 		}
 	case "signature_delta":
-		b.signature += d.Signature
+		b.signature += w.Signature
 	case "input_json_delta":
-		if b.typ == "tool_use" && d.PartialJSON != "" {
+		if b.typ == "tool_use" && w.PartialJSON != "" {
 			b.gotDelta = true
-			s.queue = append(s.queue, parley.StreamEvent{Type: parley.StreamToolCall,
-				ToolCall: &parley.ToolCallDelta{Index: b.toolIndex, Arguments: d.PartialJSON}})
+			d.out = append(d.out, parley.StreamEvent{Type: parley.StreamToolCall,
+				ToolCall: &parley.ToolCallDelta{Index: b.toolIndex, Arguments: w.PartialJSON}})
 		}
 	}
 }
 
-func (s *stream) stop(index int) {
-	b := s.blocks[index]
+func (d *decoder) stop(index int) {
+	b := d.blocks[index]
 	if b == nil {
 		return
 	}
-	delete(s.blocks, index)
+	delete(d.blocks, index)
 	switch b.typ {
 	case "tool_use":
 		if !b.gotDelta { // the whole input came with the start (or there is none)
@@ -259,14 +228,14 @@ func (s *stream) stop(index int) {
 			if upstream.IsSet(b.input) {
 				args = string(b.input)
 			}
-			s.queue = append(s.queue, parley.StreamEvent{Type: parley.StreamToolCall,
+			d.out = append(d.out, parley.StreamEvent{Type: parley.StreamToolCall,
 				ToolCall: &parley.ToolCallDelta{Index: b.toolIndex, Arguments: args}})
 		}
 	case "thinking":
-		s.queue = append(s.queue, parley.StreamEvent{Type: parley.StreamThinking,
+		d.out = append(d.out, parley.StreamEvent{Type: parley.StreamThinking,
 			Thinking: &parley.ThinkingBlock{Type: "thinking", Thinking: string(b.thinking), Signature: b.signature}})
 	case "redacted_thinking":
-		s.queue = append(s.queue, parley.StreamEvent{Type: parley.StreamThinking,
+		d.out = append(d.out, parley.StreamEvent{Type: parley.StreamThinking,
 			Thinking: &parley.ThinkingBlock{Type: "redacted_thinking", Data: b.data}})
 	}
 }

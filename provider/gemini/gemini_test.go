@@ -1,8 +1,6 @@
 package gemini
 
 import (
-	"bytes"
-	"encoding/json"
 	"io"
 	"strings"
 	"testing"
@@ -14,13 +12,7 @@ import (
 // TestEncodeRequestGolden: history in, request body out, for each testdata/request case.
 func TestEncodeRequestGolden(t *testing.T) {
 	golden.EachRequest(t, func(c *golden.Request) ([]byte, error) {
-		var opts Options
-		if len(c.Options) > 0 {
-			if err := json.Unmarshal(c.Options, &opts); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return EncodeRequest(c.ChatRequest(), opts)
+		return EncodeRequest(c.ChatRequest(), golden.Options[Options](t, c))
 	})
 }
 
@@ -62,24 +54,5 @@ func BenchmarkStream(b *testing.B) {
 		sb.WriteString(`data: {"candidates": [{"content": {"parts": [{"text": "Hello, wörld "}],"role": "model"},"index": 0}],"usageMetadata": {"promptTokenCount": 8,"totalTokenCount": 8},"modelVersion": "gemini-2.5-flash","responseId": "r1"}` + "\r\n\r\n")
 	}
 	sb.WriteString(`data: {"candidates": [{"content": {"parts": [{"functionCall": {"name": "f","args": {"k": 1}},"thoughtSignature": "c2ln"},{"functionCall": {"name": "g","args": {}}}],"role": "model"},"finishReason": "STOP","index": 0}],"usageMetadata": {"promptTokenCount": 8,"candidatesTokenCount": 1200,"totalTokenCount": 1208}}` + "\r\n\r\n")
-	body := []byte(sb.String())
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		s := NewStream(io.NopCloser(bytes.NewReader(body)))
-		n := 0
-		for {
-			if _, err := s.Next(); err != nil {
-				if err != io.EOF {
-					b.Fatal(err)
-				}
-				break
-			}
-			n++
-		}
-		if n != 1004 {
-			b.Fatalf("%d events", n)
-		}
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1004, "ns/event")
+	golden.BenchStream(b, []byte(sb.String()), 1004, NewStream)
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"strings"
-	"sync/atomic"
 
 	"github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/provider/internal/upstream"
@@ -18,61 +17,19 @@ import (
 // *parley.Error with code ECUpstream wrapping io.ErrUnexpectedEOF. Usage comes once at the end.
 func NewStream(body io.ReadCloser) parley.Stream { return newStream(context.Background(), body) }
 
-func newStream(ctx context.Context, body io.ReadCloser) *stream {
-	return &stream{ctx: ctx, body: body, sse: upstream.NewSSEReader(body)}
-}
-
-type stream struct {
-	ctx    context.Context
-	body   io.ReadCloser
-	sse    *upstream.SSEReader
-	dec    decoder
-	queue  []parley.StreamEvent
-	err    error
-	closed atomic.Bool
-}
-
-var errClosed = parley.Errorf(parley.ECCanceled, "provider stream closed")
-
-func (s *stream) Next() (parley.StreamEvent, error) {
-	for {
-		if len(s.queue) > 0 {
-			ev := s.queue[0]
-			s.queue = s.queue[1:]
-			return ev, nil
-		}
-		if s.err != nil {
-			return parley.StreamEvent{}, s.err
-		}
-		if s.closed.Load() {
-			return parley.StreamEvent{}, errClosed
-		}
-		ev, err := s.sse.Next()
+func newStream(ctx context.Context, body io.ReadCloser) *upstream.Stream {
+	sse := upstream.NewSSEReader(body)
+	d := &decoder{}
+	return upstream.NewStream(ctx, body, "a finish reason", func(out []parley.StreamEvent) ([]parley.StreamEvent, error) {
+		ev, err := sse.Next()
 		switch {
-		case err == io.EOF && s.dec.finished:
-			s.queue = append(s.queue[:0], s.dec.end()...)
-			s.err = io.EOF
-			continue
-		case err != nil && s.closed.Load():
-			s.err = errClosed
-			continue
+		case err == io.EOF && d.finished:
+			return append(out, d.end()...), io.EOF
 		case err != nil:
-			s.err = upstream.StreamError(s.ctx, err, "a finish reason")
-			continue
+			return out, upstream.Cut(err)
 		}
-		s.queue, err = s.dec.decode(ev.Data, s.queue[:0])
-		if err != nil {
-			s.err = err
-		}
-	}
-}
-
-// Close closes the body. It is safe to call more than once and concurrently with Next.
-func (s *stream) Close() error {
-	if s.closed.Swap(true) {
-		return nil
-	}
-	return s.body.Close()
+		return d.decode(ev.Data, out)
+	})
 }
 
 // DecodeResponse turns a generateContent response body into a parley.Response.

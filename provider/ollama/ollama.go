@@ -13,7 +13,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync/atomic"
 
 	"github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/provider/internal/convert"
@@ -197,23 +196,17 @@ const maxLine = upstream.MaxEventSize
 // before it, or an {"error": …} line, yields a *parley.Error with code ECUpstream.
 func NewStream(body io.ReadCloser) parley.Stream { return newStream(context.Background(), body) }
 
-func newStream(ctx context.Context, body io.ReadCloser) *stream {
-	r := bufio.NewReaderSize(body, 64<<10)
-	return &stream{ctx: ctx, body: body, r: r}
+func newStream(ctx context.Context, body io.ReadCloser) *upstream.Stream {
+	d := &decoder{r: bufio.NewReaderSize(body, 64<<10)}
+	return upstream.NewStream(ctx, body, `"done": true`, d.frame)
 }
 
-type stream struct {
-	ctx     context.Context
-	body    io.ReadCloser
+// decoder reads the stream line by line.
+type decoder struct {
 	r       *bufio.Reader
 	calls   int
 	partial bool // the last line read had no line end: the body ended after it
-	queue   []parley.StreamEvent
-	err     error
-	closed  atomic.Bool
 }
-
-var errClosed = parley.Errorf(parley.ECCanceled, "provider stream closed")
 
 type wireChunk struct {
 	Message *struct {
@@ -228,44 +221,28 @@ type wireChunk struct {
 	Error           json.RawMessage `json:"error"`
 }
 
-func (s *stream) Next() (parley.StreamEvent, error) {
-	for {
-		if len(s.queue) > 0 {
-			ev := s.queue[0]
-			s.queue = s.queue[1:]
-			return ev, nil
-		}
-		if s.err != nil {
-			return parley.StreamEvent{}, s.err
-		}
-		if s.closed.Load() {
-			return parley.StreamEvent{}, errClosed
-		}
-		line, err := s.readLine()
-		if err != nil {
-			if s.closed.Load() {
-				s.err = errClosed
-			} else {
-				s.err = upstream.StreamError(s.ctx, err, `"done": true`)
-			}
-			continue
-		}
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		s.queue, s.err = s.decode(line, s.queue[:0])
-		if s.partial && s.err != nil && s.err != io.EOF {
-			s.err = upstream.StreamError(s.ctx, io.EOF, `"done": true`) // a line cut short
-		}
+// frame reads one line and appends its events to out; blank lines yield none.
+func (d *decoder) frame(out []parley.StreamEvent) ([]parley.StreamEvent, error) {
+	line, err := d.readLine()
+	if err != nil {
+		return out, upstream.Cut(err)
 	}
+	if len(bytes.TrimSpace(line)) == 0 {
+		return out, nil
+	}
+	out, err = d.decode(line, out)
+	if d.partial && err != nil && err != io.EOF {
+		return out, io.ErrUnexpectedEOF // a line cut short
+	}
+	return out, err
 }
 
 // readLine returns the next line without its end; a line longer than maxLine is an error, and
 // io.EOF comes only at the end of the body (a last line without an end is returned first).
-func (s *stream) readLine() ([]byte, error) {
+func (d *decoder) readLine() ([]byte, error) {
 	var line []byte
 	for {
-		part, err := s.r.ReadSlice('\n')
+		part, err := d.r.ReadSlice('\n')
 		line = append(line, part...)
 		if len(line) > maxLine {
 			return nil, upstream.ErrTooLarge
@@ -276,7 +253,7 @@ func (s *stream) readLine() ([]byte, error) {
 		case errors.Is(err, bufio.ErrBufferFull):
 			continue
 		case err == io.EOF && len(line) > 0:
-			s.partial = true
+			d.partial = true
 			return line, nil
 		default:
 			return nil, err
@@ -284,7 +261,7 @@ func (s *stream) readLine() ([]byte, error) {
 	}
 }
 
-func (s *stream) decode(line []byte, out []parley.StreamEvent) ([]parley.StreamEvent, error) {
+func (d *decoder) decode(line []byte, out []parley.StreamEvent) ([]parley.StreamEvent, error) {
 	var c wireChunk
 	if err := json.Unmarshal(line, &c); err != nil {
 		return out, parley.WrapError(parley.ECUpstream, err, "invalid provider stream event")
@@ -305,8 +282,8 @@ func (s *stream) decode(line []byte, out []parley.StreamEvent) ([]parley.StreamE
 				args = string(tc.Function.Arguments)
 			}
 			out = append(out, parley.StreamEvent{Type: parley.StreamToolCall, ToolCall: &parley.ToolCallDelta{
-				Index: s.calls, ID: tc.ID, Name: tc.Function.Name, Arguments: args}})
-			s.calls++
+				Index: d.calls, ID: tc.ID, Name: tc.Function.Name, Arguments: args}})
+			d.calls++
 		}
 	}
 	if !c.Done {
@@ -314,7 +291,7 @@ func (s *stream) decode(line []byte, out []parley.StreamEvent) ([]parley.StreamE
 	}
 	reason := c.DoneReason // "stop", "length" or "load"
 	switch {
-	case s.calls > 0:
+	case d.calls > 0:
 		reason = "tool_calls"
 	case reason == "":
 		reason = "stop"
@@ -322,12 +299,4 @@ func (s *stream) decode(line []byte, out []parley.StreamEvent) ([]parley.StreamE
 	u := &parley.Usage{PromptTokens: c.PromptEvalCount, CompletionTokens: c.EvalCount, TotalTokens: c.PromptEvalCount + c.EvalCount}
 	out = append(out, parley.StreamEvent{Type: parley.StreamFinish, FinishReason: reason}, parley.StreamEvent{Type: parley.StreamUsage, Usage: u})
 	return out, io.EOF
-}
-
-// Close closes the body. It is safe to call more than once and concurrently with Next.
-func (s *stream) Close() error {
-	if s.closed.Swap(true) {
-		return nil
-	}
-	return s.body.Close()
 }

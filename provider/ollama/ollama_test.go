@@ -1,8 +1,6 @@
 package ollama
 
 import (
-	"bytes"
-	"encoding/json"
 	"io"
 	"strings"
 	"testing"
@@ -14,13 +12,7 @@ import (
 // TestEncodeRequestGolden: history in, request body out, for each testdata/request case.
 func TestEncodeRequestGolden(t *testing.T) {
 	golden.EachRequest(t, func(c *golden.Request) ([]byte, error) {
-		var opts Options
-		if len(c.Options) > 0 {
-			if err := json.Unmarshal(c.Options, &opts); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return EncodeRequest(c.ChatRequest(), opts)
+		return EncodeRequest(c.ChatRequest(), golden.Options[Options](t, c))
 	})
 }
 
@@ -38,24 +30,5 @@ func BenchmarkStream(b *testing.B) {
 	}
 	sb.WriteString(`{"model":"llama3.2","created_at":"2025-08-04T08:52:19Z","message":{"role":"assistant","content":"","tool_calls":[{"function":{"name":"f","arguments":{"k":1}}},{"function":{"name":"g","arguments":{}}}]},"done":false}` + "\n")
 	sb.WriteString(`{"model":"llama3.2","created_at":"2025-08-04T08:52:20Z","message":{"role":"assistant","content":""},"done":true,"done_reason":"stop","prompt_eval_count":26,"eval_count":1200}` + "\n")
-	body := []byte(sb.String())
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		s := NewStream(io.NopCloser(bytes.NewReader(body)))
-		n := 0
-		for {
-			if _, err := s.Next(); err != nil {
-				if err != io.EOF {
-					b.Fatal(err)
-				}
-				break
-			}
-			n++
-		}
-		if n != 1004 {
-			b.Fatalf("%d events", n)
-		}
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1004, "ns/event")
+	golden.BenchStream(b, []byte(sb.String()), 1004, NewStream)
 }

@@ -13,66 +13,19 @@ import (
 	"testing/iotest"
 
 	"github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/provider/internal/golden"
 	"github.com/parleyhq/parley/provider/internal/upstream"
 )
 
-// goldenEvent is the JSON form of a parley.StreamEvent in golden files.
-type goldenEvent struct {
-	Type         parley.StreamEventType `json:"type"`
-	Content      string                 `json:"content,omitempty"`
-	Reasoning    string                 `json:"reasoning,omitempty"`
-	ToolCall     *parley.ToolCallDelta  `json:"tool_call,omitempty"`
-	FinishReason string                 `json:"finish_reason,omitempty"`
-	Usage        *parley.Usage          `json:"usage,omitempty"`
-}
+// The golden forms of a stream, shared by every adapter's tests.
+type (
+	goldenEvent = golden.Event
+	goldenEnd   = golden.End
+)
 
-// goldenEnd is how a stream ended.
-type goldenEnd struct {
-	EOF           bool             `json:"eof,omitempty"` // io.EOF after [DONE]
-	Code          parley.ErrorCode `json:"code,omitempty"`
-	Message       string           `json:"message,omitempty"`
-	Log           string           `json:"log,omitempty"` // err.Error(): what the logs see
-	UnexpectedEOF bool             `json:"unexpected_eof,omitempty"`
-}
+func drain(t *testing.T, s parley.Stream) golden.Stream { t.Helper(); return golden.Drain(t, s) }
 
-type goldenStream struct {
-	Events   []goldenEvent    `json:"events"`
-	End      goldenEnd        `json:"end"`
-	Response *parley.Response `json:"response"`
-}
-
-// drain reads s to its end, with a bound on the number of events.
-func drain(t *testing.T, s parley.Stream) goldenStream {
-	t.Helper()
-	var g goldenStream
-	var b parley.ResponseBuilder
-	for i := 0; ; i++ {
-		if i > 10000 {
-			t.Fatal("stream does not end")
-		}
-		ev, err := s.Next()
-		if err != nil {
-			if err == io.EOF {
-				g.End.EOF = true
-			} else {
-				g.End = goldenEnd{Code: parley.CodeOf(err), Message: parley.MessageOf(err), Log: err.Error(),
-					UnexpectedEOF: errors.Is(err, io.ErrUnexpectedEOF)}
-			}
-			break
-		}
-		b.Add(ev)
-		g.Events = append(g.Events, goldenEvent{ev.Type, ev.Content, ev.Reasoning, ev.ToolCall, ev.FinishReason, ev.Usage})
-	}
-	g.Response = b.Response()
-	return g
-}
-
-type closeCounter struct {
-	io.Reader
-	closes atomic.Int32
-}
-
-func (c *closeCounter) Close() error { c.closes.Add(1); return nil }
+type closeCounter = golden.CloseCounter
 
 func TestStreamGolden(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("testdata", "stream", "*.sse"))
@@ -100,7 +53,7 @@ func TestStreamGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			_ = s.Close()
-			if n := body.closes.Load(); n != 1 {
+			if n := body.Closes(); n != 1 {
 				t.Errorf("body closed %d times, want 1", n)
 			}
 

@@ -176,7 +176,7 @@ func EachStream(t *testing.T, ext string, open func(io.ReadCloser) parley.Stream
 			if err != nil {
 				t.Fatal(err)
 			}
-			body := &closeCounter{Reader: bytes.NewReader(raw)}
+			body := &CloseCounter{Reader: bytes.NewReader(raw)}
 			s := open(body)
 			g := Drain(t, s)
 			Check(t, filepath.Join("testdata", "stream", name+".golden.json"), JSON(t, g))
@@ -184,10 +184,10 @@ func EachStream(t *testing.T, ext string, open func(io.ReadCloser) parley.Stream
 				t.Fatal(err)
 			}
 			_ = s.Close()
-			if n := body.closes.Load(); n != 1 {
+			if n := body.Closes(); n != 1 {
 				t.Errorf("body closed %d times, want 1", n)
 			}
-			slow := open(&closeCounter{Reader: iotest.OneByteReader(bytes.NewReader(raw))})
+			slow := open(&CloseCounter{Reader: iotest.OneByteReader(bytes.NewReader(raw))})
 			defer slow.Close()
 			if g2 := Drain(t, slow); string(JSON(t, g2)) != string(JSON(t, g)) {
 				t.Errorf("one-byte reads give a different result:\n%s", JSON(t, g2))
@@ -196,9 +196,51 @@ func EachStream(t *testing.T, ext string, open func(io.ReadCloser) parley.Stream
 	}
 }
 
-type closeCounter struct {
+// CloseCounter is a body that counts its Close calls.
+type CloseCounter struct {
 	io.Reader
 	closes atomic.Int32
 }
 
-func (c *closeCounter) Close() error { c.closes.Add(1); return nil }
+// Close counts the call.
+func (c *CloseCounter) Close() error { c.closes.Add(1); return nil }
+
+// Closes is the number of Close calls so far.
+func (c *CloseCounter) Closes() int32 { return c.closes.Load() }
+
+// Options decodes the case's adapter options into an O (the zero O when it has none).
+func Options[O any](t *testing.T, c *Request) O {
+	t.Helper()
+	var o O
+	if len(c.Options) > 0 {
+		if err := json.Unmarshal(c.Options, &o); err != nil {
+			t.Fatalf("options: %v", err)
+		}
+	}
+	return o
+}
+
+// BenchStream measures reading body through open to its end, and reports the time per event;
+// every pass must yield exactly events events.
+func BenchStream(b *testing.B, body []byte, events int, open func(io.ReadCloser) parley.Stream) {
+	b.Helper()
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		s := open(io.NopCloser(bytes.NewReader(body)))
+		n := 0
+		for {
+			if _, err := s.Next(); err != nil {
+				if err != io.EOF {
+					b.Fatal(err)
+				}
+				break
+			}
+			n++
+		}
+		if n != events {
+			b.Fatalf("%d events, want %d", n, events)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(events), "ns/event")
+}

@@ -240,7 +240,7 @@ func StreamError(ctx context.Context, err error, what string) error {
 	switch {
 	case ctx.Err() != nil:
 		return CtxError(ctx)
-	case err == io.EOF:
+	case err == io.EOF || err == io.ErrUnexpectedEOF:
 		return parley.WrapError(parley.ECUpstream, io.ErrUnexpectedEOF, "provider stream ended before "+what)
 	case errors.Is(err, ErrTooLarge):
 		return parley.WrapError(parley.ECUpstream, err, "provider stream event too large")
