@@ -128,14 +128,7 @@ func TestProviderSwitchMidSession(t *testing.T) {
 		}
 	}
 
-	msgs := getMessages(t, url, session)
-	view := make([]parley.Message, len(msgs))
-	for i, m := range msgs {
-		view[i] = m.OpenAI()
-	}
-	if err := parley.CheckHistory(view); err != nil {
-		t.Fatalf("stored history: %v", err)
-	}
+	msgs := validHistory(t, url, session)
 	var models []string
 	var signedThinking, thoughtSignature, costed bool
 	for _, m := range msgs {
@@ -188,14 +181,7 @@ func TestTruncatedUpstreamStream(t *testing.T) {
 	if len(errs) > 0 || !strings.Contains(answer, "= 2") {
 		t.Fatalf("next turn: %q %+v", answer, errs)
 	}
-	msgs := getMessages(t, url, session)
-	view := make([]parley.Message, len(msgs))
-	for i, m := range msgs {
-		view[i] = m.OpenAI()
-	}
-	if err := parley.CheckHistory(view); err != nil {
-		t.Fatalf("stored history: %v", err)
-	}
+	validHistory(t, url, session)
 }
 
 // TestProviderConfigErrors: a wrong providers section stops serve at start with a reason.
@@ -239,4 +225,18 @@ func TestModelsFromConventionalVariables(t *testing.T) {
 		out.Models[0]["breaker"] != "closed" || out.Models[2]["id"] != "gemini/*" {
 		t.Fatalf("models %v", out.Models)
 	}
+}
+
+// validHistory reads a session's stored messages and checks their OpenAI view is a valid history.
+func validHistory(t *testing.T, url, session string) []parley.Message {
+	t.Helper()
+	msgs := getMessages(t, url, session)
+	view := make([]parley.Message, len(msgs))
+	for i, m := range msgs {
+		view[i] = m.OpenAI()
+	}
+	if err := parley.CheckHistory(view); err != nil {
+		t.Fatalf("stored history: %v", err)
+	}
+	return msgs
 }

@@ -38,22 +38,11 @@ var _ parley.Provider = (*Client)(nil)
 // New returns a Client. A nil HTTPClient means http.DefaultClient; the caller's context bounds
 // each call.
 func New(cfg Config) *Client {
-	base := strings.TrimRight(cfg.BaseURL, "/")
-	if base == "" {
-		base = DefaultBaseURL
-	}
-	hc := cfg.HTTPClient
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	h := http.Header{}
-	h.Set("Content-Type", "application/json")
+	h := http.Header{"Content-Type": {"application/json"}}
 	if cfg.APIKey != "" {
 		h.Set("X-Goog-Api-Key", cfg.APIKey)
 	}
-	for k, v := range cfg.Headers {
-		h.Set(k, v)
-	}
+	base, hc, h := upstream.Setup(cfg.BaseURL, DefaultBaseURL, cfg.HTTPClient, h, cfg.Headers)
 	return &Client{base: base, ep: upstream.Endpoint{Client: hc, Secret: cfg.APIKey}, headers: h, opts: cfg.Options}
 }
 

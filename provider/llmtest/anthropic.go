@@ -68,8 +68,7 @@ func (anthropicWire) decode(r *http.Request, body []byte) (*Request, error) {
 		return nil, errors.New("anthropic-version: header is required")
 	}
 	var w anthropicRequest
-	dec := json.NewDecoder(strings.NewReader(string(body)))
-	if err := dec.Decode(&w); err != nil {
+	if err := json.Unmarshal(body, &w); err != nil {
 		return nil, fmt.Errorf("invalid JSON: %v", err)
 	}
 	switch {

@@ -87,7 +87,7 @@ func (geminiWire) decode(r *http.Request, body []byte) (*Request, error) {
 	strict := strings.HasPrefix(model, "gemini-3")
 	lastUser := -1
 	for i, c := range w.Contents {
-		if c.Role == "user" && slicesHasText(c.Parts) {
+		if c.Role == "user" && saysSomething(c.Parts) {
 			lastUser = i
 		}
 	}
@@ -185,8 +185,8 @@ func (geminiWire) decode(r *http.Request, body []byte) (*Request, error) {
 	return req, nil
 }
 
-// slicesHasText reports whether a user turn says something (not only function responses).
-func slicesHasText(parts []geminiPart) bool {
+// saysSomething reports whether a user turn says something (not only function responses).
+func saysSomething(parts []geminiPart) bool {
 	for _, p := range parts {
 		if p.FunctionResponse == nil {
 			return true

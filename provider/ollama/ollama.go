@@ -12,7 +12,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"strings"
 
 	"github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/provider/internal/convert"
@@ -49,23 +48,11 @@ var _ parley.Provider = (*Client)(nil)
 
 // New returns a Client. A nil HTTPClient means http.DefaultClient.
 func New(cfg Config) *Client {
-	base := strings.TrimRight(cfg.BaseURL, "/")
-	if base == "" {
-		base = DefaultBaseURL
-	}
-	hc := cfg.HTTPClient
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	h := http.Header{}
-	h.Set("Content-Type", "application/json")
-	h.Set("Accept", "application/x-ndjson")
+	h := http.Header{"Content-Type": {"application/json"}, "Accept": {"application/x-ndjson"}}
 	if cfg.APIKey != "" {
 		h.Set("Authorization", "Bearer "+cfg.APIKey)
 	}
-	for k, v := range cfg.Headers {
-		h.Set(k, v)
-	}
+	base, hc, h := upstream.Setup(cfg.BaseURL, DefaultBaseURL, cfg.HTTPClient, h, cfg.Headers)
 	return &Client{url: base + "/api/chat", ep: upstream.Endpoint{Client: hc, Secret: cfg.APIKey}, headers: h, opts: cfg.Options}
 }
 

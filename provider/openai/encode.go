@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/provider/internal/convert"
 )
 
 // EncodeOptions are the wire choices on which OpenAI-compatible endpoints disagree.
@@ -88,13 +89,11 @@ func EncodeRequestWith(req *parley.ChatRequest, stream bool, opts EncodeOptions)
 	if stream {
 		w.StreamOptions = &wireStreamOptions{IncludeUsage: true}
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(w); err != nil {
+	b, err := convert.Marshal(w)
+	if err != nil {
 		return nil, parley.WrapError(parley.ECInvalid, err, "cannot encode request")
 	}
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+	return b, nil
 }
 
 func encodeMessage(m parley.Message, opts EncodeOptions) (wireMessage, error) {
@@ -154,13 +153,7 @@ func encodeContent(c parley.Content) (json.RawMessage, error) {
 			return nil, fmt.Errorf("content part %d: unknown type %q", i, p.Type)
 		}
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(parts); err != nil {
-		return nil, err
-	}
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+	return convert.Marshal(parts)
 }
 
 // The request wire format. Field order is the order of the encoded JSON.

@@ -247,3 +247,25 @@ func StreamError(ctx context.Context, err error, what string) error {
 	}
 	return parley.WrapError(parley.ECUpstream, err, "provider stream failed")
 }
+
+// Setup is what every adapter's constructor does with its configuration: the base URL without a
+// trailing slash (def when empty), the HTTP client (http.DefaultClient when nil: the caller's
+// context bounds each call, since a client-wide timeout would also cut long streams), and the
+// headers of every request, defaults first, then the configured ones, which may override them.
+func Setup(base, def string, hc *http.Client, defaults http.Header, extra map[string]string) (string, *http.Client, http.Header) {
+	base = strings.TrimRight(base, "/")
+	if base == "" {
+		base = def
+	}
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	h := defaults.Clone()
+	if h == nil {
+		h = http.Header{}
+	}
+	for k, v := range extra {
+		h.Set(k, v)
+	}
+	return base, hc, h
+}

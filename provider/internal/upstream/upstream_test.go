@@ -83,3 +83,14 @@ func TestErrorFromBody(t *testing.T) {
 		})
 	}
 }
+
+func TestSetup(t *testing.T) {
+	base, hc, h := Setup("http://x/v1/", "http://default", nil, http.Header{"Accept": {"a"}, "X-Key": {"k"}}, map[string]string{"Accept": "b", "X-Extra": "e"})
+	if base != "http://x/v1" || hc != http.DefaultClient || h.Get("Accept") != "b" || h.Get("X-Key") != "k" || h.Get("X-Extra") != "e" {
+		t.Fatalf("%q %v %v", base, hc, h)
+	}
+	own := &http.Client{}
+	if base, hc, h := Setup("", "http://default", own, nil, nil); base != "http://default" || hc != own || len(h) != 0 {
+		t.Fatalf("%q %v %v", base, hc, h)
+	}
+}
