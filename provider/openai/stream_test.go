@@ -25,50 +25,9 @@ type (
 
 func drain(t *testing.T, s parley.Stream) golden.Stream { t.Helper(); return golden.Drain(t, s) }
 
-type closeCounter = golden.CloseCounter
 
 func TestStreamGolden(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("testdata", "stream", "*.sse"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no fixtures: %v", err)
-	}
-	for _, file := range files {
-		name := strings.TrimSuffix(filepath.Base(file), ".sse")
-		t.Run(name, func(t *testing.T) {
-			raw, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body := &closeCounter{Reader: bytes.NewReader(raw)}
-			s := NewStream(body)
-			g := drain(t, s)
-			got := indentJSON(t, g)
-			checkGolden(t, filepath.Join("testdata", "stream", name+".golden.json"), got)
-
-			// A second Next repeats the end; Close closes the body once.
-			if _, err := s.Next(); g.End.EOF && err != io.EOF || !g.End.EOF && parley.CodeOf(err) != g.End.Code {
-				t.Errorf("Next after the end = %v, want the same end", err)
-			}
-			if err := s.Close(); err != nil {
-				t.Fatal(err)
-			}
-			_ = s.Close()
-			if n := body.Closes(); n != 1 {
-				t.Errorf("body closed %d times, want 1", n)
-			}
-
-			// The same bytes delivered in small reads give the same result.
-			for rname, r := range map[string]io.Reader{
-				"one byte": iotest.OneByteReader(bytes.NewReader(raw)),
-				"half":     iotest.HalfReader(bytes.NewReader(raw)),
-			} {
-				again := indentJSON(t, drain(t, NewStream(io.NopCloser(r))))
-				if !bytes.Equal(again, got) {
-					t.Errorf("%s reads: got\n%s\nwant\n%s", rname, again, got)
-				}
-			}
-		})
-	}
+	golden.EachStream(t, ".sse", func(body io.ReadCloser) parley.Stream { return NewStream(body) })
 }
 
 func TestStreamEndsInvariants(t *testing.T) {
