@@ -25,7 +25,6 @@ type (
 
 func drain(t *testing.T, s parley.Stream) golden.Stream { t.Helper(); return golden.Drain(t, s) }
 
-
 func TestStreamGolden(t *testing.T) {
 	golden.EachStream(t, ".sse", func(body io.ReadCloser) parley.Stream { return NewStream(body) })
 }
