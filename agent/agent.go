@@ -203,14 +203,23 @@ func (a *Agent) Run(ctx context.Context, in Input, emit func(parley.Event)) (*Re
 // fell back). On error it also returns what had arrived.
 func (a *Agent) callModel(ctx context.Context, prov parley.Provider, req *parley.ChatRequest, emit func(parley.Event)) (*parley.Response, string, error) {
 	answeredBy := req.Model
+	callCtx := ctx
 	if a.cfg.ModelTimeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, a.cfg.ModelTimeout)
+		callCtx, cancel = context.WithTimeout(ctx, a.cfg.ModelTimeout)
 		defer cancel()
 	}
-	stream, err := prov.Stream(ctx, req)
+	// A call cut by ModelTimeout (and not by the run's own end) is a timeout, whatever error
+	// the provider made of it.
+	fail := func(err error) error {
+		if ctx.Err() == nil && errors.Is(callCtx.Err(), context.DeadlineExceeded) {
+			return parley.WrapError(parley.ECTimeout, err, fmt.Sprintf("the model call took longer than %s", a.cfg.ModelTimeout))
+		}
+		return upstream(err)
+	}
+	stream, err := prov.Stream(callCtx, req)
 	if err != nil {
-		return nil, answeredBy, upstream(err)
+		return nil, answeredBy, fail(err)
 	}
 	defer stream.Close()
 	if mr, ok := stream.(parley.ModelReporter); ok && mr.Model() != "" {
@@ -223,7 +232,7 @@ func (a *Agent) callModel(ctx context.Context, prov parley.Provider, req *parley
 			return b.Response(), answeredBy, nil
 		}
 		if err != nil {
-			return b.Response(), answeredBy, upstream(err)
+			return b.Response(), answeredBy, fail(err)
 		}
 		b.Add(ev)
 		switch ev.Type {

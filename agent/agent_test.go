@@ -48,12 +48,16 @@ func (p *scripted) requests() []*parley.ChatRequest {
 }
 
 type sliceStream struct {
-	ctx context.Context
-	evs []parley.StreamEvent
-	err error
+	ctx  context.Context
+	evs  []parley.StreamEvent
+	err  error
+	wait bool // block until ctx ends, as a stalled provider does
 }
 
 func (s *sliceStream) Next() (parley.StreamEvent, error) {
+	if s.wait {
+		<-s.ctx.Done()
+	}
 	if err := s.ctx.Err(); err != nil {
 		return parley.StreamEvent{}, err
 	}
@@ -565,4 +569,76 @@ func TestNULBytesAreScrubbed(t *testing.T) {
 	if args := h[1].ToolCalls[0].Function.Arguments; args != "{\"p\":\"a\uFFFD\"}" {
 		t.Fatalf("arguments: %q", args)
 	}
+}
+
+// reporting wraps a provider so that its streams say another model answered, as a router that
+// fell back does.
+type reporting struct {
+	parley.Provider
+	model string
+}
+
+type reportingStream struct {
+	parley.Stream
+	model string
+}
+
+func (s reportingStream) Model() string { return s.model }
+
+func (p reporting) Stream(ctx context.Context, req *parley.ChatRequest) (parley.Stream, error) {
+	s, err := p.Provider.Stream(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return reportingStream{s, p.model}, nil
+}
+
+// The assistant message records the model that answered, and keeps the signed thinking blocks
+// of the answer; a block holding a NUL is dropped (it cannot be edited without breaking its
+// signature), the others kept.
+func TestAnsweringModelAndThinkingBlocksAreStored(t *testing.T) {
+	f := newFixture(t)
+	f.prov.steps = append(f.prov.steps, func(req *parley.ChatRequest) ([]parley.StreamEvent, error) {
+		evs, _ := say("hi")(req)
+		return append([]parley.StreamEvent{
+			{Type: parley.StreamThinking, Thinking: &parley.ThinkingBlock{Type: "thinking", Thinking: "plan", Signature: "c2ln"}},
+			{Type: parley.StreamThinking, Thinking: &parley.ThinkingBlock{Type: "thinking", Thinking: "bad\x00", Signature: "c2ln"}},
+			{Type: parley.StreamThinking, Thinking: &parley.ThinkingBlock{Type: "redacted_thinking", Data: "ZGF0YQ=="}},
+		}, evs...), nil
+	})
+	a := f.agent(func(c *Config) {
+		c.Resolve = func(string) (parley.Provider, string, error) { return reporting{f.prov, "spare/small"}, "main/big", nil }
+	})
+	if _, err := f.run(t, context.Background(), a, "q", nil); err != nil {
+		t.Fatal(err)
+	}
+	m := f.history(t)[1]
+	if m.Model != "spare/small" {
+		t.Fatalf("model %q, want the one that answered", m.Model)
+	}
+	if len(m.ThinkingBlocks) != 2 || m.ThinkingBlocks[0].Thinking != "plan" || m.ThinkingBlocks[1].Type != "redacted_thinking" {
+		t.Fatalf("thinking blocks %+v", m.ThinkingBlocks)
+	}
+}
+
+// A model call over ModelTimeout ends the run with a timeout error.
+func TestModelTimeout(t *testing.T) {
+	f := newFixture(t)
+	f.prov.steps = append(f.prov.steps, say("never"))
+	slow := blocking{}
+	a := f.agent(func(c *Config) {
+		c.ModelTimeout = 50 * time.Millisecond
+		c.Resolve = func(string) (parley.Provider, string, error) { return slow, "m1", nil }
+	})
+	_, err := f.run(t, context.Background(), a, "q", nil)
+	if parley.CodeOf(err) != parley.ECTimeout {
+		t.Fatalf("err %v, want a timeout", err)
+	}
+}
+
+// blocking is a provider whose stream waits for its context.
+type blocking struct{}
+
+func (blocking) Stream(ctx context.Context, _ *parley.ChatRequest) (parley.Stream, error) {
+	return &sliceStream{ctx: ctx, evs: nil, err: nil, wait: true}, nil
 }

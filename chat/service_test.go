@@ -71,3 +71,33 @@ func TestSendStoresImagePartsAndDefaults(t *testing.T) {
 		t.Fatalf("empty message: %v", err)
 	}
 }
+
+// A model named as the client likes is run, and stored, under the full name ResolveModel gives;
+// a name it refuses is the client's error.
+func TestModelIsResolvedToItsFullName(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "c.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	mgr := runs.NewManager(runs.Options{})
+	defer mgr.Shutdown(context.Background())
+	s := &Service{Store: st, Runs: mgr, Agent: nopAgent{}, DefaultModel: "openai/gpt-4o",
+		ResolveModel: func(m string) (string, error) {
+			if m == "gpt-4o" || m == "openai/gpt-4o" {
+				return "openai/gpt-4o", nil
+			}
+			return "", parley.Errorf(parley.ECInvalid, "model: unknown model %q", m)
+		}}
+	started, err := s.Send(context.Background(), "alice", Request{Message: "hi", Model: "gpt-4o"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started.Run.Done()
+	if started.Run.Model != "openai/gpt-4o" {
+		t.Fatalf("run model %q", started.Run.Model)
+	}
+	if _, err := s.Send(context.Background(), "alice", Request{Message: "hi", Model: "nope"}); parley.CodeOf(err) != parley.ECInvalid {
+		t.Fatalf("unknown model: %v", err)
+	}
+}

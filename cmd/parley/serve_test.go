@@ -217,6 +217,18 @@ func TestValidateRejectsBadSettings(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "max-iterations") || !strings.Contains(err.Error(), "log-format") {
 		t.Fatalf("validate: %v", err)
 	}
+	for _, args := range [][]string{{"--provider-attempts", "0"}, {"--breaker-failures", "0"}, {"--provider-timeout", "0s"},
+		{"--breaker-cooldown", "-1s"}, {"--provider-retry-base", "0s"}, {"--provider-max-wait", "0s"}} {
+		var c config
+		fs := flagSet("serve", io.Discard, "")
+		serveFlags(fs, &c)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.validate(); err == nil || !strings.Contains(err.Error(), strings.TrimPrefix(args[0], "--")) {
+			t.Errorf("%v: validate %v", args, err)
+		}
+	}
 }
 
 // TestReadmeConfigTableIsComplete keeps README's configuration table in step with the flags.

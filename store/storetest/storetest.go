@@ -662,6 +662,13 @@ func testRejectsNUL(t *testing.T, s parley.Store) {
 		}},
 		{"reasoning_content", func(m *parley.Message) { m.Reasoning = "\x00" }},
 		{"name", func(m *parley.Message) { m.Name = "n\x00" }},
+		{"thinking_blocks", func(m *parley.Message) {
+			m.ThinkingBlocks = []parley.ThinkingBlock{{Type: "thinking", Thinking: "t", Signature: "s\x00"}}
+		}},
+		{"tool_calls", func(m *parley.Message) {
+			m.ToolCalls = []parley.ToolCall{{ID: "c", Type: "function", Function: parley.FunctionCall{Name: "f", Arguments: "{}"},
+				ExtraContent: &parley.ExtraContent{Google: &parley.GoogleExtra{ThoughtSignature: "\x00"}}}}
+		}},
 	} {
 		m := msg(parley.RoleAssistant, "ok", base)
 		tc.edit(m)
