@@ -607,7 +607,9 @@ func TestAnsweringModelAndThinkingBlocksAreStored(t *testing.T) {
 		}, evs...), nil
 	})
 	a := f.agent(func(c *Config) {
-		c.Resolve = func(string) (parley.Provider, string, error) { return reporting{f.prov, "spare/small"}, "main/big", nil }
+		c.Resolve = func(string) (parley.Provider, string, error) {
+			return reporting{f.prov, "spare/small"}, "main/big", nil
+		}
 	})
 	if _, err := f.run(t, context.Background(), a, "q", nil); err != nil {
 		t.Fatal(err)
