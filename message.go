@@ -55,6 +55,7 @@ type Message struct {
 	Usage      *Usage    `json:"usage,omitempty"`       // assistant: tokens of the call that produced it
 	Success    *bool     `json:"success,omitempty"`     // tool: whether the tool succeeded
 	ResourceID string    `json:"resource_id,omitempty"` // tool: a resource the result refers to
+	Server     string    `json:"server,omitempty"`      // tool: the MCP server that ran the tool
 	CreatedAt  time.Time `json:"created_at,omitzero"`
 }
 

@@ -293,7 +293,7 @@ func (a *Agent) runTools(ctx context.Context, in Input, calls []parley.ToolCall,
 			msg := &parley.Message{
 				ID: parley.NewID(), Role: parley.RoleTool, Content: out.Content, Name: call.Function.Name,
 				ToolCallID: call.ID, RunID: in.RunID, LatencyMS: out.Latency.Milliseconds(),
-				Success: &ok, ResourceID: out.ResourceID, CreatedAt: a.now(),
+				Success: &ok, ResourceID: out.ResourceID, Server: out.Server, CreatedAt: a.now(),
 			}
 			if err := a.store(ctx, in.SessionID, msg); err != nil {
 				errMu.Lock()

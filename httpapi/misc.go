@@ -41,11 +41,12 @@ func (s *server) handleModels() http.Handler {
 
 func (s *server) handleTools() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tools := []parley.ToolSpec{}
+		tools, servers := []ToolInfo{}, []ServerInfo{}
 		if s.Tools != nil {
-			tools = append(tools, s.Tools()...)
+			t, sv := s.Tools()
+			tools, servers = append(tools, t...), append(servers, sv...)
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"tools": tools})
+		writeJSON(w, http.StatusOK, map[string]any{"tools": tools, "servers": servers})
 	})
 }
 

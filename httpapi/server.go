@@ -33,13 +33,32 @@ type ModelPrice struct {
 	Output      float64 `json:"output"`
 }
 
+// ToolInfo is a tool as GET /api/v1/tools lists it: as the model sees it, with the MCP server
+// that runs it and that server's state.
+type ToolInfo struct {
+	parley.ToolSpec
+	Server string `json:"server,omitempty"` // empty for built-in tools
+	Health string `json:"health,omitempty"` // the server's state: starting, ready, reconnecting, down or stopped
+}
+
+// ServerInfo is one configured MCP server's health.
+type ServerInfo struct {
+	Name      string    `json:"name"`
+	Transport string    `json:"transport"` // stdio, http or sse
+	State     string    `json:"state"`     // starting, ready, reconnecting, down, stopped or disabled
+	Breaker   string    `json:"breaker"`   // closed, open or half_open
+	Tools     int       `json:"tools"`
+	Restarts  int       `json:"restarts"` // sessions that ended and were started again
+	Since     time.Time `json:"since"`    // when it entered its state
+}
+
 // Deps are what the handlers need. Store, Chat and Runs are required.
 type Deps struct {
 	Store parley.Store
 	Chat  *chat.Service
 	Runs  *runs.Manager
-	// Tools lists the tools a client may select; nil lists none.
-	Tools func() []parley.ToolSpec
+	// Tools lists the tools a client may select and the MCP servers behind them; nil lists none.
+	Tools func() ([]ToolInfo, []ServerInfo)
 	// Models lists the models a client may name.
 	Models func() []ModelInfo
 	// Identify returns the caller's identity (the owner of the sessions it creates). Nil: every

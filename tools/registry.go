@@ -20,12 +20,31 @@ import (
 // DefaultTimeout bounds one tool call when no timeout is configured.
 const DefaultTimeout = 30 * time.Second
 
-// Registry is a goroutine-safe set of tools, addressed by name.
+// Registry is a goroutine-safe set of tools, addressed by name. Each tool belongs to a source:
+// "" for the tools registered one by one (built-in ones), or a name such as an MCP server's, whose
+// whole set Replace swaps when the server's tool list changes.
 type Registry struct {
 	mu      sync.RWMutex
-	tools   map[string]parley.Tool
+	tools   map[string]entry
 	timeout time.Duration
 	log     *slog.Logger
+}
+
+type entry struct {
+	tool   parley.Tool
+	source string
+}
+
+// Sourced is implemented by tools that run elsewhere, such as an MCP server's: the name of the
+// server is stored with each of the tool's results.
+type Sourced interface {
+	Server() string
+}
+
+// Timed is implemented by tools with a time limit of their own, which then replaces the
+// registry's for their calls.
+type Timed interface {
+	Timeout() time.Duration
 }
 
 // Option configures a Registry.
@@ -51,7 +70,7 @@ func WithLogger(l *slog.Logger) Option {
 
 // NewRegistry returns an empty registry.
 func NewRegistry(opts ...Option) *Registry {
-	r := &Registry{tools: map[string]parley.Tool{}, timeout: DefaultTimeout, log: slog.New(slog.DiscardHandler)}
+	r := &Registry{tools: map[string]entry{}, timeout: DefaultTimeout, log: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		o(r)
 	}
@@ -64,7 +83,20 @@ var validName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 // Register adds t. Its name must be unique and valid for the model APIs, and its parameters a JSON
 // Schema object.
 func (r *Registry) Register(t parley.Tool) error {
-	spec := t.Spec()
+	if err := check(t.Spec()); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	name := t.Spec().Name
+	if _, ok := r.tools[name]; ok {
+		return fmt.Errorf("tool %s: registered twice", name)
+	}
+	r.tools[name] = entry{tool: t}
+	return nil
+}
+
+func check(spec parley.ToolSpec) error {
 	if !validName.MatchString(spec.Name) {
 		return fmt.Errorf("tool name %q: must match %s", spec.Name, validName)
 	}
@@ -74,13 +106,68 @@ func (r *Registry) Register(t parley.Tool) error {
 	if err := json.Unmarshal(spec.Parameters, &schema); err != nil || schema.Type != "object" {
 		return fmt.Errorf("tool %s: parameters must be a JSON Schema with \"type\": \"object\"", spec.Name)
 	}
+	return nil
+}
+
+// Replace makes ts the tools of source, in place of the ones it had; nil removes them all. The
+// swap is atomic: a call sees the old set or the new one. A tool that is invalid, or whose name
+// another source holds, is left out, and the error names each one; the others are registered.
+func (r *Registry) Replace(source string, ts []parley.Tool) error {
+	if source == "" {
+		return errors.New("tools: Replace needs a source name")
+	}
+	var errs []error
+	valid := make([]parley.Tool, 0, len(ts))
+	for _, t := range ts {
+		if err := check(t.Spec()); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		valid = append(valid, t)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.tools[spec.Name]; ok {
-		return fmt.Errorf("tool %s: registered twice", spec.Name)
+	for name, e := range r.tools {
+		if e.source == source {
+			delete(r.tools, name)
+		}
 	}
-	r.tools[spec.Name] = t
-	return nil
+	for _, t := range valid {
+		name := t.Spec().Name
+		if e, ok := r.tools[name]; ok {
+			if e.source != source {
+				errs = append(errs, fmt.Errorf("tool %s of %s: the name is taken by %s", name, source, sourceName(e.source)))
+			}
+			continue
+		}
+		r.tools[name] = entry{tool: t, source: source}
+	}
+	return errors.Join(errs...)
+}
+
+func sourceName(s string) string {
+	if s == "" {
+		return "a built-in tool"
+	}
+	return s
+}
+
+// Entry is a registered tool with its source.
+type Entry struct {
+	parley.ToolSpec
+	Source string // "" for tools registered with Register
+}
+
+// Entries lists every tool with its source, sorted by name.
+func (r *Registry) Entries() []Entry {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]Entry, 0, len(r.tools))
+	for _, e := range r.tools {
+		out = append(out, Entry{ToolSpec: e.tool.Spec(), Source: e.source})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
 }
 
 // List returns the specs of every tool, sorted by name.
@@ -88,8 +175,8 @@ func (r *Registry) List() []parley.ToolSpec {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	specs := make([]parley.ToolSpec, 0, len(r.tools))
-	for _, t := range r.tools {
-		specs = append(specs, t.Spec())
+	for _, e := range r.tools {
+		specs = append(specs, e.tool.Spec())
 	}
 	sort.Slice(specs, func(i, j int) bool { return specs[i].Name < specs[j].Name })
 	return specs
@@ -107,7 +194,7 @@ func (r *Registry) Specs(selected []string) ([]parley.ToolSpec, error) {
 	specs := make([]parley.ToolSpec, 0, len(selected))
 	seen := map[string]bool{}
 	for _, name := range selected {
-		t, ok := r.tools[name]
+		e, ok := r.tools[name]
 		if !ok {
 			return nil, parley.Errorf(parley.ECInvalid, "selected_tools: unknown tool %q", name)
 		}
@@ -115,7 +202,7 @@ func (r *Registry) Specs(selected []string) ([]parley.ToolSpec, error) {
 			continue
 		}
 		seen[name] = true
-		specs = append(specs, t.Spec())
+		specs = append(specs, e.tool.Spec())
 	}
 	return specs, nil
 }
@@ -125,6 +212,7 @@ type Outcome struct {
 	Content    parley.Content
 	Success    bool
 	ResourceID string
+	Server     string // the MCP server that ran the tool; "" for built-in tools
 	Latency    time.Duration
 }
 
@@ -134,19 +222,25 @@ type Outcome struct {
 // offered; a call to any other tool is refused.
 func (r *Registry) Call(ctx context.Context, call parley.ToolCall, allowed map[string]bool) Outcome {
 	start := time.Now()
-	out := r.call(ctx, call, allowed)
+	name := call.Function.Name
+	r.mu.RLock()
+	e, ok := r.tools[name]
+	r.mu.RUnlock()
+	if !ok || (allowed != nil && !allowed[name]) {
+		out := failure("unknown tool %q", name)
+		out.Latency = time.Since(start)
+		return out
+	}
+	out := r.call(ctx, e.tool, call)
+	if s, ok := e.tool.(Sourced); ok {
+		out.Server = s.Server()
+	}
 	out.Latency = time.Since(start)
 	return out
 }
 
-func (r *Registry) call(ctx context.Context, call parley.ToolCall, allowed map[string]bool) Outcome {
+func (r *Registry) call(ctx context.Context, t parley.Tool, call parley.ToolCall) Outcome {
 	name := call.Function.Name
-	r.mu.RLock()
-	t, ok := r.tools[name]
-	r.mu.RUnlock()
-	if !ok || (allowed != nil && !allowed[name]) {
-		return failure("unknown tool %q", name)
-	}
 	args := json.RawMessage(call.Function.Arguments)
 	if len(args) == 0 {
 		args = json.RawMessage("{}")
@@ -156,7 +250,11 @@ func (r *Registry) call(ctx context.Context, call parley.ToolCall, allowed map[s
 		return failure("the arguments of %s are not a JSON object: %s", name, truncate(call.Function.Arguments, 200))
 	}
 
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	timeout := r.timeout
+	if tt, ok := t.(Timed); ok && tt.Timeout() > 0 {
+		timeout = tt.Timeout()
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	type result struct {
 		res *parley.ToolResult
@@ -179,7 +277,7 @@ func (r *Registry) call(ctx context.Context, call parley.ToolCall, allowed map[s
 	case res := <-done:
 		if res.err != nil {
 			if ctx.Err() != nil && errors.Is(res.err, ctx.Err()) {
-				return r.ctxFailure(ctx, name)
+				return r.ctxFailure(ctx, name, timeout)
 			}
 			r.log.Warn("tool failed", "tool", name, "err", res.err)
 			return failure("%s failed: %v", name, res.err)
@@ -193,14 +291,14 @@ func (r *Registry) call(ctx context.Context, call parley.ToolCall, allowed map[s
 		}
 		return Outcome{Content: c, Success: !res.res.IsError, ResourceID: res.res.ResourceID}
 	case <-ctx.Done():
-		return r.ctxFailure(ctx, name)
+		return r.ctxFailure(ctx, name, timeout)
 	}
 }
 
-func (r *Registry) ctxFailure(ctx context.Context, name string) Outcome {
+func (r *Registry) ctxFailure(ctx context.Context, name string, timeout time.Duration) Outcome {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		r.log.Warn("tool timed out", "tool", name, "timeout", r.timeout)
-		return failure("%s timed out after %s", name, r.timeout)
+		r.log.Warn("tool timed out", "tool", name, "timeout", timeout)
+		return failure("%s timed out after %s", name, timeout)
 	}
 	return failure("%s was interrupted: the run was cancelled", name)
 }

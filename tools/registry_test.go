@@ -133,3 +133,86 @@ func TestCallOutcomes(t *testing.T) {
 		t.Fatalf("cancelled call: %q", out.Content.String())
 	}
 }
+
+// remote is a tool of an MCP server, with a time limit of its own.
+type remote struct {
+	*Func
+	server  string
+	timeout time.Duration
+}
+
+func (r remote) Server() string         { return r.server }
+func (r remote) Timeout() time.Duration { return r.timeout }
+
+func TestReplaceSwapsASourcesToolsAndKeepsOthers(t *testing.T) {
+	r := NewRegistry()
+	if err := r.Register(echo()); err != nil {
+		t.Fatal(err)
+	}
+	ok := func(name string) parley.Tool {
+		return remote{Func: fn(name, func(context.Context, json.RawMessage) (*parley.ToolResult, error) {
+			return &parley.ToolResult{Content: parley.Text(name)}, nil
+		}), server: "files"}
+	}
+	if err := r.Replace("files", []parley.Tool{ok("files__read"), ok("files__list")}); err != nil {
+		t.Fatal(err)
+	}
+	names := func() string {
+		var b []string
+		for _, e := range r.Entries() {
+			b = append(b, e.Name+"@"+e.Source)
+		}
+		return strings.Join(b, " ")
+	}
+	if got := names(); got != "echo@ files__list@files files__read@files" {
+		t.Fatalf("after first Replace: %s", got)
+	}
+	// The new list drops read, adds stat; a clash with the built-in echo and an invalid tool are
+	// named in the error and left out, the rest registered.
+	bad := &Func{Def: parley.ToolSpec{Name: "files__bad", Parameters: json.RawMessage(`{"type":"array"}`)}}
+	err := r.Replace("files", []parley.Tool{ok("files__list"), ok("files__stat"), ok("echo"), bad})
+	if err == nil || !strings.Contains(err.Error(), "echo of files: the name is taken by a built-in tool") || !strings.Contains(err.Error(), "files__bad") {
+		t.Fatalf("clash error: %v", err)
+	}
+	if got := names(); got != "echo@ files__list@files files__stat@files" {
+		t.Fatalf("after second Replace: %s", got)
+	}
+	if err := r.Replace("other", []parley.Tool{ok("files__stat")}); err == nil || !strings.Contains(err.Error(), "taken by files") {
+		t.Fatalf("clash between sources: %v", err)
+	}
+	// The call reports the server; a removed tool is unknown.
+	out := r.Call(context.Background(), tc("files__stat", "{}"), nil)
+	if !out.Success || out.Server != "files" || out.Content.String() != "files__stat" {
+		t.Fatalf("call: %+v", out)
+	}
+	if out := r.Call(context.Background(), tc("files__read", "{}"), nil); out.Success || !strings.Contains(out.Content.String(), "unknown tool") {
+		t.Fatalf("removed tool: %+v", out)
+	}
+	if out := r.Call(context.Background(), tc("echo", "{}"), nil); out.Server != "" {
+		t.Fatalf("a built-in tool has no server: %+v", out)
+	}
+	if err := r.Replace("files", nil); err != nil || names() != "echo@" {
+		t.Fatalf("Replace with nil: %v %s", err, names())
+	}
+}
+
+func TestToolsOwnTimeoutWins(t *testing.T) {
+	r := NewRegistry(WithTimeout(time.Hour))
+	slow := remote{Func: fn("slow", func(ctx context.Context, _ json.RawMessage) (*parley.ToolResult, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}), server: "s", timeout: 20 * time.Millisecond}
+	if err := r.Replace("s", []parley.Tool{slow}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan Outcome, 1)
+	go func() { done <- r.Call(context.Background(), tc("slow", "{}"), nil) }()
+	select {
+	case out := <-done:
+		if out.Success || !strings.Contains(out.Content.String(), "timed out after 20ms") {
+			t.Fatalf("outcome: %+v", out)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the tool's own 20ms timeout was not applied")
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/parleyhq/parley/provider/router"
+	"github.com/parleyhq/parley/tools/mcp"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -41,6 +42,10 @@ type config struct {
 	HistoryCacheMB    int
 	ToolTimeout       time.Duration
 	MaxParallelTools  int
+	MCPConfig         string
+	MCPStartTimeout   time.Duration
+	MCPRetryBase      time.Duration
+	MCPRetryMax       time.Duration
 	MaxBodyBytes      int64
 	MaxMessageChars   int
 	ShutdownGrace     time.Duration
@@ -55,11 +60,13 @@ type config struct {
 	Providers []providerConfig
 	Fallbacks map[string][]string
 	Prices    map[string]router.Price
+	// MCPServers is the config file's "mcpServers" mapping, the same shape as --mcp-config's JSON.
+	MCPServers map[string]mcp.ServerConfig
 }
 
 // fileSections are the config file's structured keys, which no flag takes: the decoder of each.
 func (c *config) fileSections() map[string]any {
-	return map[string]any{"providers": &c.Providers, "fallbacks": &c.Fallbacks, "prices": &c.Prices}
+	return map[string]any{"providers": &c.Providers, "fallbacks": &c.Fallbacks, "prices": &c.Prices, "mcpServers": &c.MCPServers}
 }
 
 // serveFlags declares the flags of `serve` on fs, bound to c.
@@ -78,14 +85,18 @@ func serveFlags(fs *flag.FlagSet, c *config) {
 	fs.DurationVar(&c.ProviderRetryMax, "provider-retry-max", 10*time.Second, "longest backoff between tries")
 	fs.DurationVar(&c.ProviderMaxWait, "provider-max-wait", time.Minute, "longest Retry-After honoured; a provider asking for more is not retried")
 	fs.DurationVar(&c.ProviderTimeout, "provider-timeout", 10*time.Minute, "time limit of one model call, streaming included")
-	fs.IntVar(&c.BreakerFailures, "breaker-failures", 3, "consecutive failures of a provider endpoint that open its circuit breaker")
-	fs.DurationVar(&c.BreakerCooldown, "breaker-cooldown", 30*time.Second, "how long an open breaker refuses calls before one trial call")
+	fs.IntVar(&c.BreakerFailures, "breaker-failures", 3, "consecutive failures of a provider endpoint, or failed starts of an MCP server, that open its circuit breaker")
+	fs.DurationVar(&c.BreakerCooldown, "breaker-cooldown", 30*time.Second, "how long an open breaker refuses calls (or starts) before one trial")
 	fs.StringVar(&c.SystemPrompt, "system-prompt", "", "system prompt put before every conversation")
 	fs.IntVar(&c.MaxIterations, "max-iterations", 10, "model calls per run before it stops with a 'reached max iterations' message")
 	fs.IntVar(&c.ToolHistoryRounds, "tool-history-rounds", 10, "most recent tool calls sent to the model whole; older ones are shortened")
 	fs.IntVar(&c.HistoryCacheMB, "history-cache-mb", 64, "memory for the model view of active sessions, so each model call reads only new messages (0: off)")
 	fs.DurationVar(&c.ToolTimeout, "tool-timeout", 60*time.Second, "time limit of one tool call")
 	fs.IntVar(&c.MaxParallelTools, "max-parallel-tools", 4, "tool calls of one model answer run at once")
+	fs.StringVar(&c.MCPConfig, "mcp-config", "", "JSON file of MCP servers in the common {\"mcpServers\": {...}} shape (the config file's mcpServers key takes the same)")
+	fs.DurationVar(&c.MCPStartTimeout, "mcp-start-timeout", 30*time.Second, "time limit of one start of an MCP server: connecting and listing its tools")
+	fs.DurationVar(&c.MCPRetryBase, "mcp-retry-base", 500*time.Millisecond, "first wait before an MCP server that died or failed to start is started again; it doubles per failure, with jitter")
+	fs.DurationVar(&c.MCPRetryMax, "mcp-retry-max", 30*time.Second, "longest wait between starts of an MCP server")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", 8<<20, "largest request body accepted")
 	fs.IntVar(&c.MaxMessageChars, "max-message-chars", 100_000, "longest user message accepted, in characters")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, time given to active runs to finish before they are aborted")
@@ -208,6 +219,9 @@ func (c *config) validate() error {
 	}
 	if c.ProviderRetryBase <= 0 || c.ProviderRetryMax <= 0 || c.ProviderMaxWait <= 0 || c.ProviderTimeout <= 0 || c.BreakerCooldown <= 0 {
 		errs = append(errs, errors.New("provider-retry-base, provider-retry-max, provider-max-wait, provider-timeout and breaker-cooldown must be positive"))
+	}
+	if c.MCPStartTimeout <= 0 || c.MCPRetryBase <= 0 || c.MCPRetryMax < c.MCPRetryBase {
+		errs = append(errs, errors.New("mcp-start-timeout and mcp-retry-base must be positive, and mcp-retry-max at least mcp-retry-base"))
 	}
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, errors.New("max-body-bytes must be at least 1024"))

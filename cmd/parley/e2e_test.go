@@ -19,11 +19,13 @@ import (
 	"time"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/tools/mcp/mcptest"
 )
 
-// The test binary doubles as the server: with PARLEY_E2E_CHILD set it runs `run` with the
+// The test binary doubles as the server (and as an MCP server, see mcptest): with PARLEY_E2E_CHILD set it runs `run` with the
 // arguments in PARLEY_E2E_ARGS, so tests can start and SIGKILL a real server process.
 func TestMain(m *testing.M) {
+	mcptest.Main() // serves MCP instead when a test configured this binary as an MCP server
 	if os.Getenv("PARLEY_E2E_CHILD") == "1" {
 		var args []string
 		if err := json.Unmarshal([]byte(os.Getenv("PARLEY_E2E_ARGS")), &args); err != nil {

@@ -66,6 +66,12 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err := builtin.Register(reg, time.Now); err != nil {
 		return err
 	}
+	mcpServers, err := startMCP(ctx, &c, reg, log)
+	if err != nil {
+		return err
+	}
+	// Stopped after the runs that may call them; stdio servers' processes end with it.
+	defer mcpServers.Close()
 
 	models, err := newRouter(&c, getenv, log)
 	if err != nil {
@@ -99,7 +105,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		Store:  store,
 		Chat:   svc,
 		Runs:   runMgr,
-		Tools:  reg.List,
+		Tools:  func() ([]httpapi.ToolInfo, []httpapi.ServerInfo) { return toolInfos(reg, mcpServers) },
 		Models: func() []httpapi.ModelInfo { return modelInfos(models) },
 		Ready: func(ctx context.Context) error {
 			if closing.Load() {
@@ -144,6 +150,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err := runMgr.Shutdown(graceCtx); err != nil {
 		log.Warn("active runs were aborted at shutdown", "err", err)
 	}
+	mcpServers.Close()
 	cancelBase()
 	shutCtx, cancelShut := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancelShut()

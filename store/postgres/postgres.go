@@ -244,8 +244,8 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 }
 
 const insertMessage = `INSERT INTO messages (id, session_id, seq, role, content, parts, name, tool_calls,
-	tool_call_id, reasoning, run_id, model, latency_ms, usage, success, resource_id, created_at, thinking_blocks)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`
+	tool_call_id, reasoning, run_id, model, latency_ms, usage, success, resource_id, created_at, thinking_blocks, server)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`
 
 // AppendMessages appends msgs to the session in one transaction.
 func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...*parley.Message) error {
@@ -291,7 +291,7 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...*p
 			}
 			b.Queue(insertMessage, m.ID, sessionID, first+int64(i), string(m.Role), c.Text, c.Parts, nullStr(m.Name),
 				c.ToolCalls, nullStr(m.ToolCallID), nullStr(m.Reasoning), nullStr(m.RunID), nullStr(m.Model),
-				m.LatencyMS, c.Usage, success, nullStr(m.ResourceID), m.CreatedAt.UTC(), c.Thinking)
+				m.LatencyMS, c.Usage, success, nullStr(m.ResourceID), m.CreatedAt.UTC(), c.Thinking, nullStr(m.Server))
 		}
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("postgres: appending messages: %w", err)
@@ -316,20 +316,20 @@ func nullStr(s string) any {
 }
 
 const messageCols = `id, session_id, seq, role, content, parts, name, tool_calls, tool_call_id, reasoning, run_id,
-	model, latency_ms, usage, success, resource_id, created_at, thinking_blocks`
+	model, latency_ms, usage, success, resource_id, created_at, thinking_blocks, server`
 
 func scanMessage(r pgx.Row) (parley.Message, error) {
 	var (
 		m                             parley.Message
 		role                          string
 		text, name, callID, reasoning pgtype.Text
-		run, model, resource          pgtype.Text
+		run, model, resource, server  pgtype.Text
 		parts, calls, usage, thinking []byte
 		latency                       pgtype.Int8
 		success                       pgtype.Bool
 	)
 	if err := r.Scan(&m.ID, &m.SessionID, &m.Seq, &role, &text, &parts, &name, &calls, &callID, &reasoning, &run,
-		&model, &latency, &usage, &success, &resource, &m.CreatedAt, &thinking); err != nil {
+		&model, &latency, &usage, &success, &resource, &m.CreatedAt, &thinking, &server); err != nil {
 		return m, err
 	}
 	if err := decodeOpenAI(&m, role, text, name, callID, reasoning, parts, calls, usage, thinking); err != nil {
@@ -339,7 +339,7 @@ func scanMessage(r pgx.Row) (parley.Message, error) {
 		ok := success.Bool
 		m.Success = &ok
 	}
-	m.RunID, m.Model, m.ResourceID, m.LatencyMS = run.String, model.String, resource.String, latency.Int64
+	m.RunID, m.Model, m.ResourceID, m.Server, m.LatencyMS = run.String, model.String, resource.String, server.String, latency.Int64
 	m.CreatedAt = m.CreatedAt.UTC()
 	return m, nil
 }

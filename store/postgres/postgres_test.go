@@ -45,14 +45,14 @@ func TestMigrateUpDownUp(t *testing.T) {
 		}
 		return reg != nil
 	}
-	if st := status(); strings.Count(st, "pending") != 2 || hasTable() {
+	if st := status(); strings.Count(st, "pending") != 3 || hasTable() {
 		t.Fatalf("fresh schema: %q", st)
 	}
 	for i, step := range []struct {
 		cmd     string
 		table   bool
 		applied int
-	}{{"up", true, 2}, {"down", true, 1}, {"down", false, 0}, {"up", true, 2}} {
+	}{{"up", true, 3}, {"down", true, 2}, {"down", true, 1}, {"down", false, 0}, {"up", true, 3}} {
 		var out bytes.Buffer
 		if err := Migrate(ctx, db, step.cmd, &out); err != nil {
 			t.Fatalf("step %d %s: %v", i, step.cmd, err)

@@ -296,8 +296,8 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...*p
 			return fmt.Errorf("sqlite: appending messages: %w", err)
 		}
 		stmt, err := tx.PrepareContext(ctx, `INSERT INTO messages (id, session_id, seq, role, content, parts, name, tool_calls,
-			tool_call_id, reasoning, run_id, model, latency_ms, usage, success, resource_id, created_at, thinking_blocks)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+			tool_call_id, reasoning, run_id, model, latency_ms, usage, success, resource_id, created_at, thinking_blocks, server)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 		if err != nil {
 			return fmt.Errorf("sqlite: appending messages: %w", err)
 		}
@@ -336,7 +336,7 @@ func messageRow(m *parley.Message) ([]any, error) {
 	}
 	return []any{m.ID, string(m.Role), c.Text, c.Parts, nullStr(m.Name), c.ToolCalls, nullStr(m.ToolCallID),
 		nullStr(m.Reasoning), nullStr(m.RunID), nullStr(m.Model), m.LatencyMS, c.Usage, success,
-		nullStr(m.ResourceID), micros(m.CreatedAt), c.Thinking}, nil
+		nullStr(m.ResourceID), micros(m.CreatedAt), c.Thinking, nullStr(m.Server)}, nil
 }
 
 func nullStr(s string) any {
@@ -347,20 +347,20 @@ func nullStr(s string) any {
 }
 
 const messageCols = `id, session_id, seq, role, content, parts, name, tool_calls, tool_call_id, reasoning, run_id,
-	model, latency_ms, usage, success, resource_id, created_at, thinking_blocks`
+	model, latency_ms, usage, success, resource_id, created_at, thinking_blocks, server`
 
 func scanMessage(r scanner) (parley.Message, error) {
 	var (
 		m                             parley.Message
 		role                          string
 		text, name, callID, reasoning sql.NullString
-		run, model, resource          sql.NullString
+		run, model, resource, server  sql.NullString
 		parts, calls, usage, thinking sql.RawBytes
 		latency, success              sql.NullInt64
 		created                       int64
 	)
 	if err := r.Scan(&m.ID, &m.SessionID, &m.Seq, &role, &text, &parts, &name, &calls, &callID, &reasoning, &run,
-		&model, &latency, &usage, &success, &resource, &created, &thinking); err != nil {
+		&model, &latency, &usage, &success, &resource, &created, &thinking, &server); err != nil {
 		return m, err
 	}
 	if err := decodeOpenAI(&m, role, text, name, callID, reasoning, parts, calls, usage, thinking); err != nil {
@@ -370,7 +370,7 @@ func scanMessage(r scanner) (parley.Message, error) {
 		ok := success.Int64 == 1
 		m.Success = &ok
 	}
-	m.RunID, m.Model, m.ResourceID, m.LatencyMS = run.String, model.String, resource.String, latency.Int64
+	m.RunID, m.Model, m.ResourceID, m.Server, m.LatencyMS = run.String, model.String, resource.String, server.String, latency.Int64
 	m.CreatedAt = fromMicros(created)
 	return m, nil
 }

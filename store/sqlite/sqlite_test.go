@@ -81,7 +81,7 @@ func TestMigrateUpDownUp(t *testing.T) {
 		s.DB().QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'messages'`).Scan(&n)
 		return n == 1
 	}
-	if st := status(); strings.Count(st, "pending") != 3 || hasTable() {
+	if st := status(); strings.Count(st, "pending") != 4 || hasTable() {
 		t.Fatalf("fresh database: %q", st)
 	}
 	// Up applies all; each down reverts one; up again restores a working store.
@@ -89,7 +89,7 @@ func TestMigrateUpDownUp(t *testing.T) {
 		cmd     string
 		table   bool
 		applied int
-	}{{"up", true, 3}, {"down", true, 2}, {"down", true, 1}, {"down", false, 0}, {"up", true, 3}} {
+	}{{"up", true, 4}, {"down", true, 3}, {"down", true, 2}, {"down", true, 1}, {"down", false, 0}, {"up", true, 4}} {
 		var out bytes.Buffer
 		if err := Migrate(ctx, s.DB(), step.cmd, &out); err != nil {
 			t.Fatalf("step %d %s: %v", i, step.cmd, err)

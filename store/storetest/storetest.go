@@ -422,7 +422,7 @@ func RoundTripMessages(resourceID string, at time.Time) []*parley.Message {
 		{ID: parley.NewID(), Role: parley.RoleTool, ToolCallID: "call_b", Name: "fetch", Content: parley.Text(big),
 			Success: &yes, ResourceID: resourceID, LatencyMS: 88, RunID: "run-1", CreatedAt: at.Add(2 * time.Microsecond)},
 		{ID: parley.NewID(), Role: parley.RoleTool, ToolCallID: "call_a", Name: "search", Content: parley.Text("error: timed out"),
-			Success: &no, LatencyMS: 30000, RunID: "run-1", CreatedAt: at.Add(3 * time.Microsecond)},
+			Success: &no, LatencyMS: 30000, RunID: "run-1", Server: "search-mcp", CreatedAt: at.Add(3 * time.Microsecond)},
 		{ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text(""), Model: "gpt-4o", CreatedAt: at.Add(4 * time.Microsecond)},
 		{ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text("Done ✅"), Model: "gpt-4o", LatencyMS: 1,
 			Usage: &parley.Usage{}, CreatedAt: at.Add(5 * time.Microsecond)},
@@ -662,6 +662,7 @@ func testRejectsNUL(t *testing.T, s parley.Store) {
 		}},
 		{"reasoning_content", func(m *parley.Message) { m.Reasoning = "\x00" }},
 		{"name", func(m *parley.Message) { m.Name = "n\x00" }},
+		{"server", func(m *parley.Message) { m.Server = "mcp\x00" }},
 		{"thinking_blocks", func(m *parley.Message) {
 			m.ThinkingBlocks = []parley.ThinkingBlock{{Type: "thinking", Thinking: "t", Signature: "s\x00"}}
 		}},

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,6 +26,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/breaker"
 )
 
 // ServerConfig is one entry of the common "mcpServers" JSON shape (Claude Desktop, Cursor, VS
@@ -37,6 +39,9 @@ type ServerConfig struct {
 	Headers  map[string]string `json:"headers,omitempty" yaml:"headers"`
 	Type     string            `json:"type,omitempty" yaml:"type"` // "stdio", "http" (streamable HTTP) or "sse"; inferred when empty
 	Disabled bool              `json:"disabled,omitempty" yaml:"disabled"`
+	// Timeout is the time limit of one call to this server's tools, in seconds, in place of
+	// Parley's --tool-timeout; 0 keeps that.
+	Timeout int `json:"timeout,omitempty" yaml:"timeout"`
 }
 
 // Transport returns the kind of transport: the configured type, or stdio for a command and
@@ -57,6 +62,9 @@ func (c ServerConfig) Transport() string {
 func (c ServerConfig) Validate(name string) error {
 	if !validServer.MatchString(name) {
 		return fmt.Errorf("mcp server %q: a name is letters, digits, '-' and '_' (at most 32)", name)
+	}
+	if c.Timeout < 0 {
+		return fmt.Errorf("mcp server %q: timeout must not be negative", name)
 	}
 	switch t := c.Transport(); t {
 	case "stdio":
@@ -124,26 +132,66 @@ type Options struct {
 	Transport func() sdk.Transport
 	// OnToolsChanged is called after the tool list was refreshed.
 	OnToolsChanged func()
-	Log            func(msg string, args ...any)
+	Logger         *slog.Logger // nil: discard
+
+	// Supervision (Run). Zero values take the defaults below.
+	StartTimeout    time.Duration // one start: connecting, initializing and listing the tools
+	RetryBase       time.Duration // first wait before a restart; it doubles per failed start, with jitter
+	RetryMax        time.Duration // longest wait between restarts
+	BreakerFailures int           // failed starts in a row that open the server's breaker
+	BreakerCooldown time.Duration // how long an open breaker holds off the next start
+	Now             func() time.Time
 }
+
+// Supervision defaults.
+const (
+	DefaultStartTimeout = 30 * time.Second
+	DefaultRetryBase    = 500 * time.Millisecond
+	DefaultRetryMax     = 30 * time.Second
+)
 
 // Server is one MCP server and its tools. Its methods are safe for concurrent use.
 type Server struct {
-	name string
-	cfg  ServerConfig
-	opts Options
+	name    string
+	cfg     ServerConfig
+	opts    Options
+	breaker *breaker.Breaker
+	started chan struct{} // closed when Run's first start has succeeded or failed
+	refresh chan struct{} // tools/list_changed was received; Run refreshes the list
 
-	mu      sync.Mutex
-	session *sdk.ClientSession
-	tools   []*Tool
+	mu       sync.Mutex
+	session  *sdk.ClientSession
+	cmd      *exec.Cmd // the stdio process of the current session
+	tools    []*Tool
+	state    State
+	since    time.Time
+	lastErr  string
+	restarts int
 }
 
-// New returns a Server for the configured entry; Connect starts it.
+// New returns a Server for the configured entry; Run (or Connect) starts it.
 func New(name string, cfg ServerConfig, opts Options) *Server {
-	if opts.Log == nil {
-		opts.Log = func(string, ...any) {}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Server{name: name, cfg: cfg, opts: opts}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = DefaultStartTimeout
+	}
+	if opts.RetryBase <= 0 {
+		opts.RetryBase = DefaultRetryBase
+	}
+	if opts.RetryMax < opts.RetryBase {
+		opts.RetryMax = max(DefaultRetryMax, opts.RetryBase)
+	}
+	state := StateStarting
+	if cfg.Disabled {
+		state = StateDisabled
+	}
+	return &Server{name: name, cfg: cfg, opts: opts, started: make(chan struct{}), refresh: make(chan struct{}, 1),
+		breaker: breaker.New(opts.BreakerFailures, opts.BreakerCooldown, opts.Now), state: state, since: opts.Now()}
 }
 
 // Name is the server's configured name.
@@ -168,6 +216,10 @@ func (s *Server) transport() (sdk.Transport, error) {
 			cmd.Env = append(cmd.Env, k+"="+v)
 		}
 		cmd.Stderr = nil // a server's stderr is its own log; it is not read
+		setProcAttr(cmd)
+		s.mu.Lock()
+		s.cmd = cmd
+		s.mu.Unlock()
 		return &sdk.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}, nil
 	case "sse":
 		return &sdk.SSEClientTransport{Endpoint: s.cfg.URL, HTTPClient: hc}, nil
@@ -198,34 +250,39 @@ func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // Connect starts the server (or opens the connection), initializes the session and lists its
 // tools. ctx bounds the start; the session outlives it until Close.
 func (s *Server) Connect(ctx context.Context) error {
+	s.mu.Lock()
+	old := s.session
+	s.session = nil
+	s.mu.Unlock()
+	if old != nil {
+		s.end(old)
+	}
 	t, err := s.transport()
 	if err != nil {
 		return err
 	}
 	client := sdk.NewClient(&sdk.Implementation{Name: "parley", Version: "dev"}, &sdk.ClientOptions{
-		ToolListChangedHandler: func(ctx context.Context, _ *sdk.ToolListChangedRequest) {
-			// The handler runs on the session's reader: refresh elsewhere, bounded.
-			go func() {
-				rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
-				if err := s.Refresh(rctx); err != nil {
-					s.opts.Log("mcp tool list refresh failed", "server", s.name, "err", err)
-				}
-			}()
+		ToolListChangedHandler: func(context.Context, *sdk.ToolListChangedRequest) {
+			// The handler runs on the session's reader: Run refreshes the list.
+			select {
+			case s.refresh <- struct{}{}:
+			default: // a refresh is already due
+			}
 		},
 	})
 	session, err := client.Connect(ctx, t, nil)
 	if err != nil {
+		s.reap()
 		return fmt.Errorf("mcp server %q: connecting: %w", s.name, err)
 	}
 	s.mu.Lock()
-	old := s.session
 	s.session = session
 	s.mu.Unlock()
-	if old != nil {
-		old.Close()
+	if err := s.Refresh(ctx); err != nil {
+		s.drop(session)
+		return err
 	}
-	return s.Refresh(ctx)
+	return nil
 }
 
 // Refresh lists the server's tools again, every page.
@@ -285,16 +342,58 @@ func (s *Server) Wait() error {
 	return session.Wait()
 }
 
-// Close ends the session; a stdio server's process is stopped (stdin closed, then SIGTERM).
+// Close ends the session; a stdio server's process is stopped (stdin closed, then SIGTERM, then
+// SIGKILL), and with it whatever it started.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	session := s.session
 	s.session = nil
 	s.mu.Unlock()
 	if session == nil {
+		s.reap()
 		return nil
 	}
-	return session.Close()
+	return s.end(session)
+}
+
+// drop ends session if it is still the current one: after it broke, or to make Run restart.
+func (s *Server) drop(session *sdk.ClientSession) {
+	s.mu.Lock()
+	if s.session != session {
+		s.mu.Unlock()
+		return
+	}
+	s.session = nil
+	s.mu.Unlock()
+	s.end(session)
+}
+
+// end closes session and stops what is left of its process group.
+func (s *Server) end(session *sdk.ClientSession) error {
+	err := session.Close()
+	s.reap()
+	return err
+}
+
+// reap kills what is left of the current stdio process's group, and forgets the process.
+func (s *Server) reap() {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd != nil && cmd.Process != nil {
+		killGroup(cmd)
+	}
+}
+
+// PID is the process id of the server's current stdio process, 0 when there is none.
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
 }
 
 // Tool is one tool of an MCP server. It implements parley.Tool.
@@ -312,13 +411,16 @@ func (t *Tool) Spec() parley.ToolSpec { return t.spec }
 // Server is the name of the tool's server.
 func (t *Tool) Server() string { return t.server.name }
 
+// Timeout is the server's configured time limit of one call; 0 when none is set.
+func (t *Tool) Timeout() time.Duration { return time.Duration(t.server.cfg.Timeout) * time.Second }
+
 // Call calls the tool. ctx bounds it: cancelling ctx cancels the request on the server.
 func (t *Tool) Call(ctx context.Context, args json.RawMessage) (*parley.ToolResult, error) {
 	t.server.mu.Lock()
-	session := t.server.session
+	session, state := t.server.session, t.server.state
 	t.server.mu.Unlock()
 	if session == nil {
-		return nil, fmt.Errorf("mcp server %s is not connected", t.server.name)
+		return nil, fmt.Errorf("mcp server %s is unavailable (%s)", t.server.name, state)
 	}
 	var arguments map[string]any
 	if len(args) > 0 {
@@ -330,6 +432,11 @@ func (t *Tool) Call(ctx context.Context, args json.RawMessage) (*parley.ToolResu
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		if errors.Is(err, sdk.ErrConnectionClosed) || errors.Is(err, sdk.ErrSessionMissing) {
+			// The connection is gone: end the session so that Run starts a new one.
+			t.server.drop(session)
+			return nil, fmt.Errorf("mcp server %s: the connection was lost; it is being restarted", t.server.name)
 		}
 		return nil, fmt.Errorf("mcp server %s: %w", t.server.name, err)
 	}

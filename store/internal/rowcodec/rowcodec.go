@@ -130,7 +130,7 @@ func nulField(m *parley.Message) string {
 		}
 	}
 	for _, f := range [...]struct{ name, v string }{{"name", m.Name}, {"tool_call_id", m.ToolCallID},
-		{"reasoning_content", m.Reasoning}, {"run_id", m.RunID}, {"model", m.Model}, {"resource_id", m.ResourceID}, {"id", m.ID}} {
+		{"reasoning_content", m.Reasoning}, {"run_id", m.RunID}, {"model", m.Model}, {"resource_id", m.ResourceID}, {"server", m.Server}, {"id", m.ID}} {
 		if has(f.v) {
 			return f.name
 		}
