@@ -186,3 +186,14 @@ func TestParseConfig(t *testing.T) {
 		}
 	}
 }
+
+func TestConfiguredTimeoutIsTheToolsOwn(t *testing.T) {
+	s := New("x", ServerConfig{Command: "unused", Timeout: 7}, Options{})
+	tool := &Tool{server: s, remote: "r"}
+	if tool.Timeout() != 7*time.Second || tool.Server() != "x" {
+		t.Fatalf("timeout %v server %q", tool.Timeout(), tool.Server())
+	}
+	if (&Tool{server: New("y", ServerConfig{Command: "unused"}, Options{})}).Timeout() != 0 {
+		t.Fatal("a server without a timeout gave its tools one")
+	}
+}

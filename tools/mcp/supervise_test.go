@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -255,4 +258,61 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestHTTPServerRestartIsFollowed: a streamable HTTP server that restarts (its sessions gone) is
+// reconnected to; the call that finds the session gone fails, and the next one reaches the new
+// server.
+func TestHTTPServerRestartIsFollowed(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	serve := func(ln net.Listener, generation string) *http.Server {
+		srv := sdk.NewServer(&sdk.Implementation{Name: "http", Version: generation}, nil)
+		srv.AddTool(textTool("gen", "", func(map[string]any) (*sdk.CallToolResult, error) {
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: generation}}}, nil
+		}))
+		hs := &http.Server{Handler: sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, nil)}
+		go hs.Serve(ln)
+		return hs
+	}
+	first := serve(ln, "first")
+	s := New("h", ServerConfig{URL: "http://" + addr + "/mcp"}, Options{RetryBase: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	<-s.Started()
+	call := func() (string, error) {
+		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer ccancel()
+		tools := s.Tools()
+		if len(tools) != 1 {
+			return "", fmt.Errorf("%d tools", len(tools))
+		}
+		res, err := tools[0].Call(cctx, json.RawMessage(`{}`))
+		if err != nil {
+			return "", err
+		}
+		return res.Content.String(), nil
+	}
+	if out, err := call(); err != nil || out != "first" {
+		t.Fatalf("first server: %q %v", out, err)
+	}
+	first.Close()
+	ln2, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := serve(ln2, "second")
+	defer second.Close()
+	waitFor(t, "a call to reach the restarted server", func() bool {
+		out, err := call()
+		return err == nil && out == "second"
+	})
+	if h := s.Health(); h.State != StateReady || h.Restarts < 1 {
+		t.Fatalf("after the server restarted: %+v", h)
+	}
 }
