@@ -161,7 +161,8 @@ type Server struct {
 
 	mu       sync.Mutex
 	session  *sdk.ClientSession
-	cmd      *exec.Cmd // the stdio process of the current session
+	endCtx   context.CancelFunc // ends the context the current session's connection lives in
+	cmd      *exec.Cmd          // the stdio process of the current session
 	tools    []*Tool
 	state    State
 	since    time.Time
@@ -251,11 +252,11 @@ func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // tools. ctx bounds the start; the session outlives it until Close.
 func (s *Server) Connect(ctx context.Context) error {
 	s.mu.Lock()
-	old := s.session
-	s.session = nil
+	old, oldEnd := s.session, s.endCtx
+	s.session, s.endCtx = nil, nil
 	s.mu.Unlock()
 	if old != nil {
-		s.end(old)
+		s.end(old, oldEnd)
 	}
 	t, err := s.transport()
 	if err != nil {
@@ -270,15 +271,27 @@ func (s *Server) Connect(ctx context.Context) error {
 			}
 		},
 	})
-	session, err := client.Connect(ctx, t, nil)
+	// The connection lives in a context of its own (the SSE transport's event stream is bound to
+	// the context it was opened with); ctx bounds only the start, until Connect returns.
+	sessCtx, endCtx := context.WithCancel(context.WithoutCancel(ctx))
+	stopBound := context.AfterFunc(ctx, endCtx)
+	session, err := client.Connect(sessCtx, t, nil)
 	if err != nil {
+		endCtx()
 		s.reap()
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
 		return fmt.Errorf("mcp server %q: connecting: %w", s.name, err)
 	}
 	s.mu.Lock()
-	s.session = session
+	s.session, s.endCtx = session, endCtx
 	s.mu.Unlock()
-	if err := s.Refresh(ctx); err != nil {
+	err = s.Refresh(ctx)
+	if !stopBound() && err == nil {
+		err = ctx.Err() // ctx ended as the start finished: the connection is cut
+	}
+	if err != nil {
 		s.drop(session)
 		return err
 	}
@@ -346,14 +359,14 @@ func (s *Server) Wait() error {
 // SIGKILL), and with it whatever it started.
 func (s *Server) Close() error {
 	s.mu.Lock()
-	session := s.session
-	s.session = nil
+	session, endCtx := s.session, s.endCtx
+	s.session, s.endCtx = nil, nil
 	s.mu.Unlock()
 	if session == nil {
 		s.reap()
 		return nil
 	}
-	return s.end(session)
+	return s.end(session, endCtx)
 }
 
 // drop ends session if it is still the current one: after it broke, or to make Run restart.
@@ -363,14 +376,18 @@ func (s *Server) drop(session *sdk.ClientSession) {
 		s.mu.Unlock()
 		return
 	}
-	s.session = nil
+	endCtx := s.endCtx
+	s.session, s.endCtx = nil, nil
 	s.mu.Unlock()
-	s.end(session)
+	s.end(session, endCtx)
 }
 
-// end closes session and stops what is left of its process group.
-func (s *Server) end(session *sdk.ClientSession) error {
+// end closes session, ends its connection's context and stops what is left of its process group.
+func (s *Server) end(session *sdk.ClientSession, endCtx context.CancelFunc) error {
 	err := session.Close()
+	if endCtx != nil {
+		endCtx()
+	}
 	s.reap()
 	return err
 }
@@ -436,7 +453,7 @@ func (t *Tool) Call(ctx context.Context, args json.RawMessage) (*parley.ToolResu
 		if errors.Is(err, sdk.ErrConnectionClosed) || errors.Is(err, sdk.ErrSessionMissing) {
 			// The connection is gone: end the session so that Run starts a new one.
 			t.server.drop(session)
-			return nil, fmt.Errorf("mcp server %s: the connection was lost; it is being restarted", t.server.name)
+			return nil, fmt.Errorf("mcp server %s: the connection was lost; it is being restarted: %w", t.server.name, err)
 		}
 		return nil, fmt.Errorf("mcp server %s: %w", t.server.name, err)
 	}

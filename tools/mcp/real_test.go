@@ -95,39 +95,45 @@ func TestEverythingServerOverStdio(t *testing.T) {
 	}
 }
 
-// TestEverythingServerOverStreamableHTTP runs the same server with its streamable HTTP transport
-// on a loopback port.
-func TestEverythingServerOverStreamableHTTP(t *testing.T) {
+// TestEverythingServerOverHTTP runs the same server with its streamable HTTP transport, and with
+// the older SSE transport, on a loopback port.
+func TestEverythingServerOverHTTP(t *testing.T) {
 	bin := mcpBin(t, "mcp-server-everything")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cmd := exec.Command(bin, "streamableHttp")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("PORT=%d", port))
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	url := fmt.Sprintf("http://127.0.0.1:%d/mcp", port)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the server did not listen in 30s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	s := New("remote", ServerConfig{URL: url}, Options{})
-	connect(t, s)
-	if got, isErr := call(t, toolByName(t, s, "remote__echo"), `{"message":"over http"}`); isErr || got != `"Echo: over http"` {
-		t.Fatalf("echo: %s %v", got, isErr)
+	for _, tt := range []struct{ mode, typ, path string }{
+		{"streamableHttp", "http", "/mcp"},
+		{"sse", "sse", "/sse"},
+	} {
+		t.Run(tt.mode, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			port := ln.Addr().(*net.TCPAddr).Port
+			ln.Close()
+			cmd := exec.Command(bin, tt.mode)
+			cmd.Env = append(os.Environ(), fmt.Sprintf("PORT=%d", port))
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+				if err == nil {
+					c.Close()
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the server did not listen in 30s")
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			s := New("remote", ServerConfig{Type: tt.typ, URL: fmt.Sprintf("http://127.0.0.1:%d%s", port, tt.path)}, Options{})
+			connect(t, s)
+			if got, isErr := call(t, toolByName(t, s, "remote__echo"), `{"message":"over `+tt.mode+`"}`); isErr || got != `"Echo: over `+tt.mode+`"` {
+				t.Fatalf("echo: %s %v", got, isErr)
+			}
+		})
 	}
 }
 

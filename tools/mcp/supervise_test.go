@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -310,9 +311,35 @@ func TestHTTPServerRestartIsFollowed(t *testing.T) {
 	defer second.Close()
 	waitFor(t, "a call to reach the restarted server", func() bool {
 		out, err := call()
-		return err == nil && out == "second"
+		return err == nil && out == "second" && s.Health().State == StateReady
 	})
 	if h := s.Health(); h.State != StateReady || h.Restarts < 1 {
 		t.Fatalf("after the server restarted: %+v", h)
+	}
+}
+
+// TestSessionOutlivesTheStartContext: the context given to Connect bounds the start only. The SSE
+// transport binds its event stream to the context it is opened with; were that the start's
+// context, every call after the start would find the connection gone.
+func TestSessionOutlivesTheStartContext(t *testing.T) {
+	srv := sdk.NewServer(&sdk.Implementation{Name: "sse", Version: "1"}, nil)
+	srv.AddTool(textTool("ping", "", func(map[string]any) (*sdk.CallToolResult, error) {
+		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "pong"}}}, nil
+	}))
+	hs := httptest.NewServer(sdk.NewSSEHandler(func(*http.Request) *sdk.Server { return srv }, nil))
+	defer hs.Close()
+	s := New("old", ServerConfig{Type: "sse", URL: hs.URL}, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if err := s.Connect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	defer s.Close()
+	time.Sleep(50 * time.Millisecond)
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ccancel()
+	res, err := s.Tools()[0].Call(cctx, json.RawMessage(`{}`))
+	if err != nil || res.Content.String() != "pong" {
+		t.Fatalf("a call after the start's context ended: %v %v", res, err)
 	}
 }
