@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/redact"
 )
 
 // statusOf is the one map from error codes to HTTP statuses.
@@ -48,7 +49,7 @@ type errorBody struct {
 // Internal errors carry no detail.
 func writeError(w http.ResponseWriter, err error) {
 	code := parley.CodeOf(err)
-	writeJSON(w, statusOf(code), errorBody{parley.ErrorBody{Code: code, Message: parley.MessageOf(err)}})
+	writeJSON(w, statusOf(code), errorBody{parley.ErrorBody{Code: code, Message: redact.String(parley.MessageOf(err))}})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

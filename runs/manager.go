@@ -12,6 +12,7 @@ import (
 
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/bus"
+	"github.com/parleyhq/parley/redact"
 )
 
 // Func is a run's body. It emits events (Type and payload only; the manager stamps Seq, RunID and
@@ -159,7 +160,7 @@ func (r *Run) Go(fn Func) {
 					finish = parley.FinishError
 				}
 				m.opts.Log.Error("run failed", "run", r.ID, "session", r.SessionID, "err", err)
-				emit(parley.Event{Type: parley.EventError, Error: &parley.ErrorBody{Code: parley.CodeOf(err), Message: parley.MessageOf(err)}})
+				emit(parley.Event{Type: parley.EventError, Error: &parley.ErrorBody{Code: parley.CodeOf(err), Message: redact.String(parley.MessageOf(err))}})
 			}
 		}
 		// The session is free before the done event goes out: a client that sends its next

@@ -122,6 +122,15 @@ func TestErrorAndPanicBecomeEvents(t *testing.T) {
 		t.Fatalf("error event %+v", evs[1].Error)
 	}
 
+	// A client-visible message that carries a secret (here one a provider echoed) is redacted.
+	r3, _ := m.Begin("s3", "")
+	r3.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
+		return "", parley.Errorf(parley.ECUpstream, "the provider refused the key sk-proj-abcdefghijklmnop of ops@example.com")
+	})
+	if evs := events(t, r3); evs[1].Error.Message != "the provider refused the key sk-[redacted] of [email]" {
+		t.Fatalf("error event %+v", evs[1].Error)
+	}
+
 	r2, _ := m.Begin("s2", "")
 	r2.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) { panic("boom") })
 	evs = events(t, r2)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/redact"
 )
 
 // DefaultTimeout bounds one tool call when no timeout is configured.
@@ -289,6 +290,9 @@ func (r *Registry) call(ctx context.Context, t parley.Tool, call parley.ToolCall
 		if c.IsNull() {
 			c = parley.Text("")
 		}
+		if res.res.IsError {
+			c = redactText(c) // a failure's text is error text; a success's is the data asked for
+		}
 		return Outcome{Content: c, Success: !res.res.IsError, ResourceID: res.res.ResourceID}
 	case <-ctx.Done():
 		return r.ctxFailure(ctx, name, timeout)
@@ -303,8 +307,24 @@ func (r *Registry) ctxFailure(ctx context.Context, name string, timeout time.Dur
 	return failure("%s was interrupted: the run was cancelled", name)
 }
 
+// redactText redacts the text of c (a string, or the text parts of a list).
+func redactText(c parley.Content) parley.Content {
+	if parts := c.Parts(); parts != nil {
+		out := make([]parley.Part, len(parts))
+		for i, p := range parts {
+			if p.Type == "text" {
+				p.Text = redact.String(p.Text)
+			}
+			out[i] = p
+		}
+		return parley.Parts(out...)
+	}
+	return parley.Text(redact.String(c.String()))
+}
+
+// failure is an unsuccessful outcome whose text, redacted, tells the model what went wrong.
 func failure(format string, args ...any) Outcome {
-	return Outcome{Content: parley.Text("error: " + fmt.Sprintf(format, args...))}
+	return Outcome{Content: parley.Text("error: " + redact.String(fmt.Sprintf(format, args...)))}
 }
 
 func truncate(s string, n int) string {

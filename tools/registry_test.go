@@ -216,3 +216,35 @@ func TestToolsOwnTimeoutWins(t *testing.T) {
 		t.Fatal("the tool's own 20ms timeout was not applied")
 	}
 }
+
+// TestFailuresAreRedacted: the text of a failed call (a Go error, or a result marked isError)
+// loses keys, paths and e-mail addresses before it is stored and sent to the model; a successful
+// result is the data asked for and is kept as it is.
+func TestFailuresAreRedacted(t *testing.T) {
+	r := NewRegistry()
+	secret := "open /home/jane/.config/key.json for jane@example.com with sk-proj-abcdefghijklmnop"
+	must := func(err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(r.Register(fn("goerr", func(context.Context, json.RawMessage) (*parley.ToolResult, error) {
+		return nil, errors.New(secret)
+	})))
+	must(r.Register(fn("iserr", func(context.Context, json.RawMessage) (*parley.ToolResult, error) {
+		return &parley.ToolResult{IsError: true, Content: parley.Parts(parley.Part{Type: "text", Text: secret})}, nil
+	})))
+	must(r.Register(fn("ok", func(context.Context, json.RawMessage) (*parley.ToolResult, error) {
+		return &parley.ToolResult{Content: parley.Text(secret)}, nil
+	})))
+	for _, name := range []string{"goerr", "iserr"} {
+		out := r.Call(context.Background(), tc(name, "{}"), nil)
+		b, _ := json.Marshal(out.Content)
+		if out.Success || strings.Contains(string(b), "jane") || strings.Contains(string(b), "abcdefghijklmnop") || !strings.Contains(string(b), "[path]") {
+			t.Errorf("%s: %s", name, b)
+		}
+	}
+	if out := r.Call(context.Background(), tc("ok", "{}"), nil); out.Content.String() != secret {
+		t.Errorf("a successful result was changed: %q", out.Content.String())
+	}
+}

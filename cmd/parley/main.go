@@ -17,6 +17,8 @@ import (
 	"os/signal"
 	"runtime"
 	"syscall"
+
+	"github.com/parleyhq/parley/redact"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -78,10 +80,12 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 		return nil, fmt.Errorf("log-level: %w", err)
 	}
 	opts := &slog.HandlerOptions{Level: lv}
+	// Every record is redacted: no key, e-mail address, file path, URL path or stack trace in the
+	// logs (seed 003 §10).
 	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		return slog.New(redact.Handler(slog.NewJSONHandler(w, opts))), nil
 	}
-	return slog.New(slog.NewTextHandler(w, opts)), nil
+	return slog.New(redact.Handler(slog.NewTextHandler(w, opts))), nil
 }
 
 // flagSet returns a FlagSet for a subcommand whose usage goes to stderr.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -313,5 +314,23 @@ func TestValidateRejectsBadDatabaseSettings(t *testing.T) {
 	}
 	if got := redactURL("postgres://parley:s3cret@db:5432/parley"); strings.Contains(got, "s3cret") || !strings.Contains(got, "db:5432") {
 		t.Fatalf("redactURL: %q", got)
+	}
+}
+
+// TestLogsAreRedacted: the server's logger, in both formats, keeps keys, e-mail addresses and
+// file paths out of the log.
+func TestLogsAreRedacted(t *testing.T) {
+	for _, format := range []string{"text", "json"} {
+		var buf bytes.Buffer
+		log, err := newLogger(&buf, "info", format)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log.Error("upstream failed for ops@example.com", "err", errors.New("401: Incorrect API key provided: sk-proj-abcdefghijklmnop"), "file", "/etc/parley/keys.yaml")
+		for _, leak := range []string{"ops@", "abcdefghijklmnop", "/etc/parley"} {
+			if strings.Contains(buf.String(), leak) {
+				t.Errorf("%s log leaks %q: %s", format, leak, buf.String())
+			}
+		}
 	}
 }

@@ -1,0 +1,117 @@
+// Package redact takes out of error text what must reach neither a client, nor the stored
+// history, nor the logs (seed 003 §10): API keys and bearer tokens, secrets in URLs and headers,
+// e-mail addresses, file paths and stack traces. URLs keep their scheme and host only.
+//
+// It is applied to error text: error responses and events, failed tool results, log records. A
+// tool's successful output is data the user asked for and is left alone.
+package redact
+
+import (
+	"context"
+	"log/slog"
+	"regexp"
+	"strings"
+)
+
+// The rules, applied in order. Stack traces are cut first (everything from their first line on),
+// then secrets, then URLs (so that a path inside a URL is not taken for a file path), then e-mail
+// addresses and file paths.
+var (
+	// Go's "goroutine 1 [running]:", a Python traceback, JavaScript's "    at f (file:1:2)" frames.
+	stackStart = regexp.MustCompile(`(?m)^(goroutine \d+ \[|Traceback \(most recent call last\)|\s+at .*[:(].*\d+:\d+\)?\s*$)`)
+
+	rules = []struct {
+		re   *regexp.Regexp
+		with string
+	}{
+		// user:password@ in URLs.
+		{regexp.MustCompile(`(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/@"'<>]+@`), `${1}[redacted]@`},
+		// Header and parameter style secrets: "Authorization: Bearer x", "api_key=x", "x-api-key: x".
+		{regexp.MustCompile(`(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]{6,}`), `${1} [redacted]`},
+		{regexp.MustCompile(`(?i)\b((?:x-)?(?:goog-)?api[_-]?key|access[_-]?token|refresh[_-]?token|auth[_-]?token|client[_-]?secret|secret|password|passwd|pwd|key)(["']?\s*[:=]\s*["']?)[^\s"'&,;)\]}\[][^\s"'&,;)\]}]*`), `${1}${2}[redacted]`},
+		// Key formats of the providers and of common services.
+		{regexp.MustCompile(`\bsk-[A-Za-z0-9_\-]{8,}`), `sk-[redacted]`},
+		{regexp.MustCompile(`\bAIza[0-9A-Za-z_\-]{20,}`), `[redacted]`},
+		{regexp.MustCompile(`\b(?:ghp|gho|ghs|ghu|github_pat|glpat|xox[abpr]|pk_live|pk_test|sk_live|sk_test|pk)_[A-Za-z0-9_\-]{12,}`), `[redacted]`},
+		{regexp.MustCompile(`\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]+`), `[redacted]`}, // JWTs
+		// URLs: scheme and host only.
+		{regexp.MustCompile(`(?i)\b(https?|wss?)://([^\s/?#"'<>]+)[/?#][^\s"'<>]*`), `${1}://${2}/…`},
+		// E-mail addresses.
+		{regexp.MustCompile(`[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}`), `[email]`},
+		// Source positions ("main.go:12", "/src/x.js:3:14") and absolute paths of two segments or
+		// more ("/home/u/.env"; "/tmp" alone is kept), Windows paths too.
+		{regexp.MustCompile(`[\w.\-/\\]*\.(?:go|js|mjs|cjs|ts|py|rb|java|rs|c|cc|cpp|h):\d+(?::\d+)?`), `[path]`},
+		{regexp.MustCompile(`(^|[\s"'(=:\[,])(?:~|\.{1,2})?/(?:[\w.\-@+]+/)+[\w.\-@+]*`), `${1}[path]`},
+		{regexp.MustCompile(`\b[A-Za-z]:\\[^\s"'<>|]+`), `[path]`},
+	}
+)
+
+// String returns s with the rules applied.
+func String(s string) string {
+	if s == "" {
+		return s
+	}
+	if loc := stackStart.FindStringIndex(s); loc != nil {
+		s = strings.TrimRight(s[:loc[0]], " \t\r\n")
+	}
+	for _, r := range rules {
+		s = r.re.ReplaceAllString(s, r.with)
+	}
+	return s
+}
+
+// Error is String of err's text; "" for nil.
+func Error(err error) string {
+	if err == nil {
+		return ""
+	}
+	return String(err.Error())
+}
+
+// Handler wraps h so that every record's message and attributes (strings, errors, and whatever
+// else prints as text) are redacted before h sees them.
+func Handler(h slog.Handler) slog.Handler { return handler{h} }
+
+type handler struct{ next slog.Handler }
+
+func (h handler) Enabled(ctx context.Context, l slog.Level) bool { return h.next.Enabled(ctx, l) }
+
+func (h handler) Handle(ctx context.Context, r slog.Record) error {
+	out := slog.NewRecord(r.Time, r.Level, String(r.Message), r.PC)
+	r.Attrs(func(a slog.Attr) bool {
+		out.AddAttrs(attr(a))
+		return true
+	})
+	return h.next.Handle(ctx, out)
+}
+
+func (h handler) WithAttrs(as []slog.Attr) slog.Handler {
+	clean := make([]slog.Attr, len(as))
+	for i, a := range as {
+		clean[i] = attr(a)
+	}
+	return handler{h.next.WithAttrs(clean)}
+}
+
+func (h handler) WithGroup(name string) slog.Handler { return handler{h.next.WithGroup(name)} }
+
+func attr(a slog.Attr) slog.Attr {
+	v := a.Value.Resolve()
+	switch v.Kind() {
+	case slog.KindString:
+		return slog.String(a.Key, String(v.String()))
+	case slog.KindGroup:
+		g := v.Group()
+		clean := make([]any, len(g))
+		for i, ga := range g {
+			clean[i] = attr(ga)
+		}
+		return slog.Group(a.Key, clean...)
+	case slog.KindAny:
+		if err, ok := v.Any().(error); ok {
+			return slog.String(a.Key, Error(err))
+		}
+		return slog.String(a.Key, String(v.String()))
+	}
+	return slog.Attr{Key: a.Key, Value: v}
+}
