@@ -39,6 +39,9 @@ type ToolInfo struct {
 	parley.ToolSpec
 	Server string `json:"server,omitempty"` // empty for built-in tools
 	Health string `json:"health,omitempty"` // the server's state: starting, ready, reconnecting, down or stopped
+	// Breaker is the tool's own circuit breaker: closed, open (calls refused, the model is told)
+	// or half_open.
+	Breaker string `json:"breaker"`
 }
 
 // ServerInfo is one configured MCP server's health.

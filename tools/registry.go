@@ -15,6 +15,7 @@ import (
 	"time"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/breaker"
 	"github.com/parleyhq/parley/redact"
 )
 
@@ -25,10 +26,15 @@ const DefaultTimeout = 30 * time.Second
 // "" for the tools registered one by one (built-in ones), or a name such as an MCP server's, whose
 // whole set Replace swaps when the server's tool list changes.
 type Registry struct {
-	mu      sync.RWMutex
-	tools   map[string]entry
-	timeout time.Duration
-	log     *slog.Logger
+	mu       sync.RWMutex
+	tools    map[string]entry
+	breakers map[string]*breaker.Breaker // by tool name; kept when a tool is replaced
+	timeout  time.Duration
+	log      *slog.Logger
+
+	breakerFailures int
+	breakerCooldown time.Duration
+	now             func() time.Time
 }
 
 type entry struct {
@@ -60,6 +66,15 @@ func WithTimeout(d time.Duration) Option {
 	}
 }
 
+// WithBreakers sets the circuit breaker every tool has (seed 003 §5): failures consecutive
+// failures open it for cooldown, then one trial call decides. Zero values keep the defaults (3,
+// 30s); now may be nil (time.Now).
+func WithBreakers(failures int, cooldown time.Duration, now func() time.Time) Option {
+	return func(r *Registry) {
+		r.breakerFailures, r.breakerCooldown, r.now = failures, cooldown, now
+	}
+}
+
 // WithLogger sets the logger for tool failures.
 func WithLogger(l *slog.Logger) Option {
 	return func(r *Registry) {
@@ -71,7 +86,7 @@ func WithLogger(l *slog.Logger) Option {
 
 // NewRegistry returns an empty registry.
 func NewRegistry(opts ...Option) *Registry {
-	r := &Registry{tools: map[string]entry{}, timeout: DefaultTimeout, log: slog.New(slog.DiscardHandler)}
+	r := &Registry{tools: map[string]entry{}, breakers: map[string]*breaker.Breaker{}, timeout: DefaultTimeout, log: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		o(r)
 	}
@@ -250,7 +265,35 @@ func (r *Registry) call(ctx context.Context, t parley.Tool, call parley.ToolCall
 	if err := json.Unmarshal(args, &obj); err != nil || obj == nil {
 		return failure("the arguments of %s are not a JSON object: %s", name, truncate(call.Function.Arguments, 200))
 	}
+	report, wait, ok := r.breaker(name).Allow()
+	if !ok {
+		return failure("%s is switched off for %s after repeated failures (circuit breaker open); answer without it or try later",
+			name, wait.Round(time.Second))
+	}
+	out, health := r.run(ctx, t, name, args)
+	report(health)
+	return out
+}
 
+// breaker returns the breaker of tool name, created on first use.
+func (r *Registry) breaker(name string) *breaker.Breaker {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b, ok := r.breakers[name]
+	if !ok {
+		b = breaker.New(r.breakerFailures, r.breakerCooldown, r.now)
+		r.breakers[name] = b
+	}
+	return b
+}
+
+// BreakerState is the state of tool name's circuit breaker.
+func (r *Registry) BreakerState(name string) breaker.State { return r.breaker(name).State() }
+
+// run calls t with the time limit. Its second result is what the call says of the tool's health:
+// an error, a panic or a timeout is a failure; a result, even one marked isError (the tool worked
+// and told the model what went wrong), is a success; a call the run cancelled says nothing.
+func (r *Registry) run(ctx context.Context, t parley.Tool, name string, args json.RawMessage) (Outcome, breaker.Outcome) {
 	timeout := r.timeout
 	if tt, ok := t.(Timed); ok && tt.Timeout() > 0 {
 		timeout = tt.Timeout()
@@ -268,7 +311,7 @@ func (r *Registry) call(ctx context.Context, t parley.Tool, call parley.ToolCall
 		defer func() {
 			if p := recover(); p != nil {
 				r.log.Error("tool panicked", "tool", name, "panic", p)
-				done <- result{err: fmt.Errorf("the tool crashed")}
+				done <- result{err: errors.New("the tool crashed")}
 			}
 		}()
 		res, err := t.Call(ctx, args)
@@ -281,10 +324,10 @@ func (r *Registry) call(ctx context.Context, t parley.Tool, call parley.ToolCall
 				return r.ctxFailure(ctx, name, timeout)
 			}
 			r.log.Warn("tool failed", "tool", name, "err", res.err)
-			return failure("%s failed: %v", name, res.err)
+			return failure("%s failed: %v", name, res.err), breaker.Failure
 		}
 		if res.res == nil {
-			return Outcome{Content: parley.Text(""), Success: true}
+			return Outcome{Content: parley.Text(""), Success: true}, breaker.Success
 		}
 		c := res.res.Content
 		if c.IsNull() {
@@ -293,18 +336,18 @@ func (r *Registry) call(ctx context.Context, t parley.Tool, call parley.ToolCall
 		if res.res.IsError {
 			c = redactText(c) // a failure's text is error text; a success's is the data asked for
 		}
-		return Outcome{Content: c, Success: !res.res.IsError, ResourceID: res.res.ResourceID}
+		return Outcome{Content: c, Success: !res.res.IsError, ResourceID: res.res.ResourceID}, breaker.Success
 	case <-ctx.Done():
 		return r.ctxFailure(ctx, name, timeout)
 	}
 }
 
-func (r *Registry) ctxFailure(ctx context.Context, name string, timeout time.Duration) Outcome {
+func (r *Registry) ctxFailure(ctx context.Context, name string, timeout time.Duration) (Outcome, breaker.Outcome) {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		r.log.Warn("tool timed out", "tool", name, "timeout", timeout)
-		return failure("%s timed out after %s", name, timeout)
+		return failure("%s timed out after %s", name, timeout), breaker.Failure
 	}
-	return failure("%s was interrupted: the run was cancelled", name)
+	return failure("%s was interrupted: the run was cancelled", name), breaker.Ignore
 }
 
 // redactText redacts the text of c (a string, or the text parts of a list).

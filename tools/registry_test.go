@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -246,5 +247,72 @@ func TestFailuresAreRedacted(t *testing.T) {
 	}
 	if out := r.Call(context.Background(), tc("ok", "{}"), nil); out.Content.String() != secret {
 		t.Errorf("a successful result was changed: %q", out.Content.String())
+	}
+}
+
+// TestToolBreaker: three failures in a row (an error, a panic, a timeout) open the tool's breaker;
+// while open the tool is not called and the model reads why; after the cooldown one trial call
+// runs, and its success closes the breaker. A result marked isError is the tool working, and a
+// call the run cancelled says nothing of the tool.
+func TestToolBreaker(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	clock := func() time.Time { return now }
+	r := NewRegistry(WithTimeout(30*time.Millisecond), WithBreakers(3, 30*time.Second, clock))
+	// The tool's goroutine may outlive a timed-out call: what it shares with the test is atomic.
+	var calls atomic.Int32
+	var modeV atomic.Value
+	modeV.Store("error")
+	must := func(err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(r.Register(fn("flaky", func(ctx context.Context, _ json.RawMessage) (*parley.ToolResult, error) {
+		calls.Add(1)
+		switch modeV.Load().(string) {
+		case "error":
+			return nil, errors.New("backend down")
+		case "panic":
+			panic("boom")
+		case "hang":
+			<-ctx.Done()
+			return nil, ctx.Err()
+		case "iserror":
+			return &parley.ToolResult{IsError: true, Content: parley.Text("no such city")}, nil
+		}
+		return &parley.ToolResult{Content: parley.Text("fine")}, nil
+	})))
+	call := func() Outcome { return r.Call(context.Background(), tc("flaky", "{}"), nil) }
+
+	// isError results and cancelled calls do not count.
+	modeV.Store("iserror")
+	for range 5 {
+		call()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r.Call(ctx, tc("flaky", "{}"), nil)
+	if r.BreakerState("flaky") != "closed" {
+		t.Fatalf("isError results or a cancelled call opened the breaker")
+	}
+
+	for _, m := range []string{"error", "panic", "hang"} {
+		modeV.Store(m)
+		if out := call(); out.Success {
+			t.Fatalf("%s succeeded", m)
+		}
+	}
+	if r.BreakerState("flaky") != "open" {
+		t.Fatalf("after three failures: %s", r.BreakerState("flaky"))
+	}
+	before := calls.Load()
+	modeV.Store("ok")
+	out := call()
+	if out.Success || calls.Load() != before || !strings.Contains(out.Content.String(), "switched off for 30s") {
+		t.Fatalf("while open: %+v, tool called %d times", out, calls.Load()-before)
+	}
+	now = now.Add(31 * time.Second)
+	if out := call(); !out.Success || calls.Load() != before+1 || r.BreakerState("flaky") != "closed" {
+		t.Fatalf("trial call: %+v, state %s", out, r.BreakerState("flaky"))
 	}
 }

@@ -42,6 +42,8 @@ type config struct {
 	HistoryCacheMB    int
 	ToolTimeout       time.Duration
 	MaxParallelTools  int
+	ToolBreakerFails  int
+	ToolBreakerCool   time.Duration
 	MCPConfig         string
 	MCPStartTimeout   time.Duration
 	MCPRetryBase      time.Duration
@@ -93,6 +95,8 @@ func serveFlags(fs *flag.FlagSet, c *config) {
 	fs.IntVar(&c.HistoryCacheMB, "history-cache-mb", 64, "memory for the model view of active sessions, so each model call reads only new messages (0: off)")
 	fs.DurationVar(&c.ToolTimeout, "tool-timeout", 60*time.Second, "time limit of one tool call")
 	fs.IntVar(&c.MaxParallelTools, "max-parallel-tools", 4, "tool calls of one model answer run at once")
+	fs.IntVar(&c.ToolBreakerFails, "tool-breaker-failures", 3, "consecutive failures (errors, crashes, timeouts) of a tool that open its circuit breaker")
+	fs.DurationVar(&c.ToolBreakerCool, "tool-breaker-cooldown", 30*time.Second, "how long an open tool breaker refuses calls (the model is told) before one trial call")
 	fs.StringVar(&c.MCPConfig, "mcp-config", "", "JSON file of MCP servers in the common {\"mcpServers\": {...}} shape (the config file's mcpServers key takes the same)")
 	fs.DurationVar(&c.MCPStartTimeout, "mcp-start-timeout", 30*time.Second, "time limit of one start of an MCP server: connecting and listing its tools")
 	fs.DurationVar(&c.MCPRetryBase, "mcp-retry-base", 500*time.Millisecond, "first wait before an MCP server that died or failed to start is started again; it doubles per failure, with jitter")
@@ -219,6 +223,9 @@ func (c *config) validate() error {
 	}
 	if c.ProviderRetryBase <= 0 || c.ProviderRetryMax <= 0 || c.ProviderMaxWait <= 0 || c.ProviderTimeout <= 0 || c.BreakerCooldown <= 0 {
 		errs = append(errs, errors.New("provider-retry-base, provider-retry-max, provider-max-wait, provider-timeout and breaker-cooldown must be positive"))
+	}
+	if c.ToolBreakerFails < 1 || c.ToolBreakerCool <= 0 {
+		errs = append(errs, errors.New("tool-breaker-failures must be at least 1 and tool-breaker-cooldown positive"))
 	}
 	if c.MCPStartTimeout <= 0 || c.MCPRetryBase <= 0 || c.MCPRetryMax < c.MCPRetryBase {
 		errs = append(errs, errors.New("mcp-start-timeout and mcp-retry-base must be positive, and mcp-retry-max at least mcp-retry-base"))

@@ -83,7 +83,7 @@ func toolInfos(reg *tools.Registry, m *mcp.Manager) ([]httpapi.ToolInfo, []httpa
 	}
 	var out []httpapi.ToolInfo
 	for _, e := range reg.Entries() {
-		ti := httpapi.ToolInfo{ToolSpec: e.ToolSpec, Server: e.Source}
+		ti := httpapi.ToolInfo{ToolSpec: e.ToolSpec, Server: e.Source, Breaker: string(reg.BreakerState(e.Name))}
 		if h, ok := health[e.Source]; ok {
 			ti.Health = string(h.State)
 		}

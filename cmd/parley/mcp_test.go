@@ -37,9 +37,10 @@ func mcpConfigFile(t *testing.T, o mcptest.Options) string {
 
 type toolList struct {
 	Tools []struct {
-		Name   string `json:"name"`
-		Server string `json:"server"`
-		Health string `json:"health"`
+		Name    string `json:"name"`
+		Server  string `json:"server"`
+		Health  string `json:"health"`
+		Breaker string `json:"breaker"`
 	} `json:"tools"`
 	Servers []struct {
 		Name     string `json:"name"`
@@ -87,7 +88,7 @@ func TestChatCallsAnMCPTool(t *testing.T) {
 	found := false
 	for _, tool := range tl.Tools {
 		if tool.Name == "t__echo" {
-			found = tool.Server == "t" && tool.Health == "ready"
+			found = tool.Server == "t" && tool.Health == "ready" && tool.Breaker == "closed"
 		}
 	}
 	if !found || len(tl.Servers) != 1 || tl.Servers[0].State != "ready" || tl.Servers[0].Tools != 5 {

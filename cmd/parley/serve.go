@@ -62,7 +62,8 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		log.Warn("closed tool calls of interrupted runs", "tool_messages", n)
 	}
 
-	reg := tools.NewRegistry(tools.WithTimeout(c.ToolTimeout), tools.WithLogger(log))
+	reg := tools.NewRegistry(tools.WithTimeout(c.ToolTimeout), tools.WithLogger(log),
+		tools.WithBreakers(c.ToolBreakerFails, c.ToolBreakerCool, time.Now))
 	if err := builtin.Register(reg, time.Now); err != nil {
 		return err
 	}
