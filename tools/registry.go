@@ -265,6 +265,11 @@ func (r *Registry) call(ctx context.Context, t parley.Tool, call parley.ToolCall
 	if err := json.Unmarshal(args, &obj); err != nil || obj == nil {
 		return failure("the arguments of %s are not a JSON object: %s", name, truncate(call.Function.Arguments, 200))
 	}
+	if ctx.Err() != nil {
+		// The run ended before this call's turn came: the tool is not started.
+		out, _ := r.ctxFailure(ctx, name, r.timeout)
+		return out
+	}
 	report, wait, ok := r.breaker(name).Allow()
 	if !ok {
 		return failure("%s is switched off for %s after repeated failures (circuit breaker open); answer without it or try later",

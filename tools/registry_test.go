@@ -316,3 +316,25 @@ func TestToolBreaker(t *testing.T) {
 		t.Fatalf("trial call: %+v, state %s", out, r.BreakerState("flaky"))
 	}
 }
+
+// TestNoCallAfterTheRunEnded: a call whose run was cancelled before its turn is not started.
+func TestNoCallAfterTheRunEnded(t *testing.T) {
+	r := NewRegistry()
+	called := false
+	if err := r.Register(fn("quick", func(context.Context, json.RawMessage) (*parley.ToolResult, error) {
+		called = true
+		return &parley.ToolResult{Content: parley.Text("done")}, nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 50 { // the tool answers at once: without the check, some calls would start and win
+		if out := r.Call(ctx, tc("quick", "{}"), nil); out.Success || !strings.Contains(out.Content.String(), "interrupted") {
+			t.Fatalf("outcome: %+v", out)
+		}
+	}
+	if called {
+		t.Fatal("the tool was started after its run was cancelled")
+	}
+}
