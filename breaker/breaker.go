@@ -133,3 +133,14 @@ func (b *Breaker) State() State {
 	}
 	return b.state
 }
+
+// Backoff is the wait before the n-th retry in a row (n >= 1) that goes with a breaker: base
+// doubled per retry, at most max, of which half is fixed and half scaled by jitter (in [0, 1]).
+func Backoff(base, max time.Duration, n int, jitter float64) time.Duration {
+	d := base
+	for i := 1; i < n && d < max; i++ {
+		d *= 2
+	}
+	d = min(d, max)
+	return d/2 + time.Duration(jitter*float64(d/2))
+}

@@ -100,3 +100,18 @@ func TestBreakerConcurrentUse(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+func TestBackoff(t *testing.T) {
+	for _, tt := range []struct {
+		n      int
+		jitter float64
+		want   time.Duration
+	}{
+		{1, 0, 50 * time.Millisecond}, {1, 1, 100 * time.Millisecond}, {2, 1, 200 * time.Millisecond},
+		{3, 0.5, 300 * time.Millisecond}, {4, 1, 800 * time.Millisecond}, {5, 1, time.Second}, {10, 0, 500 * time.Millisecond},
+	} {
+		if got := Backoff(100*time.Millisecond, time.Second, tt.n, tt.jitter); got != tt.want {
+			t.Errorf("Backoff(n=%d, jitter=%v) = %v, want %v", tt.n, tt.jitter, got, tt.want)
+		}
+	}
+}

@@ -282,9 +282,15 @@ func (r *Registry) call(ctx context.Context, t parley.Tool, call parley.ToolCall
 
 // breaker returns the breaker of tool name, created on first use.
 func (r *Registry) breaker(name string) *breaker.Breaker {
+	r.mu.RLock()
+	b, ok := r.breakers[name]
+	r.mu.RUnlock()
+	if ok {
+		return b
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	b, ok := r.breakers[name]
+	b, ok = r.breakers[name]
 	if !ok {
 		b = breaker.New(r.breakerFailures, r.breakerCooldown, r.now)
 		r.breakers[name] = b

@@ -376,12 +376,7 @@ func outcome(ctx context.Context, err error) breaker.Outcome {
 
 // backoff is the wait before try+1: Base doubled per try, at most Max, with half of it random.
 func (r *Router) backoff(try int) time.Duration {
-	d := r.cfg.Retry.Base
-	for i := 1; i < try && d < r.cfg.Retry.Max; i++ {
-		d *= 2
-	}
-	d = min(d, r.cfg.Retry.Max)
-	return d/2 + time.Duration(r.cfg.Jitter()*float64(d/2))
+	return breaker.Backoff(r.cfg.Retry.Base, r.cfg.Retry.Max, try, r.cfg.Jitter())
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

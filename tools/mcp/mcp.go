@@ -251,13 +251,7 @@ func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // Connect starts the server (or opens the connection), initializes the session and lists its
 // tools. ctx bounds the start; the session outlives it until Close.
 func (s *Server) Connect(ctx context.Context) error {
-	s.mu.Lock()
-	old, oldEnd := s.session, s.endCtx
-	s.session, s.endCtx = nil, nil
-	s.mu.Unlock()
-	if old != nil {
-		s.end(old, oldEnd)
-	}
+	s.endSession(nil)
 	t, err := s.transport()
 	if err != nil {
 		return err
@@ -344,48 +338,27 @@ func (s *Server) Tools() []*Tool {
 	return append([]*Tool(nil), s.tools...)
 }
 
-// Wait blocks until the session ends (the server exited or the connection broke).
-func (s *Server) Wait() error {
-	s.mu.Lock()
-	session := s.session
-	s.mu.Unlock()
-	if session == nil {
-		return errors.New("not connected")
-	}
-	return session.Wait()
-}
-
 // Close ends the session; a stdio server's process is stopped (stdin closed, then SIGTERM, then
 // SIGKILL), and with it whatever it started.
-func (s *Server) Close() error {
-	s.mu.Lock()
-	session, endCtx := s.session, s.endCtx
-	s.session, s.endCtx = nil, nil
-	s.mu.Unlock()
-	if session == nil {
-		s.reap()
-		return nil
-	}
-	return s.end(session, endCtx)
-}
+func (s *Server) Close() error { return s.endSession(nil) }
 
 // drop ends session if it is still the current one: after it broke, or to make Run restart.
-func (s *Server) drop(session *sdk.ClientSession) {
+func (s *Server) drop(session *sdk.ClientSession) { s.endSession(session) }
+
+// endSession ends the current session (only if it is only, when only is not nil): it closes the
+// session, ends its connection's context and stops what is left of its process group.
+func (s *Server) endSession(only *sdk.ClientSession) error {
 	s.mu.Lock()
-	if s.session != session {
+	session, endCtx := s.session, s.endCtx
+	if only != nil && session != only {
 		s.mu.Unlock()
-		return
+		return nil // a newer session is current; it is not this caller's to end
 	}
-	endCtx := s.endCtx
 	s.session, s.endCtx = nil, nil
 	s.mu.Unlock()
-	s.end(session, endCtx)
-}
-
-// end closes session, ends its connection's context and stops what is left of its process group.
-func (s *Server) end(session *sdk.ClientSession, endCtx context.CancelFunc) error {
-	err := session.Close()
-	if endCtx != nil {
+	var err error
+	if session != nil {
+		err = session.Close()
 		endCtx()
 	}
 	s.reap()

@@ -165,12 +165,7 @@ func (s *Server) serve(ctx context.Context) bool {
 // backoff is the wait before the n-th restart in a row (n >= 1): RetryBase doubled per restart up
 // to RetryMax, of which a random half to whole is taken.
 func (s *Server) backoff(n int) time.Duration {
-	d := s.opts.RetryBase
-	for i := 1; i < n && d < s.opts.RetryMax; i++ {
-		d *= 2
-	}
-	d = min(d, s.opts.RetryMax)
-	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+	return breaker.Backoff(s.opts.RetryBase, s.opts.RetryMax, n, rand.Float64())
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
