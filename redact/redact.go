@@ -20,31 +20,41 @@ var (
 	// Go's "goroutine 1 [running]:", a Python traceback, JavaScript's "    at f (file:1:2)" frames.
 	stackStart = regexp.MustCompile(`(?m)^(goroutine \d+ \[|Traceback \(most recent call last\)|\s+at .*[:(].*\d+:\d+\)?\s*$)`)
 
+	// Each rule has a cheap test that text it could match must pass (nil: always run); most
+	// text passes few, and the regular expressions are what costs.
 	rules = []struct {
 		re   *regexp.Regexp
 		with string
+		may  func(string) bool
 	}{
 		// user:password@ in URLs.
-		{regexp.MustCompile(`(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/@"'<>]+@`), `${1}[redacted]@`},
+		{regexp.MustCompile(`(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/@"'<>]+@`), `${1}[redacted]@`, has("://")},
 		// Header and parameter style secrets: "Authorization: Bearer x", "api_key=x", "x-api-key: x".
-		{regexp.MustCompile(`(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]{6,}`), `${1} [redacted]`},
-		{regexp.MustCompile(`(?i)\b((?:x-)?(?:goog-)?api[_-]?key|access[_-]?token|refresh[_-]?token|auth[_-]?token|client[_-]?secret|secret|password|passwd|pwd|key)(["']?\s*[:=]\s*["']?)[^\s"'&,;)\]}\[][^\s"'&,;)\]}]*`), `${1}${2}[redacted]`},
+		{regexp.MustCompile(`(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]{6,}`), `${1} [redacted]`, nil},
+		{regexp.MustCompile(`(?i)\b((?:x-)?(?:goog-)?api[_-]?key|access[_-]?token|refresh[_-]?token|auth[_-]?token|client[_-]?secret|secret|password|passwd|pwd|key)(["']?\s*[:=]\s*["']?)[^\s"'&,;)\]}\[][^\s"'&,;)\]}]*`), `${1}${2}[redacted]`, hasAny(":=")},
 		// Key formats of the providers and of common services.
-		{regexp.MustCompile(`\bsk-[A-Za-z0-9_\-]{8,}`), `sk-[redacted]`},
-		{regexp.MustCompile(`\bAIza[0-9A-Za-z_\-]{20,}`), `[redacted]`},
-		{regexp.MustCompile(`\b(?:ghp|gho|ghs|ghu|github_pat|glpat|xox[abpr]|pk_live|pk_test|sk_live|sk_test|pk)_[A-Za-z0-9_\-]{12,}`), `[redacted]`},
-		{regexp.MustCompile(`\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]+`), `[redacted]`}, // JWTs
+		{regexp.MustCompile(`\bsk-[A-Za-z0-9_\-]{8,}`), `sk-[redacted]`, has("sk-")},
+		{regexp.MustCompile(`\bAIza[0-9A-Za-z_\-]{20,}`), `[redacted]`, has("AIza")},
+		{regexp.MustCompile(`\b(?:ghp|gho|ghs|ghu|github_pat|glpat|xox[abpr]|pk_live|pk_test|sk_live|sk_test|pk)_[A-Za-z0-9_\-]{12,}`), `[redacted]`, has("_")},
+		{regexp.MustCompile(`\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]+`), `[redacted]`, has("eyJ")}, // JWTs
 		// URLs: scheme and host only.
-		{regexp.MustCompile(`(?i)\b(https?|wss?)://([^\s/?#"'<>]+)[/?#][^\s"'<>]*`), `${1}://${2}/…`},
+		{regexp.MustCompile(`(?i)\b(https?|wss?)://([^\s/?#"'<>]+)[/?#][^\s"'<>]*`), `${1}://${2}/…`, has("://")},
 		// E-mail addresses.
-		{regexp.MustCompile(`[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}`), `[email]`},
+		{regexp.MustCompile(`[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}`), `[email]`, has("@")},
 		// Source positions ("main.go:12", "/src/x.js:3:14") and absolute paths of two segments or
 		// more ("/home/u/.env"; "/tmp" alone is kept), Windows paths too.
-		{regexp.MustCompile(`[\w.\-/\\]*\.(?:go|js|mjs|cjs|ts|py|rb|java|rs|c|cc|cpp|h):\d+(?::\d+)?`), `[path]`},
-		{regexp.MustCompile(`(^|[\s"'(=:\[,])(?:~|\.{1,2})?/(?:[\w.\-@+]+/)+[\w.\-@+]*`), `${1}[path]`},
-		{regexp.MustCompile(`\b[A-Za-z]:\\[^\s"'<>|]+`), `[path]`},
+		{regexp.MustCompile(`[\w.\-/\\]*\.(?:go|js|mjs|cjs|ts|py|rb|java|rs|c|cc|cpp|h):\d+(?::\d+)?`), `[path]`, has(".")},
+		{regexp.MustCompile(`(^|[\s"'(=:\[,])(?:~|\.{1,2})?/(?:[\w.\-@+]+/)+[\w.\-@+]*`), `${1}[path]`, has("/")},
+		{regexp.MustCompile(`\b[A-Za-z]:\\[^\s"'<>|]+`), `[path]`, has(":\\")},
 	}
 )
+
+func has(sub string) func(string) bool {
+	return func(s string) bool { return strings.Contains(s, sub) }
+}
+func hasAny(chars string) func(string) bool {
+	return func(s string) bool { return strings.ContainsAny(s, chars) }
+}
 
 // String returns s with the rules applied.
 func String(s string) string {
@@ -55,7 +65,9 @@ func String(s string) string {
 		s = strings.TrimRight(s[:loc[0]], " \t\r\n")
 	}
 	for _, r := range rules {
-		s = r.re.ReplaceAllString(s, r.with)
+		if r.may == nil || r.may(s) {
+			s = r.re.ReplaceAllString(s, r.with)
+		}
 	}
 	return s
 }
