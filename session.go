@@ -75,6 +75,8 @@ type Store interface {
 	PutResource(ctx context.Context, r *Resource) error
 	GetResource(ctx context.Context, id string) (*Resource, error)
 
+	KeyStore
+
 	Close() error
 }
 

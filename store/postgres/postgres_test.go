@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"io/fs"
 	"bytes"
 	"context"
 	"strings"
@@ -45,14 +46,26 @@ func TestMigrateUpDownUp(t *testing.T) {
 		}
 		return reg != nil
 	}
-	if st := status(); strings.Count(st, "pending") != 3 || hasTable() {
+	files, err := fs.Glob(migrationFiles, "migrations/*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(files)
+	if st := status(); strings.Count(st, "pending") != n || hasTable() {
 		t.Fatalf("fresh schema: %q", st)
 	}
-	for i, step := range []struct {
+	// Up applies all; each down reverts one (the first down drops the tables); up restores all.
+	type step struct {
 		cmd     string
 		table   bool
 		applied int
-	}{{"up", true, 3}, {"down", true, 2}, {"down", true, 1}, {"down", false, 0}, {"up", true, 3}} {
+	}
+	steps := []step{{"up", true, n}}
+	for i := n - 1; i >= 0; i-- {
+		steps = append(steps, step{"down", i > 0, i})
+	}
+	steps = append(steps, step{"up", true, n})
+	for i, step := range steps {
 		var out bytes.Buffer
 		if err := Migrate(ctx, db, step.cmd, &out); err != nil {
 			t.Fatalf("step %d %s: %v", i, step.cmd, err)

@@ -81,15 +81,26 @@ func TestMigrateUpDownUp(t *testing.T) {
 		s.DB().QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'messages'`).Scan(&n)
 		return n == 1
 	}
-	if st := status(); strings.Count(st, "pending") != 4 || hasTable() {
+	files, err := fs.Glob(migrationFiles, "migrations/*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(files)
+	if st := status(); strings.Count(st, "pending") != n || hasTable() {
 		t.Fatalf("fresh database: %q", st)
 	}
-	// Up applies all; each down reverts one; up again restores a working store.
-	for i, step := range []struct {
+	// Up applies all; each down reverts one (the first down drops the tables); up restores all.
+	type step struct {
 		cmd     string
 		table   bool
 		applied int
-	}{{"up", true, 4}, {"down", true, 3}, {"down", true, 2}, {"down", true, 1}, {"down", false, 0}, {"up", true, 4}} {
+	}
+	steps := []step{{"up", true, n}}
+	for i := n - 1; i >= 0; i-- {
+		steps = append(steps, step{"down", i > 0, i})
+	}
+	steps = append(steps, step{"up", true, n})
+	for i, step := range steps {
 		var out bytes.Buffer
 		if err := Migrate(ctx, s.DB(), step.cmd, &out); err != nil {
 			t.Fatalf("step %d %s: %v", i, step.cmd, err)

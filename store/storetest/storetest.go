@@ -42,6 +42,8 @@ func Run(t *testing.T, open func(t *testing.T) parley.Store) {
 		{"Usage", testUsage},
 		{"RejectsNUL", testRejectsNUL},
 		{"OpenToolCalls", testOpenToolCalls},
+		{"APIKeys", testAPIKeys},
+		{"APIKeyExpiry", testAPIKeyExpiry},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
