@@ -1,9 +1,9 @@
 package postgres
 
 import (
-	"io/fs"
 	"bytes"
 	"context"
+	"io/fs"
 	"strings"
 	"testing"
 	"time"
