@@ -32,6 +32,9 @@ type Error struct {
 	Code    ErrorCode
 	Message string
 	Err     error
+	// RetryAfter, when set on a rate_limited or unavailable error, tells the client when to try
+	// again (the Retry-After header).
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {
@@ -51,6 +54,21 @@ func Errorf(code ErrorCode, format string, args ...any) *Error {
 // WrapError returns an *Error that carries err for the logs and msg for the client.
 func WrapError(code ErrorCode, err error, msg string) *Error {
 	return &Error{Code: code, Message: msg, Err: err}
+}
+
+// RetryAfterOf returns the RetryAfter of the first *Error in err's chain that has one.
+func RetryAfterOf(err error) time.Duration {
+	for err != nil {
+		var e *Error
+		if !errors.As(err, &e) {
+			return 0
+		}
+		if e.RetryAfter > 0 {
+			return e.RetryAfter
+		}
+		err = e.Err
+	}
+	return 0
 }
 
 // ErrNotFound is returned by stores for a missing session, message or resource.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
+	"time"
 	"strings"
 
 	parley "github.com/parleyhq/parley"
@@ -49,7 +51,15 @@ type errorBody struct {
 // Internal errors carry no detail.
 func writeError(w http.ResponseWriter, err error) {
 	code := parley.CodeOf(err)
+	if ra := parley.RetryAfterOf(err); ra > 0 && (code == parley.ECRateLimited || code == parley.ECUnavailable) {
+		w.Header().Set("Retry-After", strconv.Itoa(retrySeconds(ra)))
+	}
 	writeJSON(w, statusOf(code), errorBody{parley.ErrorBody{Code: code, Message: redact.String(parley.MessageOf(err))}})
+}
+
+// retrySeconds rounds d up to whole seconds, at least 1, as Retry-After counts.
+func retrySeconds(d time.Duration) int {
+	return max(1, int((d+time.Second-1)/time.Second))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -25,6 +25,9 @@ type Options struct {
 	MaxEvents int           // bound of each run's log (default bus.DefaultMaxEvents)
 	Now       func() time.Time
 	Log       *slog.Logger
+	// MaxActive is the server's budget of concurrent runs (seed 003 §1's API throttle): Begin
+	// refuses a run beyond it with ErrOverloaded. 0 means no budget.
+	MaxActive int
 }
 
 // Manager starts, tracks and stops runs. One run at a time per session.
@@ -88,6 +91,17 @@ var ErrBusy = parley.Errorf(parley.ECConflict, "a run is already active in this 
 // ErrClosing is returned by Begin while the manager shuts down.
 var ErrClosing = parley.Errorf(parley.ECUnavailable, "the server is shutting down")
 
+// ErrOverloaded is returned by Begin when the budget of concurrent runs is spent.
+var ErrOverloaded = &parley.Error{Code: parley.ECUnavailable, Message: "the server is busy: too many runs at once, try again shortly", RetryAfter: 5 * time.Second}
+
+// Full reports whether the budget of concurrent runs is spent, so that a request can be refused
+// before any work is done for it. Begin makes the binding check.
+func (m *Manager) Full() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.opts.MaxActive > 0 && len(m.active) >= m.opts.MaxActive
+}
+
 // Begin claims the session for a new run and returns it, not yet started: the caller prepares (for
 // example stores the user's message) and then calls Go, or Release to give the session back.
 func (m *Manager) Begin(sessionID, model string) (*Run, error) {
@@ -98,6 +112,9 @@ func (m *Manager) Begin(sessionID, model string) (*Run, error) {
 	}
 	if _, busy := m.active[sessionID]; busy {
 		return nil, ErrBusy
+	}
+	if m.opts.MaxActive > 0 && len(m.active) >= m.opts.MaxActive {
+		return nil, ErrOverloaded
 	}
 	m.pruneLocked()
 	ctx, cancel := context.WithCancel(m.ctx)

@@ -227,3 +227,37 @@ func TestSessionIsFreeOnceDoneIsSeen(t *testing.T) {
 	}
 	next.Release()
 }
+
+func TestBudgetOfConcurrentRuns(t *testing.T) {
+	m := NewManager(Options{MaxActive: 2})
+	a, err := m.Begin("s1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Full() {
+		t.Fatal("Full with 1 of 2 runs")
+	}
+	b, err := m.Begin("s2", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.Full() {
+		t.Fatal("not Full with 2 of 2 runs")
+	}
+	_, err = m.Begin("s3", "")
+	if !errors.Is(err, ErrOverloaded) || parley.CodeOf(err) != parley.ECUnavailable || parley.RetryAfterOf(err) <= 0 {
+		t.Fatalf("third Begin: %v, want ErrOverloaded with a Retry-After", err)
+	}
+	// A busy session is still a conflict, not an overload.
+	if _, err := m.Begin("s1", ""); !errors.Is(err, ErrBusy) {
+		t.Fatalf("Begin on a busy session: %v, want ErrBusy", err)
+	}
+	a.Release()
+	if m.Full() {
+		t.Fatal("Full after a release")
+	}
+	if _, err := m.Begin("s3", ""); err != nil {
+		t.Fatalf("Begin after a release: %v", err)
+	}
+	b.Release()
+}
