@@ -35,7 +35,7 @@ var (
 		// Key formats of the providers and of common services.
 		{regexp.MustCompile(`\bsk-[A-Za-z0-9_\-]{8,}`), `sk-[redacted]`, has("sk-")},
 		{regexp.MustCompile(`\bAIza[0-9A-Za-z_\-]{20,}`), `[redacted]`, has("AIza")},
-		{regexp.MustCompile(`\b(?:ghp|gho|ghs|ghu|github_pat|glpat|xox[abpr]|pk_live|pk_test|sk_live|sk_test|pk)_[A-Za-z0-9_\-]{12,}`), `[redacted]`, has("_")},
+		{regexp.MustCompile(`\b(?:ghp|gho|ghs|ghu|github_pat|glpat|xox[abpr]|pk_live|pk_test|sk_live|sk_test|pk|pg)_[A-Za-z0-9_\-]{12,}`), `[redacted]`, has("_")},
 		{regexp.MustCompile(`\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]+`), `[redacted]`, has("eyJ")}, // JWTs
 		// URLs: scheme and host only.
 		{regexp.MustCompile(`(?i)\b(https?|wss?)://([^\s/?#"'<>]+)[/?#][^\s"'<>]*`), `${1}://${2}/…`, has("://")},

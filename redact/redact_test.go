@@ -10,6 +10,8 @@ import (
 
 func TestString(t *testing.T) {
 	for _, tt := range []struct{ name, in, want string }{
+		{"parley key", `key pk_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789-_abcde was used`, `key [redacted] was used`},
+		{"parley guest token", `token=pg_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789-_abcde`, `token=[redacted]`},
 		{"openai key", `Incorrect API key provided: sk-proj-AbCdEf1234567890xyz.`, `Incorrect API key provided: sk-[redacted].`},
 		{"anthropic key", `x-api-key sk-ant-api03-abcdefghijklmnop invalid`, `x-api-key sk-[redacted] invalid`},
 		{"bearer", `Authorization: Bearer eyJhbGciOi.abc_DEF-123`, `Authorization: Bearer [redacted]`},
