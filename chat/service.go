@@ -100,6 +100,13 @@ func (s *Service) Send(ctx context.Context, owner string, req Request) (*Started
 	return &Started{Session: sess, Run: run, UserMessage: user, NewSession: newSession}, nil
 }
 
+// Validate checks req as Send will, without touching the store: the HTTP layer calls it while
+// parsing the body, before any limit or authentication step. It fills in the resolved model.
+func (s *Service) Validate(req *Request) error {
+	_, err := s.validate(req)
+	return err
+}
+
 func (s *Service) validate(req *Request) (parley.Content, error) {
 	maxLen := s.MaxMessage
 	if maxLen <= 0 {

@@ -12,16 +12,16 @@ import (
 	"github.com/parleyhq/parley/runs"
 )
 
+// checkChat is the body check of the chat routes: everything about the request that needs no
+// store (message, model, tools, attachments).
+func (s *server) checkChat(req *chat.Request) error {
+	return s.Chat.Validate(req)
+}
+
 // start decodes a chat request and starts its run.
-func (s *server) start(w http.ResponseWriter, r *http.Request) (*chat.Started, error) {
-	owner, err := s.Identify(r)
-	if err != nil {
-		return nil, err
-	}
-	var req chat.Request
-	if err := decodeJSON(w, r, s.MaxBodyBytes, &req); err != nil {
-		return nil, err
-	}
+func (s *server) start(r *http.Request) (*chat.Started, error) {
+	owner := identityOf(r).User
+	req := *bodyOf[chat.Request](r)
 	if req.SessionID != "" && !validID(req.SessionID) {
 		return nil, parley.Errorf(parley.ECNotFound, "session %q not found", truncate(req.SessionID, 80))
 	}
@@ -54,7 +54,7 @@ type batchMetadata struct {
 // run goes on and its answer is stored.
 func (s *server) handleChat() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		st, err := s.start(w, r)
+		st, err := s.start(r)
 		if err != nil {
 			writeError(w, err)
 			return
@@ -94,7 +94,7 @@ func (s *server) handleChat() http.Handler {
 // leaves (the run goes on without it).
 func (s *server) handleChatStream() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		st, err := s.start(w, r)
+		st, err := s.start(r)
 		if err != nil {
 			writeError(w, err)
 			return

@@ -7,8 +7,8 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"time"
 	"strings"
+	"time"
 
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/redact"
@@ -69,23 +69,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v)
-}
-
-// decodeJSON reads one JSON object from the body into v: a size limit, no unknown fields, nothing
-// after the object. Every failure is an ECInvalid error with the reason.
-func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
-		return parley.Errorf(parley.ECInvalid, "Content-Type must be application/json")
-	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return parley.WrapError(parley.ECInvalid, err, describeJSONError(err, limit))
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return parley.Errorf(parley.ECInvalid, "request body: unexpected data after the JSON object")
-	}
-	return nil
 }
 
 func describeJSONError(err error, limit int64) string {

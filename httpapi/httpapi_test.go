@@ -17,6 +17,7 @@ import (
 
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/agent"
+	"github.com/parleyhq/parley/auth"
 	"github.com/parleyhq/parley/chat"
 	"github.com/parleyhq/parley/httpapi"
 	"github.com/parleyhq/parley/runs"
@@ -37,6 +38,25 @@ type env struct {
 	store *sqlite.Store
 	runs  *runs.Manager
 	agent *fakeAgent
+
+	mu   sync.Mutex
+	keys map[string]string // user → secret of an API key made for it
+}
+
+// key returns the secret of an API key of user, made on first use (admin is an admin key).
+func (e *env) key(t *testing.T, user string) string {
+	t.Helper()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if k, ok := e.keys[user]; ok {
+		return k
+	}
+	secret, k := auth.NewKey(user, "test", user == "admin", false, time.Now(), 0)
+	if err := e.store.CreateAPIKey(context.Background(), k); err != nil {
+		t.Fatal(err)
+	}
+	e.keys[user] = secret
+	return secret
 }
 
 // answer is a fake agent body that stores one assistant message and streams it in two chunks.
@@ -56,12 +76,18 @@ func answer(store parley.Store, text string) func(ctx context.Context, in agent.
 
 func newEnv(t *testing.T, mod func(*httpapi.Deps)) *env {
 	t.Helper()
+	return newEnvWith(t, runs.Options{}, mod)
+}
+
+// newEnvWith is newEnv with the run manager's options.
+func newEnvWith(t *testing.T, ro runs.Options, mod func(*httpapi.Deps)) *env {
+	t.Helper()
 	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "t.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	mgr := runs.NewManager(runs.Options{})
+	mgr := runs.NewManager(ro)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -88,19 +114,14 @@ func newEnv(t *testing.T, mod func(*httpapi.Deps)) *env {
 	}
 	d := httpapi.Deps{
 		Store: st, Chat: svc, Runs: mgr, MaxBodyBytes: 4096,
-		Identify: func(r *http.Request) (string, error) {
-			if u := r.Header.Get("X-Test-User"); u != "" {
-				return u, nil
-			}
-			return "alice", nil
-		},
+		Auth: &auth.Authenticator{Store: st},
 	}
 	if mod != nil {
 		mod(&d)
 	}
 	srv := httptest.NewServer(httpapi.NewServer(d))
 	t.Cleanup(srv.Close)
-	return &env{url: srv.URL, store: st, runs: mgr, agent: fa}
+	return &env{url: srv.URL, store: st, runs: mgr, agent: fa, keys: map[string]string{}}
 }
 
 func (e *env) do(t *testing.T, method, path, body string, hdr ...string) (int, map[string]any) {
@@ -109,9 +130,7 @@ func (e *env) do(t *testing.T, method, path, body string, hdr ...string) (int, m
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
+	e.authorize(t, req, hdr...)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -125,6 +144,27 @@ func (e *env) do(t *testing.T, method, path, body string, hdr ...string) (int, m
 		}
 	}
 	return resp.StatusCode, out
+}
+
+// authorize sets hdr on req, and the API key of the user hdr names in X-Test-User (alice by
+// default; "-" for none) unless hdr sets Authorization itself.
+func (e *env) authorize(t *testing.T, req *http.Request, hdr ...string) {
+	t.Helper()
+	user := "alice"
+	for i := 0; i+1 < len(hdr); i += 2 {
+		switch hdr[i] {
+		case "X-Test-User":
+			user = hdr[i+1]
+		case "Authorization":
+			user = "-"
+			req.Header.Set(hdr[i], hdr[i+1])
+		default:
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+	}
+	if user != "-" && e.keys != nil {
+		req.Header.Set("Authorization", "Bearer "+e.key(t, user))
+	}
 }
 
 func errMsg(out map[string]any) string {
@@ -291,6 +331,7 @@ func (e *env) stream(t *testing.T, ctx context.Context, body string) *http.Respo
 	t.Helper()
 	req, _ := http.NewRequestWithContext(ctx, "POST", e.url+"/api/v1/chat/stream", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
+	e.authorize(t, req)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -494,6 +535,7 @@ func TestRecordsView(t *testing.T) {
 // Many concurrent streams on different sessions each get their own complete, ordered stream.
 func TestConcurrentStreams(t *testing.T) {
 	e := newEnv(t, nil)
+	secret := e.key(t, "alice")
 	var wg sync.WaitGroup
 	errs := make(chan error, 20)
 	for i := 0; i < 20; i++ {
@@ -502,6 +544,7 @@ func TestConcurrentStreams(t *testing.T) {
 			defer wg.Done()
 			req, _ := http.NewRequest("POST", e.url+"/api/v1/chat/stream", strings.NewReader(`{"message":"Hi"}`))
 			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+secret)
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				errs <- err

@@ -1,24 +1,36 @@
 package httpapi
 
-// routes lists every endpoint of the API.
+import "github.com/parleyhq/parley/chat"
+
+// routes lists every endpoint of the API. Each one under /api/v1 goes through the pipeline
+// (pipe, in guard.go) with its policy; health probes do not.
 func (s *server) routes() {
 	s.mux.Handle("GET /healthz", s.handleHealth())
 	s.mux.Handle("GET /readyz", s.handleReady())
 
-	s.mux.Handle("POST /api/v1/sessions", s.handleCreateSession())
-	s.mux.Handle("GET /api/v1/sessions", s.handleListSessions())
-	s.mux.Handle("GET /api/v1/sessions/{id}", s.handleGetSession())
-	s.mux.Handle("PATCH /api/v1/sessions/{id}", s.handleRenameSession())
-	s.mux.Handle("DELETE /api/v1/sessions/{id}", s.handleDeleteSession())
-	s.mux.Handle("GET /api/v1/sessions/{id}/messages", s.handleListMessages())
-	s.mux.Handle("GET /api/v1/sessions/{id}/records", s.handleRecords())
-	s.mux.Handle("GET /api/v1/usage", s.handleUsage())
+	user := policy{}
+	s.mux.Handle("POST /api/v1/sessions", s.pipe(policy{body: jsonBody(true, checkNewTitle)}, s.handleCreateSession()))
+	s.mux.Handle("GET /api/v1/sessions", s.pipe(user, s.handleListSessions()))
+	s.mux.Handle("GET /api/v1/sessions/{id}", s.pipe(user, s.handleGetSession()))
+	s.mux.Handle("PATCH /api/v1/sessions/{id}", s.pipe(policy{body: jsonBody(false, checkRename)}, s.handleRenameSession()))
+	s.mux.Handle("DELETE /api/v1/sessions/{id}", s.pipe(user, s.handleDeleteSession()))
+	s.mux.Handle("GET /api/v1/sessions/{id}/messages", s.pipe(user, s.handleListMessages()))
+	s.mux.Handle("GET /api/v1/sessions/{id}/records", s.pipe(user, s.handleRecords()))
+	s.mux.Handle("GET /api/v1/usage", s.pipe(user, s.handleUsage()))
 
-	s.mux.Handle("POST /api/v1/chat", s.handleChat())
-	s.mux.Handle("POST /api/v1/chat/stream", s.handleChatStream())
+	chatReq := policy{body: jsonBody[chat.Request](false, s.checkChat), run: true}
+	s.mux.Handle("POST /api/v1/chat", s.pipe(chatReq, s.handleChat()))
+	s.mux.Handle("POST /api/v1/chat/stream", s.pipe(chatReq, s.handleChatStream()))
 
-	s.mux.Handle("GET /api/v1/models", s.handleModels())
-	s.mux.Handle("GET /api/v1/tools", s.handleTools())
+	s.mux.Handle("GET /api/v1/models", s.pipe(user, s.handleModels()))
+	s.mux.Handle("GET /api/v1/tools", s.pipe(user, s.handleTools()))
 
-	s.mux.Handle("/api/", s.handleNotFound())
+	s.mux.Handle("GET /api/v1/me", s.pipe(user, s.handleMe()))
+	s.mux.Handle("POST /api/v1/auth/guest", s.pipe(policy{open: true}, s.handleGuest()))
+	admin := policy{admin: true}
+	s.mux.Handle("GET /api/v1/admin/keys", s.pipe(admin, s.handleListKeys()))
+	s.mux.Handle("POST /api/v1/admin/keys", s.pipe(policy{admin: true, body: jsonBody(false, checkNewKey)}, s.handleCreateKey()))
+	s.mux.Handle("DELETE /api/v1/admin/keys/{id}", s.pipe(admin, s.handleRevokeKey()))
+
+	s.mux.Handle("/api/", s.pipe(policy{open: true}, s.handleNotFound()))
 }

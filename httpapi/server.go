@@ -11,7 +11,9 @@ import (
 	"time"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/auth"
 	"github.com/parleyhq/parley/chat"
+	"github.com/parleyhq/parley/limit"
 	"github.com/parleyhq/parley/runs"
 )
 
@@ -64,9 +66,24 @@ type Deps struct {
 	Tools func() ([]ToolInfo, []ServerInfo)
 	// Models lists the models a client may name.
 	Models func() []ModelInfo
-	// Identify returns the caller's identity (the owner of the sessions it creates). Nil: every
-	// caller is "local" (single-user mode, until authentication is configured).
-	Identify func(r *http.Request) (string, error)
+	// Auth checks API keys and guest tokens. Nil: single-user mode, where every caller is
+	// "local", with admin rights (for a server on a loopback address).
+	Auth *auth.Authenticator
+	// Guests turns on guest mode: POST /api/v1/auth/guest gives anyone a guest token, valid for
+	// GuestTTL (default 7 days), with its own sessions and the guest rate limit.
+	Guests   bool
+	GuestTTL time.Duration
+	// Limiter, when set, limits each identity's requests: UserRate for users with a key,
+	// GuestRate for guests and for requests without valid credentials (counted by client address).
+	Limiter   limit.Limiter
+	UserRate  limit.Rate
+	GuestRate limit.Rate
+	// RealIPHeader names the header a reverse proxy sets to the client's address (such as
+	// X-Forwarded-For); empty: the peer address is the client's.
+	RealIPHeader string
+	// CORSOrigins are the origins browsers may call the API from ("*": any). A state-changing
+	// request from a browser on another origin is refused.
+	CORSOrigins []string
 	// Ready reports whether the server can take traffic (store reachable, not shutting down).
 	Ready func(ctx context.Context) error
 	Log   *slog.Logger
@@ -98,12 +115,12 @@ func NewServer(d Deps) http.Handler {
 	if d.WriteTimeout <= 0 {
 		d.WriteTimeout = 10 * time.Second
 	}
-	if d.Identify == nil {
-		d.Identify = func(*http.Request) (string, error) { return "local", nil }
+	if d.GuestTTL <= 0 {
+		d.GuestTTL = 7 * 24 * time.Hour
 	}
 	s := &server{Deps: d, mux: http.NewServeMux()}
 	s.routes()
-	return s.recoverer(s.mux)
+	return s.recoverer(s.cors(s.mux))
 }
 
 // recoverer turns a handler panic into a sanitized 500 and a log line.

@@ -16,10 +16,7 @@ const maxTitle = 200
 // ownedSession loads the session named in the path and checks that the caller owns it:
 // another user's session is 403, no such session 404.
 func (s *server) ownedSession(r *http.Request) (*parley.Session, string, error) {
-	owner, err := s.Identify(r)
-	if err != nil {
-		return nil, "", err
-	}
+	owner := identityOf(r).User
 	id := r.PathValue("id")
 	if !validID(id) {
 		return nil, owner, parley.Errorf(parley.ECNotFound, "session %q not found", truncate(id, 80))
@@ -71,26 +68,28 @@ func checkTitle(t string) error {
 	return nil
 }
 
+// checkNewTitle checks the body of POST /api/v1/sessions.
+func checkNewTitle(b *titleBody) error {
+	if b.Title != nil {
+		return checkTitle(*b.Title)
+	}
+	return nil
+}
+
+// checkRename checks the body of PATCH /api/v1/sessions/{id}.
+func checkRename(b *titleBody) error {
+	if b.Title == nil || strings.TrimSpace(*b.Title) == "" {
+		return parley.Errorf(parley.ECInvalid, "title: required and must not be empty")
+	}
+	return checkTitle(*b.Title)
+}
+
 func (s *server) handleCreateSession() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		owner, err := s.Identify(r)
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		var body titleBody
-		if r.ContentLength != 0 {
-			if err := decodeJSON(w, r, s.MaxBodyBytes, &body); err != nil {
-				writeError(w, err)
-				return
-			}
-		}
+		owner := identityOf(r).User
+		body := bodyOf[titleBody](r)
 		title := "New chat"
 		if body.Title != nil {
-			if err := checkTitle(*body.Title); err != nil {
-				writeError(w, err)
-				return
-			}
 			title = chat.Title(*body.Title)
 		}
 		now := time.Now().UTC().Truncate(time.Microsecond)
@@ -105,11 +104,7 @@ func (s *server) handleCreateSession() http.Handler {
 
 func (s *server) handleListSessions() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		owner, err := s.Identify(r)
-		if err != nil {
-			writeError(w, err)
-			return
-		}
+		owner := identityOf(r).User
 		limit, err := intParam(r, "limit", 50, 1, 200)
 		if err != nil {
 			writeError(w, err)
@@ -130,11 +125,7 @@ func (s *server) handleListSessions() http.Handler {
 // handleUsage returns the caller's token usage, totalled over all of their sessions.
 func (s *server) handleUsage() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		owner, err := s.Identify(r)
-		if err != nil {
-			writeError(w, err)
-			return
-		}
+		owner := identityOf(r).User
 		u, err := s.Store.OwnerUsage(r.Context(), owner)
 		if err != nil {
 			writeError(w, err)
@@ -169,19 +160,7 @@ func (s *server) handleRenameSession() http.Handler {
 			writeError(w, err)
 			return
 		}
-		var body titleBody
-		if err := decodeJSON(w, r, s.MaxBodyBytes, &body); err != nil {
-			writeError(w, err)
-			return
-		}
-		if body.Title == nil || strings.TrimSpace(*body.Title) == "" {
-			writeError(w, parley.Errorf(parley.ECInvalid, "title: required and must not be empty"))
-			return
-		}
-		if err := checkTitle(*body.Title); err != nil {
-			writeError(w, err)
-			return
-		}
+		body := bodyOf[titleBody](r)
 		out, err := s.Store.RenameSession(r.Context(), sess.ID, strings.TrimSpace(*body.Title), time.Now().UTC().Truncate(time.Microsecond))
 		if err != nil {
 			writeError(w, err)

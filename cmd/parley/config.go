@@ -6,13 +6,18 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/netip"
+	"net/url"
 	"os"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/parleyhq/parley/limit"
 	"github.com/parleyhq/parley/provider/router"
 	"github.com/parleyhq/parley/tools/mcp"
+	"github.com/redis/go-redis/v9"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -49,6 +54,15 @@ type config struct {
 	MCPRetryBase      time.Duration
 	MCPRetryMax       time.Duration
 	MaxBodyBytes      int64
+	Auth              string
+	Guests            bool
+	GuestTTL          time.Duration
+	RateLimit         string
+	GuestRateLimit    string
+	RedisURL          string
+	RealIPHeader      string
+	CORSOrigins       string
+	MaxRuns           int
 	MaxMessageChars   int
 	ShutdownGrace     time.Duration
 	RunRetain         time.Duration
@@ -101,6 +115,15 @@ func serveFlags(fs *flag.FlagSet, c *config) {
 	fs.DurationVar(&c.MCPStartTimeout, "mcp-start-timeout", 30*time.Second, "time limit of one start of an MCP server: connecting and listing its tools")
 	fs.DurationVar(&c.MCPRetryBase, "mcp-retry-base", 500*time.Millisecond, "first wait before an MCP server that died or failed to start is started again; it doubles per failure, with jitter")
 	fs.DurationVar(&c.MCPRetryMax, "mcp-retry-max", 30*time.Second, "longest wait between starts of an MCP server")
+	fs.StringVar(&c.Auth, "auth", "", "off (one user, \"local\", no keys) or keys (API keys: parley keys create); default: off on a loopback address, keys otherwise")
+	fs.BoolVar(&c.Guests, "guests", false, "guest mode (with --auth keys): POST /api/v1/auth/guest gives anyone a guest token with its own sessions and the guest rate limit")
+	fs.DurationVar(&c.GuestTTL, "guest-ttl", 7*24*time.Hour, "how long a guest token is valid")
+	fs.StringVar(&c.RateLimit, "rate-limit", "600/m,burst=100", "API requests per user with a key (N/s|m|h|d, optionally ,burst=B; off for none)")
+	fs.StringVar(&c.GuestRateLimit, "guest-rate-limit", "60/m,burst=20", "API requests per guest, and per client address for requests without valid credentials")
+	fs.StringVar(&c.RedisURL, "redis-url", "", "Redis URL (redis://host:6379/0); when set, rate limits are kept in Redis and hold across instances")
+	fs.StringVar(&c.RealIPHeader, "real-ip-header", "", "header a reverse proxy sets to the client's address, such as X-Forwarded-For (only behind a proxy that overwrites it)")
+	fs.StringVar(&c.CORSOrigins, "cors-origins", "", "comma-separated origins browsers may call the API from (https://app.example.com), or *")
+	fs.IntVar(&c.MaxRuns, "max-runs", 64, "budget of concurrent runs; past it, new chats get 503 with Retry-After (0: no budget)")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", 8<<20, "largest request body accepted")
 	fs.IntVar(&c.MaxMessageChars, "max-message-chars", 100_000, "longest user message accepted, in characters")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, time given to active runs to finish before they are aborted")
@@ -200,6 +223,30 @@ func decodeSection(v any, dst any) error {
 	return dec.Decode(dst)
 }
 
+// corsOrigins is --cors-origins as a list.
+func (c *config) corsOrigins() []string {
+	var out []string
+	for _, o := range strings.Split(c.CORSOrigins, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// loopback reports whether addr (host:port) listens on a loopback address only.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
 // validate checks settings that flag parsing cannot.
 func (c *config) validate() error {
 	var errs []error
@@ -229,6 +276,40 @@ func (c *config) validate() error {
 	}
 	if c.MCPStartTimeout <= 0 || c.MCPRetryBase <= 0 || c.MCPRetryMax < c.MCPRetryBase {
 		errs = append(errs, errors.New("mcp-start-timeout and mcp-retry-base must be positive, and mcp-retry-max at least mcp-retry-base"))
+	}
+	switch c.Auth {
+	case "":
+		c.Auth = "keys"
+		if loopback(c.Addr) {
+			c.Auth = "off"
+		}
+	case "off", "keys":
+	default:
+		errs = append(errs, fmt.Errorf("auth must be off or keys, not %q", c.Auth))
+	}
+	if c.Guests && c.Auth != "keys" {
+		errs = append(errs, errors.New("guests needs --auth keys"))
+	}
+	if c.GuestTTL <= 0 || c.MaxRuns < 0 {
+		errs = append(errs, errors.New("guest-ttl must be positive and max-runs not negative"))
+	}
+	for name, v := range map[string]string{"rate-limit": c.RateLimit, "guest-rate-limit": c.GuestRateLimit} {
+		if _, err := limit.ParseRate(v); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %v", name, err))
+		}
+	}
+	if c.RedisURL != "" {
+		if _, err := redis.ParseURL(c.RedisURL); err != nil {
+			errs = append(errs, fmt.Errorf("redis-url: %v", err))
+		}
+	}
+	for _, o := range c.corsOrigins() {
+		if o == "*" {
+			continue
+		}
+		if u, err := url.Parse(o); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" {
+			errs = append(errs, fmt.Errorf("cors-origins: %q is not an origin such as https://app.example.com", o))
+		}
 	}
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, errors.New("max-body-bytes must be at least 1024"))

@@ -40,6 +40,7 @@ const usage = `Usage: parley <command> [flags]
 Commands:
   serve     run the server
   migrate   apply or inspect database migrations (up | down | status)
+  keys      manage API keys (create | list | revoke)
   mockllm   run the fake OpenAI-compatible model server
   version   print the version
 
@@ -59,6 +60,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runServe(ctx, rest, getenv, stdout, stderr)
 	case "migrate":
 		return runMigrate(ctx, rest, getenv, stdout, stderr)
+	case "keys":
+		return runKeys(ctx, rest, getenv, stdout, stderr)
 	case "mockllm":
 		return runMockLLM(ctx, rest, getenv, stdout, stderr)
 	case "version", "-v", "--version":

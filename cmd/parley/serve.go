@@ -79,7 +79,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 
-	runMgr := runs.NewManager(runs.Options{Retain: c.RunRetain, Log: log})
+	runMgr := runs.NewManager(runs.Options{Retain: c.RunRetain, Log: log, MaxActive: c.MaxRuns})
 	ag := agent.New(agent.Config{
 		Store:             store,
 		History:           historycache.New(store, int64(c.HistoryCacheMB)<<20),
@@ -101,8 +101,21 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		DefaultModel: models.Default(),
 		MaxMessage:   c.MaxMessageChars,
 	}
+	guard, err := newGuard(ctx, &c, store, log)
+	if err != nil {
+		return err
+	}
+	defer guard.close()
 	var closing atomic.Bool
 	handler := httpapi.NewServer(httpapi.Deps{
+		Auth:         guard.auth,
+		Guests:       c.Guests,
+		GuestTTL:     c.GuestTTL,
+		Limiter:      guard.limiter,
+		UserRate:     guard.userRate,
+		GuestRate:    guard.guestRate,
+		RealIPHeader: c.RealIPHeader,
+		CORSOrigins:  c.corsOrigins(),
 		Store:  store,
 		Chat:   svc,
 		Runs:   runMgr,

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/auth"
+	"github.com/parleyhq/parley/limit"
+	"github.com/redis/go-redis/v9"
+)
+
+// guard is the wiring of authentication and rate limits.
+type guard struct {
+	auth                *auth.Authenticator // nil with --auth off
+	limiter             limit.Limiter
+	userRate, guestRate limit.Rate
+	redis               *redis.Client // nil without --redis-url
+	stopSweep           context.CancelFunc
+	swept               chan struct{}
+}
+
+func newGuard(ctx context.Context, c *config, store parley.Store, log *slog.Logger) (*guard, error) {
+	g := &guard{swept: make(chan struct{})}
+	var err error
+	if g.userRate, err = limit.ParseRate(c.RateLimit); err != nil {
+		return nil, err
+	}
+	if g.guestRate, err = limit.ParseRate(c.GuestRateLimit); err != nil {
+		return nil, err
+	}
+	if c.RedisURL != "" {
+		opts, err := redis.ParseURL(c.RedisURL)
+		if err != nil {
+			return nil, fmt.Errorf("redis-url: %w", err)
+		}
+		g.redis = redis.NewClient(opts)
+		pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if err := g.redis.Ping(pingCtx).Err(); err != nil {
+			g.redis.Close()
+			return nil, fmt.Errorf("redis at %s: %w", opts.Addr, err)
+		}
+		g.limiter = &limit.Redis{Client: g.redis}
+		log.Info("rate limits in redis", "addr", opts.Addr)
+	} else {
+		g.limiter = limit.NewMemory()
+	}
+	if c.Auth == "keys" {
+		g.auth = &auth.Authenticator{Store: store, Log: log}
+		log.Info("authentication: API keys", "guests", c.Guests)
+	} else {
+		log.Warn("authentication is off: every caller is the user \"local\" (use --auth keys on a shared machine)", "addr", c.Addr)
+	}
+	// Expired guest tokens are deleted hourly; the sweeper is stopped by close.
+	sweepCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	g.stopSweep = stop
+	go func() {
+		defer close(g.swept)
+		t := time.NewTicker(time.Hour)
+		defer t.Stop()
+		for {
+			if n, err := store.DeleteExpiredAPIKeys(sweepCtx, time.Now()); err != nil && sweepCtx.Err() == nil {
+				log.Warn("deleting expired api keys", "err", err)
+			} else if n > 0 {
+				log.Info("deleted expired api keys", "keys", n)
+			}
+			select {
+			case <-sweepCtx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return g, nil
+}
+
+func (g *guard) close() {
+	g.stopSweep()
+	<-g.swept
+	if g.redis != nil {
+		g.redis.Close()
+	}
+}

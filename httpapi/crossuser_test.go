@@ -1,0 +1,119 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	parley "github.com/parleyhq/parley"
+)
+
+// crossUserRoutes is, for every route, what bob (no admin) must get when he aims it at alice's
+// data. TestEveryRouteIsGuarded checks that it names every route of routes.go.
+var crossUserRoutes = map[string]struct {
+	method, path, body string
+	status             int
+	check              func(t *testing.T, e *env, out map[string]any)
+}{
+	"POST /api/v1/sessions": {"POST", "/api/v1/sessions", `{"title":"bob's"}`, 201, func(t *testing.T, e *env, out map[string]any) {
+		if out["owner"] != "bob" {
+			t.Fatalf("bob's new session is owned by %v", out["owner"])
+		}
+	}},
+	"GET /api/v1/sessions":               {"GET", "/api/v1/sessions", "", 200, nil},
+	"GET /api/v1/sessions/{id}":          {"GET", "/api/v1/sessions/{A}", "", 403, nil},
+	"PATCH /api/v1/sessions/{id}":        {"PATCH", "/api/v1/sessions/{A}", `{"title":"pwned"}`, 403, nil},
+	"DELETE /api/v1/sessions/{id}":       {"DELETE", "/api/v1/sessions/{A}", "", 403, nil},
+	"GET /api/v1/sessions/{id}/messages": {"GET", "/api/v1/sessions/{A}/messages", "", 403, nil},
+	"GET /api/v1/sessions/{id}/records":  {"GET", "/api/v1/sessions/{A}/records", "", 403, nil},
+	"GET /api/v1/usage":                  {"GET", "/api/v1/usage", "", 200, zeroUsage},
+	"POST /api/v1/chat":                  {"POST", "/api/v1/chat", `{"message":"mine now","session_id":"{A}"}`, 403, nil},
+	"POST /api/v1/chat/stream":           {"POST", "/api/v1/chat/stream", `{"message":"mine now","session_id":"{A}"}`, 403, nil},
+	"GET /api/v1/models":                 {"GET", "/api/v1/models", "", 200, nil},
+	"GET /api/v1/tools":                  {"GET", "/api/v1/tools", "", 200, nil},
+	"GET /api/v1/me":                     {"GET", "/api/v1/me", "", 200, nil},
+	"POST /api/v1/auth/guest":            {"POST", "/api/v1/auth/guest", "", 404, nil},
+	"GET /api/v1/admin/keys":             {"GET", "/api/v1/admin/keys?user=alice", "", 403, nil},
+	"POST /api/v1/admin/keys":            {"POST", "/api/v1/admin/keys", `{"user":"alice"}`, 403, nil},
+	"DELETE /api/v1/admin/keys/{id}":     {"DELETE", "/api/v1/admin/keys/{K}", "", 403, nil},
+	"/api/":                              {"GET", "/api/v1/sessions/{A}/secrets", "", 404, nil},
+}
+
+func zeroUsage(t *testing.T, e *env, out map[string]any) {
+	u, _ := out["usage"].(map[string]any)
+	if out["owner"] != "bob" || u["total_tokens"] != float64(0) {
+		t.Fatalf("bob's usage: %v", out)
+	}
+}
+
+// TestCrossUser aims every endpoint, REST and SSE, at alice's data with bob's key: bob gets 403
+// (or his own, empty view), nothing of alice's is in any answer, and nothing of hers changes.
+func TestCrossUser(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil)
+	const title, text = "alice-private-title", "alice-private-message"
+	code, out := e.do(t, "POST", "/api/v1/chat", `{"message":"`+text+`"}`)
+	if code != 200 {
+		t.Fatalf("alice's chat: %d %v", code, out)
+	}
+	sid := out["session_id"].(string)
+	if code, _ := e.do(t, "PATCH", "/api/v1/sessions/"+sid, `{"title":"`+title+`"}`); code != 200 {
+		t.Fatal("rename")
+	}
+	before, _ := e.store.History(ctx, sid)
+	aliceKey := e.key(t, "alice")
+	keys, _ := e.store.ListAPIKeys(ctx, "alice", 10)
+	secrets := []string{title, text, aliceKey, keys[0].ID, keys[0].Prefix, "Hello there"}
+
+	for route, c := range crossUserRoutes {
+		t.Run(route, func(t *testing.T) {
+			path := strings.NewReplacer("{A}", sid, "{K}", keys[0].ID).Replace(c.path)
+			body := strings.ReplaceAll(c.body, "{A}", sid)
+			resp, raw := e.raw(t, c.method, path, body, "Authorization", "Bearer "+e.key(t, "bob"), "Content-Type", "application/json")
+			if resp.StatusCode != c.status {
+				t.Fatalf("%s %s as bob: %d %s, want %d", c.method, path, resp.StatusCode, raw, c.status)
+			}
+			for _, s := range secrets {
+				if strings.Contains(raw, s) {
+					t.Fatalf("%s %s as bob leaks %q: %s", c.method, path, s, raw)
+				}
+			}
+			if c.check != nil {
+				var m map[string]any
+				decodeJSONBody(t, raw, &m)
+				c.check(t, e, m)
+			}
+		})
+	}
+	// Nothing of alice's changed: her session, its title and history, her key.
+	sess, err := e.store.GetSession(ctx, sid)
+	if err != nil || sess.Title != title || sess.Owner != "alice" {
+		t.Fatalf("alice's session after bob: %+v %v", sess, err)
+	}
+	after, _ := e.store.History(ctx, sid)
+	if len(after) != len(before) {
+		t.Fatalf("alice's history went from %d to %d messages", len(before), len(after))
+	}
+	if _, err := e.store.APIKeyByHash(ctx, keys[0].Hash); err != nil {
+		t.Fatal(err)
+	}
+	if k, _ := e.store.APIKeyByHash(ctx, keys[0].Hash); k.RevokedAt != nil {
+		t.Fatal("bob revoked alice's key")
+	}
+	list, _, _ := e.store.ListSessions(ctx, "alice", parley.Page{Limit: 10})
+	if len(list) != 1 {
+		t.Fatalf("alice has %d sessions", len(list))
+	}
+	// And alice still reads her own.
+	if code, _ := e.do(t, "GET", "/api/v1/sessions/"+sid+"/messages", ""); code != 200 {
+		t.Fatalf("alice reads her messages: %d", code)
+	}
+}
+
+func decodeJSONBody(t *testing.T, raw string, v any) {
+	t.Helper()
+	if err := json.Unmarshal([]byte(raw), v); err != nil {
+		t.Fatalf("not JSON: %q", raw)
+	}
+}
