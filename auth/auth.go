@@ -76,7 +76,7 @@ type Identity struct {
 // Errors of Authenticate. Their messages are the same whether a key is unknown, revoked or
 // expired, so that a client learns nothing about keys it does not hold.
 var (
-	ErrNoCredentials = parley.Errorf(parley.ECUnauth, "authentication required: send Authorization: Bearer <api key>")
+	ErrNoCredentials  = parley.Errorf(parley.ECUnauth, "authentication required: send Authorization: Bearer <api key>")
 	ErrBadCredentials = parley.Errorf(parley.ECUnauth, "invalid, revoked or expired API key")
 )
 

@@ -116,11 +116,11 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		GuestRate:    guard.guestRate,
 		RealIPHeader: c.RealIPHeader,
 		CORSOrigins:  c.corsOrigins(),
-		Store:  store,
-		Chat:   svc,
-		Runs:   runMgr,
-		Tools:  func() ([]httpapi.ToolInfo, []httpapi.ServerInfo) { return toolInfos(reg, mcpServers) },
-		Models: func() []httpapi.ModelInfo { return modelInfos(models) },
+		Store:        store,
+		Chat:         svc,
+		Runs:         runMgr,
+		Tools:        func() ([]httpapi.ToolInfo, []httpapi.ServerInfo) { return toolInfos(reg, mcpServers) },
+		Models:       func() []httpapi.ModelInfo { return modelInfos(models) },
 		Ready: func(ctx context.Context) error {
 			if closing.Load() {
 				return errors.New("shutting down")
