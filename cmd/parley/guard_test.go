@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/parleyhq/parley/internal/redistest"
+)
+
+func get(t *testing.T, url, key string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func keysCmd(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	err := run(context.Background(), append([]string{"keys"}, args...), func(string) string { return "" }, &out, io.Discard)
+	return out.String(), err
+}
+
+// TestKeysCommandAndAuth makes a key with `parley keys create`, serves with --auth keys on the same
+// database, and revokes it with `parley keys revoke`.
+func TestKeysCommandAndAuth(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "k.db")
+	out, err := keysCmd(t, "create", "--db", db, "--user", "alice", "--name", "laptop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := strings.TrimSpace(out)
+	if !strings.HasPrefix(secret, "pk_") || len(secret) != 46 {
+		t.Fatalf("keys create printed %q", out)
+	}
+	list, err := keysCmd(t, "list", "--db", db)
+	if err != nil || !strings.Contains(list, "alice") || !strings.Contains(list, "laptop") || strings.Contains(list, secret) || !strings.Contains(list, "active") {
+		t.Fatalf("keys list: %v\n%s", err, list)
+	}
+	for _, bad := range [][]string{{"create", "--db", db}, {"create", "--db", db, "--user", "guest-1"}, {"revoke", "--db", db}, {"rotate"}, {}} {
+		if _, err := keysCmd(t, bad...); err == nil {
+			t.Errorf("keys %v accepted", bad)
+		}
+	}
+
+	url := startInProcess(t, nil, "--db", db, "--auth", "keys")
+	if code, body := get(t, url+"/api/v1/sessions", ""); code != 401 || !strings.Contains(body, "authentication required") {
+		t.Fatalf("no key: %d %s", code, body)
+	}
+	if code, body := get(t, url+"/api/v1/me", secret); code != 200 || !strings.Contains(body, `"user":"alice"`) {
+		t.Fatalf("alice's key: %d %s", code, body)
+	}
+	if code, _ := get(t, url+"/healthz", ""); code != 200 {
+		t.Fatalf("health probe needs no key: %d", code)
+	}
+
+	id := strings.Fields(strings.Split(list, "\n")[1])[0]
+	if out, err := keysCmd(t, "revoke", "--db", db, id); err != nil || !strings.Contains(out, "revoked "+id) {
+		t.Fatalf("keys revoke: %v %q", err, out)
+	}
+	if list, _ := keysCmd(t, "list", "--db", db); !strings.Contains(list, "revoked") {
+		t.Fatalf("list after revoke:\n%s", list)
+	}
+	// A server that has not seen the key yet refuses it at once (one that has, within 30s).
+	url2 := startInProcess(t, nil, "--db", db, "--auth", "keys")
+	if code, _ := get(t, url2+"/api/v1/me", secret); code != 401 {
+		t.Fatalf("revoked key: %d", code)
+	}
+}
+
+// TestAuthDefaultsToKeysOffLoopback: --auth is off by default only on a loopback address.
+func TestAuthDefaultsToKeysOffLoopback(t *testing.T) {
+	for addr, want := range map[string]string{"127.0.0.1:8080": "off", "localhost:0": "off", "[::1]:80": "off", "0.0.0.0:8080": "keys", ":8080": "keys", "10.0.0.5:80": "keys"} {
+		c := config{Addr: addr}
+		fs := flagSet("serve", io.Discard, "")
+		serveFlags(fs, &c)
+		fs.Parse([]string{"--addr", addr})
+		if err := c.validate(); err != nil {
+			t.Fatal(err)
+		}
+		if c.Auth != want {
+			t.Errorf("--addr %s: auth %q, want %q", addr, c.Auth, want)
+		}
+	}
+	for _, args := range [][]string{{"--auth", "maybe"}, {"--guests"}, {"--rate-limit", "fast"}, {"--guest-rate-limit", "10/fortnight"},
+		{"--cors-origins", "app.example.com"}, {"--redis-url", "mysql://x"}, {"--max-runs", "-1"}} {
+		var c config
+		fs := flagSet("serve", io.Discard, "")
+		serveFlags(fs, &c)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.validate(); err == nil || !strings.Contains(err.Error(), strings.TrimPrefix(args[0], "--")) {
+			t.Errorf("%v: validate %v", args, err)
+		}
+	}
+}
+
+// TestRateLimitsHoldAcrossInstances runs two servers on one database and the machine's Redis: a
+// user's requests count against one budget, whichever instance takes them.
+func TestRateLimitsHoldAcrossInstances(t *testing.T) {
+	redistest.Client(t) // skips, or fails where Redis is required, when none answers
+	db := filepath.Join(t.TempDir(), "r.db")
+	b := make([]byte, 4)
+	rand.Read(b)
+	out, err := keysCmd(t, "create", "--db", db, "--user", "rl-"+hex.EncodeToString(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := strings.TrimSpace(out)
+	args := []string{"--db", db, "--auth", "keys", "--redis-url", redistest.URL(), "--rate-limit", "3/h"}
+	a, bURL := startInProcess(t, nil, args...), startInProcess(t, nil, args...)
+	for i, u := range []string{a, bURL, a} {
+		if code, body := get(t, u+"/api/v1/me", key); code != 200 {
+			t.Fatalf("request %d: %d %s", i, code, body)
+		}
+	}
+	req, _ := http.NewRequest("GET", bURL+"/api/v1/me", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("4th request, on the other instance: %d (Retry-After %q), want 429", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+
+}
