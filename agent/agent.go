@@ -49,6 +49,10 @@ type Config struct {
 	MaxIterations int
 	// MaxParallelTools bounds the tool calls of one model response that run at once.
 	MaxParallelTools int
+	// MaxToolCalls bounds the tool calls of one run, all model responses together (seed 003 §9's
+	// checkMaxToolCalls); the calls past it are answered with an error result and not run.
+	// 0: no bound.
+	MaxToolCalls int
 	// ToolHistoryRounds and SystemPrompt shape the history sent to the model (package llmctx).
 	ToolHistoryRounds int
 	SystemPrompt      string
@@ -63,6 +67,8 @@ type Input struct {
 	Model     string
 	// SelectedTools restricts the tools offered to the model (seed 001); nil offers all.
 	SelectedTools []string
+	// User is who the run acts for: its tool calls count against that user's quota.
+	User string
 }
 
 // Result is how a run ended.
@@ -132,6 +138,7 @@ func (a *Agent) Run(ctx context.Context, in Input, emit func(parley.Event)) (*Re
 	}
 
 	res := &Result{}
+	toolCalls := 0 // calls run so far, against MaxToolCalls
 	for res.Iterations < a.cfg.MaxIterations {
 		res.Iterations++
 		history, err := a.cfg.History.ModelHistory(ctx, in.SessionID)
@@ -177,7 +184,12 @@ func (a *Agent) Run(ctx context.Context, in Input, emit func(parley.Event)) (*Re
 		}
 
 		emitSafe(parley.Event{Type: parley.EventToolCallsStart, ToolCalls: msg.ToolCalls})
-		if err := a.runTools(ctx, in, msg.ToolCalls, allowed, emitSafe); err != nil {
+		budget := len(msg.ToolCalls)
+		if a.cfg.MaxToolCalls > 0 {
+			budget = max(0, min(budget, a.cfg.MaxToolCalls-toolCalls))
+		}
+		toolCalls += budget
+		if err := a.runTools(ctx, in, msg.ToolCalls, budget, allowed, emitSafe); err != nil {
 			return res, err
 		}
 		if ctx.Err() != nil {
@@ -271,9 +283,11 @@ func (a *Agent) assistant(in Input, model string, resp *parley.Response, latency
 	return msg
 }
 
-// runTools runs calls in parallel, at most MaxParallelTools at a time, storing each result as a
-// tool message as soon as it is ready. It returns only a storage error; tool failures are results.
-func (a *Agent) runTools(ctx context.Context, in Input, calls []parley.ToolCall, allowed map[string]bool, emit func(parley.Event)) error {
+// runTools runs the first budget calls in parallel, at most MaxParallelTools at a time, storing
+// each result as a tool message as soon as it is ready; the calls past the budget get an error
+// result without running. It returns only a storage error; tool failures are results.
+func (a *Agent) runTools(ctx context.Context, in Input, calls []parley.ToolCall, budget int, allowed map[string]bool, emit func(parley.Event)) error {
+	ctx = tools.WithUser(ctx, in.User)
 	sem := make(chan struct{}, a.cfg.MaxParallelTools)
 	var (
 		wg       sync.WaitGroup
@@ -288,7 +302,12 @@ func (a *Agent) runTools(ctx context.Context, in Input, calls []parley.ToolCall,
 			defer wg.Done()
 			defer func() { <-sem }()
 			emit(parley.Event{Type: parley.EventToolCall, ToolCall: &call})
-			out := a.cfg.Tools.Call(ctx, call, allowed)
+			var out tools.Outcome
+			if i < budget {
+				out = a.cfg.Tools.Call(ctx, call, allowed)
+			} else {
+				out = tools.Outcome{Content: parley.Text(fmt.Sprintf("error: not run: this request may make at most %d tool calls; answer with what you have", a.cfg.MaxToolCalls))}
+			}
 			ok := out.Success
 			msg := &parley.Message{
 				ID: parley.NewID(), Role: parley.RoleTool, Content: out.Content, Name: call.Function.Name,

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/limit"
 	"github.com/parleyhq/parley/llmctx"
 	"github.com/parleyhq/parley/store/sqlite"
 	"github.com/parleyhq/parley/tools"
@@ -643,4 +644,59 @@ type blocking struct{}
 
 func (blocking) Stream(ctx context.Context, _ *parley.ChatRequest) (parley.Stream, error) {
 	return &sliceStream{ctx: ctx, evs: nil, err: nil, wait: true}, nil
+}
+
+// TestMaxToolCallsPerRequest: a run may make MaxToolCalls tool calls over all its model answers;
+// the calls past it are answered with an error result, not run, and the history stays valid.
+func TestMaxToolCallsPerRequest(t *testing.T) {
+	f := newFixture(t)
+	var ran atomic.Int32
+	// The run's user reaches the registry (for its quotas): a quota of 1 call per user shows it.
+	mem := limit.NewMemory()
+	f.reg = tools.NewRegistry(tools.WithGuard(tools.Guard{Quotas: mem, UserRate: limit.Rate{Count: 100, Per: time.Hour, Burst: 100}}))
+	f.tool(t, "count", func(ctx context.Context, args json.RawMessage) (*parley.ToolResult, error) {
+		ran.Add(1)
+		return &parley.ToolResult{Content: parley.Text("ok")}, nil
+	})
+	f.prov.steps = append(f.prov.steps,
+		callTools("", [2]string{"count", `{"n":1}`}, [2]string{"count", `{"n":2}`}),
+		callTools("", [2]string{"count", `{"n":3}`}, [2]string{"count", `{"n":4}`}),
+		say("done"))
+	a := f.agent(func(c *Config) { c.MaxToolCalls = 3 })
+	u := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("go"), CreatedAt: time.Now().UTC().Truncate(time.Microsecond)}
+	if err := f.store.AppendMessages(context.Background(), f.sess, u); err != nil {
+		t.Fatal(err)
+	}
+	res, err := a.Run(context.Background(), Input{SessionID: f.sess, RunID: "run1", User: "erin"}, func(parley.Event) {})
+	if err != nil || res.FinishReason != parley.FinishStop {
+		t.Fatalf("run: %+v %v", res, err)
+	}
+	if ran.Load() != 3 {
+		t.Fatalf("%d calls ran, want 3", ran.Load())
+	}
+	h := f.history(t)
+	if err := parley.CheckHistory(h); err != nil {
+		t.Fatal(err)
+	}
+	refused := 0
+	for _, m := range h {
+		if m.Role == parley.RoleTool && !*m.Success {
+			if !strings.Contains(m.Content.String(), "at most 3 tool calls") {
+				t.Fatalf("failed tool message: %q", m.Content.String())
+			}
+			refused++
+		}
+	}
+	if refused != 1 {
+		t.Fatalf("%d calls refused, want 1 (the 4th)", refused)
+	}
+	// The user's quota was charged for the 3 calls that ran (100 burst - 3).
+	for i := range 97 {
+		if d, _ := mem.Allow(context.Background(), "tu:erin", limit.Rate{Count: 100, Per: time.Hour, Burst: 100}); !d.Allowed {
+			t.Fatalf("quota spent after %d more: the run charged more than 3", i)
+		}
+	}
+	if d, _ := mem.Allow(context.Background(), "tu:erin", limit.Rate{Count: 100, Per: time.Hour, Burst: 100}); d.Allowed {
+		t.Fatal("the run's calls were not charged to erin")
+	}
 }

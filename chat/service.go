@@ -88,7 +88,7 @@ func (s *Service) Send(ctx context.Context, owner string, req Request) (*Started
 		run.Release()
 		return nil, err
 	}
-	in := agent.Input{SessionID: sess.ID, RunID: run.ID, Model: req.Model, SelectedTools: req.SelectedTools}
+	in := agent.Input{SessionID: sess.ID, RunID: run.ID, Model: req.Model, SelectedTools: req.SelectedTools, User: owner}
 	run.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
 		emit(parley.Event{Type: parley.EventRecord, Message: user})
 		res, err := s.Agent.Run(ctx, in, emit)

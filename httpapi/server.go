@@ -15,6 +15,7 @@ import (
 	"github.com/parleyhq/parley/chat"
 	"github.com/parleyhq/parley/limit"
 	"github.com/parleyhq/parley/runs"
+	"github.com/parleyhq/parley/tools"
 )
 
 // ModelInfo describes one model a client may name.
@@ -44,6 +45,8 @@ type ToolInfo struct {
 	// Breaker is the tool's own circuit breaker: closed, open (calls refused, the model is told)
 	// or half_open.
 	Breaker string `json:"breaker"`
+	// Stats are the tool's execution metrics since the server started.
+	Stats *tools.Stats `json:"stats,omitempty"`
 }
 
 // ServerInfo is one configured MCP server's health.

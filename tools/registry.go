@@ -17,6 +17,7 @@ import (
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/breaker"
 	"github.com/parleyhq/parley/redact"
+	"github.com/parleyhq/parley/tools/guard"
 )
 
 // DefaultTimeout bounds one tool call when no timeout is configured.
@@ -35,11 +36,15 @@ type Registry struct {
 	breakerFailures int
 	breakerCooldown time.Duration
 	now             func() time.Time
+
+	guard Guard
+	stats statsMap
 }
 
 type entry struct {
-	tool   parley.Tool
-	source string
+	tool    parley.Tool
+	source  string
+	checker *guard.Checker // the tool's argument checks
 }
 
 // Sourced is implemented by tools that run elsewhere, such as an MCP server's: the name of the
@@ -108,7 +113,7 @@ func (r *Registry) Register(t parley.Tool) error {
 	if _, ok := r.tools[name]; ok {
 		return fmt.Errorf("tool %s: registered twice", name)
 	}
-	r.tools[name] = entry{tool: t}
+	r.tools[name] = entry{tool: t, checker: r.compile(t)}
 	return nil
 }
 
@@ -156,7 +161,7 @@ func (r *Registry) Replace(source string, ts []parley.Tool) error {
 			}
 			continue
 		}
-		r.tools[name] = entry{tool: t, source: source}
+		r.tools[name] = entry{tool: t, source: source, checker: r.compile(t)}
 	}
 	return errors.Join(errs...)
 }
@@ -230,6 +235,7 @@ type Outcome struct {
 	ResourceID string
 	Server     string // the MCP server that ran the tool; "" for built-in tools
 	Latency    time.Duration
+	TimedOut   bool // the call reached its time limit
 }
 
 // Call runs one tool call with the registry's timeout. It never fails: an unknown tool, arguments
@@ -247,7 +253,7 @@ func (r *Registry) Call(ctx context.Context, call parley.ToolCall, allowed map[s
 		out.Latency = time.Since(start)
 		return out
 	}
-	out := r.call(ctx, e.tool, call)
+	out := r.call(ctx, e, call)
 	if s, ok := e.tool.(Sourced); ok {
 		out.Server = s.Server()
 	}
@@ -255,15 +261,15 @@ func (r *Registry) Call(ctx context.Context, call parley.ToolCall, allowed map[s
 	return out
 }
 
-func (r *Registry) call(ctx context.Context, t parley.Tool, call parley.ToolCall) Outcome {
+func (r *Registry) call(ctx context.Context, e entry, call parley.ToolCall) Outcome {
 	name := call.Function.Name
+	st := r.stats.of(name)
 	args := json.RawMessage(call.Function.Arguments)
 	if len(args) == 0 {
 		args = json.RawMessage("{}")
 	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(args, &obj); err != nil || obj == nil {
-		return failure("the arguments of %s are not a JSON object: %s", name, truncate(call.Function.Arguments, 200))
+	if out, ok := r.admit(ctx, e, name, args, st); !ok {
+		return out
 	}
 	if ctx.Err() != nil {
 		// The run ended before this call's turn came: the tool is not started.
@@ -272,11 +278,20 @@ func (r *Registry) call(ctx context.Context, t parley.Tool, call parley.ToolCall
 	}
 	report, wait, ok := r.breaker(name).Allow()
 	if !ok {
+		st.limited.Add(1)
 		return failure("%s is switched off for %s after repeated failures (circuit breaker open); answer without it or try later",
 			name, wait.Round(time.Second))
 	}
-	out, health := r.run(ctx, t, name, args)
+	if out, ok := r.quota(ctx, name); !ok {
+		report(breaker.Ignore)
+		st.limited.Add(1)
+		return out
+	}
+	start := time.Now()
+	out, health := r.run(ctx, e.tool, name, args)
 	report(health)
+	out.Latency = time.Since(start)
+	st.ran(out)
 	return out
 }
 
@@ -356,7 +371,9 @@ func (r *Registry) run(ctx context.Context, t parley.Tool, name string, args jso
 func (r *Registry) ctxFailure(ctx context.Context, name string, timeout time.Duration) (Outcome, breaker.Outcome) {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		r.log.Warn("tool timed out", "tool", name, "timeout", timeout)
-		return failure("%s timed out after %s", name, timeout), breaker.Failure
+		out := failure("%s timed out after %s", name, timeout)
+		out.TimedOut = true
+		return out, breaker.Failure
 	}
 	return failure("%s was interrupted: the run was cancelled", name), breaker.Ignore
 }

@@ -48,6 +48,12 @@ type config struct {
 	ToolTimeout       time.Duration
 	MaxParallelTools  int
 	ToolBreakerFails  int
+	MaxToolCalls      int
+	ToolMaxString     int
+	ToolMaxDepth      int
+	InjectionGuard    string
+	ToolQuotaUser     string
+	ToolQuotaTool     string
 	ToolBreakerCool   time.Duration
 	MCPConfig         string
 	MCPStartTimeout   time.Duration
@@ -111,6 +117,12 @@ func serveFlags(fs *flag.FlagSet, c *config) {
 	fs.IntVar(&c.MaxParallelTools, "max-parallel-tools", 4, "tool calls of one model answer run at once")
 	fs.IntVar(&c.ToolBreakerFails, "tool-breaker-failures", 3, "consecutive failures (errors, crashes, timeouts) of a tool that open its circuit breaker")
 	fs.DurationVar(&c.ToolBreakerCool, "tool-breaker-cooldown", 30*time.Second, "how long an open tool breaker refuses calls (the model is told) before one trial call")
+	fs.IntVar(&c.MaxToolCalls, "max-tool-calls", 3, "tool calls one request (run) may make, all model answers together; the calls past it are answered with an error, not run (0: no bound)")
+	fs.IntVar(&c.ToolMaxString, "tool-max-string", 100_000, "longest string, in characters, in a tool call's arguments")
+	fs.IntVar(&c.ToolMaxDepth, "tool-max-depth", 20, "deepest nesting of objects and arrays in a tool call's arguments")
+	fs.StringVar(&c.InjectionGuard, "injection-guard", "block", "tool arguments matching a prompt-injection pattern: block (refused, the model is told), flag (run, logged and counted) or off")
+	fs.StringVar(&c.ToolQuotaUser, "tool-quota-user", "600/h,burst=60", "tool calls per user, all tools together (N/s|m|h|d[,burst=B], or off)")
+	fs.StringVar(&c.ToolQuotaTool, "tool-quota-tool", "off", "calls per tool, all users together (N/s|m|h|d[,burst=B], or off)")
 	fs.StringVar(&c.MCPConfig, "mcp-config", "", "JSON file of MCP servers in the common {\"mcpServers\": {...}} shape (the config file's mcpServers key takes the same)")
 	fs.DurationVar(&c.MCPStartTimeout, "mcp-start-timeout", 30*time.Second, "time limit of one start of an MCP server: connecting and listing its tools")
 	fs.DurationVar(&c.MCPRetryBase, "mcp-retry-base", 500*time.Millisecond, "first wait before an MCP server that died or failed to start is started again; it doubles per failure, with jitter")
@@ -293,7 +305,15 @@ func (c *config) validate() error {
 	if c.GuestTTL <= 0 || c.MaxRuns < 0 {
 		errs = append(errs, errors.New("guest-ttl must be positive and max-runs not negative"))
 	}
-	for name, v := range map[string]string{"rate-limit": c.RateLimit, "guest-rate-limit": c.GuestRateLimit} {
+	if c.MaxToolCalls < 0 || c.ToolMaxString < 1 || c.ToolMaxDepth < 1 {
+		errs = append(errs, errors.New("max-tool-calls must not be negative; tool-max-string and tool-max-depth must be at least 1"))
+	}
+	switch c.InjectionGuard {
+	case "block", "flag", "off":
+	default:
+		errs = append(errs, fmt.Errorf("injection-guard must be block, flag or off, not %q", c.InjectionGuard))
+	}
+	for name, v := range map[string]string{"rate-limit": c.RateLimit, "guest-rate-limit": c.GuestRateLimit, "tool-quota-user": c.ToolQuotaUser, "tool-quota-tool": c.ToolQuotaTool} {
 		if _, err := limit.ParseRate(v); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %v", name, err))
 		}

@@ -17,6 +17,8 @@ type guard struct {
 	auth                *auth.Authenticator // nil with --auth off
 	limiter             limit.Limiter
 	userRate, guestRate limit.Rate
+	toolUserRate        limit.Rate    // tool calls per user
+	toolRate            limit.Rate    // calls per tool
 	redis               *redis.Client // nil without --redis-url
 	stopSweep           context.CancelFunc
 	swept               chan struct{}
@@ -29,6 +31,12 @@ func newGuard(ctx context.Context, c *config, store parley.Store, log *slog.Logg
 		return nil, err
 	}
 	if g.guestRate, err = limit.ParseRate(c.GuestRateLimit); err != nil {
+		return nil, err
+	}
+	if g.toolUserRate, err = limit.ParseRate(c.ToolQuotaUser); err != nil {
+		return nil, err
+	}
+	if g.toolRate, err = limit.ParseRate(c.ToolQuotaTool); err != nil {
 		return nil, err
 	}
 	if c.RedisURL != "" {

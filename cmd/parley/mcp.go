@@ -83,7 +83,8 @@ func toolInfos(reg *tools.Registry, m *mcp.Manager) ([]httpapi.ToolInfo, []httpa
 	}
 	var out []httpapi.ToolInfo
 	for _, e := range reg.Entries() {
-		ti := httpapi.ToolInfo{ToolSpec: e.ToolSpec, Server: e.Source, Breaker: string(reg.BreakerState(e.Name))}
+		st := reg.Stats(e.Name)
+		ti := httpapi.ToolInfo{ToolSpec: e.ToolSpec, Server: e.Source, Breaker: string(reg.BreakerState(e.Name)), Stats: &st}
 		if h, ok := health[e.Source]; ok {
 			ti.Health = string(h.State)
 		}

@@ -37,10 +37,11 @@ func mcpConfigFile(t *testing.T, o mcptest.Options) string {
 
 type toolList struct {
 	Tools []struct {
-		Name    string `json:"name"`
-		Server  string `json:"server"`
-		Health  string `json:"health"`
-		Breaker string `json:"breaker"`
+		Stats   map[string]int64 `json:"stats"`
+		Name    string           `json:"name"`
+		Server  string           `json:"server"`
+		Health  string           `json:"health"`
+		Breaker string           `json:"breaker"`
 	} `json:"tools"`
 	Servers []struct {
 		Name     string `json:"name"`

@@ -19,6 +19,7 @@ import (
 	"github.com/parleyhq/parley/store/historycache"
 	"github.com/parleyhq/parley/tools"
 	"github.com/parleyhq/parley/tools/builtin"
+	guardpkg "github.com/parleyhq/parley/tools/guard"
 )
 
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -62,8 +63,18 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		log.Warn("closed tool calls of interrupted runs", "tool_messages", n)
 	}
 
+	guard, err := newGuard(ctx, &c, store, log)
+	if err != nil {
+		return err
+	}
+	defer guard.close()
 	reg := tools.NewRegistry(tools.WithTimeout(c.ToolTimeout), tools.WithLogger(log),
-		tools.WithBreakers(c.ToolBreakerFails, c.ToolBreakerCool, time.Now))
+		tools.WithBreakers(c.ToolBreakerFails, c.ToolBreakerCool, time.Now),
+		tools.WithGuard(tools.Guard{
+			Limits:    guardpkg.Limits{MaxString: c.ToolMaxString, MaxDepth: c.ToolMaxDepth},
+			Injection: c.InjectionGuard,
+			Quotas:    guard.limiter, UserRate: guard.toolUserRate, ToolRate: guard.toolRate,
+		}))
 	if err := builtin.Register(reg, time.Now); err != nil {
 		return err
 	}
@@ -88,6 +99,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		Tools:             reg,
 		MaxIterations:     c.MaxIterations,
 		MaxParallelTools:  c.MaxParallelTools,
+		MaxToolCalls:      c.MaxToolCalls,
 		ToolHistoryRounds: c.ToolHistoryRounds,
 		SystemPrompt:      c.SystemPrompt,
 		Log:               log,
@@ -101,11 +113,6 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		DefaultModel: models.Default(),
 		MaxMessage:   c.MaxMessageChars,
 	}
-	guard, err := newGuard(ctx, &c, store, log)
-	if err != nil {
-		return err
-	}
-	defer guard.close()
 	var closing atomic.Bool
 	handler := httpapi.NewServer(httpapi.Deps{
 		Auth:         guard.auth,

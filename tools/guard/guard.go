@@ -74,8 +74,8 @@ func strict(s *jsonschema.Schema) {
 		return
 	}
 	composed := len(s.AllOf) > 0 || len(s.AnyOf) > 0 || len(s.OneOf) > 0
-	isObject := s.Type == "object" || len(s.Properties) > 0
-	if isObject && !composed && s.AdditionalProperties == nil && len(s.PatternProperties) == 0 && s.UnevaluatedProperties == nil {
+	// An object schema that names no properties ({"type": "object"}) says "any object".
+	if len(s.Properties) > 0 && !composed && s.AdditionalProperties == nil && len(s.PatternProperties) == 0 && s.UnevaluatedProperties == nil {
 		s.AdditionalProperties = &jsonschema.Schema{Not: &jsonschema.Schema{}}
 	}
 	for _, p := range s.Properties {
@@ -107,9 +107,8 @@ var ErrInjection = errors.New("prompt injection")
 
 func (e *Error) Is(target error) bool { return target == ErrInjection && e.Kind == "injection" }
 
-// Check decodes args and validates them: keys, limits, schema. It returns the decoded value, for
-// the injection layer.
-func (c *Checker) Check(args []byte) (map[string]any, error) {
+// Decode reads a tool call's arguments: one JSON object and nothing after it.
+func Decode(args []byte) (map[string]any, error) {
 	dec := json.NewDecoder(bytes.NewReader(args))
 	var v any
 	if err := dec.Decode(&v); err != nil {
@@ -122,15 +121,29 @@ func (c *Checker) Check(args []byte) (map[string]any, error) {
 	if !ok {
 		return nil, &Error{"invalid", "the arguments must be a JSON object"}
 	}
+	return obj, nil
+}
+
+// Validate applies layer 2 to decoded arguments: keys, limits, then the schema.
+func (c *Checker) Validate(obj map[string]any) error {
 	if err := c.walk(obj, "", 1); err != nil {
-		return nil, err
+		return err
 	}
 	if c.schema != nil {
 		if err := c.schema.Validate(obj); err != nil {
-			return nil, &Error{"invalid", "the arguments do not match the tool's schema: " + schemaReason(err)}
+			return &Error{"invalid", "the arguments do not match the tool's schema: " + schemaReason(err)}
 		}
 	}
-	return obj, nil
+	return nil
+}
+
+// Check is Decode then Validate.
+func (c *Checker) Check(args []byte) (map[string]any, error) {
+	obj, err := Decode(args)
+	if err != nil {
+		return nil, err
+	}
+	return obj, c.Validate(obj)
 }
 
 // forbiddenKeys would reach an object's prototype in a JavaScript tool (prototype pollution).
