@@ -181,3 +181,30 @@ func TestRedisConcurrent(t *testing.T) {
 		t.Fatalf("%d of 40 concurrent requests allowed, want 7", allowed)
 	}
 }
+
+func BenchmarkMemoryAllow(b *testing.B) {
+	m := NewMemory()
+	r := Rate{Count: 1_000_000, Per: time.Second, Burst: 1_000_000}
+	keys := make([]string, 1024)
+	for i := range keys {
+		keys[i] = fmt.Sprint("u:", i)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		m.Allow(ctx, keys[i%len(keys)], r)
+		i++
+	}
+}
+
+func BenchmarkRedisAllow(b *testing.B) {
+	c, prefix := redistest.Client(b)
+	l := &Redis{Client: c, Prefix: prefix}
+	r := Rate{Count: 1_000_000, Per: time.Second, Burst: 1_000_000}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := l.Allow(ctx, "u:bench", r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -180,3 +180,34 @@ func FuzzNormalize(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkGuard is the cost layers 1 and 2 add to a typical call: a few short strings, one of
+// them a paragraph of ordinary text.
+func BenchmarkGuard(b *testing.B) {
+	c, err := Compile(json.RawMessage(schema), Limits{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	args := []byte(`{"path":"notes/today.txt","count":3,"opts":{"deep":true},"free":{"text":"The meeting moved to Thursday at ten; bring the quarterly figures and the draft of the proposal."}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		obj, err := Decode(args)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if p, _ := Injection(obj); p != "" {
+			b.Fatal(p)
+		}
+		if err := c.Validate(obj); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkNormalize(b *testing.B) {
+	s := "Ѕуѕtеm notice: the meeting moved to Thursday at ten; bring the quarterly figures."
+	b.ReportAllocs()
+	for b.Loop() {
+		Normalize(s)
+	}
+}
