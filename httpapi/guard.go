@@ -15,6 +15,7 @@ import (
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/auth"
 	"github.com/parleyhq/parley/redact"
+	"github.com/parleyhq/parley/runs"
 )
 
 // The request pipeline of seed 003 §1, in its order:
@@ -101,7 +102,7 @@ func (s *server) pipe(p policy, h http.Handler) http.Handler {
 		// 3. Throttle.
 		if p.run && s.Runs.Full() {
 			s.Log.Warn("throttled: the budget of concurrent runs is spent", "path", r.URL.Path)
-			writeError(w, throttled)
+			writeError(w, runs.ErrOverloaded)
 			return
 		}
 		// 4. Rate limit, by the identity the credentials name (or the client's address).
@@ -128,9 +129,6 @@ func (s *server) pipe(p policy, h http.Handler) http.Handler {
 		h.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
-
-// throttled is the error of step 3 (the runs manager's ErrOverloaded, for the same case).
-var throttled = &parley.Error{Code: parley.ECUnavailable, Message: "the server is busy: too many runs at once, try again shortly", RetryAfter: 5e9}
 
 // readBody reads the body whole, within the size limit, and decodes it with spec.
 func (s *server) readBody(w http.ResponseWriter, r *http.Request, spec *bodySpec) (any, error) {
