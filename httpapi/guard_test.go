@@ -336,3 +336,43 @@ func TestEveryRouteIsGuarded(t *testing.T) {
 		t.Fatalf("routes.go has\n%s\n\nthe cross-user test covers\n%s", strings.Join(routes, "\n"), strings.Join(covered, "\n"))
 	}
 }
+
+// TestGuestsHaveTheGuestRate: a guest token is limited at the guest rate, each guest on its own.
+func TestGuestsHaveTheGuestRate(t *testing.T) {
+	e := newEnv(t, func(d *httpapi.Deps) {
+		d.Guests = true
+		d.Limiter = limit.NewMemory()
+		d.UserRate = limit.Rate{Count: 100, Per: time.Hour, Burst: 100}
+		d.GuestRate = limit.Rate{Count: 3, Per: time.Hour, Burst: 3}
+	})
+	token := func() string {
+		resp, body := e.raw(t, "POST", "/api/v1/auth/guest", "")
+		var g map[string]any
+		json.Unmarshal([]byte(body), &g)
+		if resp.StatusCode != 201 {
+			t.Fatalf("guest token: %d %s", resp.StatusCode, body)
+		}
+		return "Bearer " + g["token"].(string)
+	}
+	// The token requests count against this address's guest budget (3): two of them.
+	g1, g2 := token(), token()
+	for i, want := range []int{200, 200, 200, 429} {
+		if resp, _ := e.raw(t, "GET", "/api/v1/me", "", "Authorization", g1); resp.StatusCode != want {
+			t.Fatalf("guest 1, request %d: %d, want %d", i, resp.StatusCode, want)
+		}
+	}
+	if resp, _ := e.raw(t, "GET", "/api/v1/me", "", "Authorization", g2); resp.StatusCode != 200 {
+		t.Fatalf("guest 2 limited by guest 1: %d", resp.StatusCode)
+	}
+	// Token requests count by address: the third is the last of its budget of 3, the fourth is past it.
+	token()
+	if resp, _ := e.raw(t, "POST", "/api/v1/auth/guest", ""); resp.StatusCode != 429 {
+		t.Fatalf("fourth token: %d, want 429", resp.StatusCode)
+	}
+	// Alice, with a key, has the user rate.
+	for i := range 5 {
+		if code, _ := e.do(t, "GET", "/api/v1/me", ""); code != 200 {
+			t.Fatalf("alice's request %d: %d", i, code)
+		}
+	}
+}
