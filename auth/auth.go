@@ -8,10 +8,12 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	parley "github.com/parleyhq/parley"
 )
@@ -43,6 +45,20 @@ func WellFormed(s string) bool {
 		}
 	}
 	return true
+}
+
+// CheckUser checks a user name a key is made for: 1 to 128 bytes of printable UTF-8, and not a
+// guest name (guest- names are given to guest tokens only).
+func CheckUser(u string) error {
+	switch {
+	case u == "":
+		return errors.New("user: required")
+	case len(u) > 128 || !utf8.ValidString(u) || strings.ContainsFunc(u, func(c rune) bool { return c < ' ' || c == 0x7f }):
+		return errors.New("user: at most 128 bytes of printable UTF-8")
+	case strings.HasPrefix(u, "guest-"):
+		return errors.New("user: names starting with guest- are for guest tokens")
+	}
+	return nil
 }
 
 // NewKey makes a key for user: the secret, to be shown once, and the record to store.

@@ -126,3 +126,12 @@ func TestRevokedElsewhereWithinTTL(t *testing.T) {
 		t.Fatalf("after the cache TTL: %v, want ErrBadCredentials", err)
 	}
 }
+
+func TestCheckUser(t *testing.T) {
+	for u, ok := range map[string]bool{"alice": true, "Ünïcode name": true, "": false, "a\nb": false, "\x7f": false,
+		"guest-1": false, strings.Repeat("x", 129): false, "\xff": false} {
+		if err := CheckUser(u); (err == nil) != ok {
+			t.Errorf("CheckUser(%q) = %v, want ok=%v", u, err, ok)
+		}
+	}
+}

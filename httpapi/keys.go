@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"net/http"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -45,23 +44,9 @@ type newKeyBody struct {
 	ttl       time.Duration
 }
 
-// checkUser checks a user name as keys and sessions store it.
-func checkUser(u string) error {
-	if u == "" {
-		return parley.Errorf(parley.ECInvalid, "user: required")
-	}
-	if len(u) > 128 || !utf8.ValidString(u) || strings.ContainsFunc(u, func(c rune) bool { return c < ' ' || c == 0x7f }) {
-		return parley.Errorf(parley.ECInvalid, "user: at most 128 bytes of printable UTF-8")
-	}
-	if strings.HasPrefix(u, "guest-") {
-		return parley.Errorf(parley.ECInvalid, "user: names starting with guest- are for guest tokens")
-	}
-	return nil
-}
-
 func checkNewKey(b *newKeyBody) error {
-	if err := checkUser(b.User); err != nil {
-		return err
+	if err := auth.CheckUser(b.User); err != nil {
+		return parley.Errorf(parley.ECInvalid, "%v", err)
 	}
 	if len(b.Name) > 200 || !utf8.ValidString(b.Name) {
 		return parley.Errorf(parley.ECInvalid, "name: at most 200 bytes of UTF-8")

@@ -5,12 +5,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,7 +16,6 @@ import (
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/internal/redistest"
 	"github.com/parleyhq/parley/provider/llmtest"
-	"github.com/parleyhq/parley/tools/mcp/mcptest"
 )
 
 func get(t *testing.T, url, key string) (int, string) {
@@ -104,18 +101,8 @@ func TestAuthDefaultsToKeysOffLoopback(t *testing.T) {
 			t.Errorf("--addr %s: auth %q, want %q", addr, c.Auth, want)
 		}
 	}
-	for _, args := range [][]string{{"--auth", "maybe"}, {"--guests"}, {"--rate-limit", "fast"}, {"--guest-rate-limit", "10/fortnight"},
-		{"--cors-origins", "app.example.com"}, {"--redis-url", "mysql://x"}, {"--max-runs", "-1"}} {
-		var c config
-		fs := flagSet("serve", io.Discard, "")
-		serveFlags(fs, &c)
-		if err := fs.Parse(args); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.validate(); err == nil || !strings.Contains(err.Error(), strings.TrimPrefix(args[0], "--")) {
-			t.Errorf("%v: validate %v", args, err)
-		}
-	}
+	rejectsEach(t, [][]string{{"--auth", "maybe"}, {"--guests"}, {"--rate-limit", "fast"}, {"--guest-rate-limit", "10/fortnight"},
+		{"--cors-origins", "app.example.com"}, {"--redis-url", "mysql://x"}, {"--max-runs", "-1"}})
 }
 
 // TestRateLimitsHoldAcrossInstances runs two servers on one database and the machine's Redis: a
@@ -158,17 +145,7 @@ func TestGuardedMCPToolCalls(t *testing.T) {
 	fake := llmtest.NewServer()
 	hs := httptest.NewServer(fake)
 	defer hs.Close()
-	cmd, args, env := mcptest.Command(mcptest.Options{})
-	cfg := map[string]any{
-		"providers":  []map[string]any{{"name": "oa", "kind": "openai", "base_url": hs.URL + "/v1", "api_key": "sk-test", "models": []string{"gpt-4o"}}},
-		"mcpServers": map[string]any{"t": map[string]any{"command": cmd, "args": args, "env": env, "timeout": 5}},
-	}
-	b, _ := json.Marshal(cfg)
-	path := filepath.Join(t.TempDir(), "parley.yaml")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	url := startInProcess(t, nil, "--config", path, "--max-tool-calls", "3")
+	url := startInProcess(t, nil, "--config", mcpChatConfig(t, hs.URL), "--max-tool-calls", "3")
 
 	call := func(id, args string) parley.ToolCall {
 		return parley.ToolCall{ID: id, Type: "function", Function: parley.FunctionCall{Name: "t__echo", Arguments: args}}

@@ -49,8 +49,8 @@ func runKeys(ctx context.Context, args []string, getenv func(string) string, std
 
 	switch cmd {
 	case "create":
-		if err := checkKeyUser(*user); err != nil {
-			return err
+		if err := auth.CheckUser(*user); err != nil {
+			return fmt.Errorf("keys create: --%v", err)
 		}
 		if *expiresIn < 0 {
 			return errors.New("keys create: --expires-in must not be negative")
@@ -94,19 +94,6 @@ func runKeys(ctx context.Context, args []string, getenv func(string) string, std
 			return fmt.Errorf("keys revoke: %w", err)
 		}
 		fmt.Fprintf(stdout, "revoked %s (user %q)\n", k.ID, k.User)
-	}
-	return nil
-}
-
-func checkKeyUser(u string) error {
-	if u == "" {
-		return errors.New("keys create: --user is required")
-	}
-	if len(u) > 128 || strings.ContainsFunc(u, func(c rune) bool { return c < ' ' || c == 0x7f }) {
-		return errors.New("keys create: --user must be at most 128 bytes of printable text")
-	}
-	if strings.HasPrefix(u, "guest-") {
-		return errors.New("keys create: user names starting with guest- are for guest tokens")
 	}
 	return nil
 }

@@ -66,16 +66,13 @@ func getTools(t *testing.T, url string) toolList {
 	return out
 }
 
-// TestChatCallsAnMCPTool: the model (the fake upstream, over real HTTP) calls a tool of a stdio
-// MCP server configured in the config file's mcpServers key; the final answer carries the tool's
-// result, and the stored tool message names the server, with its execution time.
-func TestChatCallsAnMCPTool(t *testing.T) {
-	fake := llmtest.NewServer()
-	hs := httptest.NewServer(fake)
-	defer hs.Close()
+// mcpChatConfig writes a config file with the provider "oa" (model gpt-4o) at the fake upstream
+// upstreamURL and the mcptest server "t" over stdio, and returns its path.
+func mcpChatConfig(t *testing.T, upstreamURL string) string {
+	t.Helper()
 	cmd, args, env := mcptest.Command(mcptest.Options{})
 	cfg := map[string]any{
-		"providers":  []map[string]any{{"name": "oa", "kind": "openai", "base_url": hs.URL + "/v1", "api_key": "sk-test", "models": []string{"gpt-4o"}}},
+		"providers":  []map[string]any{{"name": "oa", "kind": "openai", "base_url": upstreamURL + "/v1", "api_key": "sk-test", "models": []string{"gpt-4o"}}},
 		"mcpServers": map[string]any{"t": map[string]any{"command": cmd, "args": args, "env": env, "timeout": 5}},
 	}
 	b, _ := json.Marshal(cfg) // JSON is YAML
@@ -83,7 +80,17 @@ func TestChatCallsAnMCPTool(t *testing.T) {
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	url := startInProcess(t, nil, "--config", path)
+	return path
+}
+
+// TestChatCallsAnMCPTool: the model (the fake upstream, over real HTTP) calls a tool of a stdio
+// MCP server configured in the config file's mcpServers key; the final answer carries the tool's
+// result, and the stored tool message names the server, with its execution time.
+func TestChatCallsAnMCPTool(t *testing.T) {
+	fake := llmtest.NewServer()
+	hs := httptest.NewServer(fake)
+	defer hs.Close()
+	url := startInProcess(t, nil, "--config", mcpChatConfig(t, hs.URL))
 
 	tl := getTools(t, url)
 	found := false

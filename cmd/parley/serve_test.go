@@ -218,8 +218,15 @@ func TestValidateRejectsBadSettings(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "max-iterations") || !strings.Contains(err.Error(), "log-format") {
 		t.Fatalf("validate: %v", err)
 	}
-	for _, args := range [][]string{{"--provider-attempts", "0"}, {"--breaker-failures", "0"}, {"--provider-timeout", "0s"},
-		{"--breaker-cooldown", "-1s"}, {"--provider-retry-base", "0s"}, {"--provider-max-wait", "0s"}} {
+	rejectsEach(t, [][]string{{"--provider-attempts", "0"}, {"--breaker-failures", "0"}, {"--provider-timeout", "0s"},
+		{"--breaker-cooldown", "-1s"}, {"--provider-retry-base", "0s"}, {"--provider-max-wait", "0s"}})
+}
+
+// rejectsEach checks that validate refuses each set of serve flags with an error naming its first
+// flag.
+func rejectsEach(t *testing.T, sets [][]string) {
+	t.Helper()
+	for _, args := range sets {
 		var c config
 		fs := flagSet("serve", io.Discard, "")
 		serveFlags(fs, &c)
