@@ -71,13 +71,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
-func describeJSONError(err error, limit int64) string {
+// describeJSONError turns a decoding error into a reason a client can act on. (The body size is
+// checked before decoding, in readBody.)
+func describeJSONError(err error) string {
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError
-	var tooBig *http.MaxBytesError
 	switch {
-	case errors.As(err, &tooBig):
-		return fmt.Sprintf("request body: larger than %d bytes", limit)
 	case errors.Is(err, io.EOF):
 		return "request body: empty, expected a JSON object"
 	case errors.Is(err, io.ErrUnexpectedEOF):

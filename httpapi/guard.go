@@ -157,7 +157,7 @@ func decodeStrict(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return parley.WrapError(parley.ECInvalid, err, describeJSONError(err, 0))
+		return parley.WrapError(parley.ECInvalid, err, describeJSONError(err))
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return parley.Errorf(parley.ECInvalid, "request body: unexpected data after the JSON object")
