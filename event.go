@@ -1,5 +1,10 @@
 package parley
 
+import (
+	"context"
+	"time"
+)
+
 // EventType names a run event. The same names are used as SSE event names.
 type EventType string
 
@@ -13,12 +18,14 @@ const (
 	EventToolCall       EventType = "tool_call"        // ToolCall: one tool call starts executing
 	EventToolResult     EventType = "tool_result"      // Message: a tool message was stored
 	EventUsage          EventType = "usage"            // Usage: tokens of one model call
+	EventStatus         EventType = "status"           // State: the run paused, resumed or was taken over
 	EventError          EventType = "error"            // Error: the run failed (a done event follows)
 	EventDone           EventType = "done"             // the run ended; FinishReason tells how; always last
 )
 
-// Event is one step of a run. Seq numbers a run's events from 1 without gaps; a subscriber that
-// has seen Seq n resumes with n+1.
+// Event is one step of a run. Seq numbers the events of a session's stream: it grows by one from
+// event to event, across runs, so a subscriber that has seen Seq n asks for the events after n.
+// Only a run whose process died leaves a gap (the numbers it had reserved but not used).
 type Event struct {
 	Seq       int64     `json:"seq"`
 	Type      EventType `json:"type"`
@@ -32,6 +39,7 @@ type Event struct {
 	ToolCall     *ToolCall  `json:"tool_call,omitempty"`
 	Usage        *Usage     `json:"usage,omitempty"`
 	Error        *ErrorBody `json:"error,omitempty"`
+	State        string     `json:"state,omitempty"` // status events: one of the Run* states
 	FinishReason string     `json:"finish_reason,omitempty"`
 	Iterations   int        `json:"iterations,omitempty"`
 }
@@ -48,4 +56,30 @@ const (
 	FinishMaxIterations = "max_iterations" // the loop hit max_iterations
 	FinishError         = "error"          // the run failed; an error event came before
 	FinishAborted       = "aborted"        // the run was cancelled
+	// FinishInterrupted: the process running the run died and the run could not go on.
+	FinishInterrupted = "interrupted"
 )
+
+// The states a status event reports.
+const (
+	RunPaused  = "paused"  // the run waits at a step boundary until it is resumed
+	RunResumed = "running" // the run goes on after a pause
+)
+
+// EventStore keeps each session's stream of run events, so that a client can resume the stream
+// after the run has left the memory of every server, and hands out the stream's sequence numbers.
+type EventStore interface {
+	// ReserveEventSeqs reserves n sequence numbers of the session's stream and returns the first;
+	// the reservation survives a crash, so numbers are never given out twice.
+	ReserveEventSeqs(ctx context.Context, sessionID string, n int64) (first int64, err error)
+	// ReleaseEventSeqs gives back the numbers after last when limit is still the last number
+	// reserved, so that the session's next run goes on from last+1.
+	ReleaseEventSeqs(ctx context.Context, sessionID string, limit, last int64) error
+	// AppendEvents stores events of the session (each with its Seq set). An event whose Seq is
+	// already stored is skipped, so that a retried write is harmless.
+	AppendEvents(ctx context.Context, sessionID string, at time.Time, evs []Event) error
+	// ListEvents returns up to limit events with Seq > after, in order.
+	ListEvents(ctx context.Context, sessionID string, after int64, limit int) ([]Event, error)
+	// DeleteEventsBefore deletes the events stored before t and returns how many.
+	DeleteEventsBefore(ctx context.Context, t time.Time) (int64, error)
+}

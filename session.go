@@ -76,6 +76,7 @@ type Store interface {
 	GetResource(ctx context.Context, id string) (*Resource, error)
 
 	KeyStore
+	EventStore
 
 	Close() error
 }

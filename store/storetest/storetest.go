@@ -44,6 +44,8 @@ func Run(t *testing.T, open func(t *testing.T) parley.Store) {
 		{"OpenToolCalls", testOpenToolCalls},
 		{"APIKeys", testAPIKeys},
 		{"APIKeyExpiry", testAPIKeyExpiry},
+		{"EventSeqs", testEventSeqs},
+		{"Events", testEvents},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
