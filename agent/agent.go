@@ -69,6 +69,9 @@ type Input struct {
 	SelectedTools []string
 	// User is who the run acts for: its tool calls count against that user's quota.
 	User string
+	// Gate, when set, is called before each step (each model call and each batch of tool
+	// calls): it waits while the run is paused, and an error from it ends the run.
+	Gate func(ctx context.Context) error
 }
 
 // Result is how a run ended.
@@ -140,6 +143,9 @@ func (a *Agent) Run(ctx context.Context, in Input, emit func(parley.Event)) (*Re
 	res := &Result{}
 	toolCalls := 0 // calls run so far, against MaxToolCalls
 	for res.Iterations < a.cfg.MaxIterations {
+		if err := in.gate(ctx); err != nil {
+			return res, a.canceledOr(ctx, err)
+		}
 		res.Iterations++
 		history, err := a.cfg.History.ModelHistory(ctx, in.SessionID)
 		if err != nil {
@@ -189,6 +195,11 @@ func (a *Agent) Run(ctx context.Context, in Input, emit func(parley.Event)) (*Re
 			budget = max(0, min(budget, a.cfg.MaxToolCalls-toolCalls))
 		}
 		toolCalls += budget
+		if err := in.gate(ctx); err != nil {
+			// The model's calls get results, so that the stored history stays valid.
+			a.closeCalls(ctx, in, msg.ToolCalls, emitSafe)
+			return res, a.canceledOr(ctx, err)
+		}
 		if err := a.runTools(ctx, in, msg.ToolCalls, budget, allowed, emitSafe); err != nil {
 			return res, err
 		}
@@ -208,6 +219,27 @@ func (a *Agent) Run(ctx context.Context, in Input, emit func(parley.Event)) (*Re
 	emitSafe(parley.Event{Type: parley.EventRecord, Message: msg})
 	res.FinishReason = parley.FinishMaxIterations
 	return res, nil
+}
+
+func (in Input) gate(ctx context.Context) error {
+	if in.Gate == nil {
+		return nil
+	}
+	return in.Gate(ctx)
+}
+
+// closeCalls stores a "not run" result for each call, for a run that stops before its tools ran.
+func (a *Agent) closeCalls(ctx context.Context, in Input, calls []parley.ToolCall, emit func(parley.Event)) {
+	for _, call := range calls {
+		ok := false
+		msg := &parley.Message{
+			ID: parley.NewID(), Role: parley.RoleTool, Content: parley.Text("error: not run: the run was stopped before this tool call"),
+			Name: call.Function.Name, ToolCallID: call.ID, RunID: in.RunID, Success: &ok, CreatedAt: a.now(),
+		}
+		if a.store(ctx, in.SessionID, msg) == nil {
+			emit(parley.Event{Type: parley.EventToolResult, Message: msg})
+		}
+	}
 }
 
 // callModel streams one model call, emitting text and reasoning deltas as they arrive, and returns

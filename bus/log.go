@@ -26,17 +26,34 @@ type Log struct {
 	events []parley.Event // events[i].Seq == first+int64(i)
 	first  int64          // Seq of events[0]
 	next   int64          // Seq the next Append gets
+	start  int64          // Seq of the first event ever appended
 	max    int
 	closed bool
 	wake   chan struct{} // closed and replaced on every Append and on Close
 }
 
-// NewLog returns an empty log holding at most max events (DefaultMaxEvents when max <= 0).
-func NewLog(max int) *Log {
-	if max <= 0 {
-		max = DefaultMaxEvents
+// NewLog returns an empty log holding at most max events (DefaultMaxEvents when max <= 0) whose
+// first event gets Seq 1.
+func NewLog(max int) *Log { return NewLogFrom(max, 1) }
+
+// NewLogFrom returns an empty log whose first event gets Seq next (at least 1).
+func NewLogFrom(maxEvents int, next int64) *Log {
+	if maxEvents <= 0 {
+		maxEvents = DefaultMaxEvents
 	}
-	return &Log{first: 1, next: 1, max: max, wake: make(chan struct{})}
+	next = max(next, 1)
+	return &Log{first: next, next: next, start: next, max: maxEvents, wake: make(chan struct{})}
+}
+
+// FirstSeq returns the Seq the log's first event got (or gets); reads after FirstSeq()-1 start
+// at the log's beginning.
+func (l *Log) FirstSeq() int64 { return l.start }
+
+// Next returns the Seq the next Append gets.
+func (l *Log) Next() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.next
 }
 
 // Append stamps ev with the next sequence number, stores it and wakes every reader. Appending to a
@@ -86,7 +103,8 @@ func (l *Log) Closed() bool {
 
 // Read returns up to max events with Seq > after, waiting until at least one exists, the log is
 // closed, or ctx ends. done is true when the log is closed and the returned events are its last.
-// It returns ErrTrimmed when events after `after` were dropped from memory.
+// It returns ErrTrimmed when events after `after` were dropped from memory, or when `after` lies
+// before the log's first event.
 func (l *Log) Read(ctx context.Context, after int64, max int) (evs []parley.Event, done bool, err error) {
 	if max <= 0 {
 		max = 256

@@ -77,7 +77,7 @@ func (s *Service) Send(ctx context.Context, owner string, req Request) (*Started
 		newSession = true
 	}
 
-	run, err := s.Runs.Begin(sess.ID, req.Model)
+	run, err := s.Runs.Begin(ctx, sess.ID, req.Model)
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +88,7 @@ func (s *Service) Send(ctx context.Context, owner string, req Request) (*Started
 		run.Release()
 		return nil, err
 	}
-	in := agent.Input{SessionID: sess.ID, RunID: run.ID, Model: req.Model, SelectedTools: req.SelectedTools, User: owner}
+	in := agent.Input{SessionID: sess.ID, RunID: run.ID, Model: req.Model, SelectedTools: req.SelectedTools, User: owner, Gate: run.Gate}
 	run.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
 		emit(parley.Event{Type: parley.EventRecord, Message: user})
 		res, err := s.Agent.Run(ctx, in, emit)

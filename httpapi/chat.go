@@ -61,7 +61,7 @@ func (s *server) handleChat() http.Handler {
 		}
 		out := batchResponse{SessionID: st.Session.ID, RunID: st.Run.ID, Model: st.Run.Model, Metadata: batchMetadata{BatchMode: true}}
 		var runErr *parley.ErrorBody
-		err = readRun(r.Context(), st.Run, 0, func(ev parley.Event) error {
+		err = readRun(r.Context(), st.Run, st.Run.Log.FirstSeq()-1, func(ev parley.Event) error {
 			switch ev.Type {
 			case parley.EventRecord, parley.EventToolResult:
 				out.Messages = append(out.Messages, *ev.Message)
@@ -99,12 +99,12 @@ func (s *server) handleChatStream() http.Handler {
 			writeError(w, err)
 			return
 		}
-		s.streamRun(w, r, st.Run, 0)
+		s.streamRun(w, r, st.Run, st.Run.Log.FirstSeq()-1)
 	})
 }
 
 // streamRun writes the run's events after seq `after` as SSE. Each event's id is its sequence
-// number, so a client can resume with Last-Event-ID.
+// number, so a client can resume with GET /api/v1/sessions/{id}/stream and Last-Event-ID.
 func (s *server) streamRun(w http.ResponseWriter, r *http.Request, run *runs.Run, after int64) {
 	sse, err := newSSEWriter(w, s.WriteTimeout)
 	if err != nil {

@@ -178,11 +178,13 @@ func (s *server) identify(r *http.Request) (auth.Identity, error) {
 	return s.Auth.Authenticate(r.Context(), secret)
 }
 
-// bearer returns the secret of "Authorization: Bearer <secret>" ("" when there is none).
+// bearer returns the secret of "Authorization: Bearer <secret>" ("" when there is none). A
+// browser cannot set that header on a WebSocket; it offers the key as the subprotocol
+// "parley.auth.<secret>" instead (next to "parley.v1", the one the server picks).
 func bearer(r *http.Request) (string, error) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
-		return "", nil
+		return wsAuthProtocol(r), nil
 	}
 	scheme, secret, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
@@ -199,14 +201,22 @@ func (s *server) rateLimit(r *http.Request, id auth.Identity, authErr error) err
 	if s.Limiter == nil {
 		return nil
 	}
+	return s.limitFor(r.Context(), s.clientIP(r), id, authErr)
+}
+
+// limitFor is rateLimit for a request that is not an HTTP request: a WebSocket message.
+func (s *server) limitFor(ctx context.Context, ip string, id auth.Identity, authErr error) error {
+	if s.Limiter == nil {
+		return nil
+	}
 	key, rate := "u:"+id.User, s.UserRate
 	switch {
 	case authErr != nil:
-		key, rate = "ip:"+s.clientIP(r), s.GuestRate
+		key, rate = "ip:"+ip, s.GuestRate
 	case id.Guest:
 		rate = s.GuestRate
 	}
-	d, err := s.Limiter.Allow(r.Context(), key, rate)
+	d, err := s.Limiter.Allow(ctx, key, rate)
 	if err != nil {
 		s.Log.Warn("rate limiter unavailable; request let through", "err", err)
 		return nil

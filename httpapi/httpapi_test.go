@@ -87,6 +87,7 @@ func newEnvWith(t *testing.T, ro runs.Options, mod func(*httpapi.Deps)) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	ro.Events = st
 	mgr := runs.NewManager(ro)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

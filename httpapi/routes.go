@@ -17,6 +17,11 @@ func (s *server) routes() {
 	s.mux.Handle("GET /api/v1/sessions/{id}/messages", s.pipe(user, s.handleListMessages()))
 	s.mux.Handle("GET /api/v1/sessions/{id}/records", s.pipe(user, s.handleRecords()))
 	s.mux.Handle("GET /api/v1/usage", s.pipe(user, s.handleUsage()))
+	s.mux.Handle("GET /api/v1/sessions/{id}/stream", s.pipe(user, s.handleSessionStream()))
+	s.mux.Handle("POST /api/v1/sessions/{id}/abort", s.pipe(user, s.handleControl("abort")))
+	s.mux.Handle("POST /api/v1/sessions/{id}/pause", s.pipe(user, s.handleControl("pause")))
+	s.mux.Handle("POST /api/v1/sessions/{id}/resume", s.pipe(user, s.handleControl("resume")))
+	s.mux.Handle("GET /api/ws", s.pipe(user, s.handleWS()))
 
 	chatReq := policy{body: jsonBody[chat.Request](false, s.checkChat), run: true}
 	s.mux.Handle("POST /api/v1/chat", s.pipe(chatReq, s.handleChat()))

@@ -97,11 +97,20 @@ type Deps struct {
 	// WriteTimeout bounds each write to a streaming client; a client that cannot take an event in
 	// this time is dropped (default 10s). It can reconnect and resume.
 	WriteTimeout time.Duration
+	// MaxStreamsPerUser bounds each user's open streams, SSE and WebSocket together, on this
+	// instance (default 32; negative: no bound).
+	MaxStreamsPerUser int
+	// StreamIdle closes a stream on which nothing but heartbeats passed for this long (default
+	// 15m); StreamLifetime closes any stream after this long (default 24h). The client resumes.
+	StreamIdle     time.Duration
+	StreamLifetime time.Duration
 }
 
 type server struct {
 	Deps
-	mux *http.ServeMux
+	mux       *http.ServeMux
+	slots     streamSlots
+	wsOrigins []string // origins (host patterns) whose pages may open a WebSocket
 }
 
 // NewServer returns the API handler.
@@ -121,7 +130,23 @@ func NewServer(d Deps) http.Handler {
 	if d.GuestTTL <= 0 {
 		d.GuestTTL = 7 * 24 * time.Hour
 	}
-	s := &server{Deps: d, mux: http.NewServeMux()}
+	if d.MaxStreamsPerUser == 0 {
+		d.MaxStreamsPerUser = 32
+	}
+	if d.StreamIdle <= 0 {
+		d.StreamIdle = 15 * time.Minute
+	}
+	if d.StreamLifetime <= 0 {
+		d.StreamLifetime = 24 * time.Hour
+	}
+	s := &server{Deps: d, mux: http.NewServeMux(), slots: streamSlots{byUser: map[string]int{}}}
+	for _, o := range d.CORSOrigins {
+		if o == "*" {
+			s.wsOrigins = append(s.wsOrigins, "*")
+		} else if u, err := url.Parse(o); err == nil && u.Host != "" {
+			s.wsOrigins = append(s.wsOrigins, u.Host)
+		}
+	}
 	s.routes()
 	return s.recoverer(s.cors(s.mux))
 }

@@ -6,6 +6,7 @@ package runs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -28,7 +29,21 @@ type Options struct {
 	// MaxActive is the server's budget of concurrent runs (seed 003 §1's API throttle): Begin
 	// refuses a run beyond it with ErrOverloaded. 0 means no budget.
 	MaxActive int
+	// Events numbers each session's events and keeps them for resuming after a run has left
+	// memory. Nil: numbers are kept in memory and events are not stored.
+	Events parley.EventStore
+	// PauseTimeout bounds how long a run stays paused; then it is aborted (default 10m).
+	PauseTimeout time.Duration
+	// FlushEvery is how long events wait to be written to Events, so that a stream of small
+	// chunks costs a few writes a second (default 100ms).
+	FlushEvery time.Duration
 }
+
+// seqBlock is how many sequence numbers a run reserves at a time.
+const seqBlock = 1024
+
+// storeTimeout bounds each write of events and sequence numbers.
+const storeTimeout = 10 * time.Second
 
 // Manager starts, tracks and stops runs. One run at a time per session.
 type Manager struct {
@@ -39,9 +54,13 @@ type Manager struct {
 
 	mu        sync.Mutex
 	closing   bool
-	runs      map[string]*Run // by run id: active and recently finished
-	active    map[string]*Run // by session id
-	lastOfSes map[string]*Run // the latest run of each session
+	runs      map[string]*Run          // by run id: active and recently finished
+	active    map[string]*Run          // by session id
+	claimed   map[string]bool          // sessions whose run is being begun
+	lastOfSes map[string]*Run          // the latest run of each session
+	waits     map[string]chan struct{} // closed when the session's next run begins
+	followers map[string]int           // Follow calls per session, which share its wait channel
+	memSeq    map[string]int64         // the last number reserved per session, without Events
 
 	afterDone func() // tests: called between a run's done event and its end
 }
@@ -57,10 +76,17 @@ func NewManager(opts Options) *Manager {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
+	if opts.PauseTimeout <= 0 {
+		opts.PauseTimeout = 10 * time.Minute
+	}
+	if opts.FlushEvery <= 0 {
+		opts.FlushEvery = 100 * time.Millisecond
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{
 		opts: opts, ctx: ctx, cancel: cancel,
-		runs: map[string]*Run{}, active: map[string]*Run{}, lastOfSes: map[string]*Run{},
+		runs: map[string]*Run{}, active: map[string]*Run{}, claimed: map[string]bool{}, lastOfSes: map[string]*Run{},
+		waits: map[string]chan struct{}{}, followers: map[string]int{}, memSeq: map[string]int64{},
 	}
 }
 
@@ -77,12 +103,20 @@ type Run struct {
 	cancel  context.CancelFunc
 	started bool
 	done    chan struct{}
+	closed  chan struct{} // closed once the log is complete: the event writer drains it and stops
+	written chan struct{} // closed when the event writer has stopped
+
+	emitMu   sync.Mutex // one event at a time, whoever emits it
+	seqLimit int64      // the last sequence number reserved for this run
 
 	mu       sync.Mutex
 	finish   string
 	err      error
 	endedAt  time.Time
 	released bool
+	paused   bool
+	pausedAt time.Time
+	resumed  chan struct{} // closed when a pause ends
 }
 
 // ErrBusy is returned by Begin when the session already has an active run.
@@ -104,28 +138,82 @@ func (m *Manager) Full() bool {
 
 // Begin claims the session for a new run and returns it, not yet started: the caller prepares (for
 // example stores the user's message) and then calls Go, or Release to give the session back.
-func (m *Manager) Begin(sessionID, model string) (*Run, error) {
+func (m *Manager) Begin(ctx context.Context, sessionID, model string) (*Run, error) {
+	m.mu.Lock()
+	if m.closing {
+		m.mu.Unlock()
+		return nil, ErrClosing
+	}
+	if _, busy := m.active[sessionID]; busy || m.claimed[sessionID] {
+		m.mu.Unlock()
+		return nil, ErrBusy
+	}
+	if m.opts.MaxActive > 0 && len(m.active)+len(m.claimed) >= m.opts.MaxActive {
+		m.mu.Unlock()
+		return nil, ErrOverloaded
+	}
+	m.claimed[sessionID] = true
+	m.pruneLocked()
+	m.mu.Unlock()
+
+	// The run's sequence numbers are reserved outside the lock: with a store this is a write.
+	first, err := m.reserve(ctx, sessionID, seqBlock)
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	delete(m.claimed, sessionID)
+	if err != nil {
+		return nil, err
+	}
 	if m.closing {
 		return nil, ErrClosing
 	}
-	if _, busy := m.active[sessionID]; busy {
-		return nil, ErrBusy
-	}
-	if m.opts.MaxActive > 0 && len(m.active) >= m.opts.MaxActive {
-		return nil, ErrOverloaded
-	}
-	m.pruneLocked()
-	ctx, cancel := context.WithCancel(m.ctx)
+	rctx, cancel := context.WithCancel(m.ctx)
 	r := &Run{
 		ID: parley.NewID(), SessionID: sessionID, Model: model, StartedAt: m.opts.Now(),
-		Log: bus.NewLog(m.opts.MaxEvents), m: m, ctx: ctx, cancel: cancel, done: make(chan struct{}),
+		Log: bus.NewLogFrom(m.opts.MaxEvents, first), m: m, ctx: rctx, cancel: cancel,
+		done: make(chan struct{}), closed: make(chan struct{}), written: make(chan struct{}),
+		seqLimit: first + seqBlock - 1,
 	}
 	m.runs[r.ID] = r
 	m.active[sessionID] = r
 	m.lastOfSes[sessionID] = r
+	if w, ok := m.waits[sessionID]; ok {
+		close(w)
+		delete(m.waits, sessionID)
+	}
 	return r, nil
+}
+
+// reserve reserves n sequence numbers of the session's stream and returns the first.
+func (m *Manager) reserve(ctx context.Context, sessionID string, n int64) (int64, error) {
+	if m.opts.Events == nil {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		first := m.memSeq[sessionID] + 1
+		m.memSeq[sessionID] += n
+		return first, nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	defer cancel()
+	return m.opts.Events.ReserveEventSeqs(ctx, sessionID, n)
+}
+
+// release gives back the numbers after last, if limit is still the last one reserved.
+func (m *Manager) release(sessionID string, limit, last int64) {
+	if m.opts.Events == nil {
+		m.mu.Lock()
+		if m.memSeq[sessionID] == limit {
+			m.memSeq[sessionID] = last
+		}
+		m.mu.Unlock()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	if err := m.opts.Events.ReleaseEventSeqs(ctx, sessionID, limit, last); err != nil {
+		// Harmless: the session's next run starts after a gap.
+		m.opts.Log.Warn("could not give back unused event numbers", "session", sessionID, "err", err)
+	}
 }
 
 // Release gives back a run that was begun but never started.
@@ -137,6 +225,9 @@ func (r *Run) Release() {
 	}
 	r.released = true
 	r.cancel()
+	r.m.mu.Unlock()
+	r.m.release(r.SessionID, r.seqLimit, r.Log.FirstSeq()-1)
+	r.m.mu.Lock()
 	delete(r.m.runs, r.ID)
 	if r.m.active[r.SessionID] == r {
 		delete(r.m.active, r.SessionID)
@@ -145,6 +236,8 @@ func (r *Run) Release() {
 		delete(r.m.lastOfSes, r.SessionID)
 	}
 	r.Log.Close()
+	close(r.closed)
+	close(r.written)
 	close(r.done)
 }
 
@@ -161,14 +254,19 @@ func (r *Run) Go(fn Func) {
 	m.wg.Add(1)
 	m.mu.Unlock()
 
-	emit := func(ev parley.Event) {
-		ev.RunID, ev.SessionID = r.ID, r.SessionID
-		r.Log.Append(ev)
+	if m.opts.Events != nil {
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			r.writeEvents()
+		}()
+	} else {
+		close(r.written)
 	}
-	emit(parley.Event{Type: parley.EventStart, Model: r.Model})
+	r.emit(parley.Event{Type: parley.EventStart, Model: r.Model})
 	go func() {
 		defer m.wg.Done()
-		finish, err := r.safeCall(fn, emit)
+		finish, err := r.safeCall(fn, r.emit)
 		if err != nil {
 			if parley.CodeOf(err) == parley.ECCanceled || errors.Is(err, context.Canceled) {
 				finish = parley.FinishAborted
@@ -177,9 +275,15 @@ func (r *Run) Go(fn Func) {
 					finish = parley.FinishError
 				}
 				m.opts.Log.Error("run failed", "run", r.ID, "session", r.SessionID, "err", err)
-				emit(parley.Event{Type: parley.EventError, Error: &parley.ErrorBody{Code: parley.CodeOf(err), Message: redact.String(parley.MessageOf(err))}})
+				r.emit(parley.Event{Type: parley.EventError, Error: &parley.ErrorBody{Code: parley.CodeOf(err), Message: redact.String(parley.MessageOf(err))}})
 			}
 		}
+		// The numbers this run will not use go back before the session is free (the done event
+		// is the last one it uses), so that the session's next run goes on without a gap.
+		r.emitMu.Lock()
+		m.release(r.SessionID, r.seqLimit, r.Log.Next())
+		r.seqLimit = r.Log.Next()
+		r.emitMu.Unlock()
 		// The session is free before the done event goes out: a client that sends its next
 		// message as soon as it sees done must not be told a run is still active.
 		m.mu.Lock()
@@ -187,12 +291,78 @@ func (r *Run) Go(fn Func) {
 			delete(m.active, r.SessionID)
 		}
 		m.mu.Unlock()
-		emit(parley.Event{Type: parley.EventDone, FinishReason: finish})
+		r.emit(parley.Event{Type: parley.EventDone, FinishReason: finish})
 		if m.afterDone != nil {
 			m.afterDone()
 		}
 		r.end(finish, err)
 	}()
+}
+
+// emit stamps ev and appends it to the run's log, reserving more sequence numbers when the run
+// has used those it had.
+func (r *Run) emit(ev parley.Event) {
+	r.emitMu.Lock()
+	defer r.emitMu.Unlock()
+	ev.RunID, ev.SessionID = r.ID, r.SessionID
+	if next := r.Log.Next(); next > r.seqLimit && !r.Log.Closed() {
+		first, err := r.m.reserve(r.ctx, r.SessionID, seqBlock)
+		switch {
+		case err != nil:
+			// Numbering goes on; only a crash of this process could now reuse numbers.
+			r.m.opts.Log.Error("could not reserve event numbers", "run", r.ID, "err", err)
+		case first != next:
+			r.m.opts.Log.Error("event numbers reserved out of order", "run", r.ID, "want", next, "got", first)
+		default:
+			r.seqLimit = first + seqBlock - 1
+		}
+	}
+	r.Log.Append(ev)
+}
+
+// writeEvents stores the run's events as they come, a batch at a time, until the log is complete.
+func (r *Run) writeEvents() {
+	defer close(r.written)
+	m := r.m
+	after := r.Log.FirstSeq() - 1
+	for {
+		evs, done, err := r.Log.Read(context.Background(), after, 512)
+		if err != nil { // trimmed: the writer fell a whole log behind
+			m.opts.Log.Error("run events lost before they were stored", "run", r.ID, "after", after, "err", err)
+			return
+		}
+		if len(evs) > 0 {
+			r.storeEvents(evs)
+			after = evs[len(evs)-1].Seq
+		}
+		if done {
+			return
+		}
+		// Let events gather for a moment, unless the run is ending.
+		t := time.NewTimer(m.opts.FlushEvery)
+		select {
+		case <-t.C:
+		case <-r.closed:
+		}
+		t.Stop()
+	}
+}
+
+func (r *Run) storeEvents(evs []parley.Event) {
+	m := r.m
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		if attempt > 0 {
+			time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+		err = m.opts.Events.AppendEvents(ctx, r.SessionID, m.opts.Now(), evs)
+		cancel()
+		if err == nil || parley.CodeOf(err) == parley.ECNotFound { // a deleted session keeps nothing
+			return
+		}
+	}
+	m.opts.Log.Error("could not store run events", "run", r.ID, "from", evs[0].Seq, "to", evs[len(evs)-1].Seq, "err", err)
 }
 
 // safeCall runs fn and turns a panic into an internal error, so one bad run cannot take the
@@ -213,6 +383,8 @@ func (r *Run) end(finish string, err error) {
 	r.mu.Unlock()
 	r.cancel()
 	r.Log.Close()
+	close(r.closed)
+	<-r.written
 	r.m.mu.Lock()
 	if r.m.active[r.SessionID] == r {
 		delete(r.m.active, r.SessionID)
@@ -223,6 +395,79 @@ func (r *Run) end(finish string, err error) {
 
 // Abort cancels the run; it ends with FinishAborted once its body has stored what it had.
 func (r *Run) Abort() { r.cancel() }
+
+// ErrEnded is returned by Pause and Resume when the run has already ended.
+var ErrEnded = parley.Errorf(parley.ECConflict, "the run has already ended")
+
+// Pause asks the run to start no new step: the model call or the batch of tool calls under way
+// finishes and streams as usual, and the next one waits in Gate until Resume, Abort, or the
+// pause timeout, which aborts the run. Pausing a paused run changes nothing.
+func (r *Run) Pause() error {
+	r.mu.Lock()
+	if !r.endedAt.IsZero() || r.ctx.Err() != nil {
+		r.mu.Unlock()
+		return ErrEnded
+	}
+	if r.paused {
+		r.mu.Unlock()
+		return nil
+	}
+	r.paused, r.pausedAt, r.resumed = true, r.m.opts.Now(), make(chan struct{})
+	r.mu.Unlock()
+	r.emit(parley.Event{Type: parley.EventStatus, State: parley.RunPaused})
+	return nil
+}
+
+// Resume ends a pause. Resuming a run that is not paused changes nothing.
+func (r *Run) Resume() error {
+	r.mu.Lock()
+	if !r.endedAt.IsZero() || r.ctx.Err() != nil {
+		r.mu.Unlock()
+		return ErrEnded
+	}
+	if !r.paused {
+		r.mu.Unlock()
+		return nil
+	}
+	r.paused = false
+	close(r.resumed)
+	r.mu.Unlock()
+	r.emit(parley.Event{Type: parley.EventStatus, State: parley.RunResumed})
+	return nil
+}
+
+// Paused reports whether the run is paused.
+func (r *Run) Paused() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.paused
+}
+
+// Gate is where a run's body waits while the run is paused; it is called before each step. It
+// returns ctx's error if the run is aborted meanwhile, and aborts the run when the pause lasts
+// longer than the pause timeout.
+func (r *Run) Gate(ctx context.Context) error {
+	r.mu.Lock()
+	if !r.paused {
+		r.mu.Unlock()
+		return ctx.Err()
+	}
+	resumed, left := r.resumed, r.m.opts.PauseTimeout-r.m.opts.Now().Sub(r.pausedAt)
+	r.mu.Unlock()
+	t := time.NewTimer(max(left, 0))
+	defer t.Stop()
+	select {
+	case <-resumed:
+		return ctx.Err()
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		r.emit(parley.Event{Type: parley.EventError, Error: &parley.ErrorBody{Code: parley.ECTimeout,
+			Message: fmt.Sprintf("the run was paused for longer than %s and was stopped", r.m.opts.PauseTimeout)}})
+		r.cancel()
+		return parley.Errorf(parley.ECCanceled, "the run was stopped after a long pause")
+	}
+}
 
 // Done is closed when the run has ended.
 func (r *Run) Done() <-chan struct{} { return r.done }

@@ -40,7 +40,7 @@ func types(evs []parley.Event) []parley.EventType {
 
 func TestRunEventsAreStampedAndFramed(t *testing.T) {
 	m := NewManager(Options{})
-	r, err := m.Begin("s1", "mock")
+	r, err := m.Begin(context.Background(), "s1", "mock")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,14 +65,14 @@ func TestRunEventsAreStampedAndFramed(t *testing.T) {
 
 func TestOneActiveRunPerSession(t *testing.T) {
 	m := NewManager(Options{})
-	r, err := m.Begin("s1", "")
+	r, err := m.Begin(context.Background(), "s1", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Begin("s1", ""); !errors.Is(err, ErrBusy) {
+	if _, err := m.Begin(context.Background(), "s1", ""); !errors.Is(err, ErrBusy) {
 		t.Fatalf("second Begin: %v, want ErrBusy", err)
 	}
-	if _, err := m.Begin("s2", ""); err != nil {
+	if _, err := m.Begin(context.Background(), "s2", ""); err != nil {
 		t.Fatalf("other session: %v", err)
 	}
 	release := make(chan struct{})
@@ -88,7 +88,7 @@ func TestOneActiveRunPerSession(t *testing.T) {
 	if _, ok := m.Active("s1"); ok {
 		t.Fatal("finished run still active")
 	}
-	if _, err := m.Begin("s1", ""); err != nil {
+	if _, err := m.Begin(context.Background(), "s1", ""); err != nil {
 		t.Fatalf("Begin after the run ended: %v", err)
 	}
 	if got, ok := m.Get(r.ID); !ok || got != r {
@@ -98,9 +98,9 @@ func TestOneActiveRunPerSession(t *testing.T) {
 
 func TestReleaseFreesSession(t *testing.T) {
 	m := NewManager(Options{})
-	r, _ := m.Begin("s1", "")
+	r, _ := m.Begin(context.Background(), "s1", "")
 	r.Release()
-	if _, err := m.Begin("s1", ""); err != nil {
+	if _, err := m.Begin(context.Background(), "s1", ""); err != nil {
 		t.Fatalf("Begin after Release: %v", err)
 	}
 	if _, ok := m.Get(r.ID); ok {
@@ -110,7 +110,7 @@ func TestReleaseFreesSession(t *testing.T) {
 
 func TestErrorAndPanicBecomeEvents(t *testing.T) {
 	m := NewManager(Options{})
-	r, _ := m.Begin("s1", "")
+	r, _ := m.Begin(context.Background(), "s1", "")
 	r.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
 		return "", parley.WrapError(parley.ECUpstream, errors.New("secret sk-123 body"), "provider returned HTTP 500")
 	})
@@ -123,7 +123,7 @@ func TestErrorAndPanicBecomeEvents(t *testing.T) {
 	}
 
 	// A client-visible message that carries a secret (here one a provider echoed) is redacted.
-	r3, _ := m.Begin("s3", "")
+	r3, _ := m.Begin(context.Background(), "s3", "")
 	r3.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
 		return "", parley.Errorf(parley.ECUpstream, "the provider refused the key sk-proj-abcdefghijklmnop of ops@example.com")
 	})
@@ -131,7 +131,7 @@ func TestErrorAndPanicBecomeEvents(t *testing.T) {
 		t.Fatalf("error event %+v", evs[1].Error)
 	}
 
-	r2, _ := m.Begin("s2", "")
+	r2, _ := m.Begin(context.Background(), "s2", "")
 	r2.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) { panic("boom") })
 	evs = events(t, r2)
 	if evs[1].Type != parley.EventError || evs[1].Error.Code != parley.ECInternal || evs[1].Error.Message != "internal error" {
@@ -141,7 +141,7 @@ func TestErrorAndPanicBecomeEvents(t *testing.T) {
 
 func TestAbortEndsRunAsAborted(t *testing.T) {
 	m := NewManager(Options{})
-	r, _ := m.Begin("s1", "")
+	r, _ := m.Begin(context.Background(), "s1", "")
 	r.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
 		<-ctx.Done()
 		return "", parley.WrapError(parley.ECCanceled, ctx.Err(), "aborted")
@@ -160,7 +160,7 @@ func TestAbortEndsRunAsAborted(t *testing.T) {
 
 func TestShutdownWaitsThenAborts(t *testing.T) {
 	m := NewManager(Options{})
-	r, _ := m.Begin("s1", "")
+	r, _ := m.Begin(context.Background(), "s1", "")
 	r.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
 		<-ctx.Done()
 		return "", parley.WrapError(parley.ECCanceled, ctx.Err(), "aborted")
@@ -175,7 +175,7 @@ func TestShutdownWaitsThenAborts(t *testing.T) {
 	default:
 		t.Fatal("run still going after Shutdown returned")
 	}
-	if _, err := m.Begin("s2", ""); !errors.Is(err, ErrClosing) {
+	if _, err := m.Begin(context.Background(), "s2", ""); !errors.Is(err, ErrClosing) {
 		t.Fatalf("Begin after shutdown: %v", err)
 	}
 }
@@ -183,11 +183,11 @@ func TestShutdownWaitsThenAborts(t *testing.T) {
 func TestFinishedRunsArePruned(t *testing.T) {
 	now := time.Unix(1000, 0)
 	m := NewManager(Options{Retain: time.Minute, Now: func() time.Time { return now }})
-	r, _ := m.Begin("s1", "")
+	r, _ := m.Begin(context.Background(), "s1", "")
 	r.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) { return parley.FinishStop, nil })
 	<-r.Done()
 	now = now.Add(2 * time.Minute)
-	m.Begin("s2", "")
+	m.Begin(context.Background(), "s2", "")
 	if _, ok := m.Get(r.ID); ok {
 		t.Fatal("old finished run not pruned")
 	}
@@ -203,7 +203,7 @@ func TestSessionIsFreeOnceDoneIsSeen(t *testing.T) {
 	release := make(chan struct{})
 	m.afterDone = func() { <-release } // hold the finished run between its done event and its end
 	defer close(release)
-	r, err := m.Begin("s1", "mock")
+	r, err := m.Begin(context.Background(), "s1", "mock")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestSessionIsFreeOnceDoneIsSeen(t *testing.T) {
 			seen = seen || e.Type == parley.EventDone
 		}
 	}
-	next, err := m.Begin("s1", "mock")
+	next, err := m.Begin(context.Background(), "s1", "mock")
 	if err != nil {
 		t.Fatalf("the next run after done: %v", err)
 	}
@@ -230,33 +230,33 @@ func TestSessionIsFreeOnceDoneIsSeen(t *testing.T) {
 
 func TestBudgetOfConcurrentRuns(t *testing.T) {
 	m := NewManager(Options{MaxActive: 2})
-	a, err := m.Begin("s1", "")
+	a, err := m.Begin(context.Background(), "s1", "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if m.Full() {
 		t.Fatal("Full with 1 of 2 runs")
 	}
-	b, err := m.Begin("s2", "")
+	b, err := m.Begin(context.Background(), "s2", "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !m.Full() {
 		t.Fatal("not Full with 2 of 2 runs")
 	}
-	_, err = m.Begin("s3", "")
+	_, err = m.Begin(context.Background(), "s3", "")
 	if !errors.Is(err, ErrOverloaded) || parley.CodeOf(err) != parley.ECUnavailable || parley.RetryAfterOf(err) <= 0 {
 		t.Fatalf("third Begin: %v, want ErrOverloaded with a Retry-After", err)
 	}
 	// A busy session is still a conflict, not an overload.
-	if _, err := m.Begin("s1", ""); !errors.Is(err, ErrBusy) {
+	if _, err := m.Begin(context.Background(), "s1", ""); !errors.Is(err, ErrBusy) {
 		t.Fatalf("Begin on a busy session: %v, want ErrBusy", err)
 	}
 	a.Release()
 	if m.Full() {
 		t.Fatal("Full after a release")
 	}
-	if _, err := m.Begin("s3", ""); err != nil {
+	if _, err := m.Begin(context.Background(), "s3", ""); err != nil {
 		t.Fatalf("Begin after a release: %v", err)
 	}
 	b.Release()

@@ -72,8 +72,13 @@ type config struct {
 	MaxMessageChars   int
 	ShutdownGrace     time.Duration
 	RunRetain         time.Duration
+	EventRetention    time.Duration
+	PauseTimeout      time.Duration
 	Heartbeat         time.Duration
 	WriteTimeout      time.Duration
+	MaxStreams        int
+	StreamIdle        time.Duration
+	StreamLifetime    time.Duration
 	MockTokenDelay    time.Duration
 	LogLevel          string
 	LogFormat         string
@@ -140,8 +145,13 @@ func serveFlags(fs *flag.FlagSet, c *config) {
 	fs.IntVar(&c.MaxMessageChars, "max-message-chars", 100_000, "longest user message accepted, in characters")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, time given to active runs to finish before they are aborted")
 	fs.DurationVar(&c.RunRetain, "run-retain", 5*time.Minute, "how long a finished run's events stay in memory for clients that resume")
-	fs.DurationVar(&c.Heartbeat, "heartbeat", 15*time.Second, "idle interval between SSE keep-alive comments")
-	fs.DurationVar(&c.WriteTimeout, "write-timeout", 10*time.Second, "a streaming client that cannot take an event in this time is dropped")
+	fs.DurationVar(&c.EventRetention, "event-retention", 72*time.Hour, "how long run events stay in the database for clients that resume a stream (0: forever)")
+	fs.DurationVar(&c.PauseTimeout, "pause-timeout", 10*time.Minute, "a run paused for longer is aborted")
+	fs.DurationVar(&c.Heartbeat, "heartbeat", 15*time.Second, "interval of keep-alives on streams: SSE comments, WebSocket pings")
+	fs.DurationVar(&c.WriteTimeout, "write-timeout", 10*time.Second, "a streaming client that cannot take an event (or answer a ping) in this time is dropped")
+	fs.IntVar(&c.MaxStreams, "max-streams-per-user", 32, "open SSE and WebSocket streams each user may hold on this instance (0: no bound)")
+	fs.DurationVar(&c.StreamIdle, "stream-idle", 15*time.Minute, "a stream with nothing but keep-alives for this long is closed; the client resumes")
+	fs.DurationVar(&c.StreamLifetime, "stream-lifetime", 24*time.Hour, "any stream is closed after this long; the client resumes")
 	fs.DurationVar(&c.MockTokenDelay, "mock-token-delay", 15*time.Millisecond, "delay between chunks of the offline mock model")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
@@ -301,6 +311,9 @@ func (c *config) validate() error {
 	}
 	if c.Guests && c.Auth != "keys" {
 		errs = append(errs, errors.New("guests needs --auth keys"))
+	}
+	if c.EventRetention < 0 || c.PauseTimeout <= 0 || c.MaxStreams < 0 || c.StreamIdle <= 0 || c.StreamLifetime <= 0 {
+		errs = append(errs, errors.New("pause-timeout, stream-idle and stream-lifetime must be positive; event-retention and max-streams-per-user not negative"))
 	}
 	if c.GuestTTL <= 0 || c.MaxRuns < 0 {
 		errs = append(errs, errors.New("guest-ttl must be positive and max-runs not negative"))

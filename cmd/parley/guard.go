@@ -20,12 +20,10 @@ type guard struct {
 	toolUserRate        limit.Rate    // tool calls per user
 	toolRate            limit.Rate    // calls per tool
 	redis               *redis.Client // nil without --redis-url
-	stopSweep           context.CancelFunc
-	swept               chan struct{}
 }
 
 func newGuard(ctx context.Context, c *config, store parley.Store, log *slog.Logger) (*guard, error) {
-	g := &guard{swept: make(chan struct{})}
+	g := &guard{}
 	var err error
 	if g.userRate, err = limit.ParseRate(c.RateLimit); err != nil {
 		return nil, err
@@ -62,32 +60,10 @@ func newGuard(ctx context.Context, c *config, store parley.Store, log *slog.Logg
 	} else {
 		log.Warn("authentication is off: every caller is the user \"local\" (use --auth keys on a shared machine)", "addr", c.Addr)
 	}
-	// Expired guest tokens are deleted hourly; the sweeper is stopped by close.
-	sweepCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	g.stopSweep = stop
-	go func() {
-		defer close(g.swept)
-		t := time.NewTicker(time.Hour)
-		defer t.Stop()
-		for {
-			if n, err := store.DeleteExpiredAPIKeys(sweepCtx, time.Now()); err != nil && sweepCtx.Err() == nil {
-				log.Warn("deleting expired api keys", "err", err)
-			} else if n > 0 {
-				log.Info("deleted expired api keys", "keys", n)
-			}
-			select {
-			case <-sweepCtx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
 	return g, nil
 }
 
 func (g *guard) close() {
-	g.stopSweep()
-	<-g.swept
 	if g.redis != nil {
 		g.redis.Close()
 	}

@@ -68,6 +68,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer guard.close()
+	defer sweeper(ctx, store, c.EventRetention, log)()
 	reg := tools.NewRegistry(tools.WithTimeout(c.ToolTimeout), tools.WithLogger(log),
 		tools.WithBreakers(c.ToolBreakerFails, c.ToolBreakerCool, time.Now),
 		tools.WithGuard(tools.Guard{
@@ -90,7 +91,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 
-	runMgr := runs.NewManager(runs.Options{Retain: c.RunRetain, Log: log, MaxActive: c.MaxRuns})
+	runMgr := runs.NewManager(runs.Options{Retain: c.RunRetain, Log: log, MaxActive: c.MaxRuns, Events: store, PauseTimeout: c.PauseTimeout})
 	ag := agent.New(agent.Config{
 		Store:             store,
 		History:           historycache.New(store, int64(c.HistoryCacheMB)<<20),
@@ -113,6 +114,10 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		DefaultModel: models.Default(),
 		MaxMessage:   c.MaxMessageChars,
 	}
+	maxStreams := c.MaxStreams
+	if maxStreams == 0 {
+		maxStreams = -1 // the flag's "no bound" is Deps' negative (its 0 is the default)
+	}
 	var closing atomic.Bool
 	handler := httpapi.NewServer(httpapi.Deps{
 		Auth:         guard.auth,
@@ -134,10 +139,13 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 			}
 			return store.Ping(ctx)
 		},
-		Log:          log,
-		MaxBodyBytes: c.MaxBodyBytes,
-		Heartbeat:    c.Heartbeat,
-		WriteTimeout: c.WriteTimeout,
+		Log:               log,
+		MaxBodyBytes:      c.MaxBodyBytes,
+		Heartbeat:         c.Heartbeat,
+		WriteTimeout:      c.WriteTimeout,
+		MaxStreamsPerUser: maxStreams,
+		StreamIdle:        c.StreamIdle,
+		StreamLifetime:    c.StreamLifetime,
 	})
 
 	ln, err := net.Listen("tcp", c.Addr)

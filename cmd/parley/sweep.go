@@ -1,0 +1,41 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	parley "github.com/parleyhq/parley"
+)
+
+// sweeper deletes what has expired, hourly: guest tokens and API keys past their expiry, and run
+// events older than the retention (0: kept). stop ends it and waits.
+func sweeper(ctx context.Context, store parley.Store, eventRetention time.Duration, log *slog.Logger) (stop func()) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(time.Hour)
+		defer t.Stop()
+		for {
+			if n, err := store.DeleteExpiredAPIKeys(ctx, time.Now()); err != nil && ctx.Err() == nil {
+				log.Warn("deleting expired api keys", "err", err)
+			} else if n > 0 {
+				log.Info("deleted expired api keys", "keys", n)
+			}
+			if eventRetention > 0 {
+				if n, err := store.DeleteEventsBefore(ctx, time.Now().Add(-eventRetention)); err != nil && ctx.Err() == nil {
+					log.Warn("deleting old run events", "err", err)
+				} else if n > 0 {
+					log.Info("deleted old run events", "events", n)
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}

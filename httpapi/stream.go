@@ -1,0 +1,231 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/runs"
+)
+
+// streamSlots counts each user's open streams (SSE and WebSocket) against MaxStreamsPerUser.
+type streamSlots struct {
+	mu     sync.Mutex
+	byUser map[string]int
+}
+
+// acquireStream takes one of the user's stream slots; release gives it back.
+func (s *server) acquireStream(user string) (release func(), err error) {
+	s.slots.mu.Lock()
+	defer s.slots.mu.Unlock()
+	if s.MaxStreamsPerUser > 0 && s.slots.byUser[user] >= s.MaxStreamsPerUser {
+		return nil, &parley.Error{Code: parley.ECRateLimited, RetryAfter: 5 * time.Second,
+			Message: "too many open streams: at most " + strconv.Itoa(s.MaxStreamsPerUser) + " per user; close one first"}
+	}
+	s.slots.byUser[user]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.slots.mu.Lock()
+			defer s.slots.mu.Unlock()
+			if s.slots.byUser[user]--; s.slots.byUser[user] <= 0 {
+				delete(s.slots.byUser, user)
+			}
+		})
+	}, nil
+}
+
+// follower delivers a session's events from runs.Manager.Follow, run in a goroutine the caller
+// owns: the caller reads batches from events and, when done, calls stop, which waits for it.
+type follower struct {
+	events <-chan []parley.Event
+	errc   chan error
+	cancel context.CancelFunc
+}
+
+func (s *server) follow(ctx context.Context, sessionID string, after int64) *follower {
+	ctx, cancel := context.WithCancel(ctx)
+	ch := make(chan []parley.Event, 2)
+	f := &follower{events: ch, errc: make(chan error, 1), cancel: cancel}
+	go func() {
+		defer close(ch)
+		f.errc <- s.Runs.Follow(ctx, sessionID, after, func(evs []parley.Event) error {
+			select {
+			case ch <- evs:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+	}()
+	return f
+}
+
+// stop ends the follower and waits for its goroutine; it returns the error that ended it, nil
+// when stop did.
+func (f *follower) stop() error {
+	f.cancel()
+	for range f.events { // unblock a pending send
+	}
+	err := <-f.errc
+	if err == context.Canceled {
+		return nil
+	}
+	return err
+}
+
+// resumePoint reads where a client resumes: the Last-Event-ID header (which a browser's
+// EventSource sends when it reconnects) or else the after query parameter. Absent: runs.Join.
+func resumePoint(r *http.Request) (int64, error) {
+	name, v := "Last-Event-ID", strings.TrimSpace(r.Header.Get("Last-Event-ID"))
+	if v == "" {
+		name, v = "after", r.URL.Query().Get("after")
+	}
+	if v == "" {
+		return runs.Join, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 || n > 1<<53 {
+		return 0, parley.Errorf(parley.ECInvalid, "%s: must be the sequence number of an event (an integer from 0)", name)
+	}
+	return n, nil
+}
+
+// handleSessionStream streams a session's run events as SSE: from the event after the one the
+// client names, or (naming none) from the start of the active run, then every run of the session
+// as it happens, until the client leaves, the stream is idle for StreamIdle, or it has been open
+// for StreamLifetime. With ?until=done the stream ends after the next done event.
+func (s *server) handleSessionStream() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sess, owner, err := s.ownedSession(r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		after, err := resumePoint(r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		untilDone := false
+		switch v := r.URL.Query().Get("until"); v {
+		case "":
+		case "done":
+			untilDone = true
+		default:
+			writeError(w, parley.Errorf(parley.ECInvalid, "until: must be \"done\" or absent"))
+			return
+		}
+		release, err := s.acquireStream(owner)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		defer release()
+		sse, err := newSSEWriter(w, s.WriteTimeout)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), s.StreamLifetime)
+		defer cancel()
+		f := s.follow(ctx, sess.ID, after)
+		defer func() {
+			if err := f.stop(); err != nil && ctx.Err() == nil {
+				s.Log.Warn("session stream ended", "session", sess.ID, "err", err)
+			}
+		}()
+		heartbeat := time.NewTicker(s.Heartbeat)
+		defer heartbeat.Stop()
+		idle := time.NewTimer(s.StreamIdle)
+		defer idle.Stop()
+		// One writer per connection: this goroutine.
+		for {
+			select {
+			case evs, ok := <-f.events:
+				if !ok {
+					return
+				}
+				done := false
+				for _, ev := range evs {
+					if err := sse.event(ev); err != nil {
+						s.Log.Info("stream client dropped", "session", sess.ID, "seq", ev.Seq, "err", err)
+						return
+					}
+					done = done || ev.Type == parley.EventDone
+				}
+				if err := sse.flush(); err != nil {
+					s.Log.Info("stream client dropped", "session", sess.ID, "err", err)
+					return
+				}
+				if untilDone && done {
+					return
+				}
+				idle.Reset(s.StreamIdle)
+			case <-heartbeat.C:
+				if err := sse.comment("ping"); err != nil {
+					return
+				}
+			case <-idle.C:
+				_ = sse.comment("idle timeout: reconnect with Last-Event-ID to go on")
+				return
+			case <-ctx.Done():
+				if r.Context().Err() == nil {
+					_ = sse.comment("lifetime reached: reconnect with Last-Event-ID to go on")
+				}
+				return
+			}
+		}
+	})
+}
+
+// control applies a control action to the session's active run.
+func (s *server) control(sessionID, action string) (map[string]any, error) {
+	run, ok := s.Runs.Active(sessionID)
+	if !ok {
+		return nil, parley.Errorf(parley.ECConflict, "no run is active in this session")
+	}
+	var err error
+	switch action {
+	case "abort":
+		run.Abort()
+	case "pause":
+		err = run.Pause()
+	case "resume":
+		err = run.Resume()
+	default:
+		return nil, parley.Errorf(parley.ECInvalid, "action: must be abort, pause or resume")
+	}
+	if err != nil {
+		return nil, err
+	}
+	state := "running"
+	switch {
+	case action == "abort":
+		state = "aborting"
+	case run.Paused():
+		state = parley.RunPaused
+	}
+	return map[string]any{"action": action, "run_id": run.ID, "state": state}, nil
+}
+
+// handleControl is POST /api/v1/sessions/{id}/{abort|pause|resume}.
+func (s *server) handleControl(action string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sess, _, err := s.ownedSession(r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		out, err := s.control(sess.ID, action)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
+	})
+}

@@ -1,0 +1,464 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/coder/websocket"
+	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/auth"
+	"github.com/parleyhq/parley/chat"
+	"github.com/parleyhq/parley/redact"
+	"github.com/parleyhq/parley/runs"
+)
+
+// The WebSocket protocol (docs/protocol.md, "WebSocket"). Every frame is one JSON object:
+// {"type": …, "id": …, "data": …}; the server adds "seq" to the frames that carry run events.
+const (
+	wsProtocol     = "parley.v1"
+	wsAuthPrefix   = "parley.auth."
+	wsOutboxSize   = 32 // replies waiting for the writer; a client that floods past it is dropped
+	wsHistoryLimit = 200
+)
+
+// wsAuthProtocol returns the key a browser offers as the subprotocol "parley.auth.<key>", or "".
+func wsAuthProtocol(r *http.Request) string {
+	for _, h := range r.Header.Values("Sec-WebSocket-Protocol") {
+		for _, p := range strings.Split(h, ",") {
+			if p = strings.TrimSpace(p); strings.HasPrefix(p, wsAuthPrefix) {
+				return p[len(wsAuthPrefix):]
+			}
+		}
+	}
+	return ""
+}
+
+// wsIn is a frame from the client.
+type wsIn struct {
+	Type string          `json:"type"`
+	ID   string          `json:"id,omitempty"`
+	Data json.RawMessage `json:"data,omitempty"`
+}
+
+// wsUserMessage is the data of a user_message frame.
+type wsUserMessage struct {
+	Text          string        `json:"text"`
+	FileIDs       []string      `json:"fileIds,omitempty"`
+	BinaryContent []parley.Part `json:"binary_content,omitempty"`
+	Model         string        `json:"model,omitempty"`
+	SelectedTools []string      `json:"selected_tools,omitempty"`
+}
+
+// wsControl is the data of a control frame.
+type wsControl struct {
+	Action   string `json:"action"`
+	AfterSeq int64  `json:"after_seq,omitempty"` // get_history: messages after this message seq
+	Limit    int    `json:"limit,omitempty"`     // get_history: at most this many (default 200, max 1000)
+}
+
+// wsOut is a frame to the client that is not a run event.
+type wsOut struct {
+	Type string `json:"type"`
+	ID   string `json:"id,omitempty"`
+	Data any    `json:"data,omitempty"`
+}
+
+// wsEventType is the frame type a run event travels as (seed 002 §8's names where it has one).
+func wsEventType(ev *parley.Event) string {
+	switch ev.Type {
+	case parley.EventChunk:
+		return "llm_chunk"
+	case parley.EventReasoning:
+		return "llm_reasoning"
+	case parley.EventRecord:
+		if ev.Message != nil && ev.Message.Role == parley.RoleUser {
+			return "user_message"
+		}
+		return "llm_complete"
+	case parley.EventStart, parley.EventStatus, parley.EventDone:
+		return "status"
+	default: // tool_calls_start, tool_call, tool_result, usage, error
+		return string(ev.Type)
+	}
+}
+
+// wsEventFrame encodes a run event as {"type":…,"seq":…,"data":<the SSE event's data, byte for
+// byte>}.
+func wsEventFrame(ev *parley.Event) ([]byte, error) {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	b.Grow(len(data) + 48)
+	b.WriteString(`{"type":"`)
+	b.WriteString(wsEventType(ev))
+	b.WriteString(`","seq":`)
+	b.WriteString(strconv.FormatInt(ev.Seq, 10))
+	b.WriteString(`,"data":`)
+	b.Write(data)
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+// wsConn is one WebSocket client. The handler's goroutine is its only writer; a reader goroutine
+// handles the client's frames and hands replies to the writer through outbox.
+type wsConn struct {
+	s        *server
+	c        *websocket.Conn
+	id       auth.Identity
+	ip       string
+	cancel   context.CancelCauseFunc
+	outbox   chan []byte
+	session  chan string   // a session the reader created: the writer starts following it
+	activity chan struct{} // the client sent a frame: the idle timer starts again
+
+	sessionID string // owned by the reader after the start
+}
+
+var (
+	errWSIdle     = errors.New("idle timeout")
+	errWSFlood    = errors.New("too many frames without reading the replies")
+	errWSLifetime = errors.New("lifetime reached")
+)
+
+// handleWS is GET /api/ws?convId=<session>&after=<seq>: a WebSocket on one conversation. Without
+// convId the conversation is created by the first user_message.
+func (s *server) handleWS() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := identityOf(r)
+		sessionID := r.URL.Query().Get("convId")
+		if sessionID != "" {
+			r.SetPathValue("id", sessionID)
+			if _, _, err := s.ownedSession(r); err != nil {
+				writeError(w, err)
+				return
+			}
+		}
+		after, err := resumePoint(r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		release, err := s.acquireStream(id.User)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		defer release()
+		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+			Subprotocols:   []string{wsProtocol},
+			OriginPatterns: s.wsOrigins,
+		})
+		if err != nil {
+			return // Accept has answered the client
+		}
+		defer c.CloseNow()
+		c.SetReadLimit(s.MaxBodyBytes)
+
+		ctx, cancel := context.WithCancelCause(r.Context())
+		defer cancel(nil)
+		ctx, stopLife := context.WithTimeoutCause(ctx, s.StreamLifetime, errWSLifetime)
+		defer stopLife()
+		conn := &wsConn{
+			s: s, c: c, id: id, ip: s.clientIP(r), cancel: cancel, sessionID: sessionID,
+			outbox: make(chan []byte, wsOutboxSize), session: make(chan string, 1), activity: make(chan struct{}, 1),
+		}
+		// The connection's goroutines: the reader and the pinger. Both end with ctx, and the
+		// handler waits for them.
+		readerDone := make(chan struct{})
+		go func() {
+			defer close(readerDone)
+			conn.read(ctx)
+		}()
+		pingerDone := make(chan struct{})
+		go func() {
+			defer close(pingerDone)
+			conn.ping(ctx)
+		}()
+		err = conn.write(ctx, sessionID, after)
+		cancel(err)
+		code, reason := websocket.StatusNormalClosure, ""
+		switch cause := context.Cause(ctx); {
+		case errors.Is(cause, errWSIdle), errors.Is(cause, errWSLifetime):
+			reason = cause.Error() + ": reconnect with after=<last seq> to go on"
+		case errors.Is(cause, errWSFlood):
+			code, reason = websocket.StatusPolicyViolation, cause.Error()
+		case r.Context().Err() != nil:
+			code, reason = websocket.StatusGoingAway, "server shutting down"
+		}
+		closeCtx, stop := context.WithTimeout(context.Background(), time.Second)
+		go func() { <-closeCtx.Done(); c.CloseNow() }()
+		_ = c.Close(code, reason)
+		stop()
+		<-readerDone
+		<-pingerDone
+	})
+}
+
+// write is the connection's writer: the connected status, then the session's events, replies and
+// heartbeat-driven timeouts, until ctx ends or a write fails.
+func (w *wsConn) write(ctx context.Context, sessionID string, after int64) error {
+	s := w.s
+	status := map[string]any{"state": "connected", "session_id": sessionID, "user": w.id.User}
+	if sessionID != "" {
+		if run, ok := s.Runs.Active(sessionID); ok {
+			status["active_run"] = run.ID
+			status["paused"] = run.Paused()
+		}
+	}
+	if err := w.send(ctx, mustJSON(wsOut{Type: "status", Data: status})); err != nil {
+		return err
+	}
+	var f *follower
+	var events <-chan []parley.Event
+	startFollowing := func(id string, from int64) {
+		f = s.follow(ctx, id, from)
+		events = f.events
+	}
+	if sessionID != "" {
+		startFollowing(sessionID, after)
+	}
+	defer func() {
+		if f != nil {
+			f.stop()
+		}
+	}()
+	idle := time.NewTimer(s.StreamIdle)
+	defer idle.Stop()
+	for {
+		select {
+		case b := <-w.outbox:
+			if err := w.send(ctx, b); err != nil {
+				return err
+			}
+		case id := <-w.session:
+			if f == nil {
+				startFollowing(id, runs.Join)
+			}
+		case evs, ok := <-events:
+			if !ok {
+				err := f.stop()
+				f = nil
+				if err != nil && ctx.Err() == nil {
+					s.Log.Warn("websocket stream ended", "err", err)
+					w.send(ctx, mustJSON(wsOut{Type: "error", Data: errorBodyOf(err)}))
+				}
+				return err
+			}
+			for i := range evs {
+				b, err := wsEventFrame(&evs[i])
+				if err != nil {
+					return err
+				}
+				if err := w.send(ctx, b); err != nil {
+					s.Log.Info("websocket client dropped", "seq", evs[i].Seq, "err", err)
+					return err
+				}
+			}
+			idle.Reset(s.StreamIdle)
+		case <-w.activity:
+			idle.Reset(s.StreamIdle)
+		case <-idle.C:
+			w.cancel(errWSIdle)
+			return errWSIdle
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+// send writes one frame within the write timeout; a client that cannot take it is dropped.
+func (w *wsConn) send(ctx context.Context, b []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, w.s.WriteTimeout)
+	defer cancel()
+	return w.c.Write(ctx, websocket.MessageText, b)
+}
+
+// reply queues a frame for the writer. A client that sends frames faster than it reads the
+// replies fills the outbox and is dropped.
+func (w *wsConn) reply(v wsOut) {
+	select {
+	case w.outbox <- mustJSON(v):
+	default:
+		w.cancel(errWSFlood)
+	}
+}
+
+func (w *wsConn) fail(id string, err error) {
+	w.reply(wsOut{Type: "error", ID: id, Data: errorBodyOf(err)})
+}
+
+// ping sends a WebSocket ping every Heartbeat; a client that does not answer within the write
+// timeout is dropped.
+func (w *wsConn) ping(ctx context.Context) {
+	t := time.NewTicker(w.s.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			pctx, cancel := context.WithTimeout(ctx, w.s.WriteTimeout)
+			err := w.c.Ping(pctx)
+			cancel()
+			if err != nil {
+				w.cancel(err)
+				return
+			}
+		}
+	}
+}
+
+// read handles the client's frames until the connection ends.
+func (w *wsConn) read(ctx context.Context) {
+	for {
+		typ, data, err := w.c.Read(ctx)
+		if err != nil {
+			w.cancel(err)
+			return
+		}
+		select {
+		case w.activity <- struct{}{}:
+		default:
+		}
+		if typ != websocket.MessageText {
+			w.fail("", parley.Errorf(parley.ECInvalid, "frames must be JSON text"))
+			continue
+		}
+		w.handle(ctx, data)
+	}
+}
+
+// handle answers one client frame.
+func (w *wsConn) handle(ctx context.Context, data []byte) {
+	var in wsIn
+	if err := decodeStrict(data, &in); err != nil {
+		w.fail("", err)
+		return
+	}
+	if len(in.ID) > 128 {
+		w.fail("", parley.Errorf(parley.ECInvalid, "id: at most 128 characters"))
+		return
+	}
+	switch in.Type {
+	case "ping":
+		w.reply(wsOut{Type: "pong", ID: in.ID})
+	case "user_message":
+		var m wsUserMessage
+		if err := decodeData(in.Data, &m); err != nil {
+			w.fail(in.ID, err)
+			return
+		}
+		out, err := w.userMessage(ctx, m)
+		if err != nil {
+			w.fail(in.ID, err)
+			return
+		}
+		w.reply(wsOut{Type: "control_response", ID: in.ID, Data: out})
+	case "control":
+		var c wsControl
+		if err := decodeData(in.Data, &c); err != nil {
+			w.fail(in.ID, err)
+			return
+		}
+		out, err := w.controlFrame(ctx, c)
+		if err != nil {
+			w.fail(in.ID, err)
+			return
+		}
+		w.reply(wsOut{Type: "control_response", ID: in.ID, Data: out})
+	default:
+		w.fail(in.ID, parley.Errorf(parley.ECInvalid, "type: %q is not a client frame (user_message, control or ping)", truncate(in.Type, 40)))
+	}
+}
+
+func decodeData(raw json.RawMessage, v any) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return parley.Errorf(parley.ECInvalid, "data: required")
+	}
+	return decodeStrict(raw, v)
+}
+
+// userMessage starts a run, as POST /api/v1/chat does, with the same checks: rate limit,
+// throttle, validation, ownership.
+func (w *wsConn) userMessage(ctx context.Context, m wsUserMessage) (map[string]any, error) {
+	s := w.s
+	if len(m.FileIDs) > 0 {
+		return nil, parley.Errorf(parley.ECInvalid, "fileIds: file uploads are not supported yet; send images as binary_content")
+	}
+	if err := s.limitFor(ctx, w.ip, w.id, nil); err != nil {
+		return nil, err
+	}
+	if s.Runs.Full() {
+		return nil, runs.ErrOverloaded
+	}
+	req := chat.Request{Message: m.Text, BinaryContent: m.BinaryContent, SessionID: w.sessionID, Model: m.Model, SelectedTools: m.SelectedTools}
+	if err := s.Chat.Validate(&req); err != nil {
+		return nil, err
+	}
+	st, err := s.Chat.Send(ctx, w.id.User, req)
+	if err != nil {
+		return nil, err
+	}
+	if w.sessionID == "" {
+		w.sessionID = st.Session.ID
+		w.session <- st.Session.ID
+	}
+	return map[string]any{"action": "user_message", "session_id": st.Session.ID, "run_id": st.Run.ID, "message_id": st.UserMessage.ID}, nil
+}
+
+// controlFrame answers a control frame: abort, pause, resume or get_history.
+func (w *wsConn) controlFrame(ctx context.Context, c wsControl) (map[string]any, error) {
+	s := w.s
+	if c.Action == "get_history" {
+		limit := c.Limit
+		if limit == 0 {
+			limit = wsHistoryLimit
+		}
+		if limit < 1 || limit > 1000 || c.AfterSeq < 0 {
+			return nil, parley.Errorf(parley.ECInvalid, "limit: must be from 1 to 1000, after_seq from 0")
+		}
+		out := map[string]any{"action": "get_history", "session_id": w.sessionID, "messages": []parley.Message{}}
+		if w.sessionID == "" {
+			return out, nil
+		}
+		msgs, err := s.Store.ListMessages(ctx, w.sessionID, c.AfterSeq, limit)
+		if err != nil {
+			return nil, err
+		}
+		if msgs != nil {
+			out["messages"] = msgs
+		}
+		if len(msgs) == limit {
+			out["next_after"] = msgs[len(msgs)-1].Seq
+		}
+		return out, nil
+	}
+	if c.Action != "abort" && c.Action != "pause" && c.Action != "resume" {
+		return nil, parley.Errorf(parley.ECInvalid, "action: must be abort, pause, resume or get_history")
+	}
+	if w.sessionID == "" {
+		return nil, parley.Errorf(parley.ECConflict, "no run is active in this session")
+	}
+	return s.control(w.sessionID, c.Action)
+}
+
+// errorBodyOf is the client-visible form of err, sanitized as writeError does.
+func errorBodyOf(err error) parley.ErrorBody {
+	return parley.ErrorBody{Code: parley.CodeOf(err), Message: redact.String(parley.MessageOf(err))}
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only our own frame types are encoded here
+	}
+	return b
+}

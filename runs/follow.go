@@ -1,0 +1,167 @@
+package runs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/bus"
+)
+
+// Join, as Follow's after, joins a session as it is: from the first event of its active run (what
+// that run has produced so far, then live), or from the next run it begins.
+const Join int64 = -1
+
+// followBatch bounds the events handed to Follow's fn at a time.
+const followBatch = 256
+
+// Follow calls fn with the session's events after seq `after`, in order, each once, until ctx ends
+// or fn returns an error, which Follow returns. It reads what the run logs in memory hold and,
+// for older events (or after a restart), the store; it follows each run the session begins later,
+// live. Events the store no longer holds (past the retention) are skipped.
+func (m *Manager) Follow(ctx context.Context, sessionID string, after int64, fn func([]parley.Event) error) error {
+	if after < 0 {
+		after = m.joinPoint(sessionID)
+	}
+	m.mu.Lock()
+	m.followers[sessionID]++
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		if m.followers[sessionID]--; m.followers[sessionID] <= 0 {
+			delete(m.followers, sessionID)
+			delete(m.waits, sessionID)
+		}
+		m.mu.Unlock()
+	}()
+	for {
+		m.mu.Lock()
+		wait, ok := m.waits[sessionID]
+		if !ok {
+			wait = make(chan struct{})
+			m.waits[sessionID] = wait
+		}
+		r := m.lastOfSes[sessionID]
+		m.mu.Unlock()
+
+		if after < 0 { // joining at the next run
+			if r == nil {
+				if err := waitFor(ctx, wait); err != nil {
+					return err
+				}
+				continue
+			}
+			after = r.Log.FirstSeq() - 1
+		}
+		if r != nil && (after < r.Log.Next()-1 || !r.Log.Closed()) {
+			if after+1 < r.Log.FirstSeq() {
+				// Events of earlier runs, which only the store holds.
+				next, err := m.replay(ctx, sessionID, after, r.Log.FirstSeq()-1, fn)
+				if err != nil {
+					return err
+				}
+				after = next
+				continue
+			}
+			evs, _, err := r.Log.Read(ctx, after, followBatch)
+			if errors.Is(err, bus.ErrTrimmed) {
+				next, err := m.replay(ctx, sessionID, after, r.Log.Next()-1, fn)
+				if err != nil {
+					return err
+				}
+				after = next
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if len(evs) > 0 {
+				if err := fn(evs); err != nil {
+					return err
+				}
+				after = evs[len(evs)-1].Seq
+			}
+			continue
+		}
+		// Nothing in memory after `after`: the store may hold more (events of a run this
+		// process no longer holds, such as one from before a restart).
+		if m.opts.Events != nil {
+			evs, err := m.listEvents(ctx, sessionID, after)
+			if err != nil {
+				return err
+			}
+			if len(evs) > 0 {
+				if err := fn(evs); err != nil {
+					return err
+				}
+				after = evs[len(evs)-1].Seq
+				continue
+			}
+		}
+		if err := waitFor(ctx, wait); err != nil {
+			return err
+		}
+	}
+}
+
+// joinPoint returns where Follow(Join) starts: before the active run's first event, after the
+// last event of the latest run in memory, or Join itself (the next run) when memory holds none.
+func (m *Manager) joinPoint(sessionID string) int64 {
+	m.mu.Lock()
+	r := m.lastOfSes[sessionID]
+	m.mu.Unlock()
+	switch {
+	case r == nil:
+		return Join
+	case !r.Log.Closed():
+		return r.Log.FirstSeq() - 1
+	default:
+		return r.Log.Next() - 1
+	}
+}
+
+// replay hands fn the stored events after `after` up to `upTo` and returns where it stopped: at
+// upTo when the store holds no more of them.
+func (m *Manager) replay(ctx context.Context, sessionID string, after, upTo int64, fn func([]parley.Event) error) (int64, error) {
+	if m.opts.Events == nil {
+		return upTo, nil
+	}
+	for after < upTo {
+		evs, err := m.listEvents(ctx, sessionID, after)
+		if err != nil {
+			return after, err
+		}
+		n := 0
+		for n < len(evs) && evs[n].Seq <= upTo {
+			n++
+		}
+		if n == 0 {
+			return upTo, nil
+		}
+		if err := fn(evs[:n]); err != nil {
+			return after, err
+		}
+		after = evs[n-1].Seq
+	}
+	return after, nil
+}
+
+func (m *Manager) listEvents(ctx context.Context, sessionID string, after int64) ([]parley.Event, error) {
+	rctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	evs, err := m.opts.Events.ListEvents(rctx, sessionID, after, followBatch)
+	if err != nil && ctx.Err() == nil {
+		return nil, fmt.Errorf("reading stored events: %w", err)
+	}
+	return evs, ctx.Err()
+}
+
+func waitFor(ctx context.Context, ch <-chan struct{}) error {
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
