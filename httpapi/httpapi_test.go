@@ -292,6 +292,7 @@ func TestSessionsCRUDAndPagination(t *testing.T) {
 type event struct {
 	id, name string
 	data     parley.Event
+	raw      string // the data line as sent
 }
 
 func readEvents(t *testing.T, body io.Reader, stop func(event) bool) ([]event, []string) {
@@ -318,6 +319,7 @@ func readEvents(t *testing.T, body io.Reader, stop func(event) bool) ([]event, [
 		case strings.HasPrefix(line, "event: "):
 			cur.name = line[7:]
 		case strings.HasPrefix(line, "data: "):
+			cur.raw = line[6:]
 			if err := json.Unmarshal([]byte(line[6:]), &cur.data); err != nil {
 				t.Fatalf("bad data line %q: %v", line, err)
 			}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -120,9 +121,16 @@ type wsConn struct {
 	activity chan struct{} // the client sent a frame: the idle timer starts again
 
 	sessionID string // owned by the reader after the start
+
+	// connCtx is the I/O context of the connection: it ends only after the close handshake,
+	// because a read or write whose context ends drops the connection without one.
+	connCtx context.Context
 }
 
 var (
+	// errWSGone: the client is gone or cannot keep up (a read or write failed, a ping went
+	// unanswered); the connection is dropped without a close handshake.
+	errWSGone     = errors.New("client gone")
 	errWSIdle     = errors.New("idle timeout")
 	errWSFlood    = errors.New("too many frames without reading the replies")
 	errWSLifetime = errors.New("lifetime reached")
@@ -166,21 +174,24 @@ func (s *server) handleWS() http.Handler {
 		defer cancel(nil)
 		ctx, stopLife := context.WithTimeoutCause(ctx, s.StreamLifetime, errWSLifetime)
 		defer stopLife()
+		// The reader's and the pinger's I/O use connCtx, which ends only after the close
+		// handshake: a cancelled read would drop the connection before the close frame is sent.
+		connCtx, endConn := context.WithCancel(context.WithoutCancel(ctx))
+		defer endConn()
 		conn := &wsConn{
-			s: s, c: c, id: id, ip: s.clientIP(r), cancel: cancel, sessionID: sessionID,
+			s: s, c: c, id: id, ip: s.clientIP(r), cancel: cancel, sessionID: sessionID, connCtx: connCtx,
 			outbox: make(chan []byte, wsOutboxSize), session: make(chan string, 1), activity: make(chan struct{}, 1),
 		}
-		// The connection's goroutines: the reader and the pinger. Both end with ctx, and the
-		// handler waits for them.
+		// The connection's goroutines: the reader and the pinger. The handler waits for both.
 		readerDone := make(chan struct{})
 		go func() {
 			defer close(readerDone)
-			conn.read(ctx)
+			conn.read(connCtx, ctx)
 		}()
 		pingerDone := make(chan struct{})
 		go func() {
 			defer close(pingerDone)
-			conn.ping(ctx)
+			conn.ping(connCtx, ctx)
 		}()
 		err = conn.write(ctx, sessionID, after)
 		cancel(err)
@@ -193,10 +204,12 @@ func (s *server) handleWS() http.Handler {
 		case r.Context().Err() != nil:
 			code, reason = websocket.StatusGoingAway, "server shutting down"
 		}
-		closeCtx, stop := context.WithTimeout(context.Background(), time.Second)
-		go func() { <-closeCtx.Done(); c.CloseNow() }()
-		_ = c.Close(code, reason)
-		stop()
+		if errors.Is(context.Cause(ctx), errWSGone) {
+			c.CloseNow()
+		} else {
+			_ = c.Close(code, reason) // the handshake is bounded by the library (5s per step)
+		}
+		endConn()
 		<-readerDone
 		<-pingerDone
 	})
@@ -274,11 +287,20 @@ func (w *wsConn) write(ctx context.Context, sessionID string, after int64) error
 	}
 }
 
-// send writes one frame within the write timeout; a client that cannot take it is dropped.
+// send writes one frame within the write timeout, unless ctx has ended; a client that cannot
+// take the frame is dropped.
 func (w *wsConn) send(ctx context.Context, b []byte) error {
-	ctx, cancel := context.WithTimeout(ctx, w.s.WriteTimeout)
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	wctx, cancel := context.WithTimeout(w.connCtx, w.s.WriteTimeout)
 	defer cancel()
-	return w.c.Write(ctx, websocket.MessageText, b)
+	if err := w.c.Write(wctx, websocket.MessageText, b); err != nil {
+		err = fmt.Errorf("%w: %v", errWSGone, err)
+		w.cancel(err)
+		return err
+	}
+	return nil
 }
 
 // reply queues a frame for the writer. A client that sends frames faster than it reads the
@@ -295,9 +317,9 @@ func (w *wsConn) fail(id string, err error) {
 	w.reply(wsOut{Type: "error", ID: id, Data: errorBodyOf(err)})
 }
 
-// ping sends a WebSocket ping every Heartbeat; a client that does not answer within the write
-// timeout is dropped.
-func (w *wsConn) ping(ctx context.Context) {
+// ping sends a WebSocket ping every Heartbeat until ctx ends; a client that does not answer
+// within the write timeout is dropped. The pings' I/O uses connCtx.
+func (w *wsConn) ping(connCtx, ctx context.Context) {
 	t := time.NewTicker(w.s.Heartbeat)
 	defer t.Stop()
 	for {
@@ -305,22 +327,26 @@ func (w *wsConn) ping(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			pctx, cancel := context.WithTimeout(ctx, w.s.WriteTimeout)
+			pctx, cancel := context.WithTimeout(connCtx, w.s.WriteTimeout)
 			err := w.c.Ping(pctx)
 			cancel()
 			if err != nil {
-				w.cancel(err)
+				w.cancel(fmt.Errorf("%w: no answer to a ping: %v", errWSGone, err))
 				return
 			}
 		}
 	}
 }
 
-// read handles the client's frames until the connection ends.
-func (w *wsConn) read(ctx context.Context) {
+// read handles the client's frames until the connection ends; its I/O uses connCtx, and ctx is
+// the connection's life, for the work a frame starts.
+func (w *wsConn) read(connCtx, ctx context.Context) {
 	for {
-		typ, data, err := w.c.Read(ctx)
+		typ, data, err := w.c.Read(connCtx)
 		if err != nil {
+			if websocket.CloseStatus(err) == -1 { // not a close frame: the connection broke
+				err = fmt.Errorf("%w: %v", errWSGone, err)
+			}
 			w.cancel(err)
 			return
 		}
