@@ -700,3 +700,43 @@ func TestMaxToolCallsPerRequest(t *testing.T) {
 		t.Fatal("the run's calls were not charged to erin")
 	}
 }
+
+// The gate is passed before each model call and each batch of tool calls; a run stopped at the
+// gate before its tools ran answers every call with "not run", so the history stays valid.
+func TestGateBeforeEachStep(t *testing.T) {
+	f := newFixture(t)
+	ran := false
+	f.tool(t, "echo", func(ctx context.Context, args json.RawMessage) (*parley.ToolResult, error) {
+		ran = true
+		return echoTool(ctx, args)
+	})
+	f.prov.steps = append(f.prov.steps, callTools("", [2]string{"echo", `{"a":1}`}, [2]string{"echo", `{"b":2}`}))
+	gates := 0
+	a := f.agent(nil)
+	u := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("go"), CreatedAt: time.Now().UTC().Truncate(time.Microsecond)}
+	if err := f.store.AppendMessages(context.Background(), f.sess, u); err != nil {
+		t.Fatal(err)
+	}
+	_, err := a.Run(context.Background(), Input{SessionID: f.sess, RunID: "run1", Gate: func(ctx context.Context) error {
+		gates++
+		if gates == 2 { // before the tools: the run is stopped here
+			return parley.Errorf(parley.ECCanceled, "stopped while paused")
+		}
+		return nil
+	}}, func(parley.Event) {})
+	if parley.CodeOf(err) != parley.ECCanceled || gates != 2 || ran {
+		t.Fatalf("err %v, gates %d, tool ran %v", err, gates, ran)
+	}
+	h := f.history(t)
+	if got := roles(h); got != "user assistant(2 calls) tool:echo tool:echo" {
+		t.Fatalf("history: %s", got)
+	}
+	for _, m := range h[2:] {
+		if *m.Success || !strings.Contains(m.Content.String(), "not run") {
+			t.Fatalf("tool message: %q", m.Content.String())
+		}
+	}
+	if err := parley.CheckHistory(h); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -3,6 +3,8 @@ package runs
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,7 +16,7 @@ func events(t *testing.T, r *Run) []parley.Event {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var out []parley.Event
-	var after int64
+	after := r.Log.FirstSeq() - 1
 	for {
 		evs, done, err := r.Log.Read(ctx, after, 100)
 		if err != nil {
@@ -260,4 +262,243 @@ func TestBudgetOfConcurrentRuns(t *testing.T) {
 		t.Fatalf("Begin after a release: %v", err)
 	}
 	b.Release()
+}
+
+// memEvents is an in-memory parley.EventStore for the manager's tests.
+type memEvents struct {
+	mu       sync.Mutex
+	reserved map[string]int64
+	events   map[string][]parley.Event
+	reserves int
+}
+
+func newMemEvents() *memEvents {
+	return &memEvents{reserved: map[string]int64{}, events: map[string][]parley.Event{}}
+}
+
+func (m *memEvents) ReserveEventSeqs(_ context.Context, s string, n int64) (int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reserves++
+	m.reserved[s] += n
+	return m.reserved[s] - n + 1, nil
+}
+
+func (m *memEvents) ReleaseEventSeqs(_ context.Context, s string, limit, last int64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.reserved[s] == limit {
+		m.reserved[s] = last
+	}
+	return nil
+}
+
+func (m *memEvents) AppendEvents(_ context.Context, s string, _ time.Time, evs []parley.Event) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, ev := range evs {
+		if l := m.events[s]; len(l) == 0 || l[len(l)-1].Seq < ev.Seq {
+			m.events[s] = append(m.events[s], ev)
+		}
+	}
+	return nil
+}
+
+func (m *memEvents) ListEvents(_ context.Context, s string, after int64, limit int) ([]parley.Event, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []parley.Event
+	for _, ev := range m.events[s] {
+		if ev.Seq > after && len(out) < limit {
+			out = append(out, ev)
+		}
+	}
+	return out, nil
+}
+
+func (m *memEvents) DeleteEventsBefore(context.Context, time.Time) (int64, error) { return 0, nil }
+
+func (m *memEvents) stored(s string) []parley.Event {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]parley.Event(nil), m.events[s]...)
+}
+
+// chunks is a run body that emits n chunks.
+func chunks(n int) Func {
+	return func(ctx context.Context, emit func(parley.Event)) (string, error) {
+		for range n {
+			emit(parley.Event{Type: parley.EventChunk, Content: "x"})
+		}
+		return parley.FinishStop, nil
+	}
+}
+
+// The session's runs number their events as one stream: the second run goes on where the first
+// stopped, a run longer than one reservation reserves more, and every event reaches the store.
+func TestSessionEventNumbersAcrossRuns(t *testing.T) {
+	ev := newMemEvents()
+	m := NewManager(Options{Events: ev, FlushEvery: time.Millisecond})
+	var all []parley.Event
+	for _, n := range []int{3, seqBlock + 500, 0} {
+		r, err := m.Begin(context.Background(), "s1", "mock")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Go(chunks(n))
+		all = append(all, events(t, r)...)
+		<-r.Done()
+	}
+	for i, e := range all {
+		if e.Seq != int64(i+1) {
+			t.Fatalf("event %d of the session has seq %d", i, e.Seq)
+		}
+	}
+	if ev.reserves != 4 { // one per run, one more for the long run
+		t.Fatalf("%d reservations, want 4", ev.reserves)
+	}
+	if got := ev.stored("s1"); len(got) != len(all) || got[len(got)-1].Seq != all[len(all)-1].Seq {
+		t.Fatalf("stored %d events, want %d", len(got), len(all))
+	}
+	// A run begun and released uses no numbers.
+	r, _ := m.Begin(context.Background(), "s1", "")
+	r.Release()
+	r, _ = m.Begin(context.Background(), "s1", "")
+	if r.Log.FirstSeq() != int64(len(all)+1) {
+		t.Fatalf("after a released run the next starts at %d, want %d", r.Log.FirstSeq(), len(all)+1)
+	}
+	r.Release()
+}
+
+// Follow gives each event once, in order: from the store for runs no longer in memory, then the
+// live run, then the runs begun later; Join starts at the active run's first event.
+func TestFollow(t *testing.T) {
+	ev := newMemEvents()
+	m := NewManager(Options{Events: ev, FlushEvery: time.Millisecond})
+	r1, _ := m.Begin(context.Background(), "s1", "")
+	r1.Go(chunks(5)) // seqs 1..7
+	<-r1.Done()
+
+	// A second manager on the same store holds nothing in memory (a restart).
+	m2 := NewManager(Options{Events: ev, FlushEvery: time.Millisecond})
+	release := make(chan struct{})
+	r2, _ := m2.Begin(context.Background(), "s1", "")
+	r2.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
+		emit(parley.Event{Type: parley.EventChunk, Content: "live"})
+		<-release
+		return parley.FinishStop, nil
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	follow := func(after int64, until int64) []parley.Event {
+		var got []parley.Event
+		errStop := errors.New("stop")
+		err := m2.Follow(ctx, "s1", after, func(evs []parley.Event) error {
+			got = append(got, evs...)
+			if got[len(got)-1].Seq >= until {
+				return errStop
+			}
+			return nil
+		})
+		if !errors.Is(err, errStop) {
+			t.Fatalf("Follow after %d: %v (got %d events)", after, err, len(got))
+		}
+		return got
+	}
+	check := func(name string, got []parley.Event, first, last int64) {
+		t.Helper()
+		if len(got) != int(last-first+1) {
+			t.Fatalf("%s: %d events, want %d..%d", name, len(got), first, last)
+		}
+		for i, e := range got {
+			if e.Seq != first+int64(i) {
+				t.Fatalf("%s: event %d has seq %d", name, i, e.Seq)
+			}
+		}
+	}
+	// Stored run 1, then live run 2 (start 8, chunk 9).
+	check("from the store into the live run", follow(3, 9), 4, 9)
+	check("join the active run", follow(Join, 9), 8, 9)
+
+	// A follower waiting at the end gets the rest of run 2 and the whole of run 3.
+	done := make(chan []parley.Event, 1)
+	go func() { done <- follow(9, 12) }()
+	close(release)
+	<-r2.Done()
+	r3, _ := m2.Begin(context.Background(), "s1", "")
+	r3.Go(chunks(0)) // 11 start, 12 done
+	check("on into the next run", <-done, 10, 12)
+	<-r3.Done()
+}
+
+// Pause holds the run at its next gate until Resume; both are announced as status events.
+func TestPauseHoldsTheRunAtItsGate(t *testing.T) {
+	m := NewManager(Options{PauseTimeout: time.Minute})
+	r, _ := m.Begin(context.Background(), "s1", "")
+	atGate := make(chan struct{})
+	passed := make(chan struct{})
+	r.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
+		<-atGate
+		if err := r.Gate(ctx); err != nil {
+			return "", err
+		}
+		close(passed)
+		return parley.FinishStop, nil
+	})
+	if err := r.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Pause(); err != nil || !r.Paused() {
+		t.Fatalf("pausing twice: %v", err)
+	}
+	close(atGate)
+	select {
+	case <-passed:
+		t.Fatal("a paused run passed its gate")
+	case <-time.After(50 * time.Millisecond):
+	}
+	if err := r.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	<-passed
+	evs := events(t, r)
+	if got := fmt.Sprint(types(evs)); got != "[start status status done]" || evs[1].State != parley.RunPaused || evs[2].State != parley.RunResumed {
+		t.Fatalf("events %s %+v", got, evs)
+	}
+	if err := r.Pause(); !errors.Is(err, ErrEnded) {
+		t.Fatalf("pausing an ended run: %v", err)
+	}
+}
+
+// A pause longer than PauseTimeout aborts the run; an abort during a pause ends it at once.
+func TestPauseTimeoutAndAbortWhilePaused(t *testing.T) {
+	m := NewManager(Options{PauseTimeout: 30 * time.Millisecond})
+	gated := func(r **Run) Func {
+		return func(ctx context.Context, emit func(parley.Event)) (string, error) {
+			if err := (*r).Gate(ctx); err != nil {
+				return "", err
+			}
+			return parley.FinishStop, nil
+		}
+	}
+	var r *Run
+	r, _ = m.Begin(context.Background(), "s1", "")
+	r.Pause()
+	r.Go(gated(&r))
+	evs := events(t, r)
+	if last := evs[len(evs)-1]; last.FinishReason != parley.FinishAborted || evs[len(evs)-2].Error == nil || evs[len(evs)-2].Error.Code != parley.ECTimeout {
+		t.Fatalf("a long pause: %+v", evs)
+	}
+
+	m2 := NewManager(Options{PauseTimeout: time.Hour})
+	var r2 *Run
+	r2, _ = m2.Begin(context.Background(), "s1", "")
+	r2.Pause()
+	r2.Go(gated(&r2))
+	r2.Abort()
+	evs = events(t, r2)
+	if last := evs[len(evs)-1]; last.FinishReason != parley.FinishAborted {
+		t.Fatalf("abort while paused: %+v", last)
+	}
 }
