@@ -108,6 +108,7 @@ type Run struct {
 
 	emitMu   sync.Mutex // one event at a time, whoever emits it
 	seqLimit int64      // the last sequence number reserved for this run
+	ended    bool       // the done event is out: nothing more is appended
 
 	mu       sync.Mutex
 	finish   string
@@ -278,20 +279,7 @@ func (r *Run) Go(fn Func) {
 				r.emit(parley.Event{Type: parley.EventError, Error: &parley.ErrorBody{Code: parley.CodeOf(err), Message: redact.String(parley.MessageOf(err))}})
 			}
 		}
-		// The numbers this run will not use go back before the session is free (the done event
-		// is the last one it uses), so that the session's next run goes on without a gap.
-		r.emitMu.Lock()
-		m.release(r.SessionID, r.seqLimit, r.Log.Next())
-		r.seqLimit = r.Log.Next()
-		r.emitMu.Unlock()
-		// The session is free before the done event goes out: a client that sends its next
-		// message as soon as it sees done must not be told a run is still active.
-		m.mu.Lock()
-		if m.active[r.SessionID] == r {
-			delete(m.active, r.SessionID)
-		}
-		m.mu.Unlock()
-		r.emit(parley.Event{Type: parley.EventDone, FinishReason: finish})
+		r.emitDone(finish)
 		if m.afterDone != nil {
 			m.afterDone()
 		}
@@ -299,11 +287,34 @@ func (r *Run) Go(fn Func) {
 	}()
 }
 
+// emitDone appends the run's last event. Under the emit lock, so that no late event (a pause
+// status) slips in: the numbers the run will not use go back first, then the session is freed
+// (a client that sends its next message as soon as it sees done must not be told a run is still
+// active, and the next run must go on from done's number + 1), then done goes out.
+func (r *Run) emitDone(finish string) {
+	m := r.m
+	r.emitMu.Lock()
+	defer r.emitMu.Unlock()
+	last := r.Log.Next() // done's number
+	m.release(r.SessionID, r.seqLimit, last)
+	r.seqLimit = last
+	m.mu.Lock()
+	if m.active[r.SessionID] == r {
+		delete(m.active, r.SessionID)
+	}
+	m.mu.Unlock()
+	r.ended = true
+	r.Log.Append(parley.Event{Type: parley.EventDone, FinishReason: finish, RunID: r.ID, SessionID: r.SessionID})
+}
+
 // emit stamps ev and appends it to the run's log, reserving more sequence numbers when the run
 // has used those it had.
 func (r *Run) emit(ev parley.Event) {
 	r.emitMu.Lock()
 	defer r.emitMu.Unlock()
+	if r.ended { // a late status (a pause as the run ended) after done: done stays last
+		return
+	}
 	ev.RunID, ev.SessionID = r.ID, r.SessionID
 	if next := r.Log.Next(); next > r.seqLimit && !r.Log.Closed() {
 		first, err := r.m.reserve(r.ctx, r.SessionID, seqBlock)
@@ -430,9 +441,11 @@ func (r *Run) Resume() error {
 		return nil
 	}
 	r.paused = false
-	close(r.resumed)
+	resumed := r.resumed
 	r.mu.Unlock()
+	// Announced before the run may go on, so that its next events come after this one.
 	r.emit(parley.Event{Type: parley.EventStatus, State: parley.RunResumed})
+	close(resumed)
 	return nil
 }
 
@@ -447,25 +460,27 @@ func (r *Run) Paused() bool {
 // returns ctx's error if the run is aborted meanwhile, and aborts the run when the pause lasts
 // longer than the pause timeout.
 func (r *Run) Gate(ctx context.Context) error {
-	r.mu.Lock()
-	if !r.paused {
+	for {
+		r.mu.Lock()
+		if !r.paused {
+			r.mu.Unlock()
+			return ctx.Err()
+		}
+		resumed, left := r.resumed, r.m.opts.PauseTimeout-r.m.opts.Now().Sub(r.pausedAt)
 		r.mu.Unlock()
-		return ctx.Err()
-	}
-	resumed, left := r.resumed, r.m.opts.PauseTimeout-r.m.opts.Now().Sub(r.pausedAt)
-	r.mu.Unlock()
-	t := time.NewTimer(max(left, 0))
-	defer t.Stop()
-	select {
-	case <-resumed:
-		return ctx.Err()
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		r.emit(parley.Event{Type: parley.EventError, Error: &parley.ErrorBody{Code: parley.ECTimeout,
-			Message: fmt.Sprintf("the run was paused for longer than %s and was stopped", r.m.opts.PauseTimeout)}})
-		r.cancel()
-		return parley.Errorf(parley.ECCanceled, "the run was stopped after a long pause")
+		t := time.NewTimer(max(left, 0))
+		select {
+		case <-resumed: // paused again meanwhile? the loop looks
+			t.Stop()
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+			r.emit(parley.Event{Type: parley.EventError, Error: &parley.ErrorBody{Code: parley.ECTimeout,
+				Message: fmt.Sprintf("the run was paused for longer than %s and was stopped", r.m.opts.PauseTimeout)}})
+			r.cancel()
+			return parley.Errorf(parley.ECCanceled, "the run was stopped after a long pause")
+		}
 	}
 }
 
