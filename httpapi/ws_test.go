@@ -658,7 +658,7 @@ func TestStreamLimits(t *testing.T) {
 	t.Run("slow client", func(t *testing.T) {
 		e := newEnv(t, func(d *httpapi.Deps) {
 			d.WriteTimeout = time.Second // long enough for a reading client on a busy machine
-			d.MaxStreamsPerUser = 1 // the slot comes free when the slow client is dropped
+			d.MaxStreamsPerUser = 1      // the slot comes free when the slow client is dropped
 		})
 		const chunks, size = 300, 64 << 10
 		e.agent.run = func(ctx context.Context, in agent.Input, emit func(parley.Event)) (*agent.Result, error) {
