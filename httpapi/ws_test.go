@@ -776,6 +776,35 @@ func TestWebSocketAuth(t *testing.T) {
 	if _, code, err := dial(h, "parley.v1"); err == nil || code != 403 {
 		t.Fatalf("a foreign origin: %d %v", code, err)
 	}
+
+	// Bob's own connection, open while alice chats, carries nothing of hers: not her run's
+	// events, not her history; and his messages go to a session of his own.
+	bob := e.ws(t, "bob", "")
+	var got []string
+	got = append(got, string(bob.expect("status", "").Data))
+	alice := e.ws(t, "alice", "?convId="+sid)
+	alice.expect("status", "")
+	alice.send(`{"type":"user_message","data":{"text":"alice-secret-question"}}`)
+	alice.untilDone()
+	bob.send(`{"type":"control","id":"h","data":{"action":"get_history"}}`)
+	h1 := bob.expect("control_response", "h")
+	got = append(got, string(h1.Data))
+	bob.send(`{"type":"user_message","id":"m","data":{"text":"bob's own"}}`)
+	evs, other := bob.untilDone()
+	for _, f := range append(evs, other...) {
+		got = append(got, string(f.Data))
+	}
+	for _, raw := range got {
+		if strings.Contains(raw, "alice-secret-question") || strings.Contains(raw, sid) {
+			t.Fatalf("bob's connection carries alice's data: %s", raw)
+		}
+	}
+	if msgs, _ := h1.field(t, "messages").([]any); len(msgs) != 0 {
+		t.Fatalf("bob's history before his first message: %s", h1.Data)
+	}
+	if s, _ := e.store.GetSession(context.Background(), evs[0].event(t).SessionID); s == nil || s.Owner != "bob" {
+		t.Fatalf("bob's message went to %+v", s)
+	}
 }
 
 // sse opens an SSE stream as user and checks it is one.
