@@ -2,10 +2,8 @@ package httpapi
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/chat"
@@ -99,54 +97,9 @@ func (s *server) handleChatStream() http.Handler {
 			writeError(w, err)
 			return
 		}
-		s.streamRun(w, r, st.Run, st.Run.Log.FirstSeq()-1)
+		// The session's stream from this run's first event, to its done event.
+		s.streamSession(w, r, st.Session.ID, st.Run.Log.FirstSeq()-1, true)
 	})
-}
-
-// streamRun writes the run's events after seq `after` as SSE. Each event's id is its sequence
-// number, so a client can resume with GET /api/v1/sessions/{id}/stream and Last-Event-ID.
-func (s *server) streamRun(w http.ResponseWriter, r *http.Request, run *runs.Run, after int64) {
-	sse, err := newSSEWriter(w, s.WriteTimeout)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	heartbeat := time.NewTicker(s.Heartbeat)
-	defer heartbeat.Stop()
-	// One writer per connection: events and heartbeats are written from this goroutine only.
-	for {
-		readCtx, stop := context.WithTimeout(ctx, s.Heartbeat)
-		evs, done, err := run.Log.Read(readCtx, after, 256)
-		stop()
-		switch {
-		case err == nil:
-		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
-			if err := sse.comment("ping"); err != nil {
-				return
-			}
-			continue
-		default:
-			if ctx.Err() == nil {
-				s.Log.Warn("event stream ended", "run", run.ID, "err", err)
-			}
-			return
-		}
-		for _, ev := range evs {
-			if err := sse.event(ev); err != nil {
-				s.Log.Info("stream client dropped", "run", run.ID, "seq", ev.Seq, "err", err)
-				return
-			}
-			after = ev.Seq
-		}
-		if err := sse.flush(); err != nil {
-			return
-		}
-		if done {
-			return
-		}
-	}
 }
 
 // readRun calls fn for each event of the run after seq `after` until the run is done or ctx ends.

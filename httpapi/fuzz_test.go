@@ -3,7 +3,6 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -192,21 +191,4 @@ func FuzzResumePoint(f *testing.F) {
 			t.Fatalf("%s %q: %d, %v; want a 400 naming %s", name, v, n, err, name)
 		}
 	})
-}
-
-// A client whose replies pile up (it sends frames and reads none) is dropped once its outbox is
-// full, rather than buffered without bound.
-func TestFloodingClientIsDropped(t *testing.T) {
-	var cause error
-	w := &wsConn{cancel: func(err error) { cause = err }, outbox: make(chan []byte, wsOutboxSize)}
-	for range wsOutboxSize {
-		w.reply(wsOut{Type: "pong"})
-	}
-	if cause != nil {
-		t.Fatalf("dropped with %d replies waiting: %v", wsOutboxSize, cause)
-	}
-	w.reply(wsOut{Type: "pong"})
-	if !errors.Is(cause, errWSFlood) || len(w.outbox) != wsOutboxSize {
-		t.Fatalf("one reply past the outbox: cause %v, %d waiting", cause, len(w.outbox))
-	}
 }

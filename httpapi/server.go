@@ -97,7 +97,7 @@ type Deps struct {
 	// WriteTimeout bounds each write to a streaming client; a client that cannot take an event in
 	// this time is dropped (default 10s). It can reconnect and resume.
 	WriteTimeout time.Duration
-	// MaxStreamsPerUser bounds each user's open streams, SSE and WebSocket together, on this
+	// MaxStreamsPerUser bounds each user's open session streams (SSE) and WebSockets, on this
 	// instance (default 32; negative: no bound).
 	MaxStreamsPerUser int
 	// StreamIdle closes a stream on which nothing but heartbeats passed for this long (default

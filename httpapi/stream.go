@@ -126,61 +126,67 @@ func (s *server) handleSessionStream() http.Handler {
 			return
 		}
 		defer release()
-		sse, err := newSSEWriter(w, s.WriteTimeout)
-		if err != nil {
-			writeError(w, err)
+		s.streamSession(w, r, sess.ID, after, untilDone)
+	})
+}
+
+// streamSession writes the session's events after seq `after` as SSE, each with its seq as id,
+// until the client leaves, the stream is idle for StreamIdle or open for StreamLifetime, or (with
+// untilDone) a done event has been written. One writer per connection: the calling goroutine.
+func (s *server) streamSession(w http.ResponseWriter, r *http.Request, sessionID string, after int64, untilDone bool) {
+	sse, err := newSSEWriter(w, s.WriteTimeout)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.StreamLifetime)
+	defer cancel()
+	f := s.follow(ctx, sessionID, after)
+	defer func() {
+		if err := f.stop(); err != nil && ctx.Err() == nil {
+			s.Log.Warn("event stream ended", "session", sessionID, "err", err)
+		}
+	}()
+	heartbeat := time.NewTicker(s.Heartbeat)
+	defer heartbeat.Stop()
+	idle := time.NewTimer(s.StreamIdle)
+	defer idle.Stop()
+	for {
+		select {
+		case evs, ok := <-f.events:
+			if !ok {
+				return
+			}
+			done := false
+			for _, ev := range evs {
+				if err := sse.event(ev); err != nil {
+					s.Log.Info("stream client dropped", "session", sessionID, "seq", ev.Seq, "err", err)
+					return
+				}
+				done = done || ev.Type == parley.EventDone
+			}
+			if err := sse.flush(); err != nil {
+				s.Log.Info("stream client dropped", "session", sessionID, "err", err)
+				return
+			}
+			if untilDone && done {
+				return
+			}
+			idle.Reset(s.StreamIdle)
+		case <-heartbeat.C:
+			if err := sse.comment("ping"); err != nil {
+				return
+			}
+		case <-idle.C:
+			_ = sse.comment("idle timeout: reconnect with Last-Event-ID to go on")
+			return
+		case <-ctx.Done():
+			if r.Context().Err() == nil {
+				_ = sse.comment("lifetime reached: reconnect with Last-Event-ID to go on")
+			}
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), s.StreamLifetime)
-		defer cancel()
-		f := s.follow(ctx, sess.ID, after)
-		defer func() {
-			if err := f.stop(); err != nil && ctx.Err() == nil {
-				s.Log.Warn("session stream ended", "session", sess.ID, "err", err)
-			}
-		}()
-		heartbeat := time.NewTicker(s.Heartbeat)
-		defer heartbeat.Stop()
-		idle := time.NewTimer(s.StreamIdle)
-		defer idle.Stop()
-		// One writer per connection: this goroutine.
-		for {
-			select {
-			case evs, ok := <-f.events:
-				if !ok {
-					return
-				}
-				done := false
-				for _, ev := range evs {
-					if err := sse.event(ev); err != nil {
-						s.Log.Info("stream client dropped", "session", sess.ID, "seq", ev.Seq, "err", err)
-						return
-					}
-					done = done || ev.Type == parley.EventDone
-				}
-				if err := sse.flush(); err != nil {
-					s.Log.Info("stream client dropped", "session", sess.ID, "err", err)
-					return
-				}
-				if untilDone && done {
-					return
-				}
-				idle.Reset(s.StreamIdle)
-			case <-heartbeat.C:
-				if err := sse.comment("ping"); err != nil {
-					return
-				}
-			case <-idle.C:
-				_ = sse.comment("idle timeout: reconnect with Last-Event-ID to go on")
-				return
-			case <-ctx.Done():
-				if r.Context().Err() == nil {
-					_ = sse.comment("lifetime reached: reconnect with Last-Event-ID to go on")
-				}
-				return
-			}
-		}
-	})
+	}
 }
 
 // control applies a control action to the session's active run.

@@ -471,7 +471,7 @@ func TestResume(t *testing.T) {
 // until resume; a pause that lasts too long aborts the run; a second message during a run is
 // refused.
 func TestControl(t *testing.T) {
-	e := newEnvWith(t, runsOptions(200*time.Millisecond), nil)
+	e := newEnvWith(t, runs.Options{PauseTimeout: 200 * time.Millisecond}, nil)
 	step := make(chan struct{}, 4)
 	stepAgent(e, step)
 	sid := e.newSession(t, "alice")
@@ -846,5 +846,3 @@ func (e *env) restart(t *testing.T) string {
 	t.Cleanup(srv.Close)
 	return srv.URL
 }
-
-func runsOptions(pause time.Duration) runs.Options { return runs.Options{PauseTimeout: pause} }

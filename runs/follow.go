@@ -151,10 +151,13 @@ func (m *Manager) listEvents(ctx context.Context, sessionID string, after int64)
 	rctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	evs, err := m.opts.Events.ListEvents(rctx, sessionID, after, followBatch)
-	if err != nil && ctx.Err() == nil {
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	if err != nil {
 		return nil, fmt.Errorf("reading stored events: %w", err)
 	}
-	return evs, ctx.Err()
+	return evs, nil
 }
 
 func waitFor(ctx context.Context, ch <-chan struct{}) error {

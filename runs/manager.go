@@ -316,7 +316,7 @@ func (r *Run) emit(ev parley.Event) {
 		return
 	}
 	ev.RunID, ev.SessionID = r.ID, r.SessionID
-	if next := r.Log.Next(); next > r.seqLimit && !r.Log.Closed() {
+	if next := r.Log.Next(); next > r.seqLimit {
 		first, err := r.m.reserve(r.ctx, r.SessionID, seqBlock)
 		switch {
 		case err != nil:

@@ -149,7 +149,7 @@ func serveFlags(fs *flag.FlagSet, c *config) {
 	fs.DurationVar(&c.PauseTimeout, "pause-timeout", 10*time.Minute, "a run paused for longer is aborted")
 	fs.DurationVar(&c.Heartbeat, "heartbeat", 15*time.Second, "interval of keep-alives on streams: SSE comments, WebSocket pings")
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", 10*time.Second, "a streaming client that cannot take an event (or answer a ping) in this time is dropped")
-	fs.IntVar(&c.MaxStreams, "max-streams-per-user", 32, "open SSE and WebSocket streams each user may hold on this instance (0: no bound)")
+	fs.IntVar(&c.MaxStreams, "max-streams-per-user", 32, "open session streams (SSE) and WebSockets each user may hold on this instance (0: no bound)")
 	fs.DurationVar(&c.StreamIdle, "stream-idle", 15*time.Minute, "a stream with nothing but keep-alives for this long is closed; the client resumes")
 	fs.DurationVar(&c.StreamLifetime, "stream-lifetime", 24*time.Hour, "any stream is closed after this long; the client resumes")
 	fs.DurationVar(&c.MockTokenDelay, "mock-token-delay", 15*time.Millisecond, "delay between chunks of the offline mock model")
