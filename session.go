@@ -68,7 +68,8 @@ type Store interface {
 	OwnerUsage(ctx context.Context, owner string) (Usage, error)
 	// SessionsWithOpenToolCalls returns the ids of sessions where more assistant tool calls were
 	// stored than tool messages: a run that stopped (a crash) between a model's tool calls and
-	// their results leaves one. It returns at most limit ids greater than afterID, in order.
+	// their results leaves one. Sessions with a running run (RunStore) are left out: their calls
+	// belong to that run. It returns at most limit ids greater than afterID, in order.
 	SessionsWithOpenToolCalls(ctx context.Context, afterID string, limit int) ([]string, error)
 
 	// PutResource stores r; GetResource returns ErrNotFound for an unknown id.
@@ -77,6 +78,7 @@ type Store interface {
 
 	KeyStore
 	EventStore
+	RunStore
 
 	Close() error
 }

@@ -413,7 +413,8 @@ func (s *Store) OwnerUsage(ctx context.Context, owner string) (parley.Usage, err
 
 // SessionsWithOpenToolCalls returns sessions with tool calls that no tool message answers.
 func (s *Store) SessionsWithOpenToolCalls(ctx context.Context, afterID string, limit int) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id FROM sessions WHERE open_calls > 0 AND id > $1 ORDER BY id LIMIT $2`, afterID, limit)
+	rows, err := s.pool.Query(ctx, `SELECT id FROM sessions WHERE open_calls > 0 AND id > $1
+		AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.session_id = sessions.id AND runs.state = 'running') ORDER BY id LIMIT $2`, afterID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: finding open tool calls: %w", err)
 	}

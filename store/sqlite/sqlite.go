@@ -444,7 +444,8 @@ func (s *Store) OwnerUsage(ctx context.Context, owner string) (parley.Usage, err
 
 // SessionsWithOpenToolCalls returns sessions with tool calls that no tool message answers.
 func (s *Store) SessionsWithOpenToolCalls(ctx context.Context, afterID string, limit int) ([]string, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id FROM sessions WHERE open_calls > 0 AND id > ? ORDER BY id LIMIT ?`, afterID, limit)
+	rows, err := s.db.QueryContext(ctx, `SELECT id FROM sessions WHERE open_calls > 0 AND id > ?
+		AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.session_id = sessions.id AND runs.state = 'running') ORDER BY id LIMIT ?`, afterID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: finding open tool calls: %w", err)
 	}

@@ -46,6 +46,10 @@ func Run(t *testing.T, open func(t *testing.T) parley.Store) {
 		{"APIKeyExpiry", testAPIKeyExpiry},
 		{"EventSeqs", testEventSeqs},
 		{"Events", testEvents},
+		{"Runs", testRuns},
+		{"RunClaims", testRunClaims},
+		{"ToolCallLedger", testToolCallLedger},
+		{"OpenToolCallsOfRunningRun", testOpenToolCallsOfRunningRun},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,66 @@
+package parley
+
+import (
+	"context"
+	"time"
+)
+
+// The states of a durable run record.
+const (
+	RunStateRunning = "running" // an instance runs it, and renews its lease while it does
+	RunStateEnded   = "ended"   // it ended; Finish tells how
+)
+
+// The states of a tool call in the ledger.
+const (
+	ToolCallStarted = "started" // written before the tool runs: a crash now leaves the call in doubt
+	ToolCallDone    = "done"    // written after its result message is stored: it never runs again
+)
+
+// RunRecord is the durable record of a run: who owns it, where it runs, and enough of its request
+// for another process to take it over when the process running it dies.
+type RunRecord struct {
+	ID            string
+	SessionID     string
+	Owner         string
+	Model         string
+	SelectedTools []string // nil offers every tool
+	State         string   // RunStateRunning or RunStateEnded
+	Finish        string   // how an ended run finished (a Finish* reason)
+	Instance      string   // the instance that runs (or ran) it
+	LeaseUntil    time.Time
+	Attempts      int // how many times the run was taken over
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+}
+
+// RunStore keeps run records and the tool-call ledger, so that a run outlives the process that
+// started it: an instance holds a lease on each run it runs and renews it; when the lease ends (the
+// process died), another instance, or the same one restarted, takes the run over.
+type RunStore interface {
+	// CreateRun stores r as running. It fails with ECConflict when the session already has a
+	// running run: one run per session, across every instance sharing the store.
+	CreateRun(ctx context.Context, r *RunRecord) error
+	// RenewRuns extends to until the lease of those of ids that instance runs, and returns the ids
+	// it renewed: a missing one has ended or was taken over by another instance.
+	RenewRuns(ctx context.Context, instance string, ids []string, until time.Time) ([]string, error)
+	// EndRun marks the run ended with finish, if instance still runs it (otherwise ECConflict).
+	EndRun(ctx context.Context, id, instance, finish string, at time.Time) error
+	// DeleteRun deletes a run that was begun but never started.
+	DeleteRun(ctx context.Context, id string) error
+	// ClaimRuns takes over up to limit running runs whose lease ended before now, and every running
+	// run of instance orphanedBy whatever its lease ("" for none: an instance that restarts under
+	// its old name owns nothing that runs). Each gets instance, lease until, and one more attempt.
+	ClaimRuns(ctx context.Context, instance, orphanedBy string, now, until time.Time, limit int) ([]RunRecord, error)
+	// ActiveRun returns the session's running run, or ErrNotFound.
+	ActiveRun(ctx context.Context, sessionID string) (*RunRecord, error)
+	// DeleteEndedRunsBefore deletes run records that ended before t and the ledger entries of
+	// calls last touched before t that no running run owns.
+	DeleteEndedRunsBefore(ctx context.Context, t time.Time) (int64, error)
+
+	// MarkToolCall records state (ToolCallStarted or ToolCallDone) for the session's call. A call
+	// marked done stays done.
+	MarkToolCall(ctx context.Context, sessionID, runID, callID, name, state string, at time.Time) error
+	// ToolCallStates returns the recorded state of each of callIDs that has one.
+	ToolCallStates(ctx context.Context, sessionID string, callIDs []string) (map[string]string, error)
+}

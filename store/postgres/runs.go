@@ -1,0 +1,199 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	parley "github.com/parleyhq/parley"
+)
+
+const runCols = `id, session_id, owner, model, selected_tools, state, finish, instance, lease_until, attempts, created_at, updated_at`
+
+// CreateRun stores r as running; a session with a running run gives ECConflict.
+func (s *Store) CreateRun(ctx context.Context, r *parley.RunRecord) error {
+	if r.ID == "" || r.SessionID == "" || r.Instance == "" || r.CreatedAt.IsZero() {
+		return parley.Errorf(parley.ECInvalid, "run: id, session, instance and created_at are required")
+	}
+	var tools []byte
+	if r.SelectedTools != nil {
+		b, err := json.Marshal(r.SelectedTools)
+		if err != nil {
+			return fmt.Errorf("run: encoding selected tools: %w", err)
+		}
+		tools = b
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO runs (`+runCols+`) VALUES ($1, $2, $3, $4, $5, 'running', '', $6, $7, $8, $9, $9)`,
+		r.ID, r.SessionID, r.Owner, r.Model, tools, r.Instance, r.LeaseUntil.UTC(), r.Attempts, r.CreatedAt.UTC())
+	var pe *pgconn.PgError
+	switch {
+	case errors.As(err, &pe) && pe.Code == "23505": // unique_violation: runs_one_running
+		return parley.Errorf(parley.ECConflict, "a run is already active in this session")
+	case errors.As(err, &pe) && pe.Code == "23503": // foreign_key_violation
+		return notFound("session", r.SessionID)
+	case err != nil:
+		return fmt.Errorf("postgres: creating run: %w", err)
+	}
+	r.State, r.UpdatedAt = parley.RunStateRunning, r.CreatedAt
+	return nil
+}
+
+// RenewRuns extends the lease of the instance's running runs among ids.
+func (s *Store) RenewRuns(ctx context.Context, instance string, ids []string, until time.Time) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, `UPDATE runs SET lease_until = $1 WHERE instance = $2 AND state = 'running' AND id = ANY($3) RETURNING id`,
+		until.UTC(), instance, ids)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: renewing runs: %w", err)
+	}
+	renewed, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("postgres: renewing runs: %w", err)
+	}
+	if renewed == nil {
+		renewed = []string{}
+	}
+	return renewed, nil
+}
+
+// EndRun marks the run ended if instance still runs it.
+func (s *Store) EndRun(ctx context.Context, id, instance, finish string, at time.Time) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE runs SET state = 'ended', finish = $1, updated_at = $2 WHERE id = $3 AND instance = $4 AND state = 'running'`,
+		finish, at.UTC(), id, instance)
+	if err != nil {
+		return fmt.Errorf("postgres: ending run: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return parley.Errorf(parley.ECConflict, "run %s: not running on instance %s", id, instance)
+	}
+	return nil
+}
+
+// DeleteRun deletes a run record.
+func (s *Store) DeleteRun(ctx context.Context, id string) error {
+	if _, err := s.pool.Exec(ctx, `DELETE FROM runs WHERE id = $1`, id); err != nil {
+		return fmt.Errorf("postgres: deleting run: %w", err)
+	}
+	return nil
+}
+
+// ClaimRuns takes over running runs whose lease ended, and those of orphanedBy. Rows another
+// instance is claiming at the same moment are skipped, not waited for.
+func (s *Store) ClaimRuns(ctx context.Context, instance, orphanedBy string, now, until time.Time, limit int) ([]parley.RunRecord, error) {
+	if limit <= 0 {
+		limit = 10
+	}
+	rows, err := s.pool.Query(ctx, `UPDATE runs SET instance = $1, lease_until = $2, attempts = attempts + 1, updated_at = $3
+		WHERE id IN (SELECT id FROM runs WHERE state = 'running' AND (lease_until < $3 OR instance = $4)
+			ORDER BY lease_until LIMIT $5 FOR UPDATE SKIP LOCKED)
+		RETURNING `+runCols, instance, until.UTC(), now.UTC(), orphanedBy, limit)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: claiming runs: %w", err)
+	}
+	defer rows.Close()
+	var out []parley.RunRecord
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: claiming runs: %w", err)
+	}
+	return out, nil
+}
+
+// ActiveRun returns the session's running run.
+func (s *Store) ActiveRun(ctx context.Context, sessionID string) (*parley.RunRecord, error) {
+	r, err := scanRun(s.pool.QueryRow(ctx, `SELECT `+runCols+` FROM runs WHERE session_id = $1 AND state = 'running'`, sessionID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("running run of session %q: %w", sessionID, parley.ErrNotFound)
+	}
+	return r, err
+}
+
+// DeleteEndedRunsBefore deletes old ended runs and old ledger entries of calls no running run owns.
+func (s *Store) DeleteEndedRunsBefore(ctx context.Context, t time.Time) (int64, error) {
+	var n int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `DELETE FROM runs WHERE state = 'ended' AND updated_at < $1`, t.UTC())
+		if err != nil {
+			return fmt.Errorf("postgres: deleting runs: %w", err)
+		}
+		n = tag.RowsAffected()
+		if _, err := tx.Exec(ctx, `DELETE FROM tool_calls WHERE updated_at < $1
+			AND run_id NOT IN (SELECT id FROM runs WHERE state = 'running')`, t.UTC()); err != nil {
+			return fmt.Errorf("postgres: deleting the tool-call ledger: %w", err)
+		}
+		return nil
+	})
+	return n, err
+}
+
+// MarkToolCall records the state of one tool call; done stays done.
+func (s *Store) MarkToolCall(ctx context.Context, sessionID, runID, callID, name, state string, at time.Time) error {
+	if state != parley.ToolCallStarted && state != parley.ToolCallDone {
+		return parley.Errorf(parley.ECInvalid, "tool call ledger: unknown state %q", state)
+	}
+	_, err := s.pool.Exec(ctx, `INSERT INTO tool_calls (session_id, call_id, run_id, name, state, updated_at) VALUES ($1, $2, $3, $4, $5, $6)
+		ON CONFLICT (session_id, call_id) DO UPDATE SET state = excluded.state, run_id = excluded.run_id, updated_at = excluded.updated_at
+		WHERE tool_calls.state <> 'done'`, sessionID, callID, runID, name, state, at.UTC())
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23503" {
+		return notFound("session", sessionID)
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: recording a tool call: %w", err)
+	}
+	return nil
+}
+
+// ToolCallStates returns the recorded state of each call that has one.
+func (s *Store) ToolCallStates(ctx context.Context, sessionID string, callIDs []string) (map[string]string, error) {
+	out := map[string]string{}
+	if len(callIDs) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT call_id, state FROM tool_calls WHERE session_id = $1 AND call_id = ANY($2)`, sessionID, callIDs)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: reading the tool-call ledger: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, state string
+		if err := rows.Scan(&id, &state); err != nil {
+			return nil, fmt.Errorf("postgres: reading the tool-call ledger: %w", err)
+		}
+		out[id] = state
+	}
+	return out, rows.Err()
+}
+
+func scanRun(row pgx.Row) (*parley.RunRecord, error) {
+	var (
+		r                       parley.RunRecord
+		tools                   []byte
+		lease, created, updated time.Time
+	)
+	if err := row.Scan(&r.ID, &r.SessionID, &r.Owner, &r.Model, &tools, &r.State, &r.Finish, &r.Instance, &lease, &r.Attempts, &created, &updated); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("postgres: reading run: %w", err)
+	}
+	if tools != nil {
+		if err := json.Unmarshal(tools, &r.SelectedTools); err != nil {
+			return nil, fmt.Errorf("postgres: run %s: decoding selected tools: %w", r.ID, err)
+		}
+	}
+	r.LeaseUntil, r.CreatedAt, r.UpdatedAt = lease.UTC(), created.UTC(), updated.UTC()
+	return &r, nil
+}

@@ -1,0 +1,234 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	parley "github.com/parleyhq/parley"
+)
+
+const runCols = `id, session_id, owner, model, selected_tools, state, finish, instance, lease_until, attempts, created_at, updated_at`
+
+// CreateRun stores r as running; a session with a running run gives ECConflict.
+func (s *Store) CreateRun(ctx context.Context, r *parley.RunRecord) error {
+	if r.ID == "" || r.SessionID == "" || r.Instance == "" || r.CreatedAt.IsZero() {
+		return parley.Errorf(parley.ECInvalid, "run: id, session, instance and created_at are required")
+	}
+	tools, err := encodeTools(r.SelectedTools)
+	if err != nil {
+		return err
+	}
+	return s.write(ctx, func(tx *sql.Tx) error {
+		var one int
+		err := tx.QueryRowContext(ctx, `SELECT 1 FROM runs WHERE session_id = ? AND state = 'running'`, r.SessionID).Scan(&one)
+		if err == nil {
+			return parley.Errorf(parley.ECConflict, "a run is already active in this session")
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("sqlite: creating run: %w", err)
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO runs (`+runCols+`) VALUES (?, ?, ?, ?, ?, 'running', '', ?, ?, ?, ?, ?)`,
+			r.ID, r.SessionID, r.Owner, r.Model, tools, r.Instance, micros(r.LeaseUntil), r.Attempts, micros(r.CreatedAt), micros(r.CreatedAt))
+		if err != nil {
+			if strings.Contains(err.Error(), "FOREIGN KEY") {
+				return notFound("session", r.SessionID)
+			}
+			return fmt.Errorf("sqlite: creating run: %w", err)
+		}
+		r.State, r.UpdatedAt = parley.RunStateRunning, r.CreatedAt
+		return nil
+	})
+}
+
+// RenewRuns extends the lease of the instance's running runs among ids.
+func (s *Store) RenewRuns(ctx context.Context, instance string, ids []string, until time.Time) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	renewed := []string{}
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		args := []any{micros(until), instance}
+		for _, id := range ids {
+			args = append(args, id)
+		}
+		rows, err := tx.QueryContext(ctx, `UPDATE runs SET lease_until = ? WHERE instance = ? AND state = 'running'
+			AND id IN (`+placeholders(len(ids))+`) RETURNING id`, args...)
+		if err != nil {
+			return fmt.Errorf("sqlite: renewing runs: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return fmt.Errorf("sqlite: renewing runs: %w", err)
+			}
+			renewed = append(renewed, id)
+		}
+		return rows.Err()
+	})
+	return renewed, err
+}
+
+// EndRun marks the run ended if instance still runs it.
+func (s *Store) EndRun(ctx context.Context, id, instance, finish string, at time.Time) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE runs SET state = 'ended', finish = ?, updated_at = ? WHERE id = ? AND instance = ? AND state = 'running'`,
+			finish, micros(at), id, instance)
+		if err != nil {
+			return fmt.Errorf("sqlite: ending run: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return parley.Errorf(parley.ECConflict, "run %s: not running on instance %s", id, instance)
+		}
+		return nil
+	})
+}
+
+// DeleteRun deletes a run record.
+func (s *Store) DeleteRun(ctx context.Context, id string) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM runs WHERE id = ?`, id); err != nil {
+			return fmt.Errorf("sqlite: deleting run: %w", err)
+		}
+		return nil
+	})
+}
+
+// ClaimRuns takes over running runs whose lease ended, and those of orphanedBy.
+func (s *Store) ClaimRuns(ctx context.Context, instance, orphanedBy string, now, until time.Time, limit int) ([]parley.RunRecord, error) {
+	if limit <= 0 {
+		limit = 10
+	}
+	var out []parley.RunRecord
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `UPDATE runs SET instance = ?, lease_until = ?, attempts = attempts + 1, updated_at = ?
+			WHERE id IN (SELECT id FROM runs WHERE state = 'running' AND (lease_until < ? OR instance = ?) ORDER BY lease_until LIMIT ?)
+			RETURNING `+runCols, instance, micros(until), micros(now), micros(now), orphanedBy, limit)
+		if err != nil {
+			return fmt.Errorf("sqlite: claiming runs: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			r, err := scanRun(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, *r)
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+// ActiveRun returns the session's running run.
+func (s *Store) ActiveRun(ctx context.Context, sessionID string) (*parley.RunRecord, error) {
+	r, err := scanRun(s.db.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE session_id = ? AND state = 'running'`, sessionID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("running run of session %q: %w", sessionID, parley.ErrNotFound)
+	}
+	return r, err
+}
+
+// DeleteEndedRunsBefore deletes old ended runs and old ledger entries of calls no running run owns.
+func (s *Store) DeleteEndedRunsBefore(ctx context.Context, t time.Time) (int64, error) {
+	var n int64
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM runs WHERE state = 'ended' AND updated_at < ?`, micros(t))
+		if err != nil {
+			return fmt.Errorf("sqlite: deleting runs: %w", err)
+		}
+		n, _ = res.RowsAffected()
+		_, err = tx.ExecContext(ctx, `DELETE FROM tool_calls WHERE updated_at < ?
+			AND run_id NOT IN (SELECT id FROM runs WHERE state = 'running')`, micros(t))
+		if err != nil {
+			return fmt.Errorf("sqlite: deleting the tool-call ledger: %w", err)
+		}
+		return nil
+	})
+	return n, err
+}
+
+// MarkToolCall records the state of one tool call; done stays done.
+func (s *Store) MarkToolCall(ctx context.Context, sessionID, runID, callID, name, state string, at time.Time) error {
+	if state != parley.ToolCallStarted && state != parley.ToolCallDone {
+		return parley.Errorf(parley.ECInvalid, "tool call ledger: unknown state %q", state)
+	}
+	return s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO tool_calls (session_id, call_id, run_id, name, state, updated_at) VALUES (?, ?, ?, ?, ?, ?)
+			ON CONFLICT (session_id, call_id) DO UPDATE SET state = excluded.state, run_id = excluded.run_id, updated_at = excluded.updated_at
+			WHERE tool_calls.state <> 'done'`, sessionID, callID, runID, name, state, micros(at))
+		if err != nil {
+			if strings.Contains(err.Error(), "FOREIGN KEY") {
+				return notFound("session", sessionID)
+			}
+			return fmt.Errorf("sqlite: recording a tool call: %w", err)
+		}
+		return nil
+	})
+}
+
+// ToolCallStates returns the recorded state of each call that has one.
+func (s *Store) ToolCallStates(ctx context.Context, sessionID string, callIDs []string) (map[string]string, error) {
+	out := map[string]string{}
+	if len(callIDs) == 0 {
+		return out, nil
+	}
+	args := []any{sessionID}
+	for _, id := range callIDs {
+		args = append(args, id)
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT call_id, state FROM tool_calls WHERE session_id = ? AND call_id IN (`+placeholders(len(callIDs))+`)`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: reading the tool-call ledger: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, state string
+		if err := rows.Scan(&id, &state); err != nil {
+			return nil, fmt.Errorf("sqlite: reading the tool-call ledger: %w", err)
+		}
+		out[id] = state
+	}
+	return out, rows.Err()
+}
+
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?,", n), ",")
+}
+
+func encodeTools(tools []string) (any, error) {
+	if tools == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(tools)
+	if err != nil {
+		return nil, fmt.Errorf("run: encoding selected tools: %w", err)
+	}
+	return string(b), nil
+}
+
+func scanRun(row scanner) (*parley.RunRecord, error) {
+	var (
+		r                       parley.RunRecord
+		tools                   sql.NullString
+		lease, created, updated int64
+	)
+	if err := row.Scan(&r.ID, &r.SessionID, &r.Owner, &r.Model, &tools, &r.State, &r.Finish, &r.Instance, &lease, &r.Attempts, &created, &updated); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("sqlite: reading run: %w", err)
+	}
+	if tools.Valid {
+		if err := json.Unmarshal([]byte(tools.String), &r.SelectedTools); err != nil {
+			return nil, fmt.Errorf("sqlite: run %s: decoding selected tools: %w", r.ID, err)
+		}
+	}
+	r.LeaseUntil, r.CreatedAt, r.UpdatedAt = fromMicros(lease), fromMicros(created), fromMicros(updated)
+	return &r, nil
+}
