@@ -121,26 +121,47 @@ func MaxIterationsText(n int) string {
 // ECCanceled error after storing what was already done: partial text, and a result for every tool
 // call that was started.
 func (a *Agent) Run(ctx context.Context, in Input, emit func(parley.Event)) (*Result, error) {
+	t, err := a.prepare(in, emit)
+	if err != nil {
+		return nil, err
+	}
+	return a.loop(ctx, in, t, &Result{})
+}
+
+// turn is what one run's loop needs, resolved once.
+type turn struct {
+	prov    parley.Provider
+	model   string
+	specs   []parley.ToolSpec
+	allowed map[string]bool
+	emit    func(parley.Event) // safe for concurrent use
+}
+
+func (a *Agent) prepare(in Input, emit func(parley.Event)) (*turn, error) {
 	var mu sync.Mutex
-	emitSafe := func(ev parley.Event) {
+	t := &turn{emit: func(ev parley.Event) {
 		mu.Lock()
 		defer mu.Unlock()
 		emit(ev)
-	}
-	prov, model, err := a.cfg.Resolve(in.Model)
-	if err != nil {
+	}}
+	var err error
+	if t.prov, t.model, err = a.cfg.Resolve(in.Model); err != nil {
 		return nil, err
 	}
-	specs, err := a.cfg.Tools.Specs(in.SelectedTools)
-	if err != nil {
+	if t.specs, err = a.cfg.Tools.Specs(in.SelectedTools); err != nil {
 		return nil, err
 	}
-	allowed := make(map[string]bool, len(specs))
-	for _, s := range specs {
-		allowed[s.Name] = true
+	t.allowed = make(map[string]bool, len(t.specs))
+	for _, s := range t.specs {
+		t.allowed[s.Name] = true
 	}
+	return t, nil
+}
 
-	res := &Result{}
+// loop calls the model and runs the tools it asks for until it answers, from the history as the
+// store holds it.
+func (a *Agent) loop(ctx context.Context, in Input, t *turn, res *Result) (*Result, error) {
+	prov, model, specs, allowed, emitSafe := t.prov, t.model, t.specs, t.allowed, t.emit
 	toolCalls := 0 // calls run so far, against MaxToolCalls
 	for res.Iterations < a.cfg.MaxIterations {
 		if err := in.gate(ctx); err != nil {
@@ -335,8 +356,17 @@ func (a *Agent) runTools(ctx context.Context, in Input, calls []parley.ToolCall,
 			defer func() { <-sem }()
 			emit(parley.Event{Type: parley.EventToolCall, ToolCall: &call})
 			var out tools.Outcome
-			if i < budget {
-				out = a.cfg.Tools.Call(ctx, call, allowed)
+			run := i < budget
+			if run {
+				// The ledger says the call started before it does: a crash from here on leaves it
+				// in doubt, and only a tool that may run twice is run again (Resume).
+				if err := a.mark(ctx, in, call, parley.ToolCallStarted); err != nil {
+					a.cfg.Log.Error("tool call not recorded", "call", call.ID, "err", err)
+					run = false
+					out = tools.Outcome{Content: parley.Text("error: not run: the call could not be recorded before it ran; try again")}
+				} else {
+					out = a.cfg.Tools.Call(ctx, call, allowed)
+				}
 			} else {
 				out = tools.Outcome{Content: parley.Text(fmt.Sprintf("error: not run: this request may make at most %d tool calls; answer with what you have", a.cfg.MaxToolCalls))}
 			}
@@ -354,11 +384,25 @@ func (a *Agent) runTools(ctx context.Context, in Input, calls []parley.ToolCall,
 				errMu.Unlock()
 				return
 			}
+			if run {
+				// Its result is stored: the call never runs again. Should this write fail, the
+				// stored result still answers the call.
+				if err := a.mark(ctx, in, call, parley.ToolCallDone); err != nil {
+					a.cfg.Log.Warn("tool call not marked done", "call", call.ID, "err", err)
+				}
+			}
 			emit(parley.Event{Type: parley.EventToolResult, Message: msg})
 		}()
 	}
 	wg.Wait()
 	return firstErr
+}
+
+// mark writes the call's state to the ledger, even after ctx was cancelled.
+func (a *Agent) mark(ctx context.Context, in Input, call parley.ToolCall, state string) error {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	defer cancel()
+	return a.cfg.Store.MarkToolCall(wctx, in.SessionID, in.RunID, call.ID, call.Function.Name, state, a.now())
 }
 
 // store appends msg durably. It still writes after ctx was cancelled (bounded by storeTimeout),

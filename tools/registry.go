@@ -59,6 +59,27 @@ type Timed interface {
 	Timeout() time.Duration
 }
 
+// RerunSafe is implemented by tools that say whether running a call twice has the same effect as
+// running it once (an idempotent or read-only tool). After a crash, a call that was under way when
+// the process died is run again only when its tool says so; otherwise the model is told it was
+// interrupted.
+type RerunSafe interface {
+	RerunSafe() bool
+}
+
+// RerunSafe reports whether the named tool may run a call again after a crash left it in doubt.
+// An unknown tool, or one that does not say, may not.
+func (r *Registry) RerunSafe(name string) bool {
+	r.mu.RLock()
+	e, ok := r.tools[name]
+	r.mu.RUnlock()
+	if !ok {
+		return false
+	}
+	rs, ok := e.tool.(RerunSafe)
+	return ok && rs.RerunSafe()
+}
+
 // Option configures a Registry.
 type Option func(*Registry)
 
@@ -413,7 +434,12 @@ func truncate(s string, n int) string {
 type Func struct {
 	Def parley.ToolSpec
 	Fn  func(ctx context.Context, args json.RawMessage) (*parley.ToolResult, error)
+	// Idempotent says that a call may run again, after a crash left it in doubt, with no harm.
+	Idempotent bool
 }
+
+// RerunSafe reports Idempotent.
+func (f *Func) RerunSafe() bool { return f.Idempotent }
 
 // Spec returns the tool's description.
 func (f *Func) Spec() parley.ToolSpec { return f.Def }

@@ -338,3 +338,18 @@ func TestNoCallAfterTheRunEnded(t *testing.T) {
 		t.Fatal("the tool was started after its run was cancelled")
 	}
 }
+
+func TestRerunSafe(t *testing.T) {
+	r := NewRegistry()
+	idem := fn("lookup", nil)
+	idem.Idempotent = true
+	for _, tool := range []parley.Tool{echo(), idem} {
+		if err := r.Register(tool); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r.RerunSafe("echo") || !r.RerunSafe("lookup") || r.RerunSafe("unknown") {
+		t.Fatalf("RerunSafe: echo %v, lookup %v, unknown %v; want false, true, false",
+			r.RerunSafe("echo"), r.RerunSafe("lookup"), r.RerunSafe("unknown"))
+	}
+}

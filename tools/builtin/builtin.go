@@ -48,6 +48,7 @@ func Calculator() parley.Tool {
 			}
 			return &parley.ToolResult{Content: parley.Text(FormatNumber(v))}, nil
 		},
+		Idempotent: true,
 	}
 }
 
@@ -78,6 +79,7 @@ func CurrentTime(now func() time.Time) parley.Tool {
 			t := now().In(loc)
 			return &parley.ToolResult{Content: parley.Text(t.Format("Monday, 2006-01-02T15:04:05Z07:00") + " (" + loc.String() + ")")}, nil
 		},
+		Idempotent: true, // it only reads the clock
 	}
 }
 

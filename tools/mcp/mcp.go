@@ -319,7 +319,10 @@ func (s *Server) Refresh(ctx context.Context) error {
 		if desc == "" {
 			desc = t.Title
 		}
-		tools = append(tools, &Tool{server: s, remote: t.Name, spec: parley.ToolSpec{Name: name, Description: desc, Parameters: schema}})
+		// The server's own hints say whether a call may run twice: read-only tools, and tools whose
+		// repeated calls have no further effect.
+		rerun := t.Annotations != nil && (t.Annotations.ReadOnlyHint || t.Annotations.IdempotentHint)
+		tools = append(tools, &Tool{server: s, remote: t.Name, rerun: rerun, spec: parley.ToolSpec{Name: name, Description: desc, Parameters: schema}})
 	}
 	sort.Slice(tools, func(i, j int) bool { return tools[i].spec.Name < tools[j].spec.Name })
 	s.mu.Lock()
@@ -391,12 +394,17 @@ type Tool struct {
 	server *Server
 	remote string // the name the server knows
 	spec   parley.ToolSpec
+	rerun  bool // the server marks the tool read-only or idempotent
 }
 
 var _ parley.Tool = (*Tool)(nil)
 
 // Spec is the tool as the model sees it.
 func (t *Tool) Spec() parley.ToolSpec { return t.spec }
+
+// RerunSafe reports whether the server marks the tool read-only or idempotent (MCP's
+// readOnlyHint and idempotentHint annotations).
+func (t *Tool) RerunSafe() bool { return t.rerun }
 
 // Server is the name of the tool's server.
 func (t *Tool) Server() string { return t.server.name }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -63,6 +64,28 @@ func TestDiscoveryListsEveryPageUnderNamespacedNames(t *testing.T) {
 	}
 	if tools[1].Spec().Description != "tool number 0" || !strings.Contains(string(tools[1].Spec().Parameters), `"x"`) || tools[1].Server() != "files" {
 		t.Fatalf("spec %+v", tools[1].Spec())
+	}
+}
+
+// A server's readOnlyHint or idempotentHint makes a tool safe to run again after a crash; no hint,
+// or a destructive tool, does not.
+func TestRerunSafeFollowsTheServersHints(t *testing.T) {
+	s, _ := inProcess(t, "hints", func(srv *sdk.Server) {
+		for name, ann := range map[string]*sdk.ToolAnnotations{
+			"plain": nil, "read": {ReadOnlyHint: true}, "idem": {IdempotentHint: true}, "write": {ReadOnlyHint: false},
+		} {
+			tool, h := textTool(name, name, func(map[string]any) (*sdk.CallToolResult, error) { return &sdk.CallToolResult{}, nil })
+			tool.Annotations = ann
+			srv.AddTool(tool, h)
+		}
+	})
+	got := map[string]bool{}
+	for _, tl := range s.Tools() {
+		got[tl.Spec().Name] = tl.RerunSafe()
+	}
+	want := map[string]bool{"hints__plain": false, "hints__read": true, "hints__idem": true, "hints__write": false}
+	if !maps.Equal(got, want) {
+		t.Fatalf("RerunSafe by tool: %v, want %v", got, want)
 	}
 }
 
