@@ -64,6 +64,9 @@ const (
 const (
 	RunPaused  = "paused"  // the run waits at a step boundary until it is resumed
 	RunResumed = "running" // the run goes on after a pause
+	// RunRecovered: the process running the run died, and this one took the run over; it goes on
+	// from its last stored step (or ends at once, interrupted).
+	RunRecovered = "recovered"
 )
 
 // EventStore keeps each session's stream of run events, so that a client can resume the stream

@@ -77,7 +77,7 @@ func (s *Service) Send(ctx context.Context, owner string, req Request) (*Started
 		newSession = true
 	}
 
-	run, err := s.Runs.Begin(ctx, sess.ID, req.Model)
+	run, err := s.Runs.Begin(ctx, runs.Spec{Session: sess.ID, Model: req.Model, Owner: owner, SelectedTools: req.SelectedTools})
 	if err != nil {
 		return nil, err
 	}

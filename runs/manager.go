@@ -37,6 +37,24 @@ type Options struct {
 	// FlushEvery is how long events wait to be written to Events, so that a stream of small
 	// chunks costs a few writes a second (default 100ms).
 	FlushEvery time.Duration
+	// Runs keeps a durable record of each run, leased to Instance, so that one run per session
+	// holds across every instance sharing the store and a run outlives its process (Start). Nil:
+	// runs live in memory only.
+	Runs parley.RunStore
+	// Instance names this process among those sharing Runs; it must be unique among them and
+	// stable across restarts, so that a restarted process takes its runs back at once.
+	Instance string
+	// Lease is how long a run stays this instance's without renewal; renewed every third of it
+	// (default 30s). Another instance takes a run over once its lease has ended.
+	Lease time.Duration
+}
+
+// Spec is what a run is begun for.
+type Spec struct {
+	Session       string
+	Model         string
+	Owner         string   // who the run acts for
+	SelectedTools []string // nil offers every tool
 }
 
 // seqBlock is how many sequence numbers a run reserves at a time.
@@ -50,7 +68,9 @@ type Manager struct {
 	opts   Options
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	wg     sync.WaitGroup // the runs
+	bg     sync.WaitGroup // Start's lease keeper
+	start  sync.Once
 
 	mu        sync.Mutex
 	closing   bool
@@ -82,6 +102,12 @@ func NewManager(opts Options) *Manager {
 	if opts.FlushEvery <= 0 {
 		opts.FlushEvery = 100 * time.Millisecond
 	}
+	if opts.Lease <= 0 {
+		opts.Lease = 30 * time.Second
+	}
+	if opts.Instance == "" {
+		opts.Instance = parley.NewID()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Manager{
 		opts: opts, ctx: ctx, cancel: cancel,
@@ -97,6 +123,9 @@ type Run struct {
 	Model     string
 	StartedAt time.Time
 	Log       *bus.Log
+	// Recovered: this run was taken over from a process that died; its first event is a status
+	// RunRecovered rather than a start.
+	Recovered bool
 
 	m       *Manager
 	ctx     context.Context
@@ -138,30 +167,66 @@ func (m *Manager) Full() bool {
 }
 
 // Begin claims the session for a new run and returns it, not yet started: the caller prepares (for
-// example stores the user's message) and then calls Go, or Release to give the session back.
-func (m *Manager) Begin(ctx context.Context, sessionID, model string) (*Run, error) {
+// example stores the user's message) and then calls Go, or Release to give the session back. With
+// Options.Runs the run's record is stored first; a session running on any instance is ErrBusy.
+func (m *Manager) Begin(ctx context.Context, spec Spec) (*Run, error) {
+	if err := m.claim(spec.Session, true); err != nil {
+		return nil, err
+	}
+	id := parley.NewID()
+	if m.opts.Runs != nil {
+		now := m.opts.Now()
+		rec := &parley.RunRecord{ID: id, SessionID: spec.Session, Owner: spec.Owner, Model: spec.Model,
+			SelectedTools: spec.SelectedTools, Instance: m.opts.Instance, LeaseUntil: now.Add(m.opts.Lease), CreatedAt: now}
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+		err := m.opts.Runs.CreateRun(sctx, rec)
+		cancel()
+		if err != nil {
+			m.unclaim(spec.Session)
+			if parley.CodeOf(err) == parley.ECConflict {
+				return nil, ErrBusy
+			}
+			return nil, err
+		}
+	}
+	r, err := m.open(ctx, id, spec)
+	if err != nil && m.opts.Runs != nil {
+		m.deleteRecord(id)
+	}
+	return r, err
+}
+
+// claim reserves the session for a run being begun; budget applies MaxActive.
+func (m *Manager) claim(sessionID string, budget bool) error {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	if m.closing {
-		m.mu.Unlock()
-		return nil, ErrClosing
+		return ErrClosing
 	}
 	if _, busy := m.active[sessionID]; busy || m.claimed[sessionID] {
-		m.mu.Unlock()
-		return nil, ErrBusy
+		return ErrBusy
 	}
-	if m.opts.MaxActive > 0 && len(m.active)+len(m.claimed) >= m.opts.MaxActive {
-		m.mu.Unlock()
-		return nil, ErrOverloaded
+	if budget && m.opts.MaxActive > 0 && len(m.active)+len(m.claimed) >= m.opts.MaxActive {
+		return ErrOverloaded
 	}
 	m.claimed[sessionID] = true
 	m.pruneLocked()
-	m.mu.Unlock()
+	return nil
+}
 
-	// The run's sequence numbers are reserved outside the lock: with a store this is a write.
-	first, err := m.reserve(ctx, sessionID, seqBlock)
+func (m *Manager) unclaim(sessionID string) {
+	m.mu.Lock()
+	delete(m.claimed, sessionID)
+	m.mu.Unlock()
+}
+
+// open reserves the claimed session's sequence numbers and makes the run active.
+func (m *Manager) open(ctx context.Context, id string, spec Spec) (*Run, error) {
+	// Reserved outside the lock: with a store this is a write.
+	first, err := m.reserve(ctx, spec.Session, seqBlock)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	delete(m.claimed, sessionID)
+	delete(m.claimed, spec.Session)
 	if err != nil {
 		return nil, err
 	}
@@ -170,19 +235,29 @@ func (m *Manager) Begin(ctx context.Context, sessionID, model string) (*Run, err
 	}
 	rctx, cancel := context.WithCancel(m.ctx)
 	r := &Run{
-		ID: parley.NewID(), SessionID: sessionID, Model: model, StartedAt: m.opts.Now(),
+		ID: id, SessionID: spec.Session, Model: spec.Model, StartedAt: m.opts.Now(),
 		Log: bus.NewLogFrom(m.opts.MaxEvents, first), m: m, ctx: rctx, cancel: cancel,
 		done: make(chan struct{}), closed: make(chan struct{}), written: make(chan struct{}),
 		seqLimit: first + seqBlock - 1,
 	}
 	m.runs[r.ID] = r
-	m.active[sessionID] = r
-	m.lastOfSes[sessionID] = r
-	if w, ok := m.waits[sessionID]; ok {
+	m.active[spec.Session] = r
+	m.lastOfSes[spec.Session] = r
+	if w, ok := m.waits[spec.Session]; ok {
 		close(w)
-		delete(m.waits, sessionID)
+		delete(m.waits, spec.Session)
 	}
 	return r, nil
+}
+
+// deleteRecord deletes the record of a run that never started.
+func (m *Manager) deleteRecord(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	if err := m.opts.Runs.DeleteRun(ctx, id); err != nil {
+		// The session stays busy until the record's lease ends and another pass takes it over.
+		m.opts.Log.Error("could not delete the record of a run never started", "run", id, "err", err)
+	}
 }
 
 // reserve reserves n sequence numbers of the session's stream and returns the first.
@@ -228,6 +303,9 @@ func (r *Run) Release() {
 	r.cancel()
 	r.m.mu.Unlock()
 	r.m.release(r.SessionID, r.seqLimit, r.Log.FirstSeq()-1)
+	if r.m.opts.Runs != nil {
+		r.m.deleteRecord(r.ID)
+	}
 	r.m.mu.Lock()
 	delete(r.m.runs, r.ID)
 	if r.m.active[r.SessionID] == r {
@@ -264,7 +342,11 @@ func (r *Run) Go(fn Func) {
 	} else {
 		close(r.written)
 	}
-	r.emit(parley.Event{Type: parley.EventStart, Model: r.Model})
+	if r.Recovered {
+		r.emit(parley.Event{Type: parley.EventStatus, State: parley.RunRecovered, Model: r.Model})
+	} else {
+		r.emit(parley.Event{Type: parley.EventStart, Model: r.Model})
+	}
 	go func() {
 		defer m.wg.Done()
 		finish, err := r.safeCall(fn, r.emit)
@@ -396,6 +478,13 @@ func (r *Run) end(finish string, err error) {
 	r.Log.Close()
 	close(r.closed)
 	<-r.written
+	if r.m.opts.Runs != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+		if err := r.m.opts.Runs.EndRun(ctx, r.ID, r.m.opts.Instance, finish, r.m.opts.Now()); err != nil {
+			r.m.opts.Log.Error("could not record the end of a run", "run", r.ID, "err", err)
+		}
+		cancel()
+	}
 	r.m.mu.Lock()
 	if r.m.active[r.SessionID] == r {
 		delete(r.m.active, r.SessionID)
@@ -552,6 +641,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	select {
 	case <-idle:
 		m.cancel()
+		m.bg.Wait()
 		return nil
 	case <-ctx.Done():
 	}
@@ -561,6 +651,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	case <-time.After(abortWait):
 		m.opts.Log.Error("runs did not end after abort", "active", m.ActiveCount())
 	}
+	m.bg.Wait()
 	return ctx.Err()
 }
 

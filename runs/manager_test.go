@@ -42,7 +42,7 @@ func types(evs []parley.Event) []parley.EventType {
 
 func TestRunEventsAreStampedAndFramed(t *testing.T) {
 	m := NewManager(Options{})
-	r, err := m.Begin(context.Background(), "s1", "mock")
+	r, err := m.Begin(context.Background(), Spec{Session: "s1", Model: "mock"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,14 +67,14 @@ func TestRunEventsAreStampedAndFramed(t *testing.T) {
 
 func TestOneActiveRunPerSession(t *testing.T) {
 	m := NewManager(Options{})
-	r, err := m.Begin(context.Background(), "s1", "")
+	r, err := m.Begin(context.Background(), Spec{Session: "s1", Model: ""})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Begin(context.Background(), "s1", ""); !errors.Is(err, ErrBusy) {
+	if _, err := m.Begin(context.Background(), Spec{Session: "s1", Model: ""}); !errors.Is(err, ErrBusy) {
 		t.Fatalf("second Begin: %v, want ErrBusy", err)
 	}
-	if _, err := m.Begin(context.Background(), "s2", ""); err != nil {
+	if _, err := m.Begin(context.Background(), Spec{Session: "s2", Model: ""}); err != nil {
 		t.Fatalf("other session: %v", err)
 	}
 	release := make(chan struct{})
@@ -90,7 +90,7 @@ func TestOneActiveRunPerSession(t *testing.T) {
 	if _, ok := m.Active("s1"); ok {
 		t.Fatal("finished run still active")
 	}
-	if _, err := m.Begin(context.Background(), "s1", ""); err != nil {
+	if _, err := m.Begin(context.Background(), Spec{Session: "s1", Model: ""}); err != nil {
 		t.Fatalf("Begin after the run ended: %v", err)
 	}
 	if got, ok := m.Get(r.ID); !ok || got != r {
@@ -100,9 +100,9 @@ func TestOneActiveRunPerSession(t *testing.T) {
 
 func TestReleaseFreesSession(t *testing.T) {
 	m := NewManager(Options{})
-	r, _ := m.Begin(context.Background(), "s1", "")
+	r, _ := m.Begin(context.Background(), Spec{Session: "s1", Model: ""})
 	r.Release()
-	if _, err := m.Begin(context.Background(), "s1", ""); err != nil {
+	if _, err := m.Begin(context.Background(), Spec{Session: "s1", Model: ""}); err != nil {
 		t.Fatalf("Begin after Release: %v", err)
 	}
 	if _, ok := m.Get(r.ID); ok {
@@ -112,7 +112,7 @@ func TestReleaseFreesSession(t *testing.T) {
 
 func TestErrorAndPanicBecomeEvents(t *testing.T) {
 	m := NewManager(Options{})
-	r, _ := m.Begin(context.Background(), "s1", "")
+	r, _ := m.Begin(context.Background(), Spec{Session: "s1", Model: ""})
 	r.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
 		return "", parley.WrapError(parley.ECUpstream, errors.New("secret sk-123 body"), "provider returned HTTP 500")
 	})
@@ -125,7 +125,7 @@ func TestErrorAndPanicBecomeEvents(t *testing.T) {
 	}
 
 	// A client-visible message that carries a secret (here one a provider echoed) is redacted.
-	r3, _ := m.Begin(context.Background(), "s3", "")
+	r3, _ := m.Begin(context.Background(), Spec{Session: "s3", Model: ""})
 	r3.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
 		return "", parley.Errorf(parley.ECUpstream, "the provider refused the key sk-proj-abcdefghijklmnop of ops@example.com")
 	})
@@ -133,7 +133,7 @@ func TestErrorAndPanicBecomeEvents(t *testing.T) {
 		t.Fatalf("error event %+v", evs[1].Error)
 	}
 
-	r2, _ := m.Begin(context.Background(), "s2", "")
+	r2, _ := m.Begin(context.Background(), Spec{Session: "s2", Model: ""})
 	r2.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) { panic("boom") })
 	evs = events(t, r2)
 	if evs[1].Type != parley.EventError || evs[1].Error.Code != parley.ECInternal || evs[1].Error.Message != "internal error" {
@@ -143,7 +143,7 @@ func TestErrorAndPanicBecomeEvents(t *testing.T) {
 
 func TestAbortEndsRunAsAborted(t *testing.T) {
 	m := NewManager(Options{})
-	r, _ := m.Begin(context.Background(), "s1", "")
+	r, _ := m.Begin(context.Background(), Spec{Session: "s1", Model: ""})
 	r.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
 		<-ctx.Done()
 		return "", parley.WrapError(parley.ECCanceled, ctx.Err(), "aborted")
@@ -162,7 +162,7 @@ func TestAbortEndsRunAsAborted(t *testing.T) {
 
 func TestShutdownWaitsThenAborts(t *testing.T) {
 	m := NewManager(Options{})
-	r, _ := m.Begin(context.Background(), "s1", "")
+	r, _ := m.Begin(context.Background(), Spec{Session: "s1", Model: ""})
 	r.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
 		<-ctx.Done()
 		return "", parley.WrapError(parley.ECCanceled, ctx.Err(), "aborted")
@@ -177,7 +177,7 @@ func TestShutdownWaitsThenAborts(t *testing.T) {
 	default:
 		t.Fatal("run still going after Shutdown returned")
 	}
-	if _, err := m.Begin(context.Background(), "s2", ""); !errors.Is(err, ErrClosing) {
+	if _, err := m.Begin(context.Background(), Spec{Session: "s2", Model: ""}); !errors.Is(err, ErrClosing) {
 		t.Fatalf("Begin after shutdown: %v", err)
 	}
 }
@@ -185,11 +185,11 @@ func TestShutdownWaitsThenAborts(t *testing.T) {
 func TestFinishedRunsArePruned(t *testing.T) {
 	now := time.Unix(1000, 0)
 	m := NewManager(Options{Retain: time.Minute, Now: func() time.Time { return now }})
-	r, _ := m.Begin(context.Background(), "s1", "")
+	r, _ := m.Begin(context.Background(), Spec{Session: "s1", Model: ""})
 	r.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) { return parley.FinishStop, nil })
 	<-r.Done()
 	now = now.Add(2 * time.Minute)
-	m.Begin(context.Background(), "s2", "")
+	m.Begin(context.Background(), Spec{Session: "s2", Model: ""})
 	if _, ok := m.Get(r.ID); ok {
 		t.Fatal("old finished run not pruned")
 	}
@@ -205,7 +205,7 @@ func TestSessionIsFreeOnceDoneIsSeen(t *testing.T) {
 	release := make(chan struct{})
 	m.afterDone = func() { <-release } // hold the finished run between its done event and its end
 	defer close(release)
-	r, err := m.Begin(context.Background(), "s1", "mock")
+	r, err := m.Begin(context.Background(), Spec{Session: "s1", Model: "mock"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +223,7 @@ func TestSessionIsFreeOnceDoneIsSeen(t *testing.T) {
 			seen = seen || e.Type == parley.EventDone
 		}
 	}
-	next, err := m.Begin(context.Background(), "s1", "mock")
+	next, err := m.Begin(context.Background(), Spec{Session: "s1", Model: "mock"})
 	if err != nil {
 		t.Fatalf("the next run after done: %v", err)
 	}
@@ -232,33 +232,33 @@ func TestSessionIsFreeOnceDoneIsSeen(t *testing.T) {
 
 func TestBudgetOfConcurrentRuns(t *testing.T) {
 	m := NewManager(Options{MaxActive: 2})
-	a, err := m.Begin(context.Background(), "s1", "")
+	a, err := m.Begin(context.Background(), Spec{Session: "s1", Model: ""})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if m.Full() {
 		t.Fatal("Full with 1 of 2 runs")
 	}
-	b, err := m.Begin(context.Background(), "s2", "")
+	b, err := m.Begin(context.Background(), Spec{Session: "s2", Model: ""})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !m.Full() {
 		t.Fatal("not Full with 2 of 2 runs")
 	}
-	_, err = m.Begin(context.Background(), "s3", "")
+	_, err = m.Begin(context.Background(), Spec{Session: "s3", Model: ""})
 	if !errors.Is(err, ErrOverloaded) || parley.CodeOf(err) != parley.ECUnavailable || parley.RetryAfterOf(err) <= 0 {
 		t.Fatalf("third Begin: %v, want ErrOverloaded with a Retry-After", err)
 	}
 	// A busy session is still a conflict, not an overload.
-	if _, err := m.Begin(context.Background(), "s1", ""); !errors.Is(err, ErrBusy) {
+	if _, err := m.Begin(context.Background(), Spec{Session: "s1", Model: ""}); !errors.Is(err, ErrBusy) {
 		t.Fatalf("Begin on a busy session: %v, want ErrBusy", err)
 	}
 	a.Release()
 	if m.Full() {
 		t.Fatal("Full after a release")
 	}
-	if _, err := m.Begin(context.Background(), "s3", ""); err != nil {
+	if _, err := m.Begin(context.Background(), Spec{Session: "s3", Model: ""}); err != nil {
 		t.Fatalf("Begin after a release: %v", err)
 	}
 	b.Release()
@@ -341,7 +341,7 @@ func TestSessionEventNumbersAcrossRuns(t *testing.T) {
 	m := NewManager(Options{Events: ev, FlushEvery: time.Millisecond})
 	var all []parley.Event
 	for _, n := range []int{3, seqBlock + 500, 0} {
-		r, err := m.Begin(context.Background(), "s1", "mock")
+		r, err := m.Begin(context.Background(), Spec{Session: "s1", Model: "mock"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -361,9 +361,9 @@ func TestSessionEventNumbersAcrossRuns(t *testing.T) {
 		t.Fatalf("stored %d events, want %d", len(got), len(all))
 	}
 	// A run begun and released uses no numbers.
-	r, _ := m.Begin(context.Background(), "s1", "")
+	r, _ := m.Begin(context.Background(), Spec{Session: "s1", Model: ""})
 	r.Release()
-	r, _ = m.Begin(context.Background(), "s1", "")
+	r, _ = m.Begin(context.Background(), Spec{Session: "s1", Model: ""})
 	if r.Log.FirstSeq() != int64(len(all)+1) {
 		t.Fatalf("after a released run the next starts at %d, want %d", r.Log.FirstSeq(), len(all)+1)
 	}
@@ -375,14 +375,14 @@ func TestSessionEventNumbersAcrossRuns(t *testing.T) {
 func TestFollow(t *testing.T) {
 	ev := newMemEvents()
 	m := NewManager(Options{Events: ev, FlushEvery: time.Millisecond})
-	r1, _ := m.Begin(context.Background(), "s1", "")
+	r1, _ := m.Begin(context.Background(), Spec{Session: "s1", Model: ""})
 	r1.Go(chunks(5)) // seqs 1..7
 	<-r1.Done()
 
 	// A second manager on the same store holds nothing in memory (a restart).
 	m2 := NewManager(Options{Events: ev, FlushEvery: time.Millisecond})
 	release := make(chan struct{})
-	r2, _ := m2.Begin(context.Background(), "s1", "")
+	r2, _ := m2.Begin(context.Background(), Spec{Session: "s1", Model: ""})
 	r2.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
 		emit(parley.Event{Type: parley.EventChunk, Content: "live"})
 		<-release
@@ -426,7 +426,7 @@ func TestFollow(t *testing.T) {
 	go func() { done <- follow(9, 12) }()
 	close(release)
 	<-r2.Done()
-	r3, _ := m2.Begin(context.Background(), "s1", "")
+	r3, _ := m2.Begin(context.Background(), Spec{Session: "s1", Model: ""})
 	r3.Go(chunks(0)) // 11 start, 12 done
 	check("on into the next run", <-done, 10, 12)
 	<-r3.Done()
@@ -435,7 +435,7 @@ func TestFollow(t *testing.T) {
 // Pause holds the run at its next gate until Resume; both are announced as status events.
 func TestPauseHoldsTheRunAtItsGate(t *testing.T) {
 	m := NewManager(Options{PauseTimeout: time.Minute})
-	r, _ := m.Begin(context.Background(), "s1", "")
+	r, _ := m.Begin(context.Background(), Spec{Session: "s1", Model: ""})
 	atGate := make(chan struct{})
 	passed := make(chan struct{})
 	r.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
@@ -483,7 +483,7 @@ func TestPauseTimeoutAndAbortWhilePaused(t *testing.T) {
 		}
 	}
 	var r *Run
-	r, _ = m.Begin(context.Background(), "s1", "")
+	r, _ = m.Begin(context.Background(), Spec{Session: "s1", Model: ""})
 	r.Pause()
 	r.Go(gated(&r))
 	evs := events(t, r)
@@ -493,7 +493,7 @@ func TestPauseTimeoutAndAbortWhilePaused(t *testing.T) {
 
 	m2 := NewManager(Options{PauseTimeout: time.Hour})
 	var r2 *Run
-	r2, _ = m2.Begin(context.Background(), "s1", "")
+	r2, _ = m2.Begin(context.Background(), Spec{Session: "s1", Model: ""})
 	r2.Pause()
 	r2.Go(gated(&r2))
 	r2.Abort()

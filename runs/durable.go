@@ -1,0 +1,132 @@
+package runs
+
+import (
+	"context"
+	"time"
+
+	parley "github.com/parleyhq/parley"
+)
+
+// RecoverFunc returns the body that goes on with a run taken over from a process that died (or
+// closes it, interrupted). rec is the run's record, its Attempts already counting this takeover.
+type RecoverFunc func(rec parley.RunRecord) Func
+
+// claimBatch bounds the runs taken over in one pass.
+const claimBatch = 16
+
+// Start begins the work that makes runs outlive their process (Options.Runs; without it Start
+// does nothing). At once, it takes back the runs this instance left running before it restarted;
+// then, every third of the lease, it renews the leases of its runs and takes over the runs of
+// other instances whose lease has ended, starting each with recover's body. A run of this
+// instance whose lease another instance took over meanwhile (this process stalled for longer than
+// the lease) is aborted here. It stops at Shutdown.
+func (m *Manager) Start(recover RecoverFunc) {
+	if m.opts.Runs == nil {
+		return
+	}
+	m.start.Do(func() {
+		m.bg.Add(1)
+		go func() {
+			defer m.bg.Done()
+			m.takeOver(recover, m.opts.Instance)
+			t := time.NewTicker(m.opts.Lease / 3)
+			defer t.Stop()
+			for {
+				select {
+				case <-m.ctx.Done():
+					return
+				case <-t.C:
+				}
+				m.renew()
+				m.takeOver(recover, "")
+			}
+		}()
+	})
+}
+
+// renew extends the leases of this instance's runs.
+func (m *Manager) renew() {
+	m.mu.Lock()
+	ids := make([]string, 0, len(m.active))
+	byID := make(map[string]*Run, len(m.active))
+	for _, r := range m.active {
+		ids = append(ids, r.ID)
+		byID[r.ID] = r
+	}
+	m.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(m.ctx, storeTimeout)
+	defer cancel()
+	renewed, err := m.opts.Runs.RenewRuns(ctx, m.opts.Instance, ids, m.opts.Now().Add(m.opts.Lease))
+	if err != nil {
+		if m.ctx.Err() == nil {
+			m.opts.Log.Error("could not renew the leases of runs", "runs", len(ids), "err", err)
+		}
+		return
+	}
+	kept := make(map[string]bool, len(renewed))
+	for _, id := range renewed {
+		kept[id] = true
+	}
+	for id, r := range byID {
+		if kept[id] {
+			continue
+		}
+		// Ended meanwhile (its record is already ended), or taken over by another instance.
+		if finish, _ := r.Result(); finish == "" {
+			m.opts.Log.Error("run taken over by another instance while it ran here: aborted here", "run", id, "session", r.SessionID)
+			r.cancel()
+		}
+	}
+}
+
+// takeOver claims runs whose lease ended (and every running run of orphanedBy) and starts them.
+func (m *Manager) takeOver(recover RecoverFunc, orphanedBy string) {
+	for {
+		m.mu.Lock()
+		closing := m.closing
+		m.mu.Unlock()
+		if closing {
+			return
+		}
+		ctx, cancel := context.WithTimeout(m.ctx, storeTimeout)
+		now := m.opts.Now()
+		recs, err := m.opts.Runs.ClaimRuns(ctx, m.opts.Instance, orphanedBy, now, now.Add(m.opts.Lease), claimBatch)
+		cancel()
+		if err != nil {
+			if m.ctx.Err() == nil {
+				m.opts.Log.Error("could not look for runs to take over", "err", err)
+			}
+			return
+		}
+		for _, rec := range recs {
+			if err := m.adopt(rec, recover); err != nil {
+				m.opts.Log.Error("could not take over a run", "run", rec.ID, "session", rec.SessionID, "err", err)
+			}
+		}
+		if len(recs) < claimBatch {
+			return
+		}
+	}
+}
+
+// adopt starts a run taken over: same id, new sequence numbers, and recover's body.
+func (m *Manager) adopt(rec parley.RunRecord, recover RecoverFunc) error {
+	m.opts.Log.Warn("taking over a run whose process stopped", "run", rec.ID, "session", rec.SessionID, "attempt", rec.Attempts)
+	if err := m.claim(rec.SessionID, false); err != nil {
+		return err
+	}
+	r, err := m.open(m.ctx, rec.ID, Spec{Session: rec.SessionID, Model: rec.Model, Owner: rec.Owner, SelectedTools: rec.SelectedTools})
+	if err != nil {
+		return err
+	}
+	r.Recovered = true
+	fn := Func(func(context.Context, func(parley.Event)) (string, error) { return parley.FinishInterrupted, nil })
+	if recover != nil {
+		fn = recover(rec)
+	}
+	r.Go(fn)
+	return nil
+}

@@ -1,0 +1,215 @@
+package runs
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/store/sqlite"
+)
+
+// durableStore opens a real SQLite store with the sessions the tests use.
+func durableStore(t *testing.T, sessions ...string) *sqlite.Store {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "runs.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	for _, id := range sessions {
+		if err := st.CreateSession(context.Background(), &parley.Session{ID: id, Title: id, Owner: "alice", CreatedAt: now, UpdatedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st
+}
+
+func durable(t *testing.T, st *sqlite.Store, instance string, lease time.Duration) *Manager {
+	t.Helper()
+	m := NewManager(Options{Events: st, Runs: st, Instance: instance, Lease: lease, FlushEvery: time.Millisecond})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		m.Shutdown(ctx)
+	})
+	return m
+}
+
+func waitDone(t *testing.T, r *Run) {
+	t.Helper()
+	select {
+	case <-r.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("run %s did not end", r.ID)
+	}
+}
+
+// One run per session holds across instances sharing a store.
+func TestOneRunPerSessionAcrossInstances(t *testing.T) {
+	st := durableStore(t, "s1")
+	a, b := durable(t, st, "a", time.Minute), durable(t, st, "b", time.Minute)
+	ra, err := a.Begin(context.Background(), Spec{Session: "s1", Model: "m", Owner: "alice", SelectedTools: []string{"calculator"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Begin(context.Background(), Spec{Session: "s1"}); !errors.Is(err, ErrBusy) {
+		t.Fatalf("a second run on another instance: %v, want ErrBusy", err)
+	}
+	rec, err := st.ActiveRun(context.Background(), "s1")
+	if err != nil || rec.ID != ra.ID || rec.Instance != "a" || rec.Owner != "alice" || len(rec.SelectedTools) != 1 {
+		t.Fatalf("the run's record: %+v %v", rec, err)
+	}
+	// A run given back before it started frees the session everywhere.
+	ra.Release()
+	rb, err := b.Begin(context.Background(), Spec{Session: "s1"})
+	if err != nil {
+		t.Fatalf("after release: %v", err)
+	}
+	rb.Go(chunks(2))
+	waitDone(t, rb)
+	if _, err := st.ActiveRun(context.Background(), "s1"); !errors.Is(err, parley.ErrNotFound) {
+		t.Fatalf("the record after the run: %v, want ended", err)
+	}
+	if _, err := a.Begin(context.Background(), Spec{Session: "s1"}); err != nil {
+		t.Fatalf("the next run on a: %v", err)
+	}
+}
+
+// A run whose instance died is taken over once its lease ends: same run, new events, its body from
+// the recover function, and its record ended.
+func TestRunIsTakenOverWhenItsLeaseEnds(t *testing.T) {
+	st := durableStore(t, "s1")
+	ctx := context.Background()
+	dead := &parley.RunRecord{ID: parley.NewID(), SessionID: "s1", Owner: "alice", Model: "mock/echo", Instance: "dead",
+		LeaseUntil: time.Now().Add(300 * time.Millisecond), CreatedAt: time.Now()}
+	if err := st.CreateRun(ctx, dead); err != nil {
+		t.Fatal(err)
+	}
+	b := durable(t, st, "b", 300*time.Millisecond)
+	got := make(chan parley.RunRecord, 1)
+	b.Start(func(rec parley.RunRecord) Func {
+		got <- rec
+		return func(ctx context.Context, emit func(parley.Event)) (string, error) {
+			emit(parley.Event{Type: parley.EventChunk, Content: "went on"})
+			return parley.FinishStop, nil
+		}
+	})
+	var rec parley.RunRecord
+	select {
+	case rec = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the run was not taken over")
+	}
+	if rec.ID != dead.ID || rec.Instance != "b" || rec.Attempts != 1 || rec.Model != "mock/echo" {
+		t.Fatalf("taken over: %+v", rec)
+	}
+	r, ok := b.Get(dead.ID)
+	if !ok {
+		t.Fatal("the run is not held by the instance that took it over")
+	}
+	waitDone(t, r)
+	evs := events(t, r)
+	if len(evs) != 3 || evs[0].Type != parley.EventStatus || evs[0].State != parley.RunRecovered || evs[1].Content != "went on" ||
+		evs[2].Type != parley.EventDone || evs[2].RunID != dead.ID {
+		t.Fatalf("events of the taken-over run: %+v", evs)
+	}
+	if _, err := st.ActiveRun(ctx, "s1"); !errors.Is(err, parley.ErrNotFound) {
+		t.Fatalf("record after the takeover ended: %v, want ended", err)
+	}
+}
+
+// An instance that restarts under its name takes its runs back at once, lease or not; without a
+// recover function the run is closed as interrupted.
+func TestRestartTakesItsRunsBackAtOnce(t *testing.T) {
+	st := durableStore(t, "s1", "s2")
+	ctx := context.Background()
+	mine := &parley.RunRecord{ID: parley.NewID(), SessionID: "s1", Instance: "a", LeaseUntil: time.Now().Add(time.Hour), CreatedAt: time.Now()}
+	theirs := &parley.RunRecord{ID: parley.NewID(), SessionID: "s2", Instance: "b", LeaseUntil: time.Now().Add(time.Hour), CreatedAt: time.Now()}
+	for _, r := range []*parley.RunRecord{mine, theirs} {
+		if err := st.CreateRun(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := durable(t, st, "a", time.Hour)
+	a.Start(nil)
+	deadline := time.Now().Add(10 * time.Second)
+	var r *Run
+	for r == nil && time.Now().Before(deadline) {
+		r, _ = a.Get(mine.ID)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if r == nil {
+		t.Fatal("the restarted instance did not take its run back")
+	}
+	waitDone(t, r)
+	if finish, _ := r.Result(); finish != parley.FinishInterrupted {
+		t.Fatalf("finish %q, want interrupted", finish)
+	}
+	if _, ok := a.Get(theirs.ID); ok {
+		t.Fatal("another instance's live run was taken")
+	}
+	if rec, err := st.ActiveRun(ctx, "s2"); err != nil || rec.Instance != "b" {
+		t.Fatalf("b's run: %+v %v", rec, err)
+	}
+}
+
+// A live instance renews its leases: a run longer than the lease is not taken over.
+func TestLeaseRenewalKeepsARun(t *testing.T) {
+	st := durableStore(t, "s1")
+	lease := 300 * time.Millisecond
+	a, b := durable(t, st, "a", lease), durable(t, st, "b", lease)
+	a.Start(nil)
+	taken := make(chan string, 1)
+	b.Start(func(rec parley.RunRecord) Func {
+		taken <- rec.ID
+		return nil
+	})
+	r, err := a.Begin(context.Background(), Spec{Session: "s1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
+		select {
+		case <-time.After(4 * lease):
+			return parley.FinishStop, nil
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	})
+	waitDone(t, r)
+	if finish, _ := r.Result(); finish != parley.FinishStop {
+		t.Fatalf("finish %q, want stop", finish)
+	}
+	select {
+	case id := <-taken:
+		t.Fatalf("run %s was taken over from a live instance", id)
+	default:
+	}
+}
+
+// A run whose lease another instance took (this process stalled past it) stops here.
+func TestRunTakenOverElsewhereStopsHere(t *testing.T) {
+	st := durableStore(t, "s1")
+	a := durable(t, st, "a", 300*time.Millisecond)
+	a.Start(nil)
+	r, err := a.Begin(context.Background(), Spec{Session: "s1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
+		<-ctx.Done()
+		return "", ctx.Err()
+	})
+	// Another instance claims a's runs, as it would after a's lease ran out.
+	if recs, err := st.ClaimRuns(context.Background(), "b", "a", time.Now(), time.Now().Add(time.Hour), 10); err != nil || len(recs) != 1 {
+		t.Fatalf("claim: %v %v", recs, err)
+	}
+	waitDone(t, r)
+	if finish, _ := r.Result(); finish != parley.FinishAborted {
+		t.Fatalf("finish %q, want aborted", finish)
+	}
+}
