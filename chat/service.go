@@ -19,11 +19,24 @@ type Runner interface {
 	Run(ctx context.Context, in agent.Input, emit func(parley.Event)) (*agent.Result, error)
 }
 
+// Recoverer goes on with a run taken over from a process that died (agent.Agent satisfies it).
+type Recoverer interface {
+	Resume(ctx context.Context, in agent.Input, emit func(parley.Event)) (*agent.Result, error)
+	Interrupt(ctx context.Context, in agent.Input) ([]*parley.Message, error)
+}
+
+// MaxRecoveries bounds how many times one run is taken over and continued. A run taken over more
+// often is closed as interrupted: a run that brings its process down each time must not bring
+// down every instance in turn.
+const MaxRecoveries = 3
+
 // Service starts chats.
 type Service struct {
 	Store parley.Store
 	Runs  *runs.Manager
 	Agent Runner
+	// Recovery continues runs taken over after a crash (Recover); nil closes them as interrupted.
+	Recovery Recoverer
 	// ResolveModel validates a model name as the client gives it and returns its full name
 	// ("provider/model"); nil accepts any name as it is.
 	ResolveModel func(model string) (string, error)
@@ -98,6 +111,31 @@ func (s *Service) Send(ctx context.Context, owner string, req Request) (*Started
 		return "", err
 	})
 	return &Started{Session: sess, Run: run, UserMessage: user, NewSession: newSession}, nil
+}
+
+// Recover is the runs.RecoverFunc of the service's manager: the body of a run taken over from a
+// process that died. It continues the run from its last stored step (agent.Resume), or, past
+// MaxRecoveries or without Recovery, closes it: its open tool calls are answered as interrupted
+// and it ends with FinishInterrupted.
+func (s *Service) Recover(run *runs.Run, rec parley.RunRecord) runs.Func {
+	in := agent.Input{SessionID: rec.SessionID, RunID: rec.ID, Model: rec.Model, SelectedTools: rec.SelectedTools, User: rec.Owner, Gate: run.Gate}
+	return func(ctx context.Context, emit func(parley.Event)) (string, error) {
+		if s.Recovery == nil || rec.Attempts > MaxRecoveries {
+			if s.Recovery == nil {
+				return parley.FinishInterrupted, nil
+			}
+			msgs, err := s.Recovery.Interrupt(ctx, in)
+			for _, m := range msgs {
+				emit(parley.Event{Type: parley.EventToolResult, Message: m})
+			}
+			return parley.FinishInterrupted, err
+		}
+		res, err := s.Recovery.Resume(ctx, in, emit)
+		if res != nil {
+			return res.FinishReason, err
+		}
+		return "", err
+	}
 }
 
 // Validate checks req as Send will, without touching the store: the HTTP layer calls it while

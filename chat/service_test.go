@@ -101,3 +101,48 @@ func TestModelIsResolvedToItsFullName(t *testing.T) {
 		t.Fatalf("unknown model: %v", err)
 	}
 }
+
+type fakeRecovery struct {
+	resumed, interrupted []agent.Input
+}
+
+func (f *fakeRecovery) Resume(ctx context.Context, in agent.Input, emit func(parley.Event)) (*agent.Result, error) {
+	f.resumed = append(f.resumed, in)
+	return &agent.Result{FinishReason: parley.FinishStop}, nil
+}
+
+func (f *fakeRecovery) Interrupt(ctx context.Context, in agent.Input) ([]*parley.Message, error) {
+	f.interrupted = append(f.interrupted, in)
+	ok := false
+	return []*parley.Message{{ID: "t1", Role: parley.RoleTool, ToolCallID: "c1", Content: parley.Text(agent.InterruptedText), Success: &ok}}, nil
+}
+
+// A run taken over goes on with its own request; one taken over too often is closed instead.
+func TestRecoverResumesThenGivesUp(t *testing.T) {
+	mgr := runs.NewManager(runs.Options{})
+	defer mgr.Shutdown(context.Background())
+	rec := &fakeRecovery{}
+	s := &Service{Runs: mgr, Agent: nopAgent{}, Recovery: rec}
+	r, err := mgr.Begin(context.Background(), runs.Spec{Session: "s1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Release()
+	record := parley.RunRecord{ID: "run1", SessionID: "s1", Owner: "alice", Model: "mock/echo", SelectedTools: []string{"calculator"}, Attempts: 1}
+	var evs []parley.Event
+	emit := func(ev parley.Event) { evs = append(evs, ev) }
+	if finish, err := s.Recover(r, record)(context.Background(), emit); err != nil || finish != parley.FinishStop {
+		t.Fatalf("first takeover: %q %v", finish, err)
+	}
+	if len(rec.resumed) != 1 || rec.resumed[0].RunID != "run1" || rec.resumed[0].User != "alice" || rec.resumed[0].Model != "mock/echo" ||
+		len(rec.resumed[0].SelectedTools) != 1 || rec.resumed[0].Gate == nil {
+		t.Fatalf("resumed with %+v", rec.resumed)
+	}
+	record.Attempts = MaxRecoveries + 1
+	if finish, err := s.Recover(r, record)(context.Background(), emit); err != nil || finish != parley.FinishInterrupted {
+		t.Fatalf("takeover past the bound: %q %v", finish, err)
+	}
+	if len(rec.resumed) != 1 || len(rec.interrupted) != 1 || len(evs) != 1 || evs[0].Type != parley.EventToolResult {
+		t.Fatalf("past the bound: resumed %d, interrupted %d, events %+v", len(rec.resumed), len(rec.interrupted), evs)
+	}
+}

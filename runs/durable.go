@@ -7,17 +7,17 @@ import (
 	parley "github.com/parleyhq/parley"
 )
 
-// RecoverFunc returns the body that goes on with a run taken over from a process that died (or
+// RecoverFunc returns the body that goes on with run, taken over from a process that died (or
 // closes it, interrupted). rec is the run's record, its Attempts already counting this takeover.
-type RecoverFunc func(rec parley.RunRecord) Func
+type RecoverFunc func(run *Run, rec parley.RunRecord) Func
 
 // claimBatch bounds the runs taken over in one pass.
 const claimBatch = 16
 
 // Start begins the work that makes runs outlive their process (Options.Runs; without it Start
-// does nothing). At once, it takes back the runs this instance left running before it restarted;
-// then, every third of the lease, it renews the leases of its runs and takes over the runs of
-// other instances whose lease has ended, starting each with recover's body. A run of this
+// does nothing). Before it returns, it takes back the runs this instance left running before it
+// restarted; then, every third of the lease, it renews the leases of its runs and takes over the
+// runs of other instances whose lease has ended, starting each with recover's body. A run of this
 // instance whose lease another instance took over meanwhile (this process stalled for longer than
 // the lease) is aborted here. It stops at Shutdown.
 func (m *Manager) Start(recover RecoverFunc) {
@@ -25,10 +25,11 @@ func (m *Manager) Start(recover RecoverFunc) {
 		return
 	}
 	m.start.Do(func() {
+		// Before Start returns, so that a server that starts listening holds its runs again.
+		m.takeOver(recover, m.opts.Instance)
 		m.bg.Add(1)
 		go func() {
 			defer m.bg.Done()
-			m.takeOver(recover, m.opts.Instance)
 			t := time.NewTicker(m.opts.Lease / 3)
 			defer t.Stop()
 			for {
@@ -125,7 +126,7 @@ func (m *Manager) adopt(rec parley.RunRecord, recover RecoverFunc) error {
 	r.Recovered = true
 	fn := Func(func(context.Context, func(parley.Event)) (string, error) { return parley.FinishInterrupted, nil })
 	if recover != nil {
-		fn = recover(rec)
+		fn = recover(r, rec)
 	}
 	r.Go(fn)
 	return nil

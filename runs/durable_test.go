@@ -91,7 +91,7 @@ func TestRunIsTakenOverWhenItsLeaseEnds(t *testing.T) {
 	}
 	b := durable(t, st, "b", 300*time.Millisecond)
 	got := make(chan parley.RunRecord, 1)
-	b.Start(func(rec parley.RunRecord) Func {
+	b.Start(func(_ *Run, rec parley.RunRecord) Func {
 		got <- rec
 		return func(ctx context.Context, emit func(parley.Event)) (string, error) {
 			emit(parley.Event{Type: parley.EventChunk, Content: "went on"})
@@ -164,7 +164,7 @@ func TestLeaseRenewalKeepsARun(t *testing.T) {
 	a, b := durable(t, st, "a", lease), durable(t, st, "b", lease)
 	a.Start(nil)
 	taken := make(chan string, 1)
-	b.Start(func(rec parley.RunRecord) Func {
+	b.Start(func(_ *Run, rec parley.RunRecord) Func {
 		taken <- rec.ID
 		return nil
 	})

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/limit"
 	"github.com/parleyhq/parley/provider/router"
 	"github.com/parleyhq/parley/tools/mcp"
@@ -74,6 +75,8 @@ type config struct {
 	RunRetain         time.Duration
 	EventRetention    time.Duration
 	PauseTimeout      time.Duration
+	InstanceID        string
+	RunLease          time.Duration
 	Heartbeat         time.Duration
 	WriteTimeout      time.Duration
 	MaxStreams        int
@@ -147,6 +150,8 @@ func serveFlags(fs *flag.FlagSet, c *config) {
 	fs.DurationVar(&c.RunRetain, "run-retain", 5*time.Minute, "how long a finished run's events stay in memory for clients that resume")
 	fs.DurationVar(&c.EventRetention, "event-retention", 72*time.Hour, "how long run events stay in the database for clients that resume a stream (0: forever)")
 	fs.DurationVar(&c.PauseTimeout, "pause-timeout", 10*time.Minute, "a run paused for longer is aborted")
+	fs.StringVar(&c.InstanceID, "instance-id", "", "this process's name among instances sharing the database, stable across restarts (default: host name and --addr; random when the port is 0)")
+	fs.DurationVar(&c.RunLease, "run-lease", 30*time.Second, "a run whose process stops renewing it for this long is taken over by another instance")
 	fs.DurationVar(&c.Heartbeat, "heartbeat", 15*time.Second, "interval of keep-alives on streams: SSE comments, WebSocket pings")
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", 10*time.Second, "a streaming client that cannot take an event (or answer a ping) in this time is dropped")
 	fs.IntVar(&c.MaxStreams, "max-streams-per-user", 32, "open session streams (SSE) and WebSockets each user may hold on this instance (0: no bound)")
@@ -315,6 +320,9 @@ func (c *config) validate() error {
 	if c.EventRetention < 0 || c.PauseTimeout <= 0 || c.MaxStreams < 0 || c.StreamIdle <= 0 || c.StreamLifetime <= 0 {
 		errs = append(errs, errors.New("pause-timeout, stream-idle and stream-lifetime must be positive; event-retention and max-streams-per-user not negative"))
 	}
+	if c.RunLease < 3*time.Second {
+		errs = append(errs, errors.New("run-lease must be at least 3s"))
+	}
 	if c.GuestTTL <= 0 || c.MaxRuns < 0 {
 		errs = append(errs, errors.New("guest-ttl must be positive and max-runs not negative"))
 	}
@@ -356,4 +364,22 @@ func (c *config) validate() error {
 		errs = append(errs, fmt.Errorf("log-format must be text or json, not %q", c.LogFormat))
 	}
 	return errors.Join(errs...)
+}
+
+// instanceID names this process among the instances sharing the database: --instance-id, or the
+// host name and the listening address, which a restart keeps (so the restarted process takes
+// back its runs at once). With port 0 the address says nothing: a random name, whose runs other
+// instances (or the next process) take over when their lease ends.
+func (c *config) instanceID() string {
+	if c.InstanceID != "" {
+		return c.InstanceID
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	if _, port, err := net.SplitHostPort(c.Addr); err != nil || port == "0" || port == "" {
+		return host + "/" + parley.NewID()
+	}
+	return host + "/" + c.Addr
 }

@@ -39,11 +39,12 @@ func TestCrashAtRandomPoints(t *testing.T) {
 	if v, err := strconv.ParseUint(os.Getenv("PARLEY_CRASH_SEED"), 10, 64); err == nil {
 		seed = v
 	}
+	// One instance name across restarts: each restart takes back the runs the kill left at once.
 	t.Run("sqlite", func(t *testing.T) {
-		crashLoop(t, kills, seed, "--db", filepath.Join(t.TempDir(), "crash.db"))
+		crashLoop(t, kills, seed, "--instance-id", "crash", "--db", filepath.Join(t.TempDir(), "crash.db"))
 	})
 	t.Run("postgres", func(t *testing.T) {
-		crashLoop(t, kills, seed, "--database-url", pgtest.Schema(t))
+		crashLoop(t, kills, seed, "--instance-id", "crash", "--database-url", pgtest.Schema(t))
 	})
 }
 
@@ -59,7 +60,7 @@ func crashLoop(t *testing.T, kills int, seed uint64, dbArgs ...string) {
 	rng := rand.New(rand.NewPCG(seed, 0))
 	acked := map[string]parley.Message{} // by message id, across all kills
 	var sessions []string
-	repaired := 0 // restarts that found tool calls left open by the kill
+	resumed := 0 // restarts that took over runs the kill left
 	srv := startChild(t, append(dbArgs, "--mock-token-delay", "4ms")...)
 	for k := 0; k < kills; k++ {
 		// Two chats at once: one continues a session (when there is one), one starts a new one.
@@ -133,17 +134,18 @@ func crashLoop(t *testing.T, kills int, seed uint64, dbArgs ...string) {
 			t.Fatalf("kill %d: %v", k, err)
 		}
 		srv = startChild(t, dbArgs...)
-		if bytes.Contains(srv.logs.Bytes(), []byte("closed tool calls of interrupted runs")) {
-			repaired++
+		if bytes.Contains(srv.logs.Bytes(), []byte("taking over a run")) {
+			resumed++
 		}
+		waitIdle(t, srv.url, sessions) // the runs taken over go on to their end
 		checkAfterCrash(t, k, delay, srv.url, sessions, acked)
 	}
 	srv.kill(t)
 	if len(acked) == 0 {
 		t.Fatal("no message was ever acknowledged: the kills all came too early to test anything")
 	}
-	t.Logf("%d kills, %d sessions, %d acknowledged messages checked, %d restarts closed open tool calls",
-		kills, len(sessions), len(acked), repaired)
+	t.Logf("%d kills, %d sessions, %d acknowledged messages checked, %d restarts took over runs",
+		kills, len(sessions), len(acked), resumed)
 }
 
 // streamUntilCut posts a streamed chat and collects the acknowledged messages until the stream
@@ -206,6 +208,35 @@ func checkAfterCrash(t *testing.T, k int, delay time.Duration, url string, sessi
 		gj, _ := json.Marshal(got)
 		if !bytes.Equal(wj, gj) {
 			t.Fatalf("kill %d: message %s changed:\n sent %s\n read %s", k, id, wj, gj)
+		}
+	}
+}
+
+// waitIdle waits until no session has an active run.
+func waitIdle(t *testing.T, url string, sessions []string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, s := range sessions {
+		for {
+			resp, err := http.Get(url + "/api/v1/sessions/" + s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sess struct {
+				ActiveRun string `json:"active_run"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&sess)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sess.ActiveRun == "" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("session %s: run %s still active 30s after the restart", s, sess.ActiveRun)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	}
 }

@@ -70,7 +70,12 @@ func getTools(t *testing.T, url string) toolList {
 // upstreamURL and the mcptest server "t" over stdio, and returns its path.
 func mcpChatConfig(t *testing.T, upstreamURL string) string {
 	t.Helper()
-	cmd, args, env := mcptest.Command(mcptest.Options{})
+	return mcpChatConfigWith(t, upstreamURL, mcptest.Options{})
+}
+
+func mcpChatConfigWith(t *testing.T, upstreamURL string, o mcptest.Options) string {
+	t.Helper()
+	cmd, args, env := mcptest.Command(o)
 	cfg := map[string]any{
 		"providers":  []map[string]any{{"name": "oa", "kind": "openai", "base_url": upstreamURL + "/v1", "api_key": "sk-test", "models": []string{"gpt-4o"}}},
 		"mcpServers": map[string]any{"t": map[string]any{"command": cmd, "args": args, "env": env, "timeout": 5}},
@@ -99,7 +104,7 @@ func TestChatCallsAnMCPTool(t *testing.T) {
 			found = tool.Server == "t" && tool.Health == "ready" && tool.Breaker == "closed"
 		}
 	}
-	if !found || len(tl.Servers) != 1 || tl.Servers[0].State != "ready" || tl.Servers[0].Tools != 5 {
+	if !found || len(tl.Servers) != 1 || tl.Servers[0].State != "ready" || tl.Servers[0].Tools != 7 {
 		t.Fatalf("tools: %+v", tl)
 	}
 

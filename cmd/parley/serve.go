@@ -91,7 +91,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 
-	runMgr := runs.NewManager(runs.Options{Retain: c.RunRetain, Log: log, MaxActive: c.MaxRuns, Events: store, PauseTimeout: c.PauseTimeout})
+	instance := c.instanceID()
+	runMgr := runs.NewManager(runs.Options{Retain: c.RunRetain, Log: log, MaxActive: c.MaxRuns, Events: store, PauseTimeout: c.PauseTimeout,
+		Runs: store, Instance: instance, Lease: c.RunLease})
 	ag := agent.New(agent.Config{
 		Store:             store,
 		History:           historycache.New(store, int64(c.HistoryCacheMB)<<20),
@@ -113,7 +115,11 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		CheckTools:   func(sel []string) error { _, err := reg.Specs(sel); return err },
 		DefaultModel: models.Default(),
 		MaxMessage:   c.MaxMessageChars,
+		Recovery:     ag,
 	}
+	// Runs this instance left running before it restarted go on now; runs of instances that
+	// stopped go on here once their lease ends.
+	runMgr.Start(svc.Recover)
 	maxStreams := c.MaxStreams
 	if maxStreams == 0 {
 		maxStreams = -1 // the flag's "no bound" is Deps' negative (its 0 is the default)
@@ -165,7 +171,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	log.Info("listening", "addr", ln.Addr().String(), "db", c.DB, "default_model", models.Default(), "version", version)
+	log.Info("listening", "addr", ln.Addr().String(), "instance", instance, "db", c.DB, "default_model", models.Default(), "version", version)
 
 	select {
 	case err := <-serveErr:

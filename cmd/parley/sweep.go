@@ -9,7 +9,7 @@ import (
 )
 
 // sweeper deletes what has expired, hourly: guest tokens and API keys past their expiry, and run
-// events older than the retention (0: kept). stop ends it and waits.
+// events, ended run records and their tool-call ledger older than the retention (0: kept). stop ends it and waits.
 func sweeper(ctx context.Context, store parley.Store, eventRetention time.Duration, log *slog.Logger) (stop func()) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
@@ -28,6 +28,11 @@ func sweeper(ctx context.Context, store parley.Store, eventRetention time.Durati
 					log.Warn("deleting old run events", "err", err)
 				} else if n > 0 {
 					log.Info("deleted old run events", "events", n)
+				}
+				if n, err := store.DeleteEndedRunsBefore(ctx, time.Now().Add(-eventRetention)); err != nil && ctx.Err() == nil {
+					log.Warn("deleting old run records", "err", err)
+				} else if n > 0 {
+					log.Info("deleted old run records", "runs", n)
 				}
 			}
 			select {

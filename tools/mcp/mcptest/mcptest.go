@@ -20,6 +20,7 @@ const (
 	envPIDFile  = "PARLEY_MCPTEST_PIDFILE"
 	envFailFile = "PARLEY_MCPTEST_FAILFILE"
 	envLinger   = "PARLEY_MCPTEST_LINGER"
+	envJournal  = "PARLEY_MCPTEST_JOURNAL"
 )
 
 // Main serves MCP over stdin and stdout, then exits, when the process was started by Command;
@@ -58,6 +59,8 @@ type Options struct {
 	// Linger keeps the process alive after its stdin closes, until a signal ends it: a server
 	// that only a signal stops.
 	Linger bool
+	// Journal, when set, is the file where the tools write and read record their calls.
+	Journal string
 }
 
 // Command is the command, arguments and environment that start this binary as the server.
@@ -71,6 +74,9 @@ func Command(o Options) (string, []string, map[string]string) {
 	}
 	if o.Linger {
 		env[envLinger] = "1"
+	}
+	if o.Journal != "" {
+		env[envJournal] = o.Journal
 	}
 	return os.Args[0], []string{"-test.run=^$"}, env
 }
@@ -100,7 +106,50 @@ func Alive(pid int) bool {
 	return i < 0 || i+2 >= len(s) || (s[i+2] != 'Z' && s[i+2] != 'X')
 }
 
-// NewServer returns the server: tools echo, add, pid, sleep and crash.
+// Journal reads the journal file: each line is "start <key>" or "end <key>", one per call of the
+// write and read tools.
+func Journal(path string) []string {
+	b, _ := os.ReadFile(path)
+	return strings.Fields(strings.ReplaceAll(string(b), "start ", "start:"))
+}
+
+// journaled is a tool with an effect outside the server: it writes "start <key>" to the journal,
+// waits ms milliseconds (only the first time it sees key), writes "end <key>" and answers
+// "<verb> <key>". A test kills its caller in the wait and counts the starts.
+func journaled(verb string) sdk.ToolHandler {
+	return func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		var a struct {
+			Key string
+			MS  int
+		}
+		json.Unmarshal(req.Params.Arguments, &a)
+		path := os.Getenv(envJournal)
+		seen := false
+		for _, line := range Journal(path) {
+			seen = seen || line == "start:"+a.Key
+		}
+		note := func(s string) {
+			if fh, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600); err == nil {
+				fmt.Fprintln(fh, s)
+				fh.Sync()
+				fh.Close()
+			}
+		}
+		note("start " + a.Key)
+		if !seen {
+			select {
+			case <-time.After(time.Duration(a.MS) * time.Millisecond):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		note("end " + a.Key)
+		return text(verb + " " + a.Key), nil
+	}
+}
+
+// NewServer returns the server: tools echo, add, pid, sleep, crash, and the journaled write (no
+// hints: it may not run twice) and read (read-only: it may).
 func NewServer() *sdk.Server {
 	srv := sdk.NewServer(&sdk.Implementation{Name: "parley-mcptest", Version: "1"}, nil)
 	srv.AddTool(&sdk.Tool{Name: "echo", Description: "Echoes the text back.",
@@ -133,6 +182,10 @@ func NewServer() *sdk.Server {
 				return nil, ctx.Err()
 			}
 		})
+	args := json.RawMessage(`{"type":"object","properties":{"key":{"type":"string"},"ms":{"type":"integer"}},"required":["key"]}`)
+	srv.AddTool(&sdk.Tool{Name: "write", Description: "Writes key to the journal.", InputSchema: args}, journaled("wrote"))
+	srv.AddTool(&sdk.Tool{Name: "read", Description: "Reads key from the journal.", InputSchema: args,
+		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}}, journaled("read"))
 	srv.AddTool(&sdk.Tool{Name: "crash", Description: "Exits the server process at once.", InputSchema: json.RawMessage(`{"type":"object"}`)},
 		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 			os.Exit(3)
