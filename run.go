@@ -28,6 +28,7 @@ type RunRecord struct {
 	State         string   // RunStateRunning or RunStateEnded
 	Finish        string   // how an ended run finished (a Finish* reason)
 	Instance      string   // the instance that runs (or ran) it
+	FirstSeq      int64    // the sequence number of its first event
 	LeaseUntil    time.Time
 	Attempts      int // how many times the run was taken over
 	CreatedAt     time.Time

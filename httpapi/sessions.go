@@ -148,6 +148,8 @@ func (s *server) handleGetSession() http.Handler {
 		}{Session: sess}
 		if run, ok := s.Runs.Active(sess.ID); ok {
 			out.ActiveRun = run.ID
+		} else if rec, err := s.Runs.ActiveRecord(r.Context(), sess.ID); err == nil && rec != nil {
+			out.ActiveRun = rec.ID // running on another instance
 		}
 		writeJSON(w, http.StatusOK, out)
 	})

@@ -189,34 +189,13 @@ func (s *server) streamSession(w http.ResponseWriter, r *http.Request, sessionID
 	}
 }
 
-// control applies a control action to the session's active run.
-func (s *server) control(sessionID, action string) (map[string]any, error) {
-	run, ok := s.Runs.Active(sessionID)
-	if !ok {
-		return nil, parley.Errorf(parley.ECConflict, "no run is active in this session")
-	}
-	var err error
-	switch action {
-	case "abort":
-		run.Abort()
-	case "pause":
-		err = run.Pause()
-	case "resume":
-		err = run.Resume()
-	default:
-		return nil, parley.Errorf(parley.ECInvalid, "action: must be abort, pause or resume")
-	}
+// control applies a control action to the session's active run, whichever instance runs it.
+func (s *server) control(ctx context.Context, sessionID, action string) (map[string]any, error) {
+	runID, state, err := s.Runs.Control(ctx, sessionID, action)
 	if err != nil {
 		return nil, err
 	}
-	state := "running"
-	switch {
-	case action == "abort":
-		state = "aborting"
-	case run.Paused():
-		state = parley.RunPaused
-	}
-	return map[string]any{"action": action, "run_id": run.ID, "state": state}, nil
+	return map[string]any{"action": action, "run_id": runID, "state": state}, nil
 }
 
 // handleControl is POST /api/v1/sessions/{id}/{abort|pause|resume}.
@@ -227,7 +206,7 @@ func (s *server) handleControl(action string) http.Handler {
 			writeError(w, err)
 			return
 		}
-		out, err := s.control(sess.ID, action)
+		out, err := s.control(r.Context(), sess.ID, action)
 		if err != nil {
 			writeError(w, err)
 			return

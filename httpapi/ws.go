@@ -473,7 +473,7 @@ func (w *wsConn) controlFrame(ctx context.Context, c wsControl) (map[string]any,
 	if w.sessionID == "" {
 		return nil, parley.Errorf(parley.ECConflict, "no run is active in this session")
 	}
-	return s.control(w.sessionID, c.Action)
+	return s.control(ctx, w.sessionID, c.Action)
 }
 
 // errorBodyOf is the client-visible form of err, sanitized as writeError does.

@@ -119,7 +119,12 @@ func (m *Manager) adopt(rec parley.RunRecord, recover RecoverFunc) error {
 	if err := m.claim(rec.SessionID, false); err != nil {
 		return err
 	}
-	r, err := m.open(m.ctx, rec.ID, Spec{Session: rec.SessionID, Model: rec.Model, Owner: rec.Owner, SelectedTools: rec.SelectedTools})
+	first, err := m.reserve(m.ctx, rec.SessionID, seqBlock)
+	if err != nil {
+		m.unclaim(rec.SessionID)
+		return err
+	}
+	r, err := m.open(rec.ID, Spec{Session: rec.SessionID, Model: rec.Model, Owner: rec.Owner, SelectedTools: rec.SelectedTools}, first)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/bus"
@@ -21,8 +22,30 @@ const followBatch = 256
 // for older events (or after a restart), the store; it follows each run the session begins later,
 // live. Events the store no longer holds (past the retention) are skipped.
 func (m *Manager) Follow(ctx context.Context, sessionID string, after int64, fn func([]parley.Event) error) error {
+	var tick <-chan struct{} // with a relay: the session may have new events on another instance
+	var poll <-chan time.Time
+	if m.opts.Relay != nil {
+		// Watching starts before the first read, so that no notification falls between the two.
+		t, stop := m.opts.Relay.Watch(sessionID)
+		defer stop()
+		tick = t
+		// A notification can be lost (a reconnect): a slow poll bounds what that costs.
+		p := time.NewTicker(relayPoll)
+		defer p.Stop()
+		poll = p.C
+	}
+	wake := func(wait <-chan struct{}) error {
+		select {
+		case <-wait:
+		case <-tick:
+		case <-poll:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return nil
+	}
 	if after < 0 {
-		after = m.joinPoint(sessionID)
+		after = m.joinPoint(ctx, sessionID)
 	}
 	m.mu.Lock()
 	m.followers[sessionID]++
@@ -47,7 +70,11 @@ func (m *Manager) Follow(ctx context.Context, sessionID string, after int64, fn 
 
 		if after < 0 { // joining at the next run
 			if r == nil {
-				if err := waitFor(ctx, wait); err != nil {
+				if first := m.remoteRun(ctx, sessionID); first > 0 {
+					after = first - 1 // begun on another instance
+					continue
+				}
+				if err := wake(wait); err != nil {
 					return err
 				}
 				continue
@@ -99,20 +126,82 @@ func (m *Manager) Follow(ctx context.Context, sessionID string, after int64, fn 
 				continue
 			}
 		}
-		if err := waitFor(ctx, wait); err != nil {
+		// And the relay, for a run on another instance, live.
+		if m.opts.Relay != nil {
+			next, n, err := m.relayed(ctx, sessionID, after, fn)
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				after = next
+				continue
+			}
+		}
+		if err := wake(wait); err != nil {
 			return err
 		}
 	}
 }
 
-// joinPoint returns where Follow(Join) starts: before the active run's first event, after the
-// last event of the latest run in memory, or Join itself (the next run) when memory holds none.
-func (m *Manager) joinPoint(sessionID string) int64 {
+// relayPoll is how often a follower re-reads the relay without a notification.
+const relayPoll = 2 * time.Second
+
+// relayed hands fn the events the relay holds after `after` (the store's first, where the relay
+// starts later) and returns where it stopped and how many it handed over. A relay that fails is
+// logged and read again later: the store still holds what it missed.
+func (m *Manager) relayed(ctx context.Context, sessionID string, after int64, fn func([]parley.Event) error) (int64, int, error) {
+	rctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	evs, err := m.opts.Relay.Range(rctx, sessionID, after, followBatch)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return after, 0, ctx.Err()
+		}
+		m.opts.Log.Warn("could not read relayed events", "session", sessionID, "err", err)
+		return after, 0, nil
+	}
+	if len(evs) == 0 {
+		return after, 0, nil
+	}
+	if evs[0].Seq > after+1 {
+		next, err := m.replay(ctx, sessionID, after, evs[0].Seq-1, fn)
+		if err != nil {
+			return after, 0, err
+		}
+		after = next
+	}
+	if err := fn(evs); err != nil {
+		return after, 0, err
+	}
+	return evs[len(evs)-1].Seq, len(evs), nil
+}
+
+// remoteRun returns the first sequence number of the session's run on another instance, or 0.
+func (m *Manager) remoteRun(ctx context.Context, sessionID string) int64 {
+	if m.opts.Runs == nil || m.opts.Relay == nil {
+		return 0
+	}
+	rctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	rec, err := m.opts.Runs.ActiveRun(rctx, sessionID)
+	if err != nil || rec.Instance == m.opts.Instance {
+		return 0
+	}
+	return rec.FirstSeq
+}
+
+// joinPoint returns where Follow(Join) starts: before the active run's first event (here or on
+// another instance), after the last event of the latest run in memory, or Join itself (the next
+// run) when memory holds none.
+func (m *Manager) joinPoint(ctx context.Context, sessionID string) int64 {
 	m.mu.Lock()
 	r := m.lastOfSes[sessionID]
 	m.mu.Unlock()
 	switch {
 	case r == nil:
+		if first := m.remoteRun(ctx, sessionID); first > 0 {
+			return first - 1 // the active run is on another instance
+		}
 		return Join
 	case !r.Log.Closed():
 		return r.Log.FirstSeq() - 1
@@ -158,13 +247,4 @@ func (m *Manager) listEvents(ctx context.Context, sessionID string, after int64)
 		return nil, fmt.Errorf("reading stored events: %w", err)
 	}
 	return evs, nil
-}
-
-func waitFor(ctx context.Context, ch <-chan struct{}) error {
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -47,6 +47,23 @@ type Options struct {
 	// Lease is how long a run stays this instance's without renewal; renewed every third of it
 	// (default 30s). Another instance takes a run over once its lease has ended.
 	Lease time.Duration
+	// Relay carries runs' events to the other instances and theirs here (package relay, over
+	// Redis), so that a client of any instance follows any run live. Nil: one instance.
+	Relay Relay
+	// SendControl delivers a control action (abort, pause, resume) to the instance running the
+	// session's run; it returns the run's state, or the owner's refusal as an error. Nil: control
+	// reaches only this instance's runs.
+	SendControl func(ctx context.Context, instance, sessionID, runID, action string) (state string, err error)
+}
+
+// Relay carries a session's events between instances.
+type Relay interface {
+	// Publish hands the session's events (in order) to the other instances.
+	Publish(ctx context.Context, sessionID string, evs []parley.Event) error
+	// Range returns up to max of the session's published events with Seq > after, in order.
+	Range(ctx context.Context, sessionID string, after int64, max int) ([]parley.Event, error)
+	// Watch ticks its channel when the session may have new events; stop ends it.
+	Watch(sessionID string) (tick <-chan struct{}, stop func())
 }
 
 // Spec is what a run is begun for.
@@ -134,6 +151,7 @@ type Run struct {
 	done    chan struct{}
 	closed  chan struct{} // closed once the log is complete: the event writer drains it and stops
 	written chan struct{} // closed when the event writer has stopped
+	relayed chan struct{} // closed when the relay publisher has stopped
 
 	emitMu   sync.Mutex // one event at a time, whoever emits it
 	seqLimit int64      // the last sequence number reserved for this run
@@ -173,25 +191,35 @@ func (m *Manager) Begin(ctx context.Context, spec Spec) (*Run, error) {
 	if err := m.claim(spec.Session, true); err != nil {
 		return nil, err
 	}
+	// Reserved outside the lock: with a store this is a write.
+	first, err := m.reserve(ctx, spec.Session, seqBlock)
+	if err != nil {
+		m.unclaim(spec.Session)
+		return nil, err
+	}
 	id := parley.NewID()
 	if m.opts.Runs != nil {
 		now := m.opts.Now()
-		rec := &parley.RunRecord{ID: id, SessionID: spec.Session, Owner: spec.Owner, Model: spec.Model,
-			SelectedTools: spec.SelectedTools, Instance: m.opts.Instance, LeaseUntil: now.Add(m.opts.Lease), CreatedAt: now}
+		rec := &parley.RunRecord{ID: id, SessionID: spec.Session, Owner: spec.Owner, Model: spec.Model, SelectedTools: spec.SelectedTools,
+			Instance: m.opts.Instance, LeaseUntil: now.Add(m.opts.Lease), FirstSeq: first, CreatedAt: now}
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 		err := m.opts.Runs.CreateRun(sctx, rec)
 		cancel()
 		if err != nil {
 			m.unclaim(spec.Session)
+			m.release(spec.Session, first+seqBlock-1, first-1)
 			if parley.CodeOf(err) == parley.ECConflict {
 				return nil, ErrBusy
 			}
 			return nil, err
 		}
 	}
-	r, err := m.open(ctx, id, spec)
-	if err != nil && m.opts.Runs != nil {
-		m.deleteRecord(id)
+	r, err := m.open(id, spec, first)
+	if err != nil {
+		m.release(spec.Session, first+seqBlock-1, first-1)
+		if m.opts.Runs != nil {
+			m.deleteRecord(id)
+		}
 	}
 	return r, err
 }
@@ -220,16 +248,11 @@ func (m *Manager) unclaim(sessionID string) {
 	m.mu.Unlock()
 }
 
-// open reserves the claimed session's sequence numbers and makes the run active.
-func (m *Manager) open(ctx context.Context, id string, spec Spec) (*Run, error) {
-	// Reserved outside the lock: with a store this is a write.
-	first, err := m.reserve(ctx, spec.Session, seqBlock)
+// open makes a run of the claimed session active, its events numbered from first.
+func (m *Manager) open(id string, spec Spec, first int64) (*Run, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.claimed, spec.Session)
-	if err != nil {
-		return nil, err
-	}
 	if m.closing {
 		return nil, ErrClosing
 	}
@@ -237,7 +260,7 @@ func (m *Manager) open(ctx context.Context, id string, spec Spec) (*Run, error) 
 	r := &Run{
 		ID: id, SessionID: spec.Session, Model: spec.Model, StartedAt: m.opts.Now(),
 		Log: bus.NewLogFrom(m.opts.MaxEvents, first), m: m, ctx: rctx, cancel: cancel,
-		done: make(chan struct{}), closed: make(chan struct{}), written: make(chan struct{}),
+		done: make(chan struct{}), closed: make(chan struct{}), written: make(chan struct{}), relayed: make(chan struct{}),
 		seqLimit: first + seqBlock - 1,
 	}
 	m.runs[r.ID] = r
@@ -317,6 +340,7 @@ func (r *Run) Release() {
 	r.Log.Close()
 	close(r.closed)
 	close(r.written)
+	close(r.relayed)
 	close(r.done)
 }
 
@@ -341,6 +365,15 @@ func (r *Run) Go(fn Func) {
 		}()
 	} else {
 		close(r.written)
+	}
+	if m.opts.Relay != nil {
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			r.relayEvents()
+		}()
+	} else {
+		close(r.relayed)
 	}
 	if r.Recovered {
 		r.emit(parley.Event{Type: parley.EventStatus, State: parley.RunRecovered, Model: r.Model})
@@ -441,6 +474,33 @@ func (r *Run) writeEvents() {
 	}
 }
 
+// relayEvents publishes the run's events to the other instances as they come, until the log is
+// complete. Unlike the store, the relay gets each event at once: it is what their clients see live.
+func (r *Run) relayEvents() {
+	defer close(r.relayed)
+	m := r.m
+	after := r.Log.FirstSeq() - 1
+	for {
+		evs, done, err := r.Log.Read(context.Background(), after, 512)
+		if err != nil {
+			m.opts.Log.Error("run events not relayed", "run", r.ID, "after", after, "err", err)
+			return
+		}
+		if len(evs) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+			if err := m.opts.Relay.Publish(ctx, r.SessionID, evs); err != nil {
+				// Other instances' clients then read these events from the store.
+				m.opts.Log.Warn("could not relay run events", "run", r.ID, "from", evs[0].Seq, "err", err)
+			}
+			cancel()
+			after = evs[len(evs)-1].Seq
+		}
+		if done {
+			return
+		}
+	}
+}
+
 func (r *Run) storeEvents(evs []parley.Event) {
 	m := r.m
 	var err error
@@ -478,6 +538,7 @@ func (r *Run) end(finish string, err error) {
 	r.Log.Close()
 	close(r.closed)
 	<-r.written
+	<-r.relayed
 	if r.m.opts.Runs != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 		if err := r.m.opts.Runs.EndRun(ctx, r.ID, r.m.opts.Instance, finish, r.m.opts.Now()); err != nil {

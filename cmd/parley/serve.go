@@ -92,8 +92,15 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 
 	instance := c.instanceID()
-	runMgr := runs.NewManager(runs.Options{Retain: c.RunRetain, Log: log, MaxActive: c.MaxRuns, Events: store, PauseTimeout: c.PauseTimeout,
-		Runs: store, Instance: instance, Lease: c.RunLease})
+	peers := newCluster(guard.redis, instance, log)
+	runOpts := runs.Options{Retain: c.RunRetain, Log: log, MaxActive: c.MaxRuns, Events: store, PauseTimeout: c.PauseTimeout,
+		Runs: store, Instance: instance, Lease: c.RunLease}
+	peers.wire(&runOpts)
+	runMgr := runs.NewManager(runOpts)
+	peers.start(runMgr)
+	// Stopped after the runs (deferred calls run last first), so that their last events reach
+	// the other instances.
+	defer peers.stop()
 	ag := agent.New(agent.Config{
 		Store:             store,
 		History:           historycache.New(store, int64(c.HistoryCacheMB)<<20),

@@ -12,7 +12,7 @@ import (
 	parley "github.com/parleyhq/parley"
 )
 
-const runCols = `id, session_id, owner, model, selected_tools, state, finish, instance, lease_until, attempts, created_at, updated_at`
+const runCols = `id, session_id, owner, model, selected_tools, state, finish, instance, lease_until, attempts, first_seq, created_at, updated_at`
 
 // CreateRun stores r as running; a session with a running run gives ECConflict.
 func (s *Store) CreateRun(ctx context.Context, r *parley.RunRecord) error {
@@ -27,8 +27,8 @@ func (s *Store) CreateRun(ctx context.Context, r *parley.RunRecord) error {
 		}
 		tools = b
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO runs (`+runCols+`) VALUES ($1, $2, $3, $4, $5, 'running', '', $6, $7, $8, $9, $9)`,
-		r.ID, r.SessionID, r.Owner, r.Model, tools, r.Instance, r.LeaseUntil.UTC(), r.Attempts, r.CreatedAt.UTC())
+	_, err := s.pool.Exec(ctx, `INSERT INTO runs (`+runCols+`) VALUES ($1, $2, $3, $4, $5, 'running', '', $6, $7, $8, $9, $10, $10)`,
+		r.ID, r.SessionID, r.Owner, r.Model, tools, r.Instance, r.LeaseUntil.UTC(), r.Attempts, r.FirstSeq, r.CreatedAt.UTC())
 	var pe *pgconn.PgError
 	switch {
 	case errors.As(err, &pe) && pe.Code == "23505": // unique_violation: runs_one_running
@@ -183,7 +183,7 @@ func scanRun(row pgx.Row) (*parley.RunRecord, error) {
 		tools                   []byte
 		lease, created, updated time.Time
 	)
-	if err := row.Scan(&r.ID, &r.SessionID, &r.Owner, &r.Model, &tools, &r.State, &r.Finish, &r.Instance, &lease, &r.Attempts, &created, &updated); err != nil {
+	if err := row.Scan(&r.ID, &r.SessionID, &r.Owner, &r.Model, &tools, &r.State, &r.Finish, &r.Instance, &lease, &r.Attempts, &r.FirstSeq, &created, &updated); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, err
 		}

@@ -12,7 +12,7 @@ import (
 	parley "github.com/parleyhq/parley"
 )
 
-const runCols = `id, session_id, owner, model, selected_tools, state, finish, instance, lease_until, attempts, created_at, updated_at`
+const runCols = `id, session_id, owner, model, selected_tools, state, finish, instance, lease_until, attempts, first_seq, created_at, updated_at`
 
 // CreateRun stores r as running; a session with a running run gives ECConflict.
 func (s *Store) CreateRun(ctx context.Context, r *parley.RunRecord) error {
@@ -32,8 +32,8 @@ func (s *Store) CreateRun(ctx context.Context, r *parley.RunRecord) error {
 		if !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("sqlite: creating run: %w", err)
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO runs (`+runCols+`) VALUES (?, ?, ?, ?, ?, 'running', '', ?, ?, ?, ?, ?)`,
-			r.ID, r.SessionID, r.Owner, r.Model, tools, r.Instance, micros(r.LeaseUntil), r.Attempts, micros(r.CreatedAt), micros(r.CreatedAt))
+		_, err = tx.ExecContext(ctx, `INSERT INTO runs (`+runCols+`) VALUES (?, ?, ?, ?, ?, 'running', '', ?, ?, ?, ?, ?, ?)`,
+			r.ID, r.SessionID, r.Owner, r.Model, tools, r.Instance, micros(r.LeaseUntil), r.Attempts, r.FirstSeq, micros(r.CreatedAt), micros(r.CreatedAt))
 		if err != nil {
 			if strings.Contains(err.Error(), "FOREIGN KEY") {
 				return notFound("session", r.SessionID)
@@ -218,7 +218,7 @@ func scanRun(row scanner) (*parley.RunRecord, error) {
 		tools                   sql.NullString
 		lease, created, updated int64
 	)
-	if err := row.Scan(&r.ID, &r.SessionID, &r.Owner, &r.Model, &tools, &r.State, &r.Finish, &r.Instance, &lease, &r.Attempts, &created, &updated); err != nil {
+	if err := row.Scan(&r.ID, &r.SessionID, &r.Owner, &r.Model, &tools, &r.State, &r.Finish, &r.Instance, &lease, &r.Attempts, &r.FirstSeq, &created, &updated); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, err
 		}

@@ -21,7 +21,7 @@ func newRun(t *testing.T, s parley.Store, sessionID, instance string, lease time
 func testRuns(t *testing.T, s parley.Store) {
 	sess := newSession(t, s, "alice", base)
 	r := &parley.RunRecord{ID: parley.NewID(), SessionID: sess.ID, Owner: "alice", Model: "mock/echo",
-		SelectedTools: []string{"calculator", "mcp:fs/read_file"}, Instance: "a", LeaseUntil: base.Add(30 * time.Second), CreatedAt: base}
+		SelectedTools: []string{"calculator", "mcp:fs/read_file"}, Instance: "a", LeaseUntil: base.Add(30 * time.Second), FirstSeq: 1025, CreatedAt: base}
 	if err := s.CreateRun(ctx, r); err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func testRuns(t *testing.T, s parley.Store) {
 	want.State, want.UpdatedAt = parley.RunStateRunning, base
 	if got.ID != want.ID || got.SessionID != want.SessionID || got.Owner != want.Owner || got.Model != want.Model ||
 		!slices.Equal(got.SelectedTools, want.SelectedTools) || got.State != want.State || got.Instance != "a" ||
-		!got.LeaseUntil.Equal(want.LeaseUntil) || !got.CreatedAt.Equal(base) || got.Attempts != 0 {
+		!got.LeaseUntil.Equal(want.LeaseUntil) || !got.CreatedAt.Equal(base) || got.Attempts != 0 || got.FirstSeq != 1025 {
 		t.Fatalf("ActiveRun = %+v, want %+v", got, want)
 	}
 

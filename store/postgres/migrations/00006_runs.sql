@@ -13,6 +13,7 @@ CREATE TABLE runs (
     instance       text NOT NULL,
     lease_until    timestamptz NOT NULL,
     attempts       integer NOT NULL DEFAULT 0,
+    first_seq      bigint NOT NULL DEFAULT 0, -- the number of its first event
     created_at     timestamptz NOT NULL,
     updated_at     timestamptz NOT NULL
 );

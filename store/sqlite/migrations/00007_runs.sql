@@ -13,6 +13,7 @@ CREATE TABLE runs (
     instance       TEXT NOT NULL,
     lease_until    INTEGER NOT NULL, -- unix microseconds, UTC
     attempts       INTEGER NOT NULL DEFAULT 0,
+    first_seq      INTEGER NOT NULL DEFAULT 0, -- the number of its first event
     created_at     INTEGER NOT NULL,
     updated_at     INTEGER NOT NULL
 ) STRICT;
