@@ -403,9 +403,10 @@ func (r *Run) Go(fn Func) {
 }
 
 // emitDone appends the run's last event. Under the emit lock, so that no late event (a pause
-// status) slips in: the numbers the run will not use go back first, then the session is freed
-// (a client that sends its next message as soon as it sees done must not be told a run is still
-// active, and the next run must go on from done's number + 1), then done goes out.
+// status) slips in: the numbers the run will not use go back first, then the session is freed,
+// here and in the run's record (a client that sends its next message as soon as it sees done,
+// to any instance, must not be told a run is still active, and the next run must go on from
+// done's number + 1), then done goes out.
 func (r *Run) emitDone(finish string) {
 	m := r.m
 	r.emitMu.Lock()
@@ -413,6 +414,13 @@ func (r *Run) emitDone(finish string) {
 	last := r.Log.Next() // done's number
 	m.release(r.SessionID, r.seqLimit, last)
 	r.seqLimit = last
+	if m.opts.Runs != nil { // the session is free on every instance before done goes out
+		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+		if err := m.opts.Runs.EndRun(ctx, r.ID, m.opts.Instance, finish, m.opts.Now()); err != nil {
+			m.opts.Log.Error("could not record the end of a run", "run", r.ID, "err", err)
+		}
+		cancel()
+	}
 	m.mu.Lock()
 	if m.active[r.SessionID] == r {
 		delete(m.active, r.SessionID)
@@ -539,13 +547,6 @@ func (r *Run) end(finish string, err error) {
 	close(r.closed)
 	<-r.written
 	<-r.relayed
-	if r.m.opts.Runs != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-		if err := r.m.opts.Runs.EndRun(ctx, r.ID, r.m.opts.Instance, finish, r.m.opts.Now()); err != nil {
-			r.m.opts.Log.Error("could not record the end of a run", "run", r.ID, "err", err)
-		}
-		cancel()
-	}
 	r.m.mu.Lock()
 	if r.m.active[r.SessionID] == r {
 		delete(r.m.active, r.SessionID)
