@@ -140,7 +140,7 @@ func serveFlags(fs *flag.FlagSet, c *config) {
 	fs.DurationVar(&c.GuestTTL, "guest-ttl", 7*24*time.Hour, "how long a guest token is valid")
 	fs.StringVar(&c.RateLimit, "rate-limit", "600/m,burst=100", "API requests per user with a key (N/s|m|h|d, optionally ,burst=B; off for none)")
 	fs.StringVar(&c.GuestRateLimit, "guest-rate-limit", "60/m,burst=20", "API requests per guest, and per client address for requests without valid credentials")
-	fs.StringVar(&c.RedisURL, "redis-url", "", "Redis URL (redis://host:6379/0); when set, rate limits are kept in Redis and hold across instances")
+	fs.StringVar(&c.RedisURL, "redis-url", "", "Redis URL (redis://host:6379/0); when set, rate limits are kept in Redis and hold across instances, and runs' events and control actions reach every instance")
 	fs.StringVar(&c.RealIPHeader, "real-ip-header", "", "header a reverse proxy sets to the client's address, such as X-Forwarded-For (only behind a proxy that overwrites it)")
 	fs.StringVar(&c.CORSOrigins, "cors-origins", "", "comma-separated origins browsers may call the API from (https://app.example.com), or *")
 	fs.IntVar(&c.MaxRuns, "max-runs", 64, "budget of concurrent runs; past it, new chats get 503 with Retry-After (0: no budget)")
