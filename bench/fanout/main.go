@@ -1,0 +1,640 @@
+// Command fanout measures Parley's live broadcast to many clients of one session. It builds
+// `parley`, runs a fake OpenAI-compatible model in this process (one content chunk every -gap,
+// each stamped with the time it was flushed), starts `parley serve` pointed at it as a real child
+// process on loopback, opens one session and connects -ws idle WebSockets (GET /api/ws?convId=…)
+// and -sse idle SSE streams (GET /api/v1/sessions/{id}/stream) to it. It reports Parley's resident
+// memory per connection, then starts -runs runs on the session (POST /api/v1/chat) and reports the
+// latency from each model token to every subscriber and to the last one.
+//
+//	go run ./bench/fanout -ws 10000 -sse 1000
+//	go run ./bench/fanout -ws 200 -sse 50    # a quick check
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "fanout:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	parley      string
+	ws, sse     int
+	tokens      int
+	gap         time.Duration
+	runs        int
+	concurrency int
+	settle      time.Duration
+	runTimeout  time.Duration
+	timeout     time.Duration
+	serverArgs  string
+	serverLog   string
+	serverEnv   string
+}
+
+func run() error {
+	var o options
+	flag.StringVar(&o.parley, "parley", "", "parley binary (default: built from ./cmd/parley into a temp dir)")
+	flag.IntVar(&o.ws, "ws", 10000, "idle WebSocket clients on the session")
+	flag.IntVar(&o.sse, "sse", 1000, "idle SSE subscribers (GET /api/v1/sessions/{id}/stream) on the session")
+	flag.IntVar(&o.tokens, "tokens", 50, "content chunks (tokens) the fake model streams per run")
+	flag.DurationVar(&o.gap, "gap", 20*time.Millisecond, "time between the fake model's tokens")
+	flag.IntVar(&o.runs, "runs", 3, "measured runs (after one warm-up run)")
+	flag.IntVar(&o.concurrency, "concurrency", 64, "connections opened at once while connecting")
+	flag.DurationVar(&o.settle, "settle", 3*time.Second, "idle time before each memory reading and between runs")
+	flag.DurationVar(&o.runTimeout, "run-timeout", 2*time.Minute, "limit for one run to reach every subscriber")
+	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "limit for the whole benchmark")
+	flag.StringVar(&o.serverArgs, "server-args", "", "extra flags for parley serve, space-separated")
+	flag.StringVar(&o.serverLog, "server-log", "", "file to copy parley serve's whole log (stderr) to")
+	flag.StringVar(&o.serverEnv, "server-env", "", "extra environment of parley serve only, space-separated KEY=VALUE (e.g. GOGC=200)")
+	flag.Parse()
+	if o.ws < 0 || o.sse < 0 || o.ws+o.sse == 0 || o.tokens < 1 || o.runs < 1 || o.concurrency < 1 || o.gap <= 0 {
+		return errors.New("need -ws + -sse > 0, -tokens, -runs and -concurrency at least 1, -gap positive")
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	defer cancel()
+	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+
+	// Every connection is a file descriptor on both sides. Raised here, the limit is inherited by
+	// parley serve (Go's own raise at start is not passed on to children).
+	subs := o.ws + o.sse
+	fdLimit, err := raiseFDLimit(uint64(subs + 512))
+	if err != nil {
+		return err
+	}
+
+	dir, err := os.MkdirTemp("", "fanout")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if o.parley == "" {
+		o.parley = filepath.Join(dir, "parley")
+		build := exec.CommandContext(ctx, "go", "build", "-o", o.parley, "./cmd/parley")
+		build.Stderr = os.Stderr
+		if err := build.Run(); err != nil {
+			return fmt.Errorf("building parley: %w", err)
+		}
+	}
+
+	t0 := time.Now()
+	now := func() int64 { return int64(time.Since(t0)) }
+	var current atomic.Pointer[runData]
+
+	// The fake model, in this process so that its flush times and the subscribers' receive times
+	// are read from one clock.
+	up := &upstream{now: now, gap: o.gap, current: &current}
+	upLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	upSrv := &http.Server{Handler: up, ReadHeaderTimeout: 10 * time.Second}
+	go upSrv.Serve(upLn)
+	defer upSrv.Close()
+
+	// --auth off: every caller is the user "local", who holds all the streams; so no per-user
+	// stream bound (0) and no rate limit, or the 33rd stream and the 101st request are refused.
+	args := []string{"serve", "--addr", "127.0.0.1:0", "--db", filepath.Join(dir, "fanout.db"),
+		"--auth", "off", "--rate-limit", "off", "--max-streams-per-user", "0",
+		"--openai-base-url", "http://" + upLn.Addr().String() + "/v1", "--openai-api-key", "bench", "--model", "openai/bench-model"}
+	args = append(args, strings.Fields(o.serverArgs)...)
+	srv, err := start(ctx, o.serverLog, strings.Fields(o.serverEnv), o.parley, args...)
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	fmt.Fprintf(os.Stderr, "parley serve: pid %d, %s\n", srv.cmd.Process.Pid, srv.url)
+
+	api := &apiClient{base: srv.url, hc: &http.Client{Timeout: o.runTimeout}}
+	session, err := api.createSession(ctx)
+	if err != nil {
+		return err
+	}
+
+	runs := make([]*runData, o.runs+1)
+	for i := range runs {
+		runs[i] = newRunData(i, o.tokens, subs)
+	}
+	clients := &subscribers{now: now, runs: runs, current: &current}
+	defer clients.closeAll()
+
+	// Warm-up: one run with no one listening, so that the model path, the database and the
+	// history cache have done their first work before the baseline is read.
+	current.Store(runs[0])
+	if err := api.chat(ctx, session, "warm-up"); err != nil {
+		return fmt.Errorf("warm-up run: %w", err)
+	}
+	pid := srv.cmd.Process.Pid
+	sleep(ctx, o.settle)
+	base, err := procStatus(pid)
+	if err != nil {
+		return err
+	}
+	clientBase := selfRSS()
+
+	wsHC := &http.Client{Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: -1}}
+	sseHC := &http.Client{Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: -1,
+		ResponseHeaderTimeout: 30 * time.Second}}
+	wsConn, err := connectAll(ctx, o.ws, o.concurrency, func(ctx context.Context, i int) error {
+		return clients.dialWS(ctx, wsHC, srv.url, session, i, 30*time.Second)
+	})
+	if err != nil {
+		return fmt.Errorf("connecting WebSockets: %w", err)
+	}
+	sleep(ctx, o.settle)
+	afterWS, err := procStatus(pid)
+	if err != nil {
+		return err
+	}
+	streamCtx := ctx // an SSE stream lives as long as its request's context, not just connectAll's
+	sseConn, err := connectAll(ctx, o.sse, o.concurrency, func(_ context.Context, i int) error {
+		return clients.dialSSE(streamCtx, sseHC, srv.url, session, o.ws+i)
+	})
+	if err != nil {
+		return fmt.Errorf("connecting SSE streams: %w", err)
+	}
+	sleep(ctx, o.settle)
+	afterSSE, err := procStatus(pid)
+	if err != nil {
+		return err
+	}
+	clientConnected := selfRSS()
+	if n := clients.droppedCount(); n > 0 {
+		return fmt.Errorf("%d connections ended while idle: %s", n, strings.Join(clients.dropErrs, "; "))
+	}
+
+	var results []runResult
+	for n := 1; n <= o.runs; n++ {
+		res, err := measureRun(ctx, o, api, session, pid, clients, runs[n], wsHC)
+		if err != nil {
+			return fmt.Errorf("run %d: %w", n, err)
+		}
+		cpu0, _ := procCPU(pid)
+		sleep(ctx, o.settle)
+		cpu1, _ := procCPU(pid)
+		res.serverCPUAfter = cpu1 - cpu0
+		results = append(results, res)
+		fmt.Fprintf(os.Stderr, "run %d: token→last p50 %s p99 %s, every delivery p50 %s p99 %s, %d/%d complete\n", n,
+			ms(pct(res.last, 50)), ms(pct(res.last, 99)), ms(pct(res.all(), 50)), ms(pct(res.all(), 99)), res.complete, subs)
+	}
+	final, err := procStatus(pid)
+	if err != nil {
+		return err
+	}
+
+	rep := report{o: o, fdLimit: fdLimit, ws: wsConn, sse: sseConn, base: base, afterWS: afterWS, afterSSE: afterSSE,
+		final: final, clientBase: clientBase, clientConnected: clientConnected, runs: results,
+		dropped: clients.droppedCount(), dropErrs: clients.dropErrs, serverDrops: srv.drops.Load(), upstreamCalls: up.requests.Load()}
+	rep.print(os.Stdout)
+	return nil
+}
+
+// raiseFDLimit sets the soft limit of open files to the hard one (raising the hard one to need if
+// it is lower and this process may), and fails when the result is below need.
+func raiseFDLimit(need uint64) (uint64, error) {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return 0, err
+	}
+	want := syscall.Rlimit{Cur: max(l.Max, need), Max: max(l.Max, need)}
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err != nil {
+		want = syscall.Rlimit{Cur: l.Max, Max: l.Max} // without privilege: up to the hard limit
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err != nil {
+			return 0, err
+		}
+	}
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return 0, err
+	}
+	if l.Cur < need {
+		return l.Cur, fmt.Errorf("open files limit %d, need %d: raise the hard limit (ulimit -Hn)", l.Cur, need)
+	}
+	return l.Cur, nil
+}
+
+// connectAll calls dial for 0..n-1, conc at a time, and stops at the first error.
+func connectAll(ctx context.Context, n, conc int, dial func(context.Context, int) error) (connectResult, error) {
+	var res connectResult
+	if n == 0 {
+		return res, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	idx := make(chan int)
+	var mu sync.Mutex
+	var firstErr error
+	var failed int
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for w := 0; w < min(conc, n); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range idx {
+				if err := dial(ctx, i); err != nil {
+					mu.Lock()
+					failed++
+					if firstErr == nil {
+						firstErr = fmt.Errorf("connection %d: %w", i, err)
+						cancel()
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+feed:
+	for i := 0; i < n; i++ {
+		select {
+		case idx <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(idx)
+	wg.Wait()
+	res.n, res.elapsed = n, time.Since(t0)
+	if firstErr != nil {
+		return res, fmt.Errorf("%d failed; first: %w", failed, firstErr)
+	}
+	return res, ctx.Err()
+}
+
+type connectResult struct {
+	n       int
+	elapsed time.Duration
+}
+
+func (c connectResult) rate() float64 { return float64(c.n) / c.elapsed.Seconds() }
+
+// runResult is one run's measurements.
+type runResult struct {
+	last, first    []time.Duration // per token: flush → last / first subscriber that read it
+	ws, sse        []time.Duration // per delivery (subscriber, token)
+	complete       int             // subscribers that read every token
+	missing        int             // (subscriber, token) never read
+	dups, stray    int64
+	wall           time.Duration // first token flushed → last subscriber read the last token
+	serverCPU      time.Duration // parley's CPU time during the run
+	serverCPUAfter time.Duration // parley's CPU time in the settle time after the run
+	clientCPU      time.Duration // this process's CPU time during the run
+}
+
+func (r runResult) all() []time.Duration { return append(slices.Clone(r.ws), r.sse...) }
+
+// measureRun starts one run on the session and waits until every connected subscriber has read
+// its done event.
+func measureRun(ctx context.Context, o options, api *apiClient, session string, pid int, clients *subscribers, rd *runData, hc *http.Client) (runResult, error) {
+	var res runResult
+	cpu0, err := procCPU(pid)
+	if err != nil {
+		return res, err
+	}
+	self0 := selfCPU()
+	clients.current.Store(rd)
+	fmt.Fprintf(os.Stderr, "run %d: started\n", rd.n)
+	chatErr := make(chan error, 1)
+	go func() { chatErr <- api.chat(ctx, session, "fanout run "+strconv.Itoa(rd.n)) }()
+	t0 := time.Now()
+	deadline, progress := t0.Add(o.runTimeout), t0.Add(10*time.Second)
+	for rd.done.Load()+int64(clients.droppedCount()) < int64(rd.subs) {
+		if time.Now().After(deadline) {
+			stuck, after := clients.stuck(rd, 10)
+			return res, fmt.Errorf("only %d of %d subscribers saw the run end within %s (%d dropped: %s); the first that did not:\n%s\n%s",
+				rd.done.Load(), rd.subs, o.runTimeout, clients.droppedCount(), strings.Join(clients.dropErrs, "; "), stuck,
+				probe(ctx, hc, api.base, session, after))
+		}
+		if time.Now().After(progress) {
+			fmt.Fprintf(os.Stderr, "run %d: %d of %d subscribers have seen its end after %.0f s\n", rd.n, rd.done.Load(), rd.subs, time.Since(t0).Seconds())
+			progress = progress.Add(10 * time.Second)
+		}
+		if ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	select {
+	case err := <-chatErr:
+		if err != nil {
+			return res, err
+		}
+	case <-time.After(o.runTimeout):
+		return res, errors.New("POST /api/v1/chat did not answer")
+	}
+	cpu1, err := procCPU(pid)
+	if err != nil {
+		return res, err
+	}
+	res.serverCPU, res.clientCPU = cpu1-cpu0, selfCPU()-self0
+	res.dups, res.stray = rd.dups.Load(), rd.stray.Load()
+
+	flush := make([]int64, rd.tokens)
+	for i := range flush {
+		flush[i] = atomic.LoadInt64(&rd.flush[i])
+		if flush[i] == 0 {
+			return res, fmt.Errorf("the model did not send token %d", i)
+		}
+	}
+	lastRecv := make([]int64, rd.tokens)
+	firstRecv := make([]int64, rd.tokens)
+	for s := 0; s < rd.subs; s++ {
+		got := 0
+		for i := 0; i < rd.tokens; i++ {
+			at := atomic.LoadInt64(&rd.recv[s*rd.tokens+i])
+			if at == 0 {
+				res.missing++
+				continue
+			}
+			got++
+			d := time.Duration(at - flush[i])
+			if s < o.ws {
+				res.ws = append(res.ws, d)
+			} else {
+				res.sse = append(res.sse, d)
+			}
+			lastRecv[i] = max(lastRecv[i], at)
+			if firstRecv[i] == 0 || at < firstRecv[i] {
+				firstRecv[i] = at
+			}
+		}
+		if got == rd.tokens {
+			res.complete++
+		}
+	}
+	for i := 0; i < rd.tokens; i++ {
+		if lastRecv[i] == 0 {
+			continue
+		}
+		res.last = append(res.last, time.Duration(lastRecv[i]-flush[i]))
+		res.first = append(res.first, time.Duration(firstRecv[i]-flush[i]))
+	}
+	res.wall = time.Duration(lastRecv[rd.tokens-1] - flush[0])
+	return res, nil
+}
+
+// apiClient calls Parley's JSON API.
+type apiClient struct {
+	base string
+	hc   *http.Client
+}
+
+func (a *apiClient) post(ctx context.Context, path string, body, out any) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.base+path, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("POST %s: HTTP %d: %.300s", path, resp.StatusCode, data)
+	}
+	return json.Unmarshal(data, out)
+}
+
+func (a *apiClient) createSession(ctx context.Context) (string, error) {
+	var s struct {
+		ID string `json:"id"`
+	}
+	if err := a.post(ctx, "/api/v1/sessions", map[string]string{"title": "fanout"}, &s); err != nil {
+		return "", err
+	}
+	return s.ID, nil
+}
+
+// chat runs one message on the session with POST /api/v1/chat, which answers when the run is done.
+func (a *apiClient) chat(ctx context.Context, session, msg string) error {
+	var out struct {
+		FinishReason string `json:"finish_reason"`
+	}
+	if err := a.post(ctx, "/api/v1/chat", map[string]string{"message": msg, "session_id": session}, &out); err != nil {
+		return err
+	}
+	if out.FinishReason != "stop" {
+		return fmt.Errorf("run finished with %q", out.FinishReason)
+	}
+	return nil
+}
+
+// proc is parley serve as a child process.
+type proc struct {
+	cmd   *exec.Cmd
+	url   string
+	drops atomic.Int64 // "client dropped" lines it logged
+	done  chan struct{}
+
+	mu   sync.Mutex
+	tail []string // its last log lines
+}
+
+var listenRE = regexp.MustCompile(`msg=listening.*?addr=([0-9.]+:[0-9]+)`)
+
+// start runs parley with args and waits for its "listening" log line. Its warnings and errors are
+// copied to stderr (the first 20), and the streams it says it dropped are counted.
+func start(ctx context.Context, logFile string, env []string, bin string, args ...string) (*proc, error) {
+	var logw io.Writer = io.Discard
+	if logFile != "" {
+		f, err := os.Create(logFile)
+		if err != nil {
+			return nil, err
+		}
+		logw = f // closed when the process exits
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // no orphan if this process dies
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		shown := 0
+		for sc.Scan() {
+			line := sc.Text()
+			fmt.Fprintln(logw, line)
+			p.mu.Lock()
+			if p.tail = append(p.tail, line); len(p.tail) > 5 {
+				p.tail = p.tail[1:]
+			}
+			p.mu.Unlock()
+			if m := listenRE.FindStringSubmatch(line); m != nil {
+				select {
+				case found <- m[1]:
+				default:
+				}
+			}
+			if strings.Contains(line, "client dropped") {
+				p.drops.Add(1)
+			}
+			if (strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR")) &&
+				!strings.Contains(line, "authentication is off") && shown < 20 {
+				shown++
+				fmt.Fprintln(os.Stderr, "parley:", line)
+			}
+		}
+		io.Copy(logw, stderr)
+		if c, ok := logw.(io.Closer); ok {
+			c.Close()
+		}
+	}()
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	select {
+	case addr := <-found:
+		p.url = "http://" + addr
+		return p, nil
+	case <-p.done:
+		time.Sleep(100 * time.Millisecond) // let the reader take the last lines
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return nil, fmt.Errorf("%s %s exited at start:\n%s", bin, args[0], strings.Join(p.tail, "\n"))
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		return nil, fmt.Errorf("%s %s did not start", bin, args[0])
+	}
+}
+
+func (p *proc) stop() {
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// status is what /proc/<pid>/status says of a process's memory.
+type status struct {
+	rss, hwm int64 // bytes: resident now, and its high-water mark
+	threads  int
+}
+
+func procStatus(pid int) (status, error) {
+	var s status
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return s, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "VmRSS:":
+			s.rss = v << 10
+		case "VmHWM:":
+			s.hwm = v << 10
+		case "Threads:":
+			s.threads = int(v)
+		}
+	}
+	if s.rss == 0 {
+		return s, errors.New("VmRSS not found in /proc/<pid>/status")
+	}
+	return s, nil
+}
+
+func selfRSS() int64 {
+	s, _ := procStatus(os.Getpid())
+	return s.rss
+}
+
+// procCPU is the user and system CPU time the process has used, from /proc/<pid>/stat (in clock
+// ticks of 1/100 s, Linux's USER_HZ).
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, errors.New("malformed /proc/<pid>/stat")
+	}
+	f := strings.Fields(string(b[i+1:])) // f[0] is field 3 (state)
+	if len(f) < 13 {
+		return 0, errors.New("malformed /proc/<pid>/stat")
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond, nil
+}
+
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+func pct(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100
+	return s[min(max(i-1, 0), len(s)-1)]
+}
+
+func ms(d time.Duration) string {
+	return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 2, 64) + " ms"
+}
+
+func mib(b int64) string { return strconv.FormatFloat(float64(b)/(1<<20), 'f', 1, 64) + " MiB" }
+
+func kib(b float64) string { return strconv.FormatFloat(b/1024, 'f', 1, 64) + " KiB" }

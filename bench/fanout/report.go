@@ -1,0 +1,116 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// report is everything the benchmark prints.
+type report struct {
+	o                       options
+	fdLimit                 uint64
+	ws, sse                 connectResult
+	base, afterWS, afterSSE status
+	final                   status
+	clientBase              int64
+	clientConnected         int64
+	runs                    []runResult
+	dropped                 int
+	dropErrs                []string
+	serverDrops             int64
+	upstreamCalls           int64
+}
+
+func (r report) print(w io.Writer) {
+	o := r.o
+	subs := o.ws + o.sse
+	fmt.Fprintf(w, "%d WebSockets + %d SSE streams on one session; %d tokens %s apart per run; %d runs after a warm-up; %d CPUs; open files limit %d\n\n",
+		o.ws, o.sse, o.tokens, o.gap, o.runs, runtime.NumCPU(), r.fdLimit)
+	if o.ws > 0 {
+		fmt.Fprintf(w, "connected %d WebSockets in %.1f s (%.0f/s)\n", o.ws, r.ws.elapsed.Seconds(), r.ws.rate())
+	}
+	if o.sse > 0 {
+		fmt.Fprintf(w, "connected %d SSE streams in %.1f s (%.0f/s)\n", o.sse, r.sse.elapsed.Seconds(), r.sse.rate())
+	}
+	fmt.Fprintln(w)
+
+	fmt.Fprintln(w, "| parley serve's memory (VmRSS) | |")
+	fmt.Fprintln(w, "|---|---|")
+	fmt.Fprintf(w, "| after a warm-up run, no client | %s |\n", mib(r.base.rss))
+	if o.ws > 0 {
+		fmt.Fprintf(w, "| with %d idle WebSockets | %s (+%s each) |\n", o.ws, mib(r.afterWS.rss), kib(float64(r.afterWS.rss-r.base.rss)/float64(o.ws)))
+	}
+	if o.sse > 0 {
+		fmt.Fprintf(w, "| and %d idle SSE streams | %s (+%s each) |\n", o.sse, mib(r.afterSSE.rss), kib(float64(r.afterSSE.rss-r.afterWS.rss)/float64(o.sse)))
+	}
+	fmt.Fprintf(w, "| **per connection**, all together | **%s** |\n", kib(float64(r.afterSSE.rss-r.base.rss)/float64(subs)))
+	fmt.Fprintf(w, "| after the runs / peak (VmHWM) | %s / %s |\n", mib(r.final.rss), mib(r.final.hwm))
+	fmt.Fprintf(w, "| OS threads: no client / connected / after the runs | %d / %d / %d |\n", r.base.threads, r.afterSSE.threads, r.final.threads)
+	fmt.Fprintf(w, "| the clients (this process, not counted above) | +%s |\n", mib(r.clientConnected-r.clientBase))
+	fmt.Fprintln(w)
+
+	head := "| broadcast |"
+	sep := "|---|"
+	for i := range r.runs {
+		head += fmt.Sprintf(" run %d |", i+1)
+		sep += "---|"
+	}
+	head += " all runs |"
+	sep += "---|"
+	fmt.Fprintln(w, head)
+	fmt.Fprintln(w, sep)
+	var all runResult
+	for _, x := range r.runs {
+		all.last = append(all.last, x.last...)
+		all.first = append(all.first, x.first...)
+		all.ws = append(all.ws, x.ws...)
+		all.sse = append(all.sse, x.sse...)
+		all.missing += x.missing
+		all.dups += x.dups
+		all.stray += x.stray
+		all.wall = max(all.wall, x.wall)
+		all.serverCPU += x.serverCPU
+		all.serverCPUAfter += x.serverCPUAfter
+		all.clientCPU += x.clientCPU
+	}
+	if len(r.runs) > 0 {
+		all.complete = r.runs[0].complete
+		for _, x := range r.runs {
+			all.complete = min(all.complete, x.complete)
+		}
+	}
+	row := func(name string, f func(runResult) string) {
+		line := "| " + name + " |"
+		for _, x := range r.runs {
+			line += " " + f(x) + " |"
+		}
+		fmt.Fprintln(w, line+" "+f(all)+" |")
+	}
+	row("token → last subscriber, p50", func(x runResult) string { return ms(pct(x.last, 50)) })
+	row("token → last subscriber, p99", func(x runResult) string { return ms(pct(x.last, 99)) })
+	row("token → first subscriber, p50", func(x runResult) string { return ms(pct(x.first, 50)) })
+	row("every delivery, p50", func(x runResult) string { return ms(pct(x.all(), 50)) })
+	row("every delivery, p99", func(x runResult) string { return ms(pct(x.all(), 99)) })
+	if o.ws > 0 {
+		row("WebSocket deliveries, p50 / p99", func(x runResult) string { return ms(pct(x.ws, 50)) + " / " + ms(pct(x.ws, 99)) })
+	}
+	if o.sse > 0 {
+		row("SSE deliveries, p50 / p99", func(x runResult) string { return ms(pct(x.sse, 50)) + " / " + ms(pct(x.sse, 99)) })
+	}
+	row("first token sent → last token read by all", func(x runResult) string { return ms(x.wall) })
+	row("subscribers that read every token", func(x runResult) string { return fmt.Sprintf("%d / %d", x.complete, subs) })
+	row("parley CPU during the run", func(x runResult) string { return secs(x.serverCPU) })
+	row(fmt.Sprintf("parley CPU in the %s after it", o.settle), func(x runResult) string { return secs(x.serverCPUAfter) })
+	row("benchmark CPU during the run", func(x runResult) string { return secs(x.clientCPU) })
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "connections dropped: %d (parley logged %d drops); tokens never read: %d; read twice: %d; stray chunks: %d; model calls: %d\n",
+		r.dropped, r.serverDrops, all.missing, all.dups, all.stray, r.upstreamCalls)
+	if len(r.dropErrs) > 0 {
+		fmt.Fprintln(w, "first drops: "+strings.Join(r.dropErrs, "; "))
+	}
+}
+
+func secs(d time.Duration) string { return fmt.Sprintf("%.2f s", d.Seconds()) }
