@@ -94,6 +94,14 @@ func (l *Log) LastSeq() int64 {
 	return l.next - 1
 }
 
+// State returns the Seq of the last appended event and whether the log is complete, read together:
+// a reader that sees closed knows last is final.
+func (l *Log) State() (last int64, closed bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.next - 1, l.closed
+}
+
 // Closed reports whether the log is complete.
 func (l *Log) Closed() bool {
 	l.mu.Lock()

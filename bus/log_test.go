@@ -125,3 +125,16 @@ func TestLogTrimsOldest(t *testing.T) {
 		t.Fatalf("LastSeq = %d", l.LastSeq())
 	}
 }
+
+func TestStateReadsLastAndClosedTogether(t *testing.T) {
+	l := NewLogFrom(10, 5)
+	if last, closed := l.State(); last != 4 || closed {
+		t.Fatalf("empty log: %d %v, want 4 false", last, closed)
+	}
+	l.Append(parley.Event{Type: parley.EventChunk})
+	l.Append(parley.Event{Type: parley.EventDone})
+	l.Close()
+	if last, closed := l.State(); last != 6 || !closed {
+		t.Fatalf("closed log: %d %v, want 6 true", last, closed)
+	}
+}

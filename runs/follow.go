@@ -81,7 +81,14 @@ func (m *Manager) Follow(ctx context.Context, sessionID string, after int64, fn 
 			}
 			after = r.Log.FirstSeq() - 1
 		}
-		if r != nil && (after < r.Log.Next()-1 || !r.Log.Closed()) {
+		// Both read at once: the run may append its last events and close between two reads,
+		// and a follower that took the old last with the new closed would skip those events.
+		inMemory := false
+		if r != nil {
+			last, closed := r.Log.State()
+			inMemory = after < last || !closed
+		}
+		if inMemory {
 			if after+1 < r.Log.FirstSeq() {
 				// Events of earlier runs, which only the store holds.
 				next, err := m.replay(ctx, sessionID, after, r.Log.FirstSeq()-1, fn)

@@ -48,8 +48,7 @@ type subscriber struct {
 
 // subscribers holds every client and what they saw.
 type subscribers struct {
-	now  func() int64
-	runs []*runData // by run number; 0 is the warm-up
+	now func() int64
 	// current is the run the benchmark started last: a subscriber that sees a run's start event
 	// attributes its done event to it.
 	current *atomic.Pointer[runData]
@@ -85,6 +84,13 @@ func (s *subscribers) droppedCount() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.dropped
+}
+
+// dropSummary describes the first connections that were dropped.
+func (s *subscribers) dropSummary() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return strings.Join(s.dropErrs, "; ")
 }
 
 // closeAll closes every connection and waits for their readers.
@@ -331,18 +337,27 @@ func probe(ctx context.Context, hc *http.Client, base, session string, after int
 		return "probe: " + err.Error()
 	}
 	defer c.CloseNow()
-	var types []string
+	var order []string
+	count := map[string]int{}
+	n := 0
 	for {
 		_, b, err := c.Read(ctx)
 		if err != nil {
 			break
 		}
+		n++
 		if i := bytes.Index(b, []byte(`"type":"`)); i >= 0 {
 			t := b[i+8:]
 			if j := bytes.IndexByte(t, '"'); j >= 0 {
-				types = append(types, string(t[:j]))
+				if count[string(t[:j])]++; count[string(t[:j])] == 1 {
+					order = append(order, string(t[:j]))
+				}
 			}
 		}
 	}
-	return fmt.Sprintf("probe resuming after seq %d read %d frames: %s", after, len(types), strings.Join(types, " "))
+	var parts []string
+	for _, t := range order {
+		parts = append(parts, fmt.Sprintf("%d %s", count[t], t))
+	}
+	return fmt.Sprintf("a new WebSocket resuming after seq %d read %d frames within 5 s: %s", after, n, strings.Join(parts, ", "))
 }

@@ -67,7 +67,7 @@ func run() error {
 	flag.IntVar(&o.runs, "runs", 3, "measured runs (after one warm-up run)")
 	flag.IntVar(&o.concurrency, "concurrency", 64, "connections opened at once while connecting")
 	flag.DurationVar(&o.settle, "settle", 3*time.Second, "idle time before each memory reading and between runs")
-	flag.DurationVar(&o.runTimeout, "run-timeout", 2*time.Minute, "limit for one run to reach every subscriber")
+	flag.DurationVar(&o.runTimeout, "run-timeout", time.Minute, "time one run has to reach every subscriber; those it has not reached by then are reported as stalled")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "limit for the whole benchmark")
 	flag.StringVar(&o.serverArgs, "server-args", "", "extra flags for parley serve, space-separated")
 	flag.StringVar(&o.serverLog, "server-log", "", "file to copy parley serve's whole log (stderr) to")
@@ -142,7 +142,7 @@ func run() error {
 	for i := range runs {
 		runs[i] = newRunData(i, o.tokens, subs)
 	}
-	clients := &subscribers{now: now, runs: runs, current: &current}
+	clients := &subscribers{now: now, current: &current}
 	defer clients.closeAll()
 
 	// Warm-up: one run with no one listening, so that the model path, the database and the
@@ -162,7 +162,7 @@ func run() error {
 	wsHC := &http.Client{Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: -1}}
 	sseHC := &http.Client{Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: -1,
 		ResponseHeaderTimeout: 30 * time.Second}}
-	wsConn, err := connectAll(ctx, o.ws, o.concurrency, func(ctx context.Context, i int) error {
+	wsConnect, err := connectAll(ctx, o.ws, o.concurrency, func(ctx context.Context, i int) error {
 		return clients.dialWS(ctx, wsHC, srv.url, session, i, 30*time.Second)
 	})
 	if err != nil {
@@ -174,7 +174,7 @@ func run() error {
 		return err
 	}
 	streamCtx := ctx // an SSE stream lives as long as its request's context, not just connectAll's
-	sseConn, err := connectAll(ctx, o.sse, o.concurrency, func(_ context.Context, i int) error {
+	sseConnect, err := connectAll(ctx, o.sse, o.concurrency, func(_ context.Context, i int) error {
 		return clients.dialSSE(streamCtx, sseHC, srv.url, session, o.ws+i)
 	})
 	if err != nil {
@@ -187,7 +187,7 @@ func run() error {
 	}
 	clientConnected := selfRSS()
 	if n := clients.droppedCount(); n > 0 {
-		return fmt.Errorf("%d connections ended while idle: %s", n, strings.Join(clients.dropErrs, "; "))
+		return fmt.Errorf("%d connections ended while idle: %s", n, clients.dropSummary())
 	}
 
 	var results []runResult
@@ -209,9 +209,9 @@ func run() error {
 		return err
 	}
 
-	rep := report{o: o, fdLimit: fdLimit, ws: wsConn, sse: sseConn, base: base, afterWS: afterWS, afterSSE: afterSSE,
+	rep := report{o: o, fdLimit: fdLimit, ws: wsConnect, sse: sseConnect, base: base, afterWS: afterWS, afterSSE: afterSSE,
 		final: final, clientBase: clientBase, clientConnected: clientConnected, runs: results,
-		dropped: clients.droppedCount(), dropErrs: clients.dropErrs, serverDrops: srv.drops.Load(), upstreamCalls: up.requests.Load()}
+		dropped: clients.droppedCount(), dropErrs: clients.dropSummary(), serverDrops: srv.drops.Load(), upstreamCalls: up.requests.Load()}
 	rep.print(os.Stdout)
 	return nil
 }
@@ -299,6 +299,7 @@ type runResult struct {
 	last, first    []time.Duration // per token: flush → last / first subscriber that read it
 	ws, sse        []time.Duration // per delivery (subscriber, token)
 	complete       int             // subscribers that read every token
+	stalled        int             // subscribers that had not read the run's end by -run-timeout
 	missing        int             // (subscriber, token) never read
 	dups, stray    int64
 	wall           time.Duration // first token flushed → last subscriber read the last token
@@ -310,7 +311,7 @@ type runResult struct {
 func (r runResult) all() []time.Duration { return append(slices.Clone(r.ws), r.sse...) }
 
 // measureRun starts one run on the session and waits until every connected subscriber has read
-// its done event.
+// its done event, or -run-timeout.
 func measureRun(ctx context.Context, o options, api *apiClient, session string, pid int, clients *subscribers, rd *runData, hc *http.Client) (runResult, error) {
 	var res runResult
 	cpu0, err := procCPU(pid)
@@ -324,19 +325,34 @@ func measureRun(ctx context.Context, o options, api *apiClient, session string, 
 	go func() { chatErr <- api.chat(ctx, session, "fanout run "+strconv.Itoa(rd.n)) }()
 	t0 := time.Now()
 	deadline, progress := t0.Add(o.runTimeout), t0.Add(10*time.Second)
-	for rd.done.Load()+int64(clients.droppedCount()) < int64(rd.subs) {
+	// CPU times are read when the last subscriber that finishes does, so that a stalled one's
+	// wait does not count.
+	seen := int64(-1)
+	cpu1, self1 := cpu0, self0
+	for {
+		if d := rd.done.Load(); d != seen {
+			seen = d
+			if c, err := procCPU(pid); err == nil {
+				cpu1, self1 = c, selfCPU()
+			}
+		}
+		if seen+int64(clients.droppedCount()) >= int64(rd.subs) {
+			break
+		}
 		if time.Now().After(deadline) {
-			stuck, after := clients.stuck(rd, 10)
-			return res, fmt.Errorf("only %d of %d subscribers saw the run end within %s (%d dropped: %s); the first that did not:\n%s\n%s",
-				rd.done.Load(), rd.subs, o.runTimeout, clients.droppedCount(), strings.Join(clients.dropErrs, "; "), stuck,
-				probe(ctx, hc, api.base, session, after))
+			// Reported, not fatal: a subscriber that never gets the end of a run is a finding.
+			res.stalled = rd.subs - int(rd.done.Load()) - clients.droppedCount()
+			stuck, after := clients.stuck(rd, 3)
+			fmt.Fprintf(os.Stderr, "run %d: %d subscribers did not see its end within %s, among them:\n%s\n%s\n", rd.n, res.stalled,
+				o.runTimeout, stuck, probe(ctx, hc, api.base, session, after))
+			break
+		}
+		if ctx.Err() != nil {
+			return res, ctx.Err()
 		}
 		if time.Now().After(progress) {
 			fmt.Fprintf(os.Stderr, "run %d: %d of %d subscribers have seen its end after %.0f s\n", rd.n, rd.done.Load(), rd.subs, time.Since(t0).Seconds())
 			progress = progress.Add(10 * time.Second)
-		}
-		if ctx.Err() != nil {
-			return res, ctx.Err()
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -348,11 +364,7 @@ func measureRun(ctx context.Context, o options, api *apiClient, session string, 
 	case <-time.After(o.runTimeout):
 		return res, errors.New("POST /api/v1/chat did not answer")
 	}
-	cpu1, err := procCPU(pid)
-	if err != nil {
-		return res, err
-	}
-	res.serverCPU, res.clientCPU = cpu1-cpu0, selfCPU()-self0
+	res.serverCPU, res.clientCPU = cpu1-cpu0, self1-self0
 	res.dups, res.stray = rd.dups.Load(), rd.stray.Load()
 
 	flush := make([]int64, rd.tokens)
@@ -395,7 +407,9 @@ func measureRun(ctx context.Context, o options, api *apiClient, session string, 
 		res.last = append(res.last, time.Duration(lastRecv[i]-flush[i]))
 		res.first = append(res.first, time.Duration(firstRecv[i]-flush[i]))
 	}
-	res.wall = time.Duration(lastRecv[rd.tokens-1] - flush[0])
+	if lastRecv[rd.tokens-1] != 0 {
+		res.wall = time.Duration(lastRecv[rd.tokens-1] - flush[0])
+	}
 	return res, nil
 }
 

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"strings"
 	"time"
 )
 
@@ -19,7 +18,7 @@ type report struct {
 	clientConnected         int64
 	runs                    []runResult
 	dropped                 int
-	dropErrs                []string
+	dropErrs                string
 	serverDrops             int64
 	upstreamCalls           int64
 }
@@ -47,7 +46,8 @@ func (r report) print(w io.Writer) {
 		fmt.Fprintf(w, "| and %d idle SSE streams | %s (+%s each) |\n", o.sse, mib(r.afterSSE.rss), kib(float64(r.afterSSE.rss-r.afterWS.rss)/float64(o.sse)))
 	}
 	fmt.Fprintf(w, "| **per connection**, all together | **%s** |\n", kib(float64(r.afterSSE.rss-r.base.rss)/float64(subs)))
-	fmt.Fprintf(w, "| after the runs / peak (VmHWM) | %s / %s |\n", mib(r.final.rss), mib(r.final.hwm))
+	fmt.Fprintf(w, "| after the runs / peak (VmHWM) | %s (+%s per connection) / %s |\n", mib(r.final.rss),
+		kib(float64(r.final.rss-r.base.rss)/float64(subs)), mib(r.final.hwm))
 	fmt.Fprintf(w, "| OS threads: no client / connected / after the runs | %d / %d / %d |\n", r.base.threads, r.afterSSE.threads, r.final.threads)
 	fmt.Fprintf(w, "| the clients (this process, not counted above) | +%s |\n", mib(r.clientConnected-r.clientBase))
 	fmt.Fprintln(w)
@@ -69,6 +69,7 @@ func (r report) print(w io.Writer) {
 		all.ws = append(all.ws, x.ws...)
 		all.sse = append(all.sse, x.sse...)
 		all.missing += x.missing
+		all.stalled += x.stalled
 		all.dups += x.dups
 		all.stray += x.stray
 		all.wall = max(all.wall, x.wall)
@@ -102,14 +103,15 @@ func (r report) print(w io.Writer) {
 	}
 	row("first token sent → last token read by all", func(x runResult) string { return ms(x.wall) })
 	row("subscribers that read every token", func(x runResult) string { return fmt.Sprintf("%d / %d", x.complete, subs) })
+	row(fmt.Sprintf("stalled: no end of the run within %s", o.runTimeout), func(x runResult) string { return fmt.Sprint(x.stalled) })
 	row("parley CPU during the run", func(x runResult) string { return secs(x.serverCPU) })
 	row(fmt.Sprintf("parley CPU in the %s after it", o.settle), func(x runResult) string { return secs(x.serverCPUAfter) })
 	row("benchmark CPU during the run", func(x runResult) string { return secs(x.clientCPU) })
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "connections dropped: %d (parley logged %d drops); tokens never read: %d; read twice: %d; stray chunks: %d; model calls: %d\n",
 		r.dropped, r.serverDrops, all.missing, all.dups, all.stray, r.upstreamCalls)
-	if len(r.dropErrs) > 0 {
-		fmt.Fprintln(w, "first drops: "+strings.Join(r.dropErrs, "; "))
+	if r.dropErrs != "" {
+		fmt.Fprintln(w, "first drops: "+r.dropErrs)
 	}
 }
 
