@@ -252,11 +252,7 @@ func (in Input) gate(ctx context.Context) error {
 // closeCalls stores a "not run" result for each call, for a run that stops before its tools ran.
 func (a *Agent) closeCalls(ctx context.Context, in Input, calls []parley.ToolCall, emit func(parley.Event)) {
 	for _, call := range calls {
-		ok := false
-		msg := &parley.Message{
-			ID: parley.NewID(), Role: parley.RoleTool, Content: parley.Text("error: not run: the run was stopped before this tool call"),
-			Name: call.Function.Name, ToolCallID: call.ID, RunID: in.RunID, Success: &ok, CreatedAt: a.now(),
-		}
+		msg := failedResult(call, "error: not run: the run was stopped before this tool call", in.RunID, a.now())
 		if a.store(ctx, in.SessionID, msg) == nil {
 			emit(parley.Event{Type: parley.EventToolResult, Message: msg})
 		}

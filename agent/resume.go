@@ -56,11 +56,7 @@ func (a *Agent) Resume(ctx context.Context, in Input, emit func(parley.Event)) (
 		case st == parley.ToolCallStarted && a.cfg.Tools.RerunSafe(c.Function.Name):
 			again = append(again, c)
 		default: // in doubt and not safe to repeat (or done with its result lost: never run twice)
-			failed := false
-			msg := &parley.Message{
-				ID: parley.NewID(), Role: parley.RoleTool, Content: parley.Text(InterruptedText),
-				Name: c.Function.Name, ToolCallID: c.ID, RunID: in.RunID, Success: &failed, CreatedAt: a.now(),
-			}
+			msg := failedResult(c, InterruptedText, in.RunID, a.now())
 			if err := a.store(ctx, in.SessionID, msg); err != nil {
 				return res, err
 			}
@@ -91,12 +87,8 @@ func (a *Agent) Interrupt(ctx context.Context, in Input) ([]*parley.Message, err
 		return nil, err
 	}
 	var msgs []*parley.Message
-	failed := false
 	for _, c := range openCalls(h) {
-		msgs = append(msgs, &parley.Message{
-			ID: parley.NewID(), Role: parley.RoleTool, Content: parley.Text(InterruptedText),
-			Name: c.Function.Name, ToolCallID: c.ID, RunID: in.RunID, Success: &failed, CreatedAt: a.now(),
-		})
+		msgs = append(msgs, failedResult(c, InterruptedText, in.RunID, a.now()))
 	}
 	if len(msgs) == 0 {
 		return nil, nil
@@ -107,6 +99,15 @@ func (a *Agent) Interrupt(ctx context.Context, in Input) ([]*parley.Message, err
 		return nil, err
 	}
 	return msgs, nil
+}
+
+// failedResult is the unsuccessful tool message that answers call with text.
+func failedResult(call parley.ToolCall, text, runID string, at time.Time) *parley.Message {
+	ok := false
+	return &parley.Message{
+		ID: parley.NewID(), Role: parley.RoleTool, Content: parley.Text(text),
+		Name: call.Function.Name, ToolCallID: call.ID, RunID: runID, Success: &ok, CreatedAt: at,
+	}
 }
 
 // openCalls returns the tool calls of the history's last assistant message with calls that no tool
@@ -147,12 +148,8 @@ func closeSession(ctx context.Context, st parley.Store, sessionID string, now fu
 	}
 	var msgs []*parley.Message
 	at := now().UTC().Truncate(time.Microsecond)
-	failed := false
 	for _, c := range openCalls(h) {
-		msgs = append(msgs, &parley.Message{
-			ID: parley.NewID(), Role: parley.RoleTool, Content: parley.Text(llmctx.MissingResult),
-			Name: c.Function.Name, ToolCallID: c.ID, Success: &failed, CreatedAt: at,
-		})
+		msgs = append(msgs, failedResult(c, llmctx.MissingResult, "", at))
 	}
 	if len(msgs) == 0 {
 		return 0, nil

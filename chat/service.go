@@ -120,10 +120,10 @@ func (s *Service) Send(ctx context.Context, owner string, req Request) (*Started
 func (s *Service) Recover(run *runs.Run, rec parley.RunRecord) runs.Func {
 	in := agent.Input{SessionID: rec.SessionID, RunID: rec.ID, Model: rec.Model, SelectedTools: rec.SelectedTools, User: rec.Owner, Gate: run.Gate}
 	return func(ctx context.Context, emit func(parley.Event)) (string, error) {
-		if s.Recovery == nil || rec.Attempts > MaxRecoveries {
-			if s.Recovery == nil {
-				return parley.FinishInterrupted, nil
-			}
+		if s.Recovery == nil {
+			return parley.FinishInterrupted, nil
+		}
+		if rec.Attempts > MaxRecoveries {
 			msgs, err := s.Recovery.Interrupt(ctx, in)
 			for _, m := range msgs {
 				emit(parley.Event{Type: parley.EventToolResult, Message: m})
