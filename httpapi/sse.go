@@ -2,13 +2,17 @@ package httpapi
 
 import (
 	"bufio"
-	"encoding/json"
-	"net/http"
+		"net/http"
 	"strconv"
 	"time"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/runs"
 )
+
+// sseBuffer is each stream's write buffer: a few chunk events; a larger event is written
+// through. It is per connection, so it is kept small.
+const sseBuffer = 4 << 10
 
 // sseWriter writes Server-Sent Events. Every write has a deadline: a client that does not take
 // its events in time is dropped rather than waited on.
@@ -17,6 +21,7 @@ type sseWriter struct {
 	rc      *http.ResponseController
 	buf     *bufio.Writer
 	timeout time.Duration
+	num     [20]byte
 }
 
 func newSSEWriter(w http.ResponseWriter, timeout time.Duration) (*sseWriter, error) {
@@ -26,7 +31,7 @@ func newSSEWriter(w http.ResponseWriter, timeout time.Duration) (*sseWriter, err
 	h.Set("Connection", "keep-alive")
 	h.Set("X-Accel-Buffering", "no") // ask proxies not to buffer the stream
 	s := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: timeout}
-	s.buf = bufio.NewWriterSize(writerFunc(s.write), 32<<10)
+	s.buf = bufio.NewWriterSize(writerFunc(s.write), sseBuffer)
 	w.WriteHeader(http.StatusOK)
 	if err := s.flush(); err != nil {
 		return nil, parley.WrapError(parley.ECInternal, err, "streaming unsupported")
@@ -44,20 +49,16 @@ func (s *sseWriter) write(p []byte) (int, error) {
 	return s.w.Write(p)
 }
 
-// event buffers one event: "id: <seq>", "event: <type>", "data: <json>".
-func (s *sseWriter) event(ev parley.Event) error {
-	data, err := json.Marshal(ev)
-	if err != nil {
-		return err
-	}
+// event buffers one event: "id: <seq>", "event: <type>", "data: <json>". A write error is kept
+// by the buffer and returned by the next flush.
+func (s *sseWriter) event(f *runs.Frame) {
 	s.buf.WriteString("id: ")
-	s.buf.WriteString(strconv.FormatInt(ev.Seq, 10))
+	s.buf.Write(strconv.AppendInt(s.num[:0], f.Seq, 10))
 	s.buf.WriteString("\nevent: ")
-	s.buf.WriteString(string(ev.Type))
+	s.buf.WriteString(string(f.Type))
 	s.buf.WriteString("\ndata: ")
-	s.buf.Write(data) // JSON never contains a raw newline
-	_, err = s.buf.WriteString("\n\n")
-	return err
+	s.buf.Write(f.JSON) // JSON never contains a raw newline
+	s.buf.WriteString("\n\n")
 }
 
 // comment writes a keep-alive comment line and flushes.

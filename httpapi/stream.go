@@ -39,45 +39,6 @@ func (s *server) acquireStream(user string) (release func(), err error) {
 	}, nil
 }
 
-// follower delivers a session's events from runs.Manager.Follow, run in a goroutine the caller
-// owns: the caller reads batches from events and, when done, calls stop, which waits for it.
-type follower struct {
-	events <-chan []parley.Event
-	errc   chan error
-	cancel context.CancelFunc
-}
-
-func (s *server) follow(ctx context.Context, sessionID string, after int64) *follower {
-	ctx, cancel := context.WithCancel(ctx)
-	ch := make(chan []parley.Event, 2)
-	f := &follower{events: ch, errc: make(chan error, 1), cancel: cancel}
-	go func() {
-		defer close(ch)
-		f.errc <- s.Runs.Follow(ctx, sessionID, after, func(evs []parley.Event) error {
-			select {
-			case ch <- evs:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		})
-	}()
-	return f
-}
-
-// stop ends the follower and waits for its goroutine; it returns the error that ended it, nil
-// when stop did.
-func (f *follower) stop() error {
-	f.cancel()
-	for range f.events { // unblock a pending send
-	}
-	err := <-f.errc
-	if err == context.Canceled {
-		return nil
-	}
-	return err
-}
-
 // resumePoint reads where a client resumes: the Last-Event-ID header (which a browser's
 // EventSource sends when it reconnects) or else the after query parameter. Absent: runs.Join.
 func resumePoint(r *http.Request) (int64, error) {
@@ -141,29 +102,29 @@ func (s *server) streamSession(w http.ResponseWriter, r *http.Request, sessionID
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.StreamLifetime)
 	defer cancel()
-	f := s.follow(ctx, sessionID, after)
-	defer func() {
-		if err := f.stop(); err != nil && ctx.Err() == nil {
-			s.Log.Warn("event stream ended", "session", sessionID, "err", err)
-		}
-	}()
+	sub := s.Runs.Subscribe(ctx, sessionID, after)
+	defer sub.Close()
 	heartbeat := time.NewTicker(s.Heartbeat)
 	defer heartbeat.Stop()
 	idle := time.NewTimer(s.StreamIdle)
 	defer idle.Stop()
 	for {
 		select {
-		case evs, ok := <-f.events:
-			if !ok {
+		case <-sub.Ready():
+			frames, err := sub.Next(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					s.Log.Warn("event stream ended", "session", sessionID, "err", err)
+				}
 				return
 			}
+			if len(frames) == 0 {
+				continue
+			}
 			done := false
-			for _, ev := range evs {
-				if err := sse.event(ev); err != nil {
-					s.Log.Info("stream client dropped", "session", sessionID, "seq", ev.Seq, "err", err)
-					return
-				}
-				done = done || ev.Type == parley.EventDone
+			for _, f := range frames {
+				sse.event(f)
+				done = done || f.Type == parley.EventDone
 			}
 			if err := sse.flush(); err != nil {
 				s.Log.Info("stream client dropped", "session", sessionID, "err", err)

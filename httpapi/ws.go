@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -26,6 +25,7 @@ const (
 	wsAuthPrefix   = "parley.auth."
 	wsOutboxSize   = 32 // replies waiting for the writer; a client that floods past it is dropped
 	wsHistoryLimit = 200
+	wsKeepBuffer   = 16 << 10 // the largest frame buffer a connection keeps between events
 )
 
 // wsAuthProtocol returns the key a browser offers as the subprotocol "parley.auth.<key>", or "".
@@ -89,23 +89,16 @@ func wsEventType(ev *parley.Event) string {
 	}
 }
 
-// wsEventFrame encodes a run event as {"type":…,"seq":…,"data":<the SSE event's data, byte for
-// byte>}.
-func wsEventFrame(ev *parley.Event) ([]byte, error) {
-	data, err := json.Marshal(ev)
-	if err != nil {
-		return nil, err
-	}
-	var b bytes.Buffer
-	b.Grow(len(data) + 48)
-	b.WriteString(`{"type":"`)
-	b.WriteString(wsEventType(ev))
-	b.WriteString(`","seq":`)
-	b.WriteString(strconv.FormatInt(ev.Seq, 10))
-	b.WriteString(`,"data":`)
-	b.Write(data)
-	b.WriteByte('}')
-	return b.Bytes(), nil
+// appendWSEvent appends a run event's frame to b: {"type":…,"seq":…,"data":<the SSE event's data,
+// byte for byte>}.
+func appendWSEvent(b []byte, f *runs.Frame) []byte {
+	b = append(b, `{"type":"`...)
+	b = append(b, wsEventType(&f.Event)...)
+	b = append(b, `","seq":`...)
+	b = strconv.AppendInt(b, f.Seq, 10)
+	b = append(b, `,"data":`...)
+	b = append(b, f.JSON...)
+	return append(b, '}')
 }
 
 // wsConn is one WebSocket client. The handler's goroutine is its only writer; a reader goroutine
@@ -229,22 +222,23 @@ func (w *wsConn) write(ctx context.Context, sessionID string, after int64) error
 	if err := w.send(ctx, mustJSON(wsOut{Type: "status", Data: status})); err != nil {
 		return err
 	}
-	var f *follower
-	var events <-chan []parley.Event
-	startFollowing := func(id string, from int64) {
-		f = s.follow(ctx, id, from)
-		events = f.events
+	var sub *runs.Subscription
+	var ready <-chan struct{}
+	subscribe := func(id string, from int64) {
+		sub = s.Runs.Subscribe(ctx, id, from)
+		ready = sub.Ready()
 	}
 	if sessionID != "" {
-		startFollowing(sessionID, after)
+		subscribe(sessionID, after)
 	}
 	defer func() {
-		if f != nil {
-			f.stop()
+		if sub != nil {
+			sub.Close()
 		}
 	}()
 	idle := time.NewTimer(s.StreamIdle)
 	defer idle.Stop()
+	var buf []byte // each event's frame, reused
 	for {
 		select {
 		case b := <-w.outbox:
@@ -252,28 +246,30 @@ func (w *wsConn) write(ctx context.Context, sessionID string, after int64) error
 				return err
 			}
 		case id := <-w.session:
-			if f == nil {
-				startFollowing(id, runs.Join)
+			if sub == nil {
+				subscribe(id, runs.Join)
 			}
-		case evs, ok := <-events:
-			if !ok {
-				err := f.stop()
-				f = nil
-				if err != nil && ctx.Err() == nil {
+		case <-ready:
+			frames, err := sub.Next(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
 					s.Log.Warn("websocket stream ended", "err", err)
 					w.send(ctx, mustJSON(wsOut{Type: "error", Data: errorBodyOf(err)}))
 				}
 				return err
 			}
-			for i := range evs {
-				b, err := wsEventFrame(&evs[i])
-				if err != nil {
+			if len(frames) == 0 {
+				continue
+			}
+			for _, f := range frames {
+				buf = appendWSEvent(buf[:0], f)
+				if err := w.send(ctx, buf); err != nil {
+					s.Log.Info("websocket client dropped", "seq", f.Seq, "err", err)
 					return err
 				}
-				if err := w.send(ctx, b); err != nil {
-					s.Log.Info("websocket client dropped", "seq", evs[i].Seq, "err", err)
-					return err
-				}
+			}
+			if cap(buf) > wsKeepBuffer {
+				buf = nil // a large event's frame: not kept for the connection's life
 			}
 			idle.Reset(s.StreamIdle)
 		case <-w.activity:

@@ -59,95 +59,101 @@ func (m *Manager) Follow(ctx context.Context, sessionID string, after int64, fn 
 		m.mu.Unlock()
 	}()
 	for {
+		// The wait channel is taken before the step, so that a run begun after the step has
+		// looked wakes this loop.
 		m.mu.Lock()
 		wait, ok := m.waits[sessionID]
 		if !ok {
 			wait = make(chan struct{})
 			m.waits[sessionID] = wait
 		}
-		r := m.lastOfSes[sessionID]
 		m.mu.Unlock()
-
-		if after < 0 { // joining at the next run
-			if r == nil {
-				if first := m.remoteRun(ctx, sessionID); first > 0 {
-					after = first - 1 // begun on another instance
-					continue
-				}
-				if err := wake(wait); err != nil {
-					return err
-				}
-				continue
-			}
-			after = r.Log.FirstSeq() - 1
+		next, moved, err := m.step(ctx, sessionID, after, true, fn)
+		if err != nil {
+			return err
 		}
-		// Both read at once: the run may append its last events and close between two reads,
-		// and a follower that took the old last with the new closed would skip those events.
-		inMemory := false
-		if r != nil {
-			last, closed := r.Log.State()
-			inMemory = after < last || !closed
-		}
-		if inMemory {
-			if after+1 < r.Log.FirstSeq() {
-				// Events of earlier runs, which only the store holds.
-				next, err := m.replay(ctx, sessionID, after, r.Log.FirstSeq()-1, fn)
-				if err != nil {
-					return err
-				}
-				after = next
-				continue
-			}
-			evs, _, err := r.Log.Read(ctx, after, followBatch)
-			if errors.Is(err, bus.ErrTrimmed) {
-				next, err := m.replay(ctx, sessionID, after, r.Log.Next()-1, fn)
-				if err != nil {
-					return err
-				}
-				after = next
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			if len(evs) > 0 {
-				if err := fn(evs); err != nil {
-					return err
-				}
-				after = evs[len(evs)-1].Seq
-			}
+		if moved {
+			after = next
 			continue
-		}
-		// Nothing in memory after `after`: the store may hold more (events of a run this
-		// process no longer holds, such as one from before a restart).
-		if m.opts.Events != nil {
-			evs, err := m.listEvents(ctx, sessionID, after)
-			if err != nil {
-				return err
-			}
-			if len(evs) > 0 {
-				if err := fn(evs); err != nil {
-					return err
-				}
-				after = evs[len(evs)-1].Seq
-				continue
-			}
-		}
-		// And the relay, for a run on another instance, live.
-		if m.opts.Relay != nil {
-			next, n, err := m.relayed(ctx, sessionID, after, fn)
-			if err != nil {
-				return err
-			}
-			if n > 0 {
-				after = next
-				continue
-			}
 		}
 		if err := wake(wait); err != nil {
 			return err
 		}
 	}
+}
+
+// step makes one move of Follow's: it hands fn the next events after `after` (Join: it looks for
+// the run to join) and returns where it stopped and whether it moved. It waits only when block is
+// set and the active run in memory has nothing new yet; otherwise it returns at once.
+func (m *Manager) step(ctx context.Context, sessionID string, after int64, block bool, fn func([]parley.Event) error) (int64, bool, error) {
+	m.mu.Lock()
+	r := m.lastOfSes[sessionID]
+	m.mu.Unlock()
+
+	if after < 0 { // joining at the next run
+		if r == nil {
+			if first := m.remoteRun(ctx, sessionID); first > 0 {
+				return first - 1, true, nil // begun on another instance
+			}
+			return after, false, nil
+		}
+		return r.Log.FirstSeq() - 1, true, nil
+	}
+	// Both read at once: the run may append its last events and close between two reads,
+	// and a follower that took the old last with the new closed would skip those events.
+	if r != nil {
+		last, closed := r.Log.State()
+		if after < last || (!closed && block) {
+			if after+1 < r.Log.FirstSeq() {
+				// Events of earlier runs, which only the store holds.
+				next, err := m.replay(ctx, sessionID, after, r.Log.FirstSeq()-1, fn)
+				return next, next != after, err
+			}
+			evs, _, err := r.Log.Read(ctx, after, followBatch)
+			if errors.Is(err, bus.ErrTrimmed) {
+				next, err := m.replay(ctx, sessionID, after, r.Log.Next()-1, fn)
+				return next, next != after, err
+			}
+			if err != nil {
+				return after, false, err
+			}
+			if len(evs) == 0 {
+				return after, false, nil
+			}
+			if err := fn(evs); err != nil {
+				return after, false, err
+			}
+			return evs[len(evs)-1].Seq, true, nil
+		}
+		if !closed {
+			return after, false, nil // the active run has nothing new yet
+		}
+	}
+	// Nothing in memory after `after`: the store may hold more (events of a run this
+	// process no longer holds, such as one from before a restart).
+	if m.opts.Events != nil {
+		evs, err := m.listEvents(ctx, sessionID, after)
+		if err != nil {
+			return after, false, err
+		}
+		if len(evs) > 0 {
+			if err := fn(evs); err != nil {
+				return after, false, err
+			}
+			return evs[len(evs)-1].Seq, true, nil
+		}
+	}
+	// And the relay, for a run on another instance, live.
+	if m.opts.Relay != nil {
+		next, n, err := m.relayed(ctx, sessionID, after, fn)
+		if err != nil {
+			return after, false, err
+		}
+		if n > 0 {
+			return next, true, nil
+		}
+	}
+	return after, false, nil
 }
 
 // relayPoll is how often a follower re-reads the relay without a notification.

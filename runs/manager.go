@@ -98,6 +98,7 @@ type Manager struct {
 	waits     map[string]chan struct{} // closed when the session's next run begins
 	followers map[string]int           // Follow calls per session, which share its wait channel
 	memSeq    map[string]int64         // the last number reserved per session, without Events
+	hubs      map[string]*hub          // by session: the broadcast to its subscribers here
 
 	afterDone func() // tests: called between a run's done event and its end
 }
@@ -130,6 +131,7 @@ func NewManager(opts Options) *Manager {
 		opts: opts, ctx: ctx, cancel: cancel,
 		runs: map[string]*Run{}, active: map[string]*Run{}, claimed: map[string]bool{}, lastOfSes: map[string]*Run{},
 		waits: map[string]chan struct{}{}, followers: map[string]int{}, memSeq: map[string]int64{},
+		hubs: map[string]*hub{},
 	}
 }
 

@@ -1,0 +1,247 @@
+package runs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	parley "github.com/parleyhq/parley"
+)
+
+// take reads s until it has handed out the event numbered until, and checks that every frame's
+// JSON is its event's.
+func take(t *testing.T, ctx context.Context, s *Subscription, until int64) []*Frame {
+	t.Helper()
+	var got []*Frame
+	for {
+		select {
+		case <-s.Ready():
+			fs, err := s.Next(ctx)
+			if err != nil {
+				t.Errorf("Next: %v", err)
+				return got
+			}
+			got = append(got, fs...)
+			if len(got) > 0 && got[len(got)-1].Seq >= until {
+				return got
+			}
+		case <-ctx.Done():
+			last := int64(-1)
+			if len(got) > 0 {
+				last = got[len(got)-1].Seq
+			}
+			t.Errorf("subscription stalled at seq %d, want %d", last, until)
+			return got
+		}
+	}
+}
+
+// checkSeqs fails unless frames are numbered first..last with no gap and no repeat, each with the
+// JSON of its own event.
+func checkSeqs(t *testing.T, name string, frames []*Frame, first, last int64) {
+	t.Helper()
+	if len(frames) != int(last-first+1) {
+		t.Errorf("%s: %d frames, want %d..%d", name, len(frames), first, last)
+		return
+	}
+	for i, f := range frames {
+		if f.Seq != first+int64(i) {
+			t.Errorf("%s: frame %d has seq %d, want %d", name, i, f.Seq, first+int64(i))
+			return
+		}
+		var ev parley.Event
+		if err := json.Unmarshal(f.JSON, &ev); err != nil || ev.Seq != f.Seq || ev.Type != f.Type {
+			t.Errorf("%s: frame %d's JSON %s is not its event (%v)", name, f.Seq, f.JSON, err)
+			return
+		}
+	}
+}
+
+func hubsOf(m *Manager) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.hubs)
+}
+
+// Subscribers joining a session at every kind of point (the stored history, the live run, the
+// next run) each get every event once, in order; the live events reach all of them from one
+// hub, encoded once; the hub stops with its last subscriber.
+func TestSubscribersShareOneHub(t *testing.T) {
+	ev := newMemEvents()
+	m := NewManager(Options{Events: ev, FlushEvery: time.Millisecond})
+	r1, _ := m.Begin(context.Background(), Spec{Session: "s1"})
+	r1.Go(chunks(5)) // seqs 1..7
+	<-r1.Done()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	release := make(chan struct{})
+	step := make(chan struct{})
+	r2, _ := m.Begin(context.Background(), Spec{Session: "s1"})
+	r2.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
+		emit(parley.Event{Type: parley.EventChunk, Content: "first"}) // 9
+		close(step)
+		<-release
+		for range 2000 { // 10..2009: more than a hub's ring and a subscriber's queue
+			emit(parley.Event{Type: parley.EventChunk, Content: "x"})
+		}
+		return parley.FinishStop, nil // done: 2010
+	})
+	<-step
+
+	starts := []int64{0, 3, 7, 8, 9, Join, Join, 0}
+	subs := make([]*Subscription, len(starts))
+	for i, a := range starts {
+		subs[i] = m.Subscribe(ctx, "s1", a)
+	}
+	if n := hubsOf(m); n != 1 {
+		t.Fatalf("%d hubs for one session, want 1", n)
+	}
+	results := make([][]*Frame, len(subs))
+	var wg sync.WaitGroup
+	for i, s := range subs {
+		wg.Go(func() { results[i] = take(t, ctx, s, 2010) })
+	}
+	close(release)
+	wg.Wait()
+	for i, a := range starts {
+		first := a + 1
+		if a == Join {
+			first = 8 // the active run's start
+		}
+		checkSeqs(t, "subscriber after "+itoa(a), results[i], first, 2010)
+	}
+	if t.Failed() {
+		return
+	}
+	// The last events came from the hub: every subscriber holds the same frame, not a copy.
+	for i := range results {
+		if a, b := results[0][len(results[0])-1], results[i][len(results[i])-1]; a != b {
+			t.Errorf("subscriber %d got its own copy of the last frame: not shared", i)
+		}
+	}
+
+	// A run begun later reaches them too.
+	r3, _ := m.Begin(context.Background(), Spec{Session: "s1"})
+	r3.Go(chunks(1)) // 2011..2013
+	for i, s := range subs {
+		checkSeqs(t, "next run, subscriber "+itoa(int64(i)), take(t, ctx, s, 2013), 2011, 2013)
+	}
+	for _, s := range subs {
+		s.Close()
+		s.Close() // twice is harmless
+	}
+	if n := hubsOf(m); n != 0 {
+		t.Fatalf("%d hubs left after every subscription closed", n)
+	}
+}
+
+func itoa(n int64) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
+
+// A subscriber that does not read while a run emits more than its queue holds is detached and
+// never waited on: the run and the other subscribers go on. It then catches up on its own, from
+// memory and store, misses nothing and joins the hub again.
+func TestSlowSubscriberCatchesUp(t *testing.T) {
+	ev := newMemEvents()
+	m := NewManager(Options{Events: ev, FlushEvery: time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	slow := m.Subscribe(ctx, "s1", Join)
+	fast := m.Subscribe(ctx, "s1", Join)
+	defer slow.Close()
+	defer fast.Close()
+
+	const n = 3 * subQueue
+	r, _ := m.Begin(context.Background(), Spec{Session: "s1"})
+	r.Go(chunks(n)) // 1..n+2
+	last := int64(n + 2)
+	checkSeqs(t, "fast subscriber", take(t, ctx, fast, last), 1, last)
+	select {
+	case <-r.Done():
+	case <-ctx.Done():
+		t.Fatal("the run waited for a subscriber that does not read")
+	}
+	slow.mu.Lock()
+	attached, queued := slow.attached, len(slow.queue)
+	slow.mu.Unlock()
+	if attached || queued > subQueue {
+		t.Fatalf("slow subscriber: attached %v with %d frames queued, want detached within %d", attached, queued, subQueue)
+	}
+	checkSeqs(t, "slow subscriber", take(t, ctx, slow, last), 1, last)
+	// Caught up, it is attached again and gets the next run from the hub.
+	r2, _ := m.Begin(context.Background(), Spec{Session: "s1"})
+	r2.Go(chunks(0))
+	checkSeqs(t, "slow subscriber, next run", take(t, ctx, slow, last+2), last+1, last+2)
+	slow.mu.Lock()
+	attached = slow.attached
+	slow.mu.Unlock()
+	if !attached {
+		t.Fatal("a subscriber that caught up is not attached to the hub again")
+	}
+}
+
+// failingEvents fails ListEvents while fail is set.
+type failingEvents struct {
+	*memEvents
+	mu    sync.Mutex
+	fail  bool
+	fails int
+}
+
+func (f *failingEvents) ListEvents(ctx context.Context, s string, after int64, limit int) ([]parley.Event, error) {
+	f.mu.Lock()
+	fail := f.fail
+	f.mu.Unlock()
+	if fail {
+		f.mu.Lock()
+		f.fails++
+		f.mu.Unlock()
+		return nil, errors.New("store down")
+	}
+	return f.memEvents.ListEvents(ctx, s, after, limit)
+}
+
+// A hub whose read fails (the store is down) follows again from where it stopped: its subscribers
+// stay connected and miss nothing.
+func TestHubFollowsAgainAfterAFailedRead(t *testing.T) {
+	ev := &failingEvents{memEvents: newMemEvents()}
+	m := NewManager(Options{Events: ev, FlushEvery: time.Millisecond})
+	r1, _ := m.Begin(context.Background(), Spec{Session: "s1"})
+	r1.Go(chunks(1)) // 1..3
+	<-r1.Done()
+	m.mu.Lock()
+	delete(m.lastOfSes, "s1") // run 1 leaves memory: only the store holds it
+	m.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ev.mu.Lock()
+	ev.fail = true
+	ev.mu.Unlock()
+	s := m.Subscribe(ctx, "s1", 1)
+	defer s.Close()
+	// The subscriber is attached at once; the hub's store reads fail, and it tries again.
+	for {
+		ev.mu.Lock()
+		fails := ev.fails
+		ev.mu.Unlock()
+		if fails >= 2 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the hub read the store %d times, want a retry", fails)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	ev.mu.Lock()
+	ev.fail = false
+	ev.mu.Unlock()
+	checkSeqs(t, "after the store came back", take(t, ctx, s, 3), 2, 3)
+}
