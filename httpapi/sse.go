@@ -2,7 +2,7 @@ package httpapi
 
 import (
 	"bufio"
-		"net/http"
+	"net/http"
 	"strconv"
 	"time"
 
