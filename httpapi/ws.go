@@ -115,6 +115,9 @@ type wsConn struct {
 
 	sessionID string // owned by the reader after the start
 
+	conn *corkConn // the hijacked connection, which gathers each batch's writes
+	buf  []byte    // the writer's frame buffer, reused
+
 	// connCtx is the I/O context of the connection: it ends only after the close handshake,
 	// because a read or write whose context ends drops the connection without one.
 	connCtx context.Context
@@ -153,7 +156,8 @@ func (s *server) handleWS() http.Handler {
 			return
 		}
 		defer release()
-		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+		cw := &corkingWriter{ResponseWriter: w}
+		c, err := websocket.Accept(cw, r, &websocket.AcceptOptions{
 			Subprotocols:   []string{wsProtocol},
 			OriginPatterns: s.wsOrigins,
 		})
@@ -172,7 +176,7 @@ func (s *server) handleWS() http.Handler {
 		connCtx, endConn := context.WithCancel(context.WithoutCancel(ctx))
 		defer endConn()
 		conn := &wsConn{
-			s: s, c: c, id: id, ip: s.clientIP(r), cancel: cancel, sessionID: sessionID, connCtx: connCtx,
+			s: s, c: c, conn: cw.conn, id: id, ip: s.clientIP(r), cancel: cancel, sessionID: sessionID, connCtx: connCtx,
 			outbox: make(chan []byte, wsOutboxSize), session: make(chan string, 1), activity: make(chan struct{}, 1),
 		}
 		// The connection's goroutines: the reader and the pinger. The handler waits for both.
@@ -238,7 +242,6 @@ func (w *wsConn) write(ctx context.Context, sessionID string, after int64) error
 	}()
 	idle := time.NewTimer(s.StreamIdle)
 	defer idle.Stop()
-	var buf []byte // each event's frame, reused
 	for {
 		select {
 		case b := <-w.outbox:
@@ -261,15 +264,9 @@ func (w *wsConn) write(ctx context.Context, sessionID string, after int64) error
 			if len(frames) == 0 {
 				continue
 			}
-			for _, f := range frames {
-				buf = appendWSEvent(buf[:0], f)
-				if err := w.send(ctx, buf); err != nil {
-					s.Log.Info("websocket client dropped", "seq", f.Seq, "err", err)
-					return err
-				}
-			}
-			if cap(buf) > wsKeepBuffer {
-				buf = nil // a large event's frame: not kept for the connection's life
+			if err := w.sendEvents(ctx, frames); err != nil {
+				s.Log.Info("websocket client dropped", "seq", frames[0].Seq, "err", err)
+				return err
 			}
 			idle.Reset(s.StreamIdle)
 		case <-w.activity:
@@ -283,15 +280,40 @@ func (w *wsConn) write(ctx context.Context, sessionID string, after int64) error
 	}
 }
 
-// send writes one frame within the write timeout, unless ctx has ended; a client that cannot
-// take the frame is dropped.
-func (w *wsConn) send(ctx context.Context, b []byte) error {
+// send writes frames within the write timeout, gathered into one write, unless ctx has ended; a
+// client that cannot take them is dropped. Only the writer calls it.
+func (w *wsConn) send(ctx context.Context, frames ...[]byte) error {
+	return w.sendEach(ctx, len(frames), func(i int) []byte { return frames[i] })
+}
+
+// sendEvents writes run events as send does.
+func (w *wsConn) sendEvents(ctx context.Context, frames []*runs.Frame) error {
+	return w.sendEach(ctx, len(frames), func(i int) []byte {
+		w.buf = appendWSEvent(w.buf[:0], frames[i])
+		return w.buf
+	})
+}
+
+func (w *wsConn) sendEach(ctx context.Context, n int, frame func(i int) []byte) error {
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
-	wctx, cancel := context.WithTimeout(w.connCtx, w.s.WriteTimeout)
-	defer cancel()
-	if err := w.c.Write(wctx, websocket.MessageText, b); err != nil {
+	// A deadline bounds each frame and the batch's last write; the writes themselves go
+	// without a context of their own (a timer and a callback each, otherwise).
+	w.conn.cork()
+	var err error
+	for i := 0; i < n && err == nil; i++ {
+		_ = w.conn.SetWriteDeadline(time.Now().Add(w.s.WriteTimeout))
+		err = w.c.Write(context.Background(), websocket.MessageText, frame(i))
+	}
+	if uerr := w.conn.uncork(); err == nil {
+		err = uerr
+	}
+	_ = w.conn.SetWriteDeadline(time.Time{})
+	if cap(w.buf) > wsKeepBuffer {
+		w.buf = nil // a large event's frame: not kept for the connection's life
+	}
+	if err != nil {
 		err = fmt.Errorf("%w: %v", errWSGone, err)
 		w.cancel(err)
 		return err
