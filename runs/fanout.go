@@ -24,12 +24,14 @@ type Frame struct {
 }
 
 const (
-	// hubRing is how many of its latest frames a hub keeps for subscribers that join it a little
-	// behind (a catch-up read racing the live run).
-	hubRing = 1024
-	// subQueue bounds the frames waiting for one subscriber; a subscriber that falls further
-	// behind is detached and catches up on its own.
-	subQueue = 1024
+	// hubRing and hubRingBytes bound the latest frames a hub keeps for subscribers that join it
+	// a little behind (a catch-up read racing the live run).
+	hubRing      = 1024
+	hubRingBytes = 4 << 20
+	// subQueue and subQueueBytes bound the frames waiting for one subscriber; a subscriber that
+	// falls further behind is detached and catches up on its own.
+	subQueue      = 1024
+	subQueueBytes = 8 << 20
 	// hubRetry is how long a hub waits before following again after a failed read.
 	hubRetry = time.Second
 )
@@ -49,6 +51,7 @@ type hub struct {
 	// started at Join, which pushes from the first run it finds).
 	pos, from int64
 	ring      []*Frame
+	ringBytes int                        // the JSON the ring holds
 	subs      map[*Subscription]struct{} // the attached subscriptions
 }
 
@@ -64,6 +67,7 @@ type Subscription struct {
 
 	mu       sync.Mutex
 	queue    []*Frame // pushed by the hub, not yet handed out
+	queued   int      // the JSON bytes in queue
 	spare    []*Frame // the queue handed out last time, reused
 	attached bool
 	closed   bool
@@ -110,7 +114,7 @@ func (s *Subscription) signal() {
 func (s *Subscription) Next(ctx context.Context) ([]*Frame, error) {
 	s.mu.Lock()
 	q := s.queue
-	s.queue, s.spare = s.spare[:0], q
+	s.queue, s.spare, s.queued = s.spare[:0], q, 0
 	attached := s.attached
 	s.mu.Unlock()
 
@@ -207,6 +211,7 @@ func (h *hub) attach(s *Subscription, caughtUp bool, mark int64) bool {
 	for _, f := range h.ring {
 		if f.Seq > s.after {
 			s.queue = append(s.queue, f)
+			s.queued += len(f.JSON)
 		}
 	}
 	if len(s.queue) > 0 {
@@ -247,28 +252,39 @@ func (h *hub) push(evs []parley.Event) error {
 	}
 	h.pos = evs[len(evs)-1].Seq
 	h.ring = append(h.ring, frames...)
-	if over := len(h.ring) - hubRing; over > 0 {
-		h.from = h.ring[over-1].Seq
+	size := 0
+	for _, f := range frames {
+		size += len(f.JSON)
+	}
+	h.ringBytes += size
+	over := 0
+	for over < len(h.ring) && (len(h.ring)-over > hubRing || h.ringBytes > hubRingBytes) {
+		h.ringBytes -= len(h.ring[over].JSON)
+		h.from = h.ring[over].Seq
+		over++
+	}
+	if over > 0 {
 		clear(h.ring[:over])
 		h.ring = h.ring[over:]
 	}
 	for s := range h.subs {
-		if !s.deliver(frames) {
+		if !s.deliver(frames, size) {
 			delete(h.subs, s)
 		}
 	}
 	return nil
 }
 
-// deliver queues frames for the subscriber and signals it; it reports false, detaching it, when
-// they would overflow its queue.
-func (s *Subscription) deliver(frames []*Frame) bool {
+// deliver queues frames (size bytes of JSON) for the subscriber and signals it; it reports false,
+// detaching it, when they would overflow its queue.
+func (s *Subscription) deliver(frames []*Frame, size int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.queue)+len(frames) > subQueue {
+	if len(s.queue)+len(frames) > subQueue || s.queued+size > subQueueBytes {
 		s.attached = false
 	} else {
 		s.queue = append(s.queue, frames...)
+		s.queued += size
 	}
 	s.signal()
 	return s.attached

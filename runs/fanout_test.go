@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -244,4 +245,48 @@ func TestHubFollowsAgainAfterAFailedRead(t *testing.T) {
 	ev.fail = false
 	ev.mu.Unlock()
 	checkSeqs(t, "after the store came back", take(t, ctx, s, 3), 2, 3)
+}
+
+// Large events bound the hub's ring and a subscriber's queue by their size as well as their
+// number: a subscriber that does not read while 12 MiB go by is detached, and catches up.
+func TestLargeEventsBoundTheQueues(t *testing.T) {
+	m := NewManager(Options{Events: newMemEvents(), FlushEvery: time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	slow := m.Subscribe(ctx, "s1", Join)
+	defer slow.Close()
+	big := strings.Repeat("x", 1<<20)
+	r, _ := m.Begin(context.Background(), Spec{Session: "s1"})
+	r.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
+		for range 12 {
+			emit(parley.Event{Type: parley.EventChunk, Content: big})
+		}
+		return parley.FinishStop, nil
+	}) // 1..14
+	<-r.Done()
+	// The hub has pushed the run's end once its ring holds the done event.
+	for {
+		h := slow.h
+		h.mu.Lock()
+		pos, ringBytes, ringLen := h.pos, h.ringBytes, len(h.ring)
+		h.mu.Unlock()
+		if pos == 14 {
+			if ringBytes > hubRingBytes || ringLen >= 14 {
+				t.Fatalf("the hub's ring holds %d frames, %d bytes: more than %d bytes", ringLen, ringBytes, hubRingBytes)
+			}
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the hub stopped at %d", pos)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	slow.mu.Lock()
+	attached, queued := slow.attached, slow.queued
+	slow.mu.Unlock()
+	if attached || queued > subQueueBytes {
+		t.Fatalf("slow subscriber: attached %v with %d bytes queued, want detached within %d", attached, queued, subQueueBytes)
+	}
+	checkSeqs(t, "slow subscriber", take(t, ctx, slow, 14), 1, 14)
 }
