@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -38,6 +39,8 @@ type env struct {
 	store *sqlite.Store
 	runs  *runs.Manager
 	agent *fakeAgent
+	// shutdown ends every request's context, as parley serve does before it shuts down.
+	shutdown context.CancelFunc
 
 	mu   sync.Mutex
 	keys map[string]string // user → secret of an API key made for it
@@ -120,9 +123,13 @@ func newEnvWith(t *testing.T, ro runs.Options, mod func(*httpapi.Deps)) *env {
 	if mod != nil {
 		mod(&d)
 	}
-	srv := httptest.NewServer(httpapi.NewServer(d))
+	srv := httptest.NewUnstartedServer(httpapi.NewServer(d))
+	base, shutdown := context.WithCancel(context.Background())
+	srv.Config.BaseContext = func(net.Listener) context.Context { return base }
+	srv.Start()
 	t.Cleanup(srv.Close)
-	return &env{url: srv.URL, store: st, runs: mgr, agent: fa, keys: map[string]string{}}
+	t.Cleanup(shutdown)
+	return &env{url: srv.URL, store: st, runs: mgr, agent: fa, shutdown: shutdown, keys: map[string]string{}}
 }
 
 func (e *env) do(t *testing.T, method, path, body string, hdr ...string) (int, map[string]any) {

@@ -846,3 +846,21 @@ func (e *env) restart(t *testing.T) string {
 	t.Cleanup(srv.Close)
 	return srv.URL
 }
+
+// When the server shuts down, a WebSocket is closed with 1001 (going away) and a reason, so that
+// the client reconnects, to another instance, and resumes.
+func TestWebSocketClosedAtShutdown(t *testing.T) {
+	e := newEnv(t, nil)
+	sid := e.newSession(t, "alice")
+	c := e.ws(t, "alice", "?convId="+sid)
+	c.expect("status", "")
+	e.shutdown()
+	f, err := c.tryRead(5 * time.Second)
+	if errors.Is(err, errNoFrame) || err == nil {
+		t.Fatalf("the connection is still open after shutdown (frame %+v)", f)
+	}
+	var ce websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != websocket.StatusGoingAway || ce.Reason != "server shutting down" {
+		t.Fatalf("closed with %v, want 1001 \"server shutting down\"", err)
+	}
+}
