@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 )
 
 // A WebSocket library writes each message with its own system call. A client that is behind has
@@ -15,23 +16,36 @@ import (
 // corkMax bounds what a corked connection gathers; a write past it goes out at once.
 const corkMax = 64 << 10
 
-// corkConn is a net.Conn whose writes can be gathered (cork) and sent together (uncork).
+// corkBuffers lends gathering buffers to corked connections: an idle connection holds none.
+var corkBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
+
+// corkConn is a net.Conn whose writes can be gathered (cork) and sent together (uncork). Each
+// write to the connection underneath gets a deadline of timeout from its start.
 type corkConn struct {
 	net.Conn
+	timeout time.Duration
+
 	mu     sync.Mutex
 	corked bool
-	buf    []byte
+	buf    *[]byte // lent by corkBuffers while corked
 }
 
 func (c *corkConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.corked && len(c.buf)+len(p) <= corkMax {
-		c.buf = append(c.buf, p...)
+	if c.corked && len(*c.buf)+len(p) <= corkMax {
+		*c.buf = append(*c.buf, p...)
 		return len(p), nil
 	}
 	if err := c.flushLocked(); err != nil {
 		return 0, err
+	}
+	return c.write(p)
+}
+
+func (c *corkConn) write(p []byte) (int, error) {
+	if c.timeout > 0 {
+		_ = c.Conn.SetWriteDeadline(time.Now().Add(c.timeout))
 	}
 	return c.Conn.Write(p)
 }
@@ -39,28 +53,35 @@ func (c *corkConn) Write(p []byte) (int, error) {
 // cork starts gathering writes.
 func (c *corkConn) cork() {
 	c.mu.Lock()
-	c.corked = true
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	if !c.corked {
+		c.corked = true
+		c.buf = corkBuffers.Get().(*[]byte)
+	}
 }
 
 // uncork sends what was gathered, in one write, and stops gathering.
 func (c *corkConn) uncork() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !c.corked {
+		return nil
+	}
+	err := c.flushLocked()
 	c.corked = false
-	return c.flushLocked()
+	if cap(*c.buf) <= corkMax {
+		corkBuffers.Put(c.buf)
+	}
+	c.buf = nil
+	return err
 }
 
 func (c *corkConn) flushLocked() error {
-	if len(c.buf) == 0 {
+	if !c.corked || len(*c.buf) == 0 {
 		return nil
 	}
-	_, err := c.Conn.Write(c.buf)
-	if cap(c.buf) > 2*wsKeepBuffer {
-		c.buf = nil // not kept for the connection's life
-	} else {
-		c.buf = c.buf[:0]
-	}
+	_, err := c.write(*c.buf)
+	*c.buf = (*c.buf)[:0]
 	return err
 }
 
@@ -68,7 +89,8 @@ func (c *corkConn) flushLocked() error {
 // hijacks the request's.
 type corkingWriter struct {
 	http.ResponseWriter
-	conn *corkConn // set by Hijack
+	timeout time.Duration // each write's deadline
+	conn    *corkConn     // set by Hijack
 }
 
 func (w *corkingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
@@ -82,7 +104,7 @@ func (w *corkingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		c.Close()
 		return nil, nil, err
 	}
-	w.conn = &corkConn{Conn: c}
+	w.conn = &corkConn{Conn: c, timeout: w.timeout}
 	brw.Writer.Reset(w.conn)
 	return w.conn, brw, nil
 }

@@ -2,9 +2,11 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -156,6 +158,36 @@ func TestWebSocketBatchIsOneWrite(t *testing.T) {
 		want := `{"type":"llm_chunk","seq":` + strconv.Itoa(i+1) + `,"data":{"seq":` + strconv.Itoa(i+1) + `}}`
 		if string(b) != want {
 			t.Fatalf("frame %d: %s, want %s", i, b, want)
+		}
+	}
+}
+
+// Every write to the connection underneath has a deadline: a client that takes nothing is not
+// waited on past it.
+func TestCorkedWritesHaveADeadline(t *testing.T) {
+	a, b := net.Pipe() // nobody reads b
+	defer a.Close()
+	defer b.Close()
+	c := &corkConn{Conn: a, timeout: 50 * time.Millisecond}
+	for _, corked := range []bool{false, true} {
+		done := make(chan error, 1)
+		go func() {
+			if corked {
+				c.cork()
+				c.Write([]byte("gathered"))
+				done <- c.uncork()
+				return
+			}
+			_, err := c.Write([]byte("direct"))
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("corked %v: write to a client that reads nothing: %v, want a deadline error", corked, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("corked %v: the write waited for a client that reads nothing", corked)
 		}
 	}
 }

@@ -156,7 +156,7 @@ func (s *server) handleWS() http.Handler {
 			return
 		}
 		defer release()
-		cw := &corkingWriter{ResponseWriter: w}
+		cw := &corkingWriter{ResponseWriter: w, timeout: s.WriteTimeout}
 		c, err := websocket.Accept(cw, r, &websocket.AcceptOptions{
 			Subprotocols:   []string{wsProtocol},
 			OriginPatterns: s.wsOrigins,
@@ -298,18 +298,16 @@ func (w *wsConn) sendEach(ctx context.Context, n int, frame func(i int) []byte) 
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
-	// A deadline bounds each frame and the batch's last write; the writes themselves go
-	// without a context of their own (a timer and a callback each, otherwise).
+	// The connection bounds each of its writes (WriteTimeout); the frames go without a context
+	// of their own (a timer and a callback each, otherwise).
 	w.conn.cork()
 	var err error
 	for i := 0; i < n && err == nil; i++ {
-		_ = w.conn.SetWriteDeadline(time.Now().Add(w.s.WriteTimeout))
 		err = w.c.Write(context.Background(), websocket.MessageText, frame(i))
 	}
 	if uerr := w.conn.uncork(); err == nil {
 		err = uerr
 	}
-	_ = w.conn.SetWriteDeadline(time.Time{})
 	if cap(w.buf) > wsKeepBuffer {
 		w.buf = nil // a large event's frame: not kept for the connection's life
 	}
