@@ -83,12 +83,22 @@ func (m *Manager) Subscribe(ctx context.Context, sessionID string, after int64) 
 	s := &Subscription{m: m, session: sessionID, after: after, ready: make(chan struct{}, 1)}
 	m.mu.Lock()
 	h := m.hubs[sessionID]
+	m.mu.Unlock()
+	start := after
 	if h == nil {
+		// A new hub starts where the session is now, not at this subscriber's point, which may
+		// lie far back in the store: that is the subscriber's to read.
+		if now := m.joinPoint(ctx, sessionID); now == Join || now > after {
+			start = now
+		}
+	}
+	m.mu.Lock()
+	if h = m.hubs[sessionID]; h == nil {
 		hctx, cancel := context.WithCancel(m.ctx)
 		h = &hub{m: m, session: sessionID, cancel: cancel, done: make(chan struct{}),
-			pos: after, from: after, subs: map[*Subscription]struct{}{}}
+			pos: start, from: start, subs: map[*Subscription]struct{}{}}
 		m.hubs[sessionID] = h
-		go h.run(hctx, after)
+		go h.run(hctx, start)
 	}
 	h.refs++
 	s.h = h
