@@ -77,23 +77,26 @@ type Subscription struct {
 // active run's first event, or the next run's), in order, each once, as Follow gives them. The
 // subscription lives until Close, which the caller must call.
 func (m *Manager) Subscribe(ctx context.Context, sessionID string, after int64) *Subscription {
+	// A new hub starts where the session is now (its join point), not at this subscriber's
+	// point, which may lie far back in the store: that is the subscriber's to read.
+	start := after
 	if after < 0 {
 		after = m.joinPoint(ctx, sessionID)
+		start = after
+	} else {
+		m.mu.Lock()
+		h := m.hubs[sessionID]
+		m.mu.Unlock()
+		if h == nil {
+			if now := m.joinPoint(ctx, sessionID); now == Join || now > after {
+				start = now
+			}
+		}
 	}
 	s := &Subscription{m: m, session: sessionID, after: after, ready: make(chan struct{}, 1)}
 	m.mu.Lock()
 	h := m.hubs[sessionID]
-	m.mu.Unlock()
-	start := after
 	if h == nil {
-		// A new hub starts where the session is now, not at this subscriber's point, which may
-		// lie far back in the store: that is the subscriber's to read.
-		if now := m.joinPoint(ctx, sessionID); now == Join || now > after {
-			start = now
-		}
-	}
-	m.mu.Lock()
-	if h = m.hubs[sessionID]; h == nil {
 		hctx, cancel := context.WithCancel(m.ctx)
 		h = &hub{m: m, session: sessionID, cancel: cancel, done: make(chan struct{}),
 			pos: start, from: start, subs: map[*Subscription]struct{}{}}
