@@ -24,9 +24,11 @@ const (
 type Options struct {
 	// SystemPrompt, when set, is sent first.
 	SystemPrompt string
-	// ToolHistoryRounds is how many of the latest tool calls are kept whole; older calls keep their
-	// name while their arguments and result are replaced by placeholders. 0 means
-	// DefaultToolHistoryRounds; a negative value keeps none whole.
+	// ToolHistoryRounds is how many of the latest tool rounds (assistant messages with tool calls,
+	// each with all its parallel calls) are kept whole; the calls of older rounds keep their name
+	// while their arguments and results are replaced by placeholders. 0 means
+	// DefaultToolHistoryRounds; a negative value keeps none whole but the results the model has
+	// not seen yet (those of a round that ends the history).
 	ToolHistoryRounds int
 }
 
@@ -37,7 +39,7 @@ type Options struct {
 //   - tool messages that answer no pending call, or answer one twice, are dropped;
 //   - assistant messages with neither content nor tool calls (a run cut off before its first
 //     token) are dropped;
-//   - calls other than the last ToolHistoryRounds are shortened.
+//   - the calls of rounds other than the last ToolHistoryRounds are shortened.
 func Build(history []parley.Message, opts Options) []parley.Message {
 	out := make([]parley.Message, 0, len(history)+1)
 	if opts.SystemPrompt != "" {
@@ -118,22 +120,31 @@ func BuildOwned(history []parley.Message, opts Options) []parley.Message {
 	return history
 }
 
-// shorten replaces the arguments and results of all but the last opts.ToolHistoryRounds tool
-// calls of msgs, a valid history in which the tool messages of an assistant message follow it
-// directly, in the order of its calls. Shortened calls get new arrays: the old ones may be shared
-// (with the caller's history, or with historycache).
+// shorten replaces the arguments and results of the tool calls of all but the last
+// opts.ToolHistoryRounds rounds of msgs, a valid history in which the tool messages of an
+// assistant message follow it directly, in the order of its calls. A round is one assistant
+// message with its tool calls, however many calls it made in parallel (seed 000's
+// tool_history_rounds). The last round is never shortened when nothing follows its results: the
+// model has not seen them yet. Shortened calls get new arrays: the old ones may be shared (with
+// the caller's history, or with historycache).
 func shorten(msgs []parley.Message, opts Options) {
 	keep := opts.ToolHistoryRounds
 	if keep == 0 {
 		keep = DefaultToolHistoryRounds
 	}
-	total := 0
+	rounds, last := 0, -1
 	for i := range msgs {
-		total += len(msgs[i].ToolCalls)
+		if len(msgs[i].ToolCalls) > 0 {
+			rounds++
+			last = i
+		}
 	}
-	threshold := total - max(keep, 0)
-	n := 0
-	for i := 0; i < len(msgs) && n < threshold; i++ {
+	threshold := rounds - max(keep, 0)
+	if threshold >= rounds && last >= 0 && last+len(msgs[last].ToolCalls) == len(msgs)-1 {
+		threshold = rounds - 1 // the latest results wait for the model's first look
+	}
+	r := 0
+	for i := 0; i < len(msgs) && r < threshold; i++ {
 		calls := msgs[i].ToolCalls
 		if len(calls) == 0 {
 			continue
@@ -141,13 +152,11 @@ func shorten(msgs []parley.Message, opts Options) {
 		short := make([]parley.ToolCall, len(calls))
 		copy(short, calls)
 		for j := range short {
-			if n < threshold {
-				short[j].Function.Arguments = OmittedArguments
-				msgs[i+1+j].Content = parley.Text(OmittedResult)
-			}
-			n++
+			short[j].Function.Arguments = OmittedArguments
+			msgs[i+1+j].Content = parley.Text(OmittedResult)
 		}
 		msgs[i].ToolCalls = short
+		r++
 	}
 }
 

@@ -115,16 +115,47 @@ assistant: Answer1
 `,
 		},
 		{
-			// Parallel calls count one by one: of a, b, c only the last two stay whole.
-			name:    "parallel calls counted singly",
-			history: []parley.Message{user("q"), calls("a", "b", "c"), result("b"), result("a"), result("c"), text("done")},
-			rounds:  2,
+			// A round is one assistant message with all its parallel calls: with two rounds kept,
+			// three parallel calls of the latest round stay whole, and so does the round before.
+			name: "parallel calls count as one round",
+			history: []parley.Message{user("q"), calls("x"), result("x"), calls("y"), result("y"),
+				calls("a", "b", "c"), result("b"), result("a"), result("c"), text("done")},
+			rounds: 2,
 			want: `user: q
-assistant calls tool_a{} tool_b{"q":"b"} tool_c{"q":"c"}
-tool[a]: [omitted: result of an earlier tool call]
+assistant calls tool_x{}
+tool[x]: [omitted: result of an earlier tool call]
+assistant calls tool_y{"q":"y"}
+tool[y]: result y
+assistant calls tool_a{"q":"a"} tool_b{"q":"b"} tool_c{"q":"c"}
+tool[a]: result a
 tool[b]: result b
 tool[c]: result c
 assistant: done
+`,
+		},
+		{
+			// More parallel calls than the setting: the model is about to read these results for
+			// the first time, so none of them is shortened.
+			name:    "one round wider than the setting, not yet seen",
+			history: []parley.Message{user("q"), calls("a", "b", "c"), result("a"), result("b"), result("c")},
+			rounds:  1,
+			want: `user: q
+assistant calls tool_a{"q":"a"} tool_b{"q":"b"} tool_c{"q":"c"}
+tool[a]: result a
+tool[b]: result b
+tool[c]: result c
+`,
+		},
+		{
+			name:    "none kept whole, but the results the model has not seen",
+			history: []parley.Message{user("q"), calls("x"), result("x"), calls("a", "b"), result("a"), result("b")},
+			rounds:  -1,
+			want: `user: q
+assistant calls tool_x{}
+tool[x]: [omitted: result of an earlier tool call]
+assistant calls tool_a{"q":"a"} tool_b{"q":"b"}
+tool[a]: result a
+tool[b]: result b
 `,
 		},
 	} {

@@ -2,6 +2,7 @@ package llmctx
 
 import (
 	"strings"
+	"unicode/utf8"
 
 	"github.com/parleyhq/parley"
 )
@@ -27,9 +28,12 @@ import (
 //	</tool_result>
 //
 // It is for models without a native tool role; tools are still offered, so the model may call
-// them natively. A result is "error" when its text starts with "error" (how Parley words a failed call). The id and
-// name are XML-escaped; in the result only a closing tag of the envelope is broken up, so that
-// JSON and code reach the model as they are. msgs is not changed.
+// them natively. A result is "error" when its text starts with "error" (how Parley words a failed
+// call). Every interpolated field (id, name, arguments, result, and the text of an assistant
+// message whose calls are written out) is escaped as XML character data: '&', '<' and '>' become
+// entities, '\r' a character reference, and characters XML cannot carry U+FFFD, so that no text a
+// tool or a model produced can open or close an element of the envelope; an XML parser reading
+// the message gets every field back as it was. msgs is not changed.
 func ToolResultsAsText(msgs []parley.Message) []parley.Message {
 	names := map[string]string{}
 	out := make([]parley.Message, 0, len(msgs))
@@ -65,7 +69,7 @@ func ToolResultsAsText(msgs []parley.Message) []parley.Message {
 		b.WriteString("</name>\n  <status>")
 		b.WriteString(status)
 		b.WriteString("</status>\n  <result>\n")
-		b.WriteString(envelopeSafe(text))
+		b.WriteString(xmlEscape(text))
 		b.WriteString("\n  </result>\n</tool_result>")
 		if i+1 == len(msgs) || msgs[i+1].Role != parley.RoleTool {
 			out = append(out, parley.Message{Role: parley.RoleUser, Content: parley.Text(b.String())})
@@ -75,19 +79,54 @@ func ToolResultsAsText(msgs []parley.Message) []parley.Message {
 	return out
 }
 
-var xmlReplacer = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
+// xmlEscape returns s as XML character data: the markup characters as entities, a carriage
+// return as a character reference (a parser would turn a raw one into a newline), and the
+// characters XML 1.0 does not allow (most C0 controls, lone surrogates, U+FFFE, U+FFFF) as U+FFFD.
+func xmlEscape(s string) string {
+	clean := utf8.ValidString(s)
+	for _, r := range s {
+		if r == '&' || r == '<' || r == '>' || r == '\r' || !xmlChar(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 16)
+	for _, r := range s {
+		switch {
+		case r == '&':
+			b.WriteString("&amp;")
+		case r == '<':
+			b.WriteString("&lt;")
+		case r == '>':
+			b.WriteString("&gt;")
+		case r == '\r':
+			b.WriteString("&#xD;")
+		case !xmlChar(r):
+			b.WriteRune(utf8.RuneError)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
 
-func xmlEscape(s string) string { return xmlReplacer.Replace(s) }
-
-// envelopeReplacer breaks up the closing tags of the envelope inside a result.
-var envelopeReplacer = strings.NewReplacer("</result>", "<\\/result>", "</tool_result>", "<\\/tool_result>")
-
-func envelopeSafe(s string) string { return envelopeReplacer.Replace(s) }
+// xmlChar reports whether r is in XML 1.0's Char production. An invalid UTF-8 byte decodes as
+// U+FFFD, which is.
+func xmlChar(r rune) bool {
+	return r == 0x09 || r == 0x0A || r == 0x0D ||
+		r >= 0x20 && r <= 0xD7FF ||
+		r >= 0xE000 && r <= 0xFFFD ||
+		r >= 0x10000 && r <= 0x10FFFF
+}
 
 // callsAsText returns m with its tool calls written after its text.
 func callsAsText(m parley.Message) parley.Message {
 	var b strings.Builder
-	b.WriteString(m.Content.String())
+	b.WriteString(xmlEscape(m.Content.String()))
 	for _, c := range m.ToolCalls {
 		if b.Len() > 0 {
 			b.WriteByte('\n')
@@ -97,7 +136,7 @@ func callsAsText(m parley.Message) parley.Message {
 		b.WriteString("</tool_call_id>\n  <name>")
 		b.WriteString(xmlEscape(c.Function.Name))
 		b.WriteString("</name>\n  <arguments>")
-		b.WriteString(strings.ReplaceAll(c.Function.Arguments, "</arguments>", "<\\/arguments>"))
+		b.WriteString(xmlEscape(c.Function.Arguments))
 		b.WriteString("</arguments>\n</tool_call>")
 	}
 	m.Content, m.ToolCalls = parley.Text(b.String()), nil

@@ -119,7 +119,7 @@ func serveFlags(fs *flag.FlagSet, c *config) {
 	fs.DurationVar(&c.BreakerCooldown, "breaker-cooldown", 30*time.Second, "how long an open breaker refuses calls (or starts) before one trial")
 	fs.StringVar(&c.SystemPrompt, "system-prompt", "", "system prompt put before every conversation")
 	fs.IntVar(&c.MaxIterations, "max-iterations", 10, "model calls per run before it stops with a 'reached max iterations' message")
-	fs.IntVar(&c.ToolHistoryRounds, "tool-history-rounds", 10, "most recent tool calls sent to the model whole; older ones are shortened")
+	fs.IntVar(&c.ToolHistoryRounds, "tool-history-rounds", 10, "most recent tool rounds (one answer with all its parallel calls) sent to the model whole; older rounds are shortened")
 	fs.IntVar(&c.HistoryCacheMB, "history-cache-mb", 64, "memory for the model view of active sessions, so each model call reads only new messages (0: off)")
 	fs.DurationVar(&c.ToolTimeout, "tool-timeout", 60*time.Second, "time limit of one tool call")
 	fs.IntVar(&c.MaxParallelTools, "max-parallel-tools", 4, "tool calls of one model answer run at once")
