@@ -97,7 +97,9 @@ func TestToolResultsAsTextAdversarial(t *testing.T) {
 			}
 			want := func(s string) string { return s }
 			if i == len(hostile) { // characters XML cannot carry arrive as U+FFFD
-				want = func(s string) string { return strings.NewReplacer("\x01", "\uFFFD", "\x1b", "\uFFFD", "\uFFFE", "\uFFFD").Replace(s) }
+				want = func(s string) string {
+					return strings.NewReplacer("\x01", "\uFFFD", "\x1b", "\uFFFD", "\uFFFE", "\uFFFD").Replace(s)
+				}
 			}
 			if len(calls.Calls) != 1 || calls.Calls[0] != (callEl{ID: want(id), Name: want("n" + h), Args: want(`{"a":"` + h + `"}`)}) {
 				t.Fatalf("calls: %+v", calls.Calls)
