@@ -1,7 +1,9 @@
 // Package router puts the configured providers behind one parley.Provider per model, addressed
 // as "provider/model". Each call is retried with exponential backoff and jitter on 429, 5xx and
 // connection errors (honouring Retry-After) until the first event of the answer arrives, never
-// after; each provider endpoint has a circuit breaker; a model may name fallback models that
+// after; each provider endpoint has a circuit breaker, which counts a call and its retries once
+// and opens only on an endpoint that looks down (5xx, connection errors, timeouts), never on a
+// 429; a model may name fallback models that
 // answer while its endpoint's breaker is open or its retries ran out; the price table turns each
 // call's usage into a cost. It knows no wire format: cmd/parley gives it the adapters.
 package router
@@ -294,6 +296,8 @@ func fallsBack(err error) bool {
 }
 
 // attempt calls one model with retries. It returns a stream whose first event has arrived.
+// The retries of one call are one call to the endpoint's breaker: it is asked once, and told
+// once how the call ended (by the stream, when one opens).
 func (r *Router) attempt(ctx context.Context, e *endpoint, model string, req *parley.ChatRequest) (parley.Stream, error) {
 	call := *req
 	call.Model = model
@@ -301,49 +305,67 @@ func (r *Router) attempt(ctx context.Context, e *endpoint, model string, req *pa
 		call.Messages = llmctx.ToolResultsAsText(req.Messages)
 	}
 	full := e.Name + "/" + model
-	var err error
+	done, wait, ok := e.breaker.Allow()
+	if !ok {
+		secs := int(wait.Round(time.Second) / time.Second)
+		return nil, &parley.Error{Code: parley.ECUnavailable, RetryAfter: wait,
+			Err:     &parley.StatusError{StatusCode: 503, RetryAfter: wait},
+			Message: fmt.Sprintf("provider %q is unavailable: it failed repeatedly and is not called for now (circuit open; retry in %ds)", e.Name, max(secs, 1))}
+	}
 	for try := 1; ; try++ {
-		done, wait, ok := e.breaker.Allow()
-		if !ok {
-			secs := int(wait.Round(time.Second) / time.Second)
-			return nil, parley.WrapError(parley.ECUnavailable, &parley.StatusError{StatusCode: 503, RetryAfter: wait},
-				fmt.Sprintf("provider %q is unavailable (circuit open; retry in %ds)", e.Name, max(secs, 1)))
-		}
-		var s parley.Stream
-		s, err = r.open(ctx, e, &call, full, done)
+		s, err := r.open(ctx, e, &call, full, done)
 		if err == nil {
 			return s, nil
 		}
 		if ctx.Err() != nil || !retryable(err) || try >= r.cfg.Retry.Attempts {
-			return nil, err
+			done(outcome(ctx, err))
+			return nil, r.named(e, err, try)
 		}
 		delay := r.backoff(try)
 		var se *parley.StatusError
 		if errors.As(err, &se) && se.RetryAfter > 0 {
 			if se.RetryAfter > r.cfg.Retry.MaxWait {
-				return nil, err
+				done(outcome(ctx, err))
+				return nil, r.named(e, err, try)
 			}
 			delay = max(delay, se.RetryAfter)
 		}
 		r.cfg.Log.Info("retrying model call", "model", full, "attempt", try+1, "after", delay, "error", err)
 		if err := r.cfg.Sleep(ctx, delay); err != nil {
+			done(breaker.Ignore)
 			return nil, parley.WrapError(parley.ECCanceled, err, "the run was cancelled")
 		}
 	}
 }
 
-// open starts one call and waits for its first event, reporting the outcome to the breaker: a
-// failure before the first event is the call's failure; after it, the stream reports at its end.
+// named returns the error a caller gets for a call that failed after tries tries. A provider that
+// asked to slow down (HTTP 429) is named as the cause, with the wait it asked for, or else the
+// wait the next retry would have had, as RetryAfter; other errors are returned as they are.
+func (r *Router) named(e *endpoint, err error, tries int) error {
+	var se *parley.StatusError
+	if parley.CodeOf(err) != parley.ECRateLimited || !errors.As(err, &se) {
+		return err
+	}
+	wait := se.RetryAfter
+	if wait <= 0 {
+		wait = r.backoff(tries)
+	}
+	secs := int((wait + time.Second - 1) / time.Second)
+	return &parley.Error{Code: parley.ECRateLimited, Err: err, RetryAfter: wait,
+		Message: fmt.Sprintf("provider %q is rate limiting requests (HTTP 429); retry in %ds", e.Name, max(secs, 1))}
+}
+
+// open starts one try of a call and waits for its first event. A try that fails before its first
+// event tells the breaker nothing (attempt reports the call once); an opened stream reports the
+// call's outcome at its end.
 func (r *Router) open(ctx context.Context, e *endpoint, req *parley.ChatRequest, full string, done func(breaker.Outcome)) (parley.Stream, error) {
 	s, err := e.Provider.Stream(ctx, req)
 	if err != nil {
-		done(outcome(ctx, err))
 		return nil, err
 	}
 	first, err := s.Next()
 	if err != nil && err != io.EOF {
 		s.Close()
-		done(outcome(ctx, err))
 		return nil, err
 	}
 	price, priced := r.cfg.Prices[full]
@@ -361,17 +383,31 @@ func retryable(err error) bool {
 	return parley.CodeOf(err) == parley.ECUpstream
 }
 
-// outcome is what a call's error says of the endpoint's health.
+// outcome is what a call's error says of the endpoint's health. Only an endpoint that looks down
+// counts against it: a 5xx or 408 answer, a connection that failed or broke, a call that ran out
+// of time. A 429 is an endpoint asking to slow down, and a refused request (400, 401, …) or a call
+// its caller cancelled says nothing of the endpoint: neither counts.
 func outcome(ctx context.Context, err error) breaker.Outcome {
 	switch {
 	case err == nil || err == io.EOF:
 		return breaker.Success
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return breaker.Failure // the provider did not answer in time
 	case ctx.Err() != nil:
 		return breaker.Ignore
-	case retryable(err):
+	}
+	var se *parley.StatusError
+	if errors.As(err, &se) {
+		if se.StatusCode == 408 || se.StatusCode >= 500 {
+			return breaker.Failure
+		}
+		return breaker.Ignore
+	}
+	switch parley.CodeOf(err) {
+	case parley.ECUpstream, parley.ECTimeout:
 		return breaker.Failure
 	}
-	return breaker.Ignore // the request was refused (400, 401, …): the endpoint itself is up
+	return breaker.Ignore
 }
 
 // backoff is the wait before try+1: Base doubled per try, at most Max, with half of it random.

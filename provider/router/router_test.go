@@ -238,8 +238,8 @@ func TestBreakerOpensAfterThreeFailuresAndHalfOpensAfterCooldown(t *testing.T) {
 	}
 	_, _, _, err := call(t, r, "")
 	var se *parley.StatusError
-	if parley.CodeOf(err) != parley.ECUnavailable || !errors.As(err, &se) || se.RetryAfter != 30*time.Second {
-		t.Fatalf("err %v, want unavailable with 30s to wait", err)
+	if parley.CodeOf(err) != parley.ECUnavailable || !errors.As(err, &se) || se.RetryAfter != 30*time.Second || parley.RetryAfterOf(err) != 30*time.Second {
+		t.Fatalf("err %v, want unavailable with 30s to wait (Retry-After %v)", err, parley.RetryAfterOf(err))
 	}
 	if n := len(f.srv.Requests()); n != 3 {
 		t.Fatalf("%d upstream requests: the open breaker let one through", n)
@@ -263,6 +263,81 @@ func TestBreakerOpensAfterThreeFailuresAndHalfOpensAfterCooldown(t *testing.T) {
 	}
 	if m := r.Models(); m[0].Breaker != "closed" {
 		t.Fatalf("breaker %s after a good trial, want closed", m[0].Breaker)
+	}
+}
+
+// A call's retries are one call to the breaker: three 5xx tries of one call are one failure.
+func TestBreakerCountsACallAndItsRetriesOnce(t *testing.T) {
+	f := newFake(t)
+	h := &harness{}
+	r := newRouter(t, h, Config{Endpoints: []Endpoint{f.endpoint("up", "m")}, Default: "up/m", BreakerFailures: 2})
+	for range 3 {
+		f.srv.Enqueue(llmtest.Turn{Status: 503})
+	}
+	if _, _, _, err := call(t, r, ""); parley.CodeOf(err) != parley.ECUpstream || len(f.srv.Requests()) != 3 {
+		t.Fatalf("first call: %v after %d requests", err, len(f.srv.Requests()))
+	}
+	if m := r.Models(); m[0].Breaker != "closed" {
+		t.Fatalf("breaker %s after one call that was tried three times, want closed", m[0].Breaker)
+	}
+	for range 3 {
+		f.srv.Enqueue(llmtest.Turn{Status: 503})
+	}
+	call(t, r, "")
+	if m := r.Models(); m[0].Breaker != "open" {
+		t.Fatalf("breaker %s after two failed calls, want open", m[0].Breaker)
+	}
+}
+
+// A provider that asks to slow down is not down: 429s never open the breaker, and the caller is
+// told the real cause with the provider's wait, or the router's own backoff when it gave none.
+func TestRateLimitsNeverOpenTheBreaker(t *testing.T) {
+	f := newFake(t)
+	h := &harness{}
+	r := newRouter(t, h, Config{Endpoints: []Endpoint{f.endpoint("up", "m")}, Default: "up/m", BreakerFailures: 1,
+		Retry: Retry{Base: time.Second, Max: 8 * time.Second}})
+	for _, tc := range []struct {
+		retryAfter string
+		want       time.Duration
+	}{
+		{"7", 7 * time.Second},
+		{"", 3 * time.Second}, // backoff(3) with the jitter at 0.5: 3/4 of 4 s
+		{"2", 2 * time.Second},
+	} {
+		for range 3 {
+			f.srv.Enqueue(llmtest.Turn{Status: 429, RetryAfter: tc.retryAfter})
+		}
+		_, _, _, err := call(t, r, "")
+		if parley.CodeOf(err) != parley.ECRateLimited || parley.RetryAfterOf(err) != tc.want {
+			t.Fatalf("Retry-After %q: err %v with wait %v, want rate_limited with %v", tc.retryAfter, err, parley.RetryAfterOf(err), tc.want)
+		}
+		if msg := parley.MessageOf(err); !strings.Contains(msg, `provider "up" is rate limiting`) {
+			t.Fatalf("message %q does not name the cause", msg)
+		}
+		if m := r.Models(); m[0].Breaker != "closed" {
+			t.Fatalf("breaker %s after 429s, want closed", m[0].Breaker)
+		}
+	}
+	// The provider is still called: nothing was closed for anyone.
+	if text, _, _, err := call(t, r, ""); err != nil || text == "" {
+		t.Fatalf("after the rate limits: %q, %v", text, err)
+	}
+}
+
+// A provider that does not answer in time is down.
+func TestBreakerCountsATimeout(t *testing.T) {
+	f := newFake(t)
+	h := &harness{}
+	r := newRouter(t, h, Config{Endpoints: []Endpoint{f.endpoint("up", "m")}, Default: "up/m", BreakerFailures: 1})
+	f.srv.Enqueue(llmtest.Turn{Content: "far too slow", Delay: time.Minute})
+	p, full, _ := r.Resolve("")
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := p.Stream(ctx, &parley.ChatRequest{Model: full, Messages: hello}); err == nil {
+		t.Fatal("a call that timed out before its first token succeeded")
+	}
+	if m := r.Models(); m[0].Breaker != "open" {
+		t.Fatalf("breaker %s after a timeout, want open", m[0].Breaker)
 	}
 }
 
@@ -299,6 +374,8 @@ func TestFallbackAnswersWhileTheBreakerIsOpen(t *testing.T) {
 		Endpoints: []Endpoint{primary.endpoint("main", "big"), backup.endpoint("spare", "small")},
 		Default:   "main/big",
 		Fallbacks: map[string][]string{"main/big": {"spare/small"}},
+		// One call, with its three tries, is one failure: one is enough here.
+		BreakerFailures: 1,
 	})
 	primary.srv.Enqueue(llmtest.Turn{Status: 503}, llmtest.Turn{Status: 503}, llmtest.Turn{Status: 503})
 	backup.srv.Enqueue(llmtest.Turn{Content: "from the spare"}, llmtest.Turn{Content: "spare again"})
