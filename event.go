@@ -48,6 +48,23 @@ type Event struct {
 type ErrorBody struct {
 	Code    ErrorCode `json:"code"`
 	Message string    `json:"message"`
+	// RetryAfter is, on a rate_limited or unavailable error of a run, how many seconds to wait
+	// before trying again (the Retry-After of the batch chat's answer); 0 when unknown.
+	RetryAfter int `json:"retry_after,omitempty"`
+}
+
+// RetryAfterSeconds is the Retry-After, in whole seconds rounded up, that err carries for a
+// client: its RetryAfter when err is rate_limited or unavailable, or 0.
+func RetryAfterSeconds(err error) int {
+	code := CodeOf(err)
+	if code != ECRateLimited && code != ECUnavailable {
+		return 0
+	}
+	d := RetryAfterOf(err)
+	if d <= 0 {
+		return 0
+	}
+	return max(1, int((d+time.Second-1)/time.Second))
 }
 
 // Finish reasons of a done event.

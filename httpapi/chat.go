@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/chat"
@@ -81,6 +82,9 @@ func (s *server) handleChat() http.Handler {
 			return // the client left; the run goes on
 		}
 		if runErr != nil {
+			if runErr.RetryAfter > 0 {
+				w.Header().Set("Retry-After", strconv.Itoa(runErr.RetryAfter))
+			}
 			writeJSON(w, statusOf(runErr.Code), map[string]any{"error": runErr, "session_id": out.SessionID, "run_id": out.RunID})
 			return
 		}

@@ -393,7 +393,8 @@ func (r *Run) Go(fn Func) {
 					finish = parley.FinishError
 				}
 				m.opts.Log.Error("run failed", "run", r.ID, "session", r.SessionID, "err", err)
-				r.emit(parley.Event{Type: parley.EventError, Error: &parley.ErrorBody{Code: parley.CodeOf(err), Message: redact.String(parley.MessageOf(err))}})
+				r.emit(parley.Event{Type: parley.EventError, Error: &parley.ErrorBody{Code: parley.CodeOf(err), Message: redact.String(parley.MessageOf(err)),
+					RetryAfter: parley.RetryAfterSeconds(err)}})
 			}
 		}
 		r.emitDone(finish)
