@@ -229,10 +229,13 @@ func (a *Agent) loop(ctx context.Context, in Input, t *turn, res *Result) (*Resu
 		}
 	}
 
+	text := MaxIterationsText(a.cfg.MaxIterations)
 	msg := &parley.Message{
-		ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text(MaxIterationsText(a.cfg.MaxIterations)),
+		ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text(text),
 		RunID: in.RunID, Model: model, CreatedAt: a.now(),
 	}
+	// A streaming client shows text from chunks; the record that follows replaces them.
+	emitSafe(parley.Event{Type: parley.EventChunk, Content: text})
 	if err := a.store(ctx, in.SessionID, msg); err != nil {
 		return res, err
 	}
@@ -313,7 +316,7 @@ func (a *Agent) callModel(ctx context.Context, prov parley.Provider, req *parley
 func (a *Agent) assistant(in Input, model string, resp *parley.Response, latency time.Duration) *parley.Message {
 	msg := &parley.Message{
 		ID: parley.NewID(), Role: parley.RoleAssistant, Reasoning: resp.Reasoning, ThinkingBlocks: resp.ThinkingBlocks,
-		RunID: in.RunID, Model: model, LatencyMS: latency.Milliseconds(), Usage: resp.Usage, CreatedAt: a.now(),
+		RunID: in.RunID, Model: model, LatencyMS: latencyMS(latency), Usage: resp.Usage, CreatedAt: a.now(),
 	}
 	if resp.Content != "" || len(resp.ToolCalls) == 0 {
 		msg.Content = parley.Text(resp.Content)
@@ -369,7 +372,7 @@ func (a *Agent) runTools(ctx context.Context, in Input, calls []parley.ToolCall,
 			ok := out.Success
 			msg := &parley.Message{
 				ID: parley.NewID(), Role: parley.RoleTool, Content: out.Content, Name: call.Function.Name,
-				ToolCallID: call.ID, RunID: in.RunID, LatencyMS: out.Latency.Milliseconds(),
+				ToolCallID: call.ID, RunID: in.RunID, LatencyMS: latencyMS(out.Latency),
 				Success: &ok, ResourceID: out.ResourceID, Server: out.Server, CreatedAt: a.now(),
 			}
 			if err := a.store(ctx, in.SessionID, msg); err != nil {
@@ -448,6 +451,16 @@ func scrubNUL(m *parley.Message) {
 		fix(&m.ToolCalls[i].Function.Arguments)
 		fix(&m.ToolCalls[i].Function.Name)
 	}
+}
+
+// latencyMS is a measured duration in whole milliseconds, rounded up: a call that took any time
+// at all reports at least 1 (latency_ms is left out of the JSON only when nothing was measured,
+// as for a tool call that was not run).
+func latencyMS(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
 func (a *Agent) now() time.Time { return a.cfg.Now().UTC().Truncate(time.Microsecond) }

@@ -390,6 +390,53 @@ func TestMaxIterations(t *testing.T) {
 	if err := parley.CheckHistory(h); err != nil {
 		t.Fatal(err)
 	}
+	// A streaming client sees the message as chunks too, then its record.
+	f.mu.Lock()
+	evs := append([]parley.Event(nil), f.evs...)
+	f.mu.Unlock()
+	n := len(evs)
+	if n < 2 || evs[n-2].Type != parley.EventChunk || evs[n-2].Content != MaxIterationsText(3) ||
+		evs[n-1].Type != parley.EventRecord || evs[n-1].Message.ID != last.ID {
+		t.Fatalf("last events: %+v", evs[max(0, n-2):])
+	}
+}
+
+func TestLatencyIsRoundedUpToWholeMilliseconds(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want int64
+	}{
+		{0, 0}, {time.Nanosecond, 1}, {300 * time.Microsecond, 1}, {time.Millisecond, 1},
+		{1200 * time.Microsecond, 2}, {41 * time.Millisecond, 41},
+	} {
+		if got := latencyMS(tc.d); got != tc.want {
+			t.Errorf("latencyMS(%v) = %d, want %d", tc.d, got, tc.want)
+		}
+	}
+	// A tool call that took well under a millisecond still reports its latency.
+	f := newFixture(t)
+	f.tool(t, "echo", echoTool)
+	f.prov.steps = append(f.prov.steps, callTools("", [2]string{"echo", `{}`}), say("done"))
+	if _, err := f.run(t, context.Background(), f.agent(nil), "go", nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range f.history(t) {
+		if m.Role == parley.RoleTool && m.LatencyMS < 1 {
+			t.Fatalf("tool message without latency: %+v", m)
+		}
+		if m.Role == parley.RoleTool && !strings.Contains(jsonString(t, m), `"latency_ms":`) {
+			t.Fatalf("latency_ms left out of %s", jsonString(t, m))
+		}
+	}
+}
+
+func jsonString(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 func TestSelectedTools(t *testing.T) {

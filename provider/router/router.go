@@ -248,7 +248,11 @@ func (r *Router) Models() []ModelInfo {
 	}
 	if !slices.ContainsFunc(out, func(m ModelInfo) bool { return m.Default }) {
 		e, _, _ := r.lookup(def)
-		out = append(out, ModelInfo{ID: def, Provider: e.Name, Kind: e.Kind, Default: true, Breaker: string(e.breaker.State()), Fallbacks: r.cfg.Fallbacks[def]})
+		mi := ModelInfo{ID: def, Provider: e.Name, Kind: e.Kind, Default: true, Breaker: string(e.breaker.State()), Fallbacks: r.cfg.Fallbacks[def]}
+		if p, ok := r.cfg.Prices[def]; ok {
+			mi.Price = &p
+		}
+		out = append(out, mi)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Default && !out[j].Default })
 	return out

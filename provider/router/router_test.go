@@ -491,3 +491,16 @@ func TestResolveNames(t *testing.T) {
 		}
 	}
 }
+
+// A default model on a provider that lists no models is shown with its price.
+func TestModelsShowTheDefaultModelsPrice(t *testing.T) {
+	f := newFake(t)
+	h := &harness{}
+	price := Price{Input: 0.5, Output: 1.5}
+	r := newRouter(t, h, Config{Endpoints: []Endpoint{f.endpoint("local")}, Default: "local/llama3.2",
+		Prices: map[string]Price{"local/llama3.2": price}})
+	models := r.Models()
+	if len(models) != 2 || models[0].ID != "local/llama3.2" || !models[0].Default || models[0].Price == nil || *models[0].Price != price {
+		t.Fatalf("models %+v", models)
+	}
+}
