@@ -56,8 +56,16 @@ type Message struct {
 	Success    *bool     `json:"success,omitempty"`     // tool: whether the tool succeeded
 	ResourceID string    `json:"resource_id,omitempty"` // tool: a resource the result refers to
 	Server     string    `json:"server,omitempty"`      // tool: the MCP server that ran the tool
-	CreatedAt  time.Time `json:"created_at,omitzero"`
+	// Error marks a failed turn: on the assistant message stored when a run's model call failed
+	// (an upstream error, a cut stream, a timeout), the code of that error. The message holds
+	// what was streamed before the failure. A failed turn is left out of what the model is sent
+	// (package llmctx) and may be retried.
+	Error     ErrorCode `json:"error,omitempty"`
+	CreatedAt time.Time `json:"created_at,omitzero"`
 }
+
+// Failed reports whether m marks a failed turn.
+func (m *Message) Failed() bool { return m.Error != "" }
 
 // OpenAI returns a copy of m without Parley's metadata: exactly what a provider is sent.
 func (m Message) OpenAI() Message {
@@ -71,6 +79,14 @@ func (m Message) OpenAI() Message {
 
 		ThinkingBlocks: m.ThinkingBlocks,
 	}
+}
+
+// ModelView returns what the model view of a history keeps of m (Store.ModelHistory): the
+// OpenAI fields, and the mark of a failed turn, which llmctx needs to leave the turn out.
+func (m Message) ModelView() Message {
+	v := m.OpenAI()
+	v.Error = m.Error
+	return v
 }
 
 // ThinkingBlock is one block of signed reasoning: "thinking" with its text and signature, or

@@ -17,6 +17,8 @@ type Record struct {
 	Content       *string `json:"content,omitempty"`
 	BinaryContent []Part  `json:"binary_content,omitempty"`
 	Reasoning     string  `json:"reasoning_content,omitempty"`
+	// Error is the code of the failure of a failed turn (Message.Error).
+	Error ErrorCode `json:"error,omitempty"`
 
 	// type=tool_call
 	ToolCallID string          `json:"tool_call_id,omitempty"`
@@ -47,7 +49,7 @@ func Records(msgs []Message) []Record {
 			}
 		default:
 			if m.Role != RoleAssistant || !m.Content.IsNull() && m.Content.String() != "" || m.Reasoning != "" || len(m.ToolCalls) == 0 {
-				r := Record{Type: "message", ID: m.ID, Role: m.Role, Reasoning: m.Reasoning, Timestamp: m.CreatedAt}
+				r := Record{Type: "message", ID: m.ID, Role: m.Role, Reasoning: m.Reasoning, Error: m.Error, Timestamp: m.CreatedAt}
 				if !m.Content.IsNull() {
 					s := m.Content.String()
 					r.Content = &s

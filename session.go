@@ -62,7 +62,8 @@ type Store interface {
 	// History returns every message of the session, in order.
 	History(ctx context.Context, sessionID string) ([]Message, error)
 	// ModelHistory returns every message of the session, in order, with only the fields a model
-	// is sent (Message.OpenAI): the cheap read the agent loop makes before each model call.
+	// is sent and the mark of a failed turn (Message.ModelView): the cheap read the agent loop
+	// makes before each model call.
 	ModelHistory(ctx context.Context, sessionID string) ([]Message, error)
 	// OwnerUsage totals the token usage of all of owner's sessions.
 	OwnerUsage(ctx context.Context, owner string) (Usage, error)

@@ -35,7 +35,7 @@ type Cache struct {
 type entry struct {
 	session string
 	lastSeq int64
-	msgs    []parley.Message // OpenAI fields only; never changed in place once published
+	msgs    []parley.Message // model views (Message.ModelView); never changed in place once published
 	size    int64
 }
 
@@ -115,7 +115,7 @@ func (c *Cache) ModelHistory(ctx context.Context, sessionID string) ([]parley.Me
 			return nil, err
 		}
 		for _, m := range rows {
-			added = append(added, m.OpenAI())
+			added = append(added, m.ModelView())
 			lastSeq = m.Seq
 		}
 		if len(rows) < page {

@@ -244,8 +244,8 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 }
 
 const insertMessage = `INSERT INTO messages (id, session_id, seq, role, content, parts, name, tool_calls,
-	tool_call_id, reasoning, run_id, model, latency_ms, usage, success, resource_id, created_at, thinking_blocks, server)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`
+	tool_call_id, reasoning, run_id, model, latency_ms, usage, success, resource_id, created_at, thinking_blocks, server, error)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)`
 
 // AppendMessages appends msgs to the session in one transaction.
 func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...*parley.Message) error {
@@ -291,7 +291,7 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...*p
 			}
 			b.Queue(insertMessage, m.ID, sessionID, first+int64(i), string(m.Role), c.Text, c.Parts, nullStr(m.Name),
 				c.ToolCalls, nullStr(m.ToolCallID), nullStr(m.Reasoning), nullStr(m.RunID), nullStr(m.Model),
-				m.LatencyMS, c.Usage, success, nullStr(m.ResourceID), m.CreatedAt.UTC(), c.Thinking, nullStr(m.Server))
+				m.LatencyMS, c.Usage, success, nullStr(m.ResourceID), m.CreatedAt.UTC(), c.Thinking, nullStr(m.Server), nullStr(string(m.Error)))
 		}
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("postgres: appending messages: %w", err)
@@ -316,7 +316,7 @@ func nullStr(s string) any {
 }
 
 const messageCols = `id, session_id, seq, role, content, parts, name, tool_calls, tool_call_id, reasoning, run_id,
-	model, latency_ms, usage, success, resource_id, created_at, thinking_blocks, server`
+	model, latency_ms, usage, success, resource_id, created_at, thinking_blocks, server, error`
 
 func scanMessage(r pgx.Row) (parley.Message, error) {
 	var (
@@ -324,12 +324,13 @@ func scanMessage(r pgx.Row) (parley.Message, error) {
 		role                          string
 		text, name, callID, reasoning pgtype.Text
 		run, model, resource, server  pgtype.Text
+		failed                        pgtype.Text
 		parts, calls, usage, thinking []byte
 		latency                       pgtype.Int8
 		success                       pgtype.Bool
 	)
 	if err := r.Scan(&m.ID, &m.SessionID, &m.Seq, &role, &text, &parts, &name, &calls, &callID, &reasoning, &run,
-		&model, &latency, &usage, &success, &resource, &m.CreatedAt, &thinking, &server); err != nil {
+		&model, &latency, &usage, &success, &resource, &m.CreatedAt, &thinking, &server, &failed); err != nil {
 		return m, err
 	}
 	if err := decodeOpenAI(&m, role, text, name, callID, reasoning, parts, calls, usage, thinking); err != nil {
@@ -340,6 +341,7 @@ func scanMessage(r pgx.Row) (parley.Message, error) {
 		m.Success = &ok
 	}
 	m.RunID, m.Model, m.ResourceID, m.Server, m.LatencyMS = run.String, model.String, resource.String, server.String, latency.Int64
+	m.Error = parley.ErrorCode(failed.String)
 	m.CreatedAt = m.CreatedAt.UTC()
 	return m, nil
 }
@@ -357,7 +359,8 @@ func decodeOpenAI(m *parley.Message, role string, text, name, callID, reasoning 
 	return rowcodec.DecodeJSON(m, parts, calls, usage)
 }
 
-// ModelHistory returns the session's messages with only the fields a model is sent.
+// ModelHistory returns the session's messages with only the fields a model is sent and the mark
+// of a failed turn (parley.Message.ModelView).
 func (s *Store) ModelHistory(ctx context.Context, sessionID string) ([]parley.Message, error) {
 	// The session's last seq is its message count: size the slice once instead of growing it.
 	var n int64
@@ -368,7 +371,7 @@ func (s *Store) ModelHistory(ctx context.Context, sessionID string) ([]parley.Me
 	if err != nil {
 		return nil, fmt.Errorf("postgres: reading history: %w", err)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT role, content, parts, name, tool_calls, tool_call_id, reasoning, thinking_blocks
+	rows, err := s.pool.Query(ctx, `SELECT role, content, parts, name, tool_calls, tool_call_id, reasoning, thinking_blocks, error
 		FROM messages WHERE session_id = $1 ORDER BY seq`, sessionID)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: reading history: %w", err)
@@ -379,16 +382,18 @@ func (s *Store) ModelHistory(ctx context.Context, sessionID string) ([]parley.Me
 	var (
 		role                          string
 		text, name, callID, reasoning pgtype.Text
+		failed                        pgtype.Text
 		parts, calls, thinking        []byte
 	)
 	for rows.Next() {
-		if err := rows.Scan(&role, &text, &parts, &name, &calls, &callID, &reasoning, &thinking); err != nil {
+		if err := rows.Scan(&role, &text, &parts, &name, &calls, &callID, &reasoning, &thinking, &failed); err != nil {
 			return nil, fmt.Errorf("postgres: reading history: %w", err)
 		}
 		var m parley.Message
 		if err := decodeOpenAI(&m, role, text, name, callID, reasoning, parts, calls, nil, thinking); err != nil {
 			return nil, fmt.Errorf("postgres: reading history: %w", err)
 		}
+		m.Error = parley.ErrorCode(failed.String)
 		out = append(out, m)
 	}
 	if err := rows.Err(); err != nil {

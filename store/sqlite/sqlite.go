@@ -296,8 +296,8 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...*p
 			return fmt.Errorf("sqlite: appending messages: %w", err)
 		}
 		stmt, err := tx.PrepareContext(ctx, `INSERT INTO messages (id, session_id, seq, role, content, parts, name, tool_calls,
-			tool_call_id, reasoning, run_id, model, latency_ms, usage, success, resource_id, created_at, thinking_blocks, server)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+			tool_call_id, reasoning, run_id, model, latency_ms, usage, success, resource_id, created_at, thinking_blocks, server, error)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 		if err != nil {
 			return fmt.Errorf("sqlite: appending messages: %w", err)
 		}
@@ -336,7 +336,7 @@ func messageRow(m *parley.Message) ([]any, error) {
 	}
 	return []any{m.ID, string(m.Role), c.Text, c.Parts, nullStr(m.Name), c.ToolCalls, nullStr(m.ToolCallID),
 		nullStr(m.Reasoning), nullStr(m.RunID), nullStr(m.Model), m.LatencyMS, c.Usage, success,
-		nullStr(m.ResourceID), micros(m.CreatedAt), c.Thinking, nullStr(m.Server)}, nil
+		nullStr(m.ResourceID), micros(m.CreatedAt), c.Thinking, nullStr(m.Server), nullStr(string(m.Error))}, nil
 }
 
 func nullStr(s string) any {
@@ -347,7 +347,7 @@ func nullStr(s string) any {
 }
 
 const messageCols = `id, session_id, seq, role, content, parts, name, tool_calls, tool_call_id, reasoning, run_id,
-	model, latency_ms, usage, success, resource_id, created_at, thinking_blocks, server`
+	model, latency_ms, usage, success, resource_id, created_at, thinking_blocks, server, error`
 
 func scanMessage(r scanner) (parley.Message, error) {
 	var (
@@ -355,12 +355,13 @@ func scanMessage(r scanner) (parley.Message, error) {
 		role                          string
 		text, name, callID, reasoning sql.NullString
 		run, model, resource, server  sql.NullString
+		failed                        sql.NullString
 		parts, calls, usage, thinking sql.RawBytes
 		latency, success              sql.NullInt64
 		created                       int64
 	)
 	if err := r.Scan(&m.ID, &m.SessionID, &m.Seq, &role, &text, &parts, &name, &calls, &callID, &reasoning, &run,
-		&model, &latency, &usage, &success, &resource, &created, &thinking, &server); err != nil {
+		&model, &latency, &usage, &success, &resource, &created, &thinking, &server, &failed); err != nil {
 		return m, err
 	}
 	if err := decodeOpenAI(&m, role, text, name, callID, reasoning, parts, calls, usage, thinking); err != nil {
@@ -371,6 +372,7 @@ func scanMessage(r scanner) (parley.Message, error) {
 		m.Success = &ok
 	}
 	m.RunID, m.Model, m.ResourceID, m.Server, m.LatencyMS = run.String, model.String, resource.String, server.String, latency.Int64
+	m.Error = parley.ErrorCode(failed.String)
 	m.CreatedAt = fromMicros(created)
 	return m, nil
 }
@@ -388,7 +390,8 @@ func decodeOpenAI(m *parley.Message, role string, text, name, callID, reasoning 
 	return rowcodec.DecodeJSON(m, parts, calls, usage)
 }
 
-// ModelHistory returns the session's messages with only the fields a model is sent.
+// ModelHistory returns the session's messages with only the fields a model is sent and the mark
+// of a failed turn (parley.Message.ModelView).
 func (s *Store) ModelHistory(ctx context.Context, sessionID string) ([]parley.Message, error) {
 	// The session's last seq is its message count: size the slice once instead of growing it.
 	var n int64
@@ -399,7 +402,7 @@ func (s *Store) ModelHistory(ctx context.Context, sessionID string) ([]parley.Me
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: reading history: %w", err)
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT role, content, parts, name, tool_calls, tool_call_id, reasoning, thinking_blocks
+	rows, err := s.db.QueryContext(ctx, `SELECT role, content, parts, name, tool_calls, tool_call_id, reasoning, thinking_blocks, error
 		FROM messages WHERE session_id = ? ORDER BY seq`, sessionID)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: reading history: %w", err)
@@ -410,16 +413,18 @@ func (s *Store) ModelHistory(ctx context.Context, sessionID string) ([]parley.Me
 	var (
 		role                          string
 		text, name, callID, reasoning sql.NullString
+		failed                        sql.NullString
 		parts, calls, thinking        sql.RawBytes
 	)
 	for rows.Next() {
-		if err := rows.Scan(&role, &text, &parts, &name, &calls, &callID, &reasoning, &thinking); err != nil {
+		if err := rows.Scan(&role, &text, &parts, &name, &calls, &callID, &reasoning, &thinking, &failed); err != nil {
 			return nil, fmt.Errorf("sqlite: reading history: %w", err)
 		}
 		var m parley.Message
 		if err := decodeOpenAI(&m, role, text, name, callID, reasoning, parts, calls, nil, thinking); err != nil {
 			return nil, fmt.Errorf("sqlite: reading history: %w", err)
 		}
+		m.Error = parley.ErrorCode(failed.String)
 		out = append(out, m)
 	}
 	if err := rows.Err(); err != nil {

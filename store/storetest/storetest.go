@@ -434,6 +434,10 @@ func RoundTripMessages(resourceID string, at time.Time) []*parley.Message {
 		{ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text(""), Model: "gpt-4o", CreatedAt: at.Add(4 * time.Microsecond)},
 		{ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text("Done ✅"), Model: "gpt-4o", LatencyMS: 1,
 			Usage: &parley.Usage{}, CreatedAt: at.Add(5 * time.Microsecond)},
+		// A failed turn: what was streamed before the model call failed, with the error's code.
+		{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("And then?"), RunID: "run-2", CreatedAt: at.Add(6 * time.Microsecond)},
+		{ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text("Then the"), Reasoning: "cut", Model: "gpt-4o", RunID: "run-2",
+			LatencyMS: 5, Error: parley.ECUpstream, CreatedAt: at.Add(7 * time.Microsecond)},
 	}
 }
 
@@ -466,6 +470,9 @@ func testRoundTrip(t *testing.T, s parley.Store) {
 	// The OpenAI view carries no metadata, and null content stays null.
 	if o := jsonOf(t, got[3].OpenAI()); !strings.Contains(o, `"content":null`) || strings.Contains(o, "latency_ms") {
 		t.Fatalf("OpenAI view: %s", o)
+	}
+	if last := got[len(got)-1]; last.Error != parley.ECUpstream || !last.Failed() {
+		t.Fatalf("the mark of a failed turn was lost: %+v", last)
 	}
 	if err := parley.CheckHistory(got); err != nil {
 		t.Fatal(err)
@@ -590,7 +597,7 @@ func testModelHistory(t *testing.T, s parley.Store) {
 		t.Fatalf("%d model messages, %d stored", len(model), len(full))
 	}
 	for i := range full {
-		if w, g := jsonOf(t, full[i].OpenAI()), jsonOf(t, model[i]); w != g {
+		if w, g := jsonOf(t, full[i].ModelView()), jsonOf(t, model[i]); w != g {
 			t.Fatalf("message %d:\nwant %.300s\ngot  %.300s", i, w, g)
 		}
 	}
