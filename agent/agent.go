@@ -196,6 +196,20 @@ func (a *Agent) loop(ctx context.Context, in Input, t *turn, res *Result) (*Resu
 				}
 				return res, canceled()
 			}
+			// Keep what was streamed, marked as a failed turn: the record replaces the client's
+			// draft, the model is not sent the turn again, and the turn can be retried.
+			partial := &parley.Response{}
+			if resp != nil {
+				partial.Content, partial.Reasoning, partial.Usage = resp.Content, resp.Reasoning, resp.Usage
+			}
+			msg := a.assistant(in, answeredBy, partial, latency)
+			msg.Error = parley.CodeOf(err)
+			if serr := a.store(ctx, in.SessionID, msg); serr != nil {
+				a.cfg.Log.Error("failed turn not recorded", "session", in.SessionID, "run", in.RunID, "err", serr)
+			} else {
+				res.Final = msg
+				emitSafe(parley.Event{Type: parley.EventRecord, Message: msg})
+			}
 			return res, err
 		}
 

@@ -541,8 +541,29 @@ func TestProviderErrors(t *testing.T) {
 	if parley.CodeOf(err) != parley.ECUpstream || strings.Contains(parley.MessageOf(err), "10.0.0.3") {
 		t.Fatalf("err = %v (client sees %q)", err, parley.MessageOf(err))
 	}
-	if got := roles(f.history(t)); got != "user" {
-		t.Fatalf("a failed model call stored %s", got)
+	// What was streamed is kept, marked as a failed turn, and announced by a record.
+	h := f.history(t)
+	if got := roles(h); got != "user assistant" || h[1].Content.String() != "partial" || h[1].Error != parley.ECUpstream || h[1].RunID != "run1" {
+		t.Fatalf("a failed model call stored %s: %+v", got, h[len(h)-1])
+	}
+	f.mu.Lock()
+	last := f.evs[len(f.evs)-1]
+	f.mu.Unlock()
+	if last.Type != parley.EventRecord || last.Message.ID != h[1].ID || last.Message.Error != parley.ECUpstream {
+		t.Fatalf("last event %+v, want the failed turn's record", last)
+	}
+	if err := parley.CheckHistory(h); err != nil {
+		t.Fatal(err)
+	}
+	// The next turn's model call is not sent the unanswered question.
+	f.prov.steps = []func(*parley.ChatRequest) ([]parley.StreamEvent, error){say("fine")}
+	if _, err := f.run(t, context.Background(), f.agent(nil), "next question", nil); err != nil {
+		t.Fatal(err)
+	}
+	reqs := f.prov.requests()
+	sent := reqs[len(reqs)-1].Messages
+	if len(sent) != 1 || sent[0].Content.String() != "next question" {
+		t.Fatalf("the next turn sent %+v", sent)
 	}
 
 	resolveErr := parley.Errorf(parley.ECInvalid, "model: unknown")

@@ -21,20 +21,29 @@ const InterruptedText = "error: interrupted: the server running this tool call s
 // tool is rerun-safe (tools.RerunSafe), and is otherwise answered with InterruptedText; a call the
 // ledger has done has its result stored and never runs again. Then the loop goes on: the model is
 // called with the history as stored. A run whose last stored message is already its answer ends
-// at once with FinishStop.
+// at once with FinishStop, one whose last stored message is its own failed turn ends with that
+// error, and a retry that stored nothing yet starts over.
 func (a *Agent) Resume(ctx context.Context, in Input, emit func(parley.Event)) (*Result, error) {
 	t, err := a.prepare(in, emit)
 	if err != nil {
 		return nil, err
 	}
 	res := &Result{}
-	h, err := a.cfg.Store.ModelHistory(ctx, in.SessionID)
+	h, err := a.cfg.Store.History(ctx, in.SessionID)
 	if err != nil {
 		return res, a.canceledOr(ctx, err)
 	}
 	if n := len(h); n > 0 && h[n-1].Role == parley.RoleAssistant && len(h[n-1].ToolCalls) == 0 {
-		res.FinishReason = parley.FinishStop
-		return res, nil
+		switch last := h[n-1]; {
+		case !last.Failed():
+			res.FinishReason = parley.FinishStop
+			return res, nil
+		case last.RunID == in.RunID:
+			// This run's model call failed and the failure was stored: it ended then.
+			res.Final = &last
+			return res, parley.Errorf(last.Error, "the model call failed")
+		}
+		// Another run's failed turn: this run is its retry, and goes on.
 	}
 	open := openCalls(h)
 	if len(open) == 0 {

@@ -140,6 +140,32 @@ func TestResumeAfterTheAnswerOrBeforeIt(t *testing.T) {
 	}
 }
 
+// A run that died after storing its failed turn ended with that failure; a retry that died before
+// storing anything answers the failed turn's question again.
+func TestResumeAfterAFailedTurn(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	user := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("hi"), RunID: "run1", CreatedAt: now}
+	failed := &parley.Message{ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text("hel"), RunID: "run1",
+		Error: parley.ECUpstream, CreatedAt: now}
+	if err := f.store.AppendMessages(ctx, f.sess, user, failed); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.agent(nil).Resume(ctx, Input{SessionID: f.sess, RunID: "run1"}, f.record)
+	if parley.CodeOf(err) != parley.ECUpstream || len(f.prov.requests()) != 0 {
+		t.Fatalf("resume of the failed run: %v, %d model calls", err, len(f.prov.requests()))
+	}
+	f.prov.steps = append(f.prov.steps, say("hello"))
+	res, err := f.agent(nil).Resume(ctx, Input{SessionID: f.sess, RunID: "retry1"}, f.record)
+	if err != nil || res.FinishReason != parley.FinishStop || len(f.prov.requests()) != 1 {
+		t.Fatalf("resume of the retry: %+v %v, %d model calls", res, err, len(f.prov.requests()))
+	}
+	if sent := f.prov.requests()[0].Messages; len(sent) != 1 || sent[0].Content.String() != "hi" {
+		t.Fatalf("the retry sent %+v", sent)
+	}
+}
+
 func TestInterruptAnswersOpenCallsWithoutRunningThem(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()

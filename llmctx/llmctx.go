@@ -32,8 +32,10 @@ type Options struct {
 	ToolHistoryRounds int
 }
 
-// Build returns the messages to send to a model for history (a session's stored messages, in
-// order). The result carries no Parley metadata and always passes parley.CheckHistory:
+// Build returns the messages to send to a model for history (a session's stored messages, or
+// their model views, in order). The result carries no Parley metadata and always passes
+// parley.CheckHistory:
+//   - a failed turn (see DropFailedTurns) is left out;
 //   - every assistant tool call is followed, before the next non-tool message, by exactly one tool
 //     message with its id (a call left unanswered by an interrupted run gets MissingResult);
 //   - tool messages that answer no pending call, or answer one twice, are dropped;
@@ -41,6 +43,7 @@ type Options struct {
 //     token) are dropped;
 //   - the calls of rounds other than the last ToolHistoryRounds are shortened.
 func Build(history []parley.Message, opts Options) []parley.Message {
+	history = DropFailedTurns(history)
 	out := make([]parley.Message, 0, len(history)+1)
 	if opts.SystemPrompt != "" {
 		out = append(out, parley.Message{Role: parley.RoleSystem, Content: parley.Text(opts.SystemPrompt)})
@@ -107,6 +110,7 @@ func Build(history []parley.Message, opts Options) []parley.Message {
 // place instead of copied, saving a copy of the whole session on every model call. The slice must
 // not be used after; the ToolCalls arrays its messages point to are not changed.
 func BuildOwned(history []parley.Message, opts Options) []parley.Message {
+	history = DropFailedTurns(history)
 	if !plainValid(history) {
 		return Build(history, opts)
 	}
@@ -118,6 +122,51 @@ func BuildOwned(history []parley.Message, opts Options) []parley.Message {
 		history = slices.Insert(history, 0, parley.Message{Role: parley.RoleSystem, Content: parley.Text(opts.SystemPrompt)})
 	}
 	return history
+}
+
+// DropFailedTurns returns history without its failed turns, as the model is to see it. A turn is
+// a user message and what follows it up to the next user message; it failed when its last
+// message other than a tool result is an assistant message marked failed (parley.Message.Error:
+// the model call failed, and the message holds only what was streamed before).
+//
+//   - A failed turn that a later user message follows is left out whole: its question was never
+//     answered, and sent on it would run into the next one (Anthropic and Gemini merge adjacent
+//     user messages into one turn), so that the model would answer it again. A client that wants
+//     it answered retries it instead.
+//   - The last turn keeps its user message and any tool rounds it completed, without the
+//     failure's message: a retry answers that question now.
+//   - Elsewhere, a failure's message is left out (a turn whose retry succeeded).
+//
+// It returns history itself when it holds no failure's message.
+func DropFailedTurns(history []parley.Message) []parley.Message {
+	if !slices.ContainsFunc(history, func(m parley.Message) bool { return m.Error != "" }) {
+		return history
+	}
+	out := make([]parley.Message, 0, len(history))
+	start := 0 // the first message of the current turn
+	for start < len(history) {
+		end := start + 1 // one past the turn's last message
+		for end < len(history) && history[end].Role != parley.RoleUser {
+			end++
+		}
+		turn := history[start:end]
+		failed := false
+		for i := len(turn) - 1; i >= 0; i-- {
+			if turn[i].Role != parley.RoleTool {
+				failed = turn[i].Error != ""
+				break
+			}
+		}
+		if !failed || end == len(history) || turn[0].Role != parley.RoleUser {
+			for _, m := range turn {
+				if m.Error == "" {
+					out = append(out, m)
+				}
+			}
+		}
+		start = end
+	}
+	return out
 }
 
 // shorten replaces the arguments and results of the tool calls of all but the last

@@ -299,3 +299,71 @@ func BenchmarkBuildOwned10k(b *testing.B) {
 		BuildOwned(owned, Options{})
 	}
 }
+
+// failed is the message a run stores when its model call fails: what was streamed, marked.
+func failed(partial string) parley.Message {
+	return parley.Message{Role: parley.RoleAssistant, Content: parley.Text(partial), Error: parley.ECUpstream}
+}
+
+func TestBuildLeavesFailedTurnsOut(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		history []parley.Message
+		want    string
+	}{
+		{
+			// The unanswered question does not reach the model beside the next one.
+			name:    "a failed turn, then the next question",
+			history: []parley.Message{user("Q1"), text("A1"), user("Q2"), failed("The answ"), user("Q3")},
+			want:    "user: Q1\nassistant: A1\nuser: Q3\n",
+		},
+		{
+			name:    "a failure before any text, then the next question",
+			history: []parley.Message{user("Q2"), failed(""), user("Q3")},
+			want:    "user: Q3\n",
+		},
+		{
+			// Tool rounds of a failed turn go with it.
+			name:    "a failed turn with tool rounds, then the next question",
+			history: []parley.Message{user("Q2"), calls("a"), result("a"), failed("Half"), user("Q3")},
+			want:    "user: Q3\n",
+		},
+		{
+			// A retry: the last turn's question is answered again, with its completed rounds.
+			name:    "retrying the last turn",
+			history: []parley.Message{user("Q1"), text("A1"), user("Q2"), calls("a"), result("a"), failed("Half")},
+			want:    "user: Q1\nassistant: A1\nuser: Q2\nassistant calls tool_a{\"q\":\"a\"}\ntool[a]: result a\n",
+		},
+		{
+			name:    "a retry that failed again, retried once more",
+			history: []parley.Message{user("Q2"), failed("x"), failed("")},
+			want:    "user: Q2\n",
+		},
+		{
+			// A retry that succeeded: the turn is whole, without the failure.
+			name:    "a retried turn that was answered, then the next question",
+			history: []parley.Message{user("Q2"), failed("Th"), calls("b"), result("b"), text("A2"), user("Q3")},
+			want:    "user: Q2\nassistant calls tool_b{\"q\":\"b\"}\ntool[b]: result b\nassistant: A2\nuser: Q3\n",
+		},
+		{
+			name:    "no failure: the history is kept as it is",
+			history: []parley.Message{user("Q1"), text("A1"), user("Q2")},
+			want:    "user: Q1\nassistant: A1\nuser: Q2\n",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := buildBoth(t, tc.history, Options{})
+			if s := show(got); s != tc.want {
+				t.Fatalf("got:\n%s\nwant:\n%s", s, tc.want)
+			}
+			if err := parley.CheckHistory(got); err != nil {
+				t.Fatal(err)
+			}
+			for i := 1; i < len(got); i++ {
+				if got[i].Role == parley.RoleUser && got[i-1].Role == parley.RoleUser {
+					t.Fatalf("two user messages in a row at %d: a provider would merge them", i)
+				}
+			}
+		})
+	}
+}
