@@ -113,6 +113,101 @@ func (s *Service) Send(ctx context.Context, owner string, req Request) (*Started
 	return &Started{Session: sess, Run: run, UserMessage: user, NewSession: newSession}, nil
 }
 
+// RetryRequest asks for a failed turn to be answered again, by the model that failed (the
+// default when it is no longer offered) or by another one.
+type RetryRequest struct {
+	Model         string   `json:"model,omitempty"`
+	SelectedTools []string `json:"selected_tools,omitempty"`
+}
+
+// ValidateRetry checks req as Retry will, without touching the store.
+func (s *Service) ValidateRetry(req *RetryRequest) error {
+	if req.Model != "" && s.ResolveModel != nil {
+		full, err := s.ResolveModel(req.Model)
+		if err != nil {
+			return err
+		}
+		req.Model = full
+	}
+	if s.CheckTools != nil && req.SelectedTools != nil {
+		return s.CheckTools(req.SelectedTools)
+	}
+	return nil
+}
+
+// Retry starts a run that answers the failed last turn of the session again: the question of
+// that turn, with what the model is sent of the history before it (llmctx leaves the failure
+// out). It stores no message of its own. A session whose last turn did not fail, or that has a
+// run, is a conflict.
+func (s *Service) Retry(ctx context.Context, owner, sessionID string, req RetryRequest) (*Started, error) {
+	if err := s.ValidateRetry(&req); err != nil {
+		return nil, err
+	}
+	sess, err := s.Store.GetSession(ctx, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	if sess.Owner != owner {
+		return nil, parley.Errorf(parley.ECForbidden, "this session belongs to another user")
+	}
+	failed, user, err := s.failedTurn(ctx, sess.ID)
+	if err != nil {
+		return nil, err
+	}
+	if req.Model == "" {
+		req.Model = s.DefaultModel
+		if failed.Model != "" {
+			req.Model = failed.Model
+			if s.ResolveModel != nil {
+				if _, err := s.ResolveModel(failed.Model); err != nil {
+					req.Model = s.DefaultModel // no longer offered
+				}
+			}
+		}
+	}
+	run, err := s.Runs.Begin(ctx, runs.Spec{Session: sess.ID, Model: req.Model, Owner: owner, SelectedTools: req.SelectedTools})
+	if err != nil {
+		return nil, err
+	}
+	// The run holds the session now: the turn is read again, in case another run answered it
+	// in between.
+	if again, _, err := s.failedTurn(ctx, sess.ID); err != nil || again.ID != failed.ID {
+		run.Release()
+		if err == nil {
+			err = parley.Errorf(parley.ECConflict, "the last turn of this session changed: there is nothing to retry")
+		}
+		return nil, err
+	}
+	in := agent.Input{SessionID: sess.ID, RunID: run.ID, Model: req.Model, SelectedTools: req.SelectedTools, User: owner, Gate: run.Gate}
+	run.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
+		res, err := s.Agent.Run(ctx, in, emit)
+		if res != nil {
+			return res.FinishReason, err
+		}
+		return "", err
+	})
+	return &Started{Session: sess, Run: run, UserMessage: user}, nil
+}
+
+// failedTurn returns the failure's message that ends the session, and the user message of its
+// turn; a conflict when the last turn did not fail.
+func (s *Service) failedTurn(ctx context.Context, sessionID string) (*parley.Message, *parley.Message, error) {
+	h, err := s.Store.History(ctx, sessionID)
+	if err != nil {
+		return nil, nil, err
+	}
+	n := len(h)
+	if n == 0 || !h[n-1].Failed() {
+		return nil, nil, parley.Errorf(parley.ECConflict, "the last turn of this session did not fail: there is nothing to retry")
+	}
+	for i := n - 1; i >= 0; i-- {
+		if h[i].Role == parley.RoleUser {
+			return &h[n-1], &h[i], nil
+		}
+	}
+	return nil, nil, parley.Errorf(parley.ECConflict, "the failed turn has no user message to answer")
+}
+
 // Recover is the runs.RecoverFunc of the service's manager: the body of a run taken over from a
 // process that died. It continues the run from its last stored step (agent.Resume), or, past
 // MaxRecoveries or without Recovery, closes it: its open tool calls are answered as interrupted

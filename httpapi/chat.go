@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/chat"
@@ -123,4 +124,36 @@ func readRun(ctx context.Context, run *runs.Run, after int64, fn func(parley.Eve
 			return nil
 		}
 	}
+}
+
+// retryResponse is the answer of a retry that does not stream.
+type retryResponse struct {
+	Action    string `json:"action"` // "retry"
+	SessionID string `json:"session_id"`
+	RunID     string `json:"run_id"`
+	Model     string `json:"model"`
+	MessageID string `json:"message_id"` // the user message answered again
+}
+
+// handleRetry is POST /api/v1/sessions/{id}/retry: a new run answers the session's failed last
+// turn again. With Accept: text/event-stream it streams the run as POST /api/v1/chat/stream does;
+// otherwise it answers 202 with the run, which the session's stream carries.
+func (s *server) handleRetry() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sess, owner, err := s.ownedSession(r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		st, err := s.Chat.Retry(r.Context(), owner, sess.ID, *bodyOf[chat.RetryRequest](r))
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+			s.streamSession(w, r, sess.ID, st.Run.Log.FirstSeq()-1, true)
+			return
+		}
+		writeJSON(w, http.StatusAccepted, retryResponse{Action: "retry", SessionID: sess.ID, RunID: st.Run.ID, Model: st.Run.Model, MessageID: st.UserMessage.ID})
+	})
 }

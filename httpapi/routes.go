@@ -21,6 +21,7 @@ func (s *server) routes() {
 	s.mux.Handle("POST /api/v1/sessions/{id}/abort", s.pipe(user, s.handleControl("abort")))
 	s.mux.Handle("POST /api/v1/sessions/{id}/pause", s.pipe(user, s.handleControl("pause")))
 	s.mux.Handle("POST /api/v1/sessions/{id}/resume", s.pipe(user, s.handleControl("resume")))
+	s.mux.Handle("POST /api/v1/sessions/{id}/retry", s.pipe(policy{body: jsonBody(true, s.Chat.ValidateRetry), run: true}, s.handleRetry()))
 	s.mux.Handle("GET /api/ws", s.pipe(user, s.handleWS()))
 
 	chatReq := policy{body: jsonBody[chat.Request](false, s.checkChat), run: true}

@@ -61,6 +61,9 @@ type wsControl struct {
 	Action   string `json:"action"`
 	AfterSeq int64  `json:"after_seq,omitempty"` // get_history: messages after this message seq
 	Limit    int    `json:"limit,omitempty"`     // get_history: at most this many (default 200, max 1000)
+	// retry: the model to answer with (default: the one that failed) and the tools it is offered.
+	Model         string   `json:"model,omitempty"`
+	SelectedTools []string `json:"selected_tools,omitempty"`
 }
 
 // wsOut is a frame to the client that is not a run event.
@@ -456,7 +459,29 @@ func (w *wsConn) userMessage(ctx context.Context, m wsUserMessage) (map[string]a
 	return map[string]any{"action": "user_message", "session_id": st.Session.ID, "run_id": st.Run.ID, "message_id": st.UserMessage.ID}, nil
 }
 
-// controlFrame answers a control frame: abort, pause, resume or get_history.
+// retry starts a run that answers the session's failed last turn again, as POST
+// /api/v1/sessions/{id}/retry does, with the same checks as a user message: rate limit,
+// throttle, validation, ownership.
+func (w *wsConn) retry(ctx context.Context, c wsControl) (map[string]any, error) {
+	s := w.s
+	if w.sessionID == "" {
+		return nil, parley.Errorf(parley.ECConflict, "no session to retry: this connection has none yet")
+	}
+	if err := s.limitFor(ctx, w.ip, w.id, nil); err != nil {
+		return nil, err
+	}
+	if s.Runs.Full() {
+		return nil, runs.ErrOverloaded
+	}
+	req := chat.RetryRequest{Model: c.Model, SelectedTools: c.SelectedTools}
+	st, err := s.Chat.Retry(ctx, w.id.User, w.sessionID, req)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"action": "retry", "session_id": st.Session.ID, "run_id": st.Run.ID, "model": st.Run.Model, "message_id": st.UserMessage.ID}, nil
+}
+
+// controlFrame answers a control frame: abort, pause, resume, retry or get_history.
 func (w *wsConn) controlFrame(ctx context.Context, c wsControl) (map[string]any, error) {
 	s := w.s
 	if c.Action == "get_history" {
@@ -483,8 +508,14 @@ func (w *wsConn) controlFrame(ctx context.Context, c wsControl) (map[string]any,
 		}
 		return out, nil
 	}
+	if c.Action == "retry" {
+		return w.retry(ctx, c)
+	}
+	if c.Model != "" || c.SelectedTools != nil {
+		return nil, parley.Errorf(parley.ECInvalid, "model, selected_tools: only for the retry action")
+	}
 	if c.Action != "abort" && c.Action != "pause" && c.Action != "resume" {
-		return nil, parley.Errorf(parley.ECInvalid, "action: must be abort, pause, resume or get_history")
+		return nil, parley.Errorf(parley.ECInvalid, "action: must be abort, pause, resume, retry or get_history")
 	}
 	if w.sessionID == "" {
 		return nil, parley.Errorf(parley.ECConflict, "no run is active in this session")
