@@ -115,7 +115,7 @@ func serveFlags(fs *flag.FlagSet, c *config) {
 	fs.DurationVar(&c.ProviderRetryMax, "provider-retry-max", 10*time.Second, "longest backoff between tries")
 	fs.DurationVar(&c.ProviderMaxWait, "provider-max-wait", time.Minute, "longest Retry-After honoured; a provider asking for more is not retried")
 	fs.DurationVar(&c.ProviderTimeout, "provider-timeout", 10*time.Minute, "time limit of one model call, streaming included")
-	fs.IntVar(&c.BreakerFailures, "breaker-failures", 3, "consecutive failures of a provider endpoint, or failed starts of an MCP server, that open its circuit breaker")
+	fs.IntVar(&c.BreakerFailures, "breaker-failures", 3, "consecutive failed model calls of a provider endpoint (5xx, connection errors, timeouts; retries count once, 429s never), or failed starts of an MCP server, that open its circuit breaker")
 	fs.DurationVar(&c.BreakerCooldown, "breaker-cooldown", 30*time.Second, "how long an open breaker refuses calls (or starts) before one trial")
 	fs.StringVar(&c.SystemPrompt, "system-prompt", "", "system prompt put before every conversation")
 	fs.IntVar(&c.MaxIterations, "max-iterations", 10, "model calls per run before it stops with a 'reached max iterations' message")
