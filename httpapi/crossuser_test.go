@@ -32,6 +32,7 @@ var crossUserRoutes = map[string]struct {
 	"POST /api/v1/sessions/{id}/abort":   {"POST", "/api/v1/sessions/{A}/abort", "", 403, nil},
 	"POST /api/v1/sessions/{id}/pause":   {"POST", "/api/v1/sessions/{A}/pause", "", 403, nil},
 	"POST /api/v1/sessions/{id}/resume":  {"POST", "/api/v1/sessions/{A}/resume", "", 403, nil},
+	"POST /api/v1/sessions/{id}/retry":   {"POST", "/api/v1/sessions/{A}/retry", "", 403, nil},
 	"GET /api/ws":                        {"GET", "/api/ws?convId={A}&after=0", "", 403, nil},
 	"POST /api/v1/chat":                  {"POST", "/api/v1/chat", `{"message":"mine now","session_id":"{A}"}`, 403, nil},
 	"POST /api/v1/chat/stream":           {"POST", "/api/v1/chat/stream", `{"message":"mine now","session_id":"{A}"}`, 403, nil},
