@@ -155,14 +155,20 @@ func (s *Service) Retry(ctx context.Context, owner, sessionID string, req RetryR
 		return nil, err
 	}
 	if req.Model == "" {
+		// The model that failed, unless it is no longer offered: then the default.
 		req.Model = s.DefaultModel
 		if failed.Model != "" {
 			req.Model = failed.Model
-			if s.ResolveModel != nil {
-				if _, err := s.ResolveModel(failed.Model); err != nil {
-					req.Model = s.DefaultModel // no longer offered
-				}
+		}
+		if s.ResolveModel != nil {
+			full, err := s.ResolveModel(req.Model)
+			if err != nil && req.Model != s.DefaultModel {
+				full, err = s.ResolveModel(s.DefaultModel)
 			}
+			if err != nil {
+				return nil, err
+			}
+			req.Model = full
 		}
 	}
 	run, err := s.Runs.Begin(ctx, runs.Spec{Session: sess.ID, Model: req.Model, Owner: owner, SelectedTools: req.SelectedTools})

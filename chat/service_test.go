@@ -146,3 +146,56 @@ func TestRecoverResumesThenGivesUp(t *testing.T) {
 		t.Fatalf("past the bound: resumed %d, interrupted %d, events %+v", len(rec.resumed), len(rec.interrupted), evs)
 	}
 }
+
+// A retry answers with the model that failed, unless it is no longer offered (then the default),
+// or with the model the request names.
+func TestRetryPicksItsModel(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "c.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	mgr := runs.NewManager(runs.Options{})
+	defer mgr.Shutdown(context.Background())
+	offered := map[string]string{"a": "p/a", "p/a": "p/a", "p/b": "p/b", "p/def": "p/def"}
+	s := &Service{Store: st, Runs: mgr, Agent: nopAgent{}, DefaultModel: "p/def",
+		ResolveModel: func(m string) (string, error) {
+			if full, ok := offered[m]; ok {
+				return full, nil
+			}
+			return "", parley.Errorf(parley.ECInvalid, "model: unknown model %q", m)
+		}}
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	sess := &parley.Session{ID: parley.NewID(), Title: "t", Owner: "alice", CreatedAt: now, UpdatedAt: now}
+	if err := st.CreateSession(ctx, sess); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ failedWith, asked, want string }{
+		{"p/b", "", "p/b"},
+		{"gone/x", "", "p/def"},
+		{"", "", "p/def"},
+		{"p/b", "a", "p/a"},
+	} {
+		u := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("q"), CreatedAt: now}
+		f := &parley.Message{ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text(""), Model: tc.failedWith,
+			Error: parley.ECUpstream, CreatedAt: now}
+		if err := st.AppendMessages(ctx, sess.ID, u, f); err != nil {
+			t.Fatal(err)
+		}
+		started, err := s.Retry(ctx, "alice", sess.ID, RetryRequest{Model: tc.asked})
+		if err != nil {
+			t.Fatalf("%+v: %v", tc, err)
+		}
+		<-started.Run.Done()
+		if started.Run.Model != tc.want || started.UserMessage.ID != u.ID {
+			t.Fatalf("%+v: run model %q, answering %s", tc, started.Run.Model, started.UserMessage.ID)
+		}
+	}
+	if _, err := s.Retry(ctx, "bob", sess.ID, RetryRequest{}); parley.CodeOf(err) != parley.ECForbidden {
+		t.Fatalf("bob's retry: %v", err)
+	}
+	if _, err := s.Retry(ctx, "alice", sess.ID, RetryRequest{Model: "nope"}); parley.CodeOf(err) != parley.ECInvalid {
+		t.Fatalf("retry with an unknown model: %v", err)
+	}
+}
