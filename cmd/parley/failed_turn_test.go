@@ -103,6 +103,27 @@ func TestFailedTurnDoesNotPoisonTheNext(t *testing.T) {
 				}
 			}
 
+			// A provider error before any token (a 400 is not retried): an empty failed turn,
+			// and again no trace of it in the next turn.
+			fake.Enqueue(llmtest.Turn{Status: 400, ErrorMessage: "bad request"})
+			_, _, errs = chatTurn(t, url, session, model, "Tell me about the REFUSED-ONE.")
+			if len(errs) != 1 || errs[0].Error.Code != parley.ECUpstream {
+				t.Fatalf("error events %+v, want one upstream error", errs)
+			}
+			msgs = validHistory(t, url, session)
+			if last := msgs[len(msgs)-1]; last.Error != parley.ECUpstream || last.Content.String() != "" {
+				t.Fatalf("stored after a refused call: %+v", last)
+			}
+			before = len(fake.Requests())
+			if _, answer, errs := chatTurn(t, url, session, model, "What is 2+3?"); len(errs) > 0 || !strings.Contains(answer, "= 5") {
+				t.Fatalf("turn after a refused call: %q %+v", answer, errs)
+			}
+			for _, r := range fake.Requests()[before:] {
+				if raw := string(r.Raw); strings.Contains(raw, "REFUSED-ONE") || strings.Contains(raw, "UNANSWERED-ONE") {
+					t.Fatalf("the next turn's request carries a failed turn: %s", raw)
+				}
+			}
+
 			// Another failure, then a retry: the question is asked again once, without the
 			// partial answer.
 			fake.Enqueue(llmtest.Turn{Content: partial, CutAfter: 6})
