@@ -22,15 +22,15 @@ const DefaultMaxEvents = 100_000
 
 // Log is an append-only, bounded, ordered log of one run's events with blocking reads.
 type Log struct {
-	mu     sync.Mutex
+	mu sync.Mutex
 	// ring holds the events with Seq first … next-1: the one with Seq first+k is at
 	// ring[(head+k) % len(ring)]. It grows to max, then each Append overwrites the oldest slot,
 	// so trimming costs O(1) whatever the bound.
 	ring   []parley.Event
 	head   int
 	first  int64 // Seq of the oldest event held
-	next   int64          // Seq the next Append gets
-	start  int64          // Seq of the first event ever appended
+	next   int64 // Seq the next Append gets
+	start  int64 // Seq of the first event ever appended
 	max    int
 	closed bool
 	wake   chan struct{} // closed and replaced on every Append and on Close
