@@ -106,9 +106,44 @@ func startGoldenServer(t *testing.T) *goldenServer {
 	up := &gatedUpstream{fake: llmtest.NewServer(llmtest.WithChunkSize(8))}
 	hs := httptest.NewServer(up)
 	t.Cleanup(hs.Close)
-	url := startInProcess(t, map[string]string{"PARLEY_OPENAI_BASE_URL": hs.URL + "/v1"},
-		"--heartbeat", "1h", "--provider-attempts", "1", "--rate-limit", "off")
+	url, _ := startGolden(t, hs.URL, filepath.Join(t.TempDir(), "p.db"))
 	return &goldenServer{url: url, up: up}
+}
+
+// startGolden runs parley serve in this process on the SQLite file db with the fake upstream at
+// upstream, and returns its URL and a function that stops it (as SIGTERM does) and waits; the
+// test's end stops it too.
+func startGolden(t *testing.T, upstream, db string) (string, func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	env := map[string]string{"PARLEY_OPENAI_BASE_URL": upstream + "/v1"}
+	args := []string{"serve", "--addr", "127.0.0.1:0", "--db", db, "--heartbeat", "1h",
+		"--provider-attempts", "1", "--rate-limit", "off"}
+	go func() {
+		err := run(ctx, args, func(k string) string { return env[k] }, io.Discard, pw)
+		pw.Close()
+		done <- err
+	}()
+	var logs bytes.Buffer
+	url := waitListening(t, pr, &logs)
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("serve returned %v", err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Errorf("serve did not stop within 20s of cancellation")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return url, stop
 }
 
 var usage1 = &parley.Usage{PromptTokens: 11, CompletionTokens: 7, TotalTokens: 18}
@@ -452,6 +487,31 @@ func TestStreamGolden(t *testing.T) {
 		frames, _ := ws.transcript()
 		checkGolden(t, "resume", intro+"The tools session resumed after a finished run: SSE with Last-Event-ID: 6, with ?after=15, and a WebSocket with after=6.\n",
 			section{"sse last-event-id", byHeader}, section{"sse after", byAfter}, section{"ws after", frames})
+	})
+
+	t.Run("resume-store", func(t *testing.T) {
+		// A restarted server has no run in memory: the events come from the database.
+		up := &gatedUpstream{fake: llmtest.NewServer(llmtest.WithChunkSize(8))}
+		hs := httptest.NewServer(up)
+		defer hs.Close()
+		db := filepath.Join(t.TempDir(), "p.db")
+		url, stop := startGolden(t, hs.URL, db)
+		first := &goldenServer{url: url, up: up}
+		up.fake.Enqueue(toolTurns()...)
+		st := first.sse(t, ctx, "POST", "/api/v1/chat/stream", `{"message":"What is 6*7?"}`)
+		sid := st.until(isType(parley.EventStart)).SessionID
+		live := st.rest()
+		stop()
+
+		url, _ = startGolden(t, hs.URL, db)
+		again := &goldenServer{url: url, up: up}
+		p := "/api/v1/sessions/" + sid + "/stream"
+		byHeader := again.sse(t, ctx, "GET", p+"?until=done", "", "Last-Event-ID", "6").rest()
+		ws := again.ws(t, ctx, "?convId="+sid+"&after=6")
+		ws.until(isType(parley.EventDone))
+		frames, _ := ws.transcript()
+		checkGolden(t, "resume-store", intro+"A run streamed live, then, after a restart, resumed from the database: SSE with Last-Event-ID: 6 and a WebSocket with after=6.\n",
+			section{"sse live", live}, section{"sse last-event-id after a restart", byHeader}, section{"ws after=6 after a restart", frames})
 	})
 
 	t.Run("abort", func(t *testing.T) {
