@@ -243,12 +243,17 @@ func run() error {
 		pg.proc.stop()
 	}
 	report(o, size, paths)
+	fmt.Printf("\nLines Parley logged at level ERROR (store errors among them): %d on SQLite", sqlite.errorLines())
+	if pg != nil {
+		fmt.Printf(", %d on PostgreSQL", pg.proc.errorLines())
+	}
+	fmt.Println(".")
 	if pg != nil {
 		opened, err := pg.sessions(ctx)
 		if err != nil {
 			return err
 		}
-		fmt.Printf("\nParley on PostgreSQL opened %d connections for %d chats (warm-up included): %.1f per 100 chats; its pool holds max(4, cores) = %d.\n",
+		fmt.Printf("Parley on PostgreSQL opened %d connections for %d chats (warm-up included): %.1f per 100 chats; its pool holds max(4, cores) = %d.\n",
 			opened, chatsPG, float64(opened)*100/float64(max(chatsPG, 1)), max(4, runtime.NumCPU()))
 	}
 	return nil
@@ -565,9 +570,18 @@ func pct(ds []time.Duration, p int) time.Duration {
 
 // proc is a child process that announced its listening address.
 type proc struct {
-	cmd  *exec.Cmd
-	url  string
-	once sync.Once
+	cmd    *exec.Cmd
+	url    string
+	once   sync.Once
+	mu     sync.Mutex
+	errors int // log lines at level ERROR
+}
+
+// errorLines returns how many lines the process logged at level ERROR.
+func (p *proc) errorLines() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.errors
 }
 
 var listenRE = regexp.MustCompile(`msg=listening.*?addr=([0-9.]+:[0-9]+)`)
@@ -585,10 +599,16 @@ func start(ctx context.Context, env []string, bin string, args ...string) (*proc
 		return nil, err
 	}
 	found := make(chan string, 1)
+	p := &proc{cmd: cmd}
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
+			if strings.Contains(sc.Text(), "level=ERROR") {
+				p.mu.Lock()
+				p.errors++
+				p.mu.Unlock()
+			}
 			if m := listenRE.FindStringSubmatch(sc.Text()); m != nil {
 				select {
 				case found <- m[1]:
@@ -601,7 +621,8 @@ func start(ctx context.Context, env []string, bin string, args ...string) (*proc
 	}()
 	select {
 	case addr := <-found:
-		return &proc{cmd: cmd, url: "http://" + addr}, nil
+		p.url = "http://" + addr
+		return p, nil
 	case <-time.After(30 * time.Second):
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
