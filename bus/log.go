@@ -22,11 +22,15 @@ const DefaultMaxEvents = 100_000
 
 // Log is an append-only, bounded, ordered log of one run's events with blocking reads.
 type Log struct {
-	mu     sync.Mutex
-	events []parley.Event // events[i].Seq == first+int64(i)
-	first  int64          // Seq of events[0]
-	next   int64          // Seq the next Append gets
-	start  int64          // Seq of the first event ever appended
+	mu sync.Mutex
+	// ring holds the events with Seq first … next-1: the one with Seq first+k is at
+	// ring[(head+k) % len(ring)]. It grows to max, then each Append overwrites the oldest slot,
+	// so trimming costs O(1) whatever the bound.
+	ring   []parley.Event
+	head   int
+	first  int64 // Seq of the oldest event held
+	next   int64 // Seq the next Append gets
+	start  int64 // Seq of the first event ever appended
 	max    int
 	closed bool
 	wake   chan struct{} // closed and replaced on every Append and on Close
@@ -66,11 +70,12 @@ func (l *Log) Append(ev parley.Event) parley.Event {
 	}
 	ev.Seq = l.next
 	l.next++
-	l.events = append(l.events, ev)
-	if over := len(l.events) - l.max; over > 0 {
-		// Drop the oldest events; copy so the old backing array can be freed.
-		l.events = append(make([]parley.Event, 0, l.max), l.events[over:]...)
-		l.first += int64(over)
+	if len(l.ring) < l.max {
+		l.ring = append(l.ring, ev) // not full yet: head is 0
+	} else {
+		l.ring[l.head] = ev // overwrite the oldest
+		l.head = (l.head + 1) % len(l.ring)
+		l.first++
 	}
 	close(l.wake)
 	l.wake = make(chan struct{})
@@ -124,10 +129,11 @@ func (l *Log) Read(ctx context.Context, after int64, max int) (evs []parley.Even
 			return nil, false, ErrTrimmed
 		}
 		if after+1 < l.next {
+			held := int(l.next - l.first)
 			i := int(after + 1 - l.first)
-			j := min(i+max, len(l.events))
-			evs = append([]parley.Event(nil), l.events[i:j]...)
-			done = l.closed && j == len(l.events)
+			j := min(i+max, held)
+			evs = l.copyOut(i, j)
+			done = l.closed && j == held
 			l.mu.Unlock()
 			return evs, done, nil
 		}
@@ -143,4 +149,17 @@ func (l *Log) Read(ctx context.Context, after int64, max int) (evs []parley.Even
 			return nil, false, ctx.Err()
 		}
 	}
+}
+
+// copyOut returns a copy of the held events at positions i … j-1 (0 is the oldest). Call with
+// l.mu held.
+func (l *Log) copyOut(i, j int) []parley.Event {
+	out := make([]parley.Event, 0, j-i)
+	n := len(l.ring)
+	a, b := (l.head+i)%n, (l.head+j)%n
+	if a < b || j-i == 0 {
+		return append(out, l.ring[a:a+(j-i)]...)
+	}
+	out = append(out, l.ring[a:]...)
+	return append(out, l.ring[:b]...)
 }

@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -136,5 +137,53 @@ func TestStateReadsLastAndClosedTogether(t *testing.T) {
 	l.Close()
 	if last, closed := l.State(); last != 6 || !closed {
 		t.Fatalf("closed log: %d %v, want 6 true", last, closed)
+	}
+}
+
+// TestLogRingWraps reads every window of logs of several bounds, after every number of appends,
+// and checks each read returns exactly the expected events, across the ring's wrap.
+func TestLogRingWraps(t *testing.T) {
+	ctx := context.Background()
+	for _, bound := range []int{1, 2, 3, 7} {
+		l := NewLogFrom(bound, 4)
+		for n := 1; n <= 3*bound+2; n++ {
+			l.Append(parley.Event{Content: fmt.Sprint(n + 3)})
+			last := int64(n + 3)
+			oldest := max(4, last-int64(bound)+1)
+			for after := int64(0); after < last; after++ {
+				for limit := 1; limit <= bound+1; limit++ {
+					evs, _, err := l.Read(ctx, after, limit)
+					if after+1 < oldest {
+						if !errors.Is(err, ErrTrimmed) {
+							t.Fatalf("bound %d, %d appended: read after %d = %v, want ErrTrimmed", bound, n, after, err)
+						}
+						continue
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					want := min(int64(limit), last-after)
+					if int64(len(evs)) != want {
+						t.Fatalf("bound %d, %d appended: read after %d limit %d gave %d events, want %d", bound, n, after, limit, len(evs), want)
+					}
+					for k, ev := range evs {
+						if s := after + 1 + int64(k); ev.Seq != s || ev.Content != fmt.Sprint(s) {
+							t.Fatalf("bound %d: event %d is %d %q, want %d", bound, k, ev.Seq, ev.Content, s)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestAppendToAFullLogDoesNotAllocate: trimming overwrites the oldest slot instead of copying.
+func TestAppendToAFullLogDoesNotAllocate(t *testing.T) {
+	l := NewLog(1000)
+	for range 1000 {
+		l.Append(parley.Event{})
+	}
+	if n := testing.AllocsPerRun(100, func() { l.Append(parley.Event{Type: parley.EventChunk}) }); n > 1 {
+		t.Fatalf("%v allocations per append to a full log, want at most 1 (the wake channel)", n)
 	}
 }

@@ -289,3 +289,78 @@ func TestLargeEventsBoundTheQueues(t *testing.T) {
 	}
 	checkSeqs(t, "slow subscriber", take(t, ctx, slow, 14), 1, 14)
 }
+
+// heldEvents holds ListEvents, once armed, until released, and reports whether the read's context
+// ended while it was held.
+type heldEvents struct {
+	*memEvents
+	mu        sync.Mutex
+	armed     bool
+	entered   chan struct{}
+	release   chan struct{}
+	cancelled chan struct{}
+}
+
+func (h *heldEvents) ListEvents(ctx context.Context, s string, after int64, limit int) ([]parley.Event, error) {
+	h.mu.Lock()
+	armed := h.armed
+	h.armed = false
+	h.mu.Unlock()
+	if armed {
+		close(h.entered)
+		select {
+		case <-h.release:
+		case <-ctx.Done():
+			close(h.cancelled)
+			return nil, ctx.Err()
+		}
+	}
+	return h.memEvents.ListEvents(ctx, s, after, limit)
+}
+
+// A subscriber that leaves while its hub reads the store (as every chat's stream does, just after
+// the run's done) does not cancel the read mid-flight: on PostgreSQL, pgx closes a connection
+// whose query was cancelled, and the pool has to dial a new one. The read finishes; Close waits
+// for it.
+func TestLeavingDoesNotCancelAStoreRead(t *testing.T) {
+	ev := &heldEvents{memEvents: newMemEvents(), entered: make(chan struct{}), release: make(chan struct{}), cancelled: make(chan struct{})}
+	m := NewManager(Options{Events: ev, FlushEvery: time.Millisecond})
+	r1, _ := m.Begin(context.Background(), Spec{Session: "s1"})
+	r1.Go(chunks(1)) // 1..3
+	<-r1.Done()
+
+	ev.mu.Lock()
+	ev.armed = true
+	ev.mu.Unlock()
+	// The hub starts after the ended run and asks the store for more.
+	s := m.Subscribe(context.Background(), "s1", 3)
+	select {
+	case <-ev.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the hub did not read the store")
+	}
+	closed := make(chan struct{})
+	go func() {
+		s.Close()
+		close(closed)
+	}()
+	// Close ends the hub's context at once (the hub is gone from the manager just before). Give a
+	// read that would be cancelled ample time to see it.
+	deadline := time.Now().Add(10 * time.Second)
+	for hubsOf(m) > 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case <-ev.cancelled:
+		t.Fatal("the store read was cancelled when the last subscriber left")
+	case <-closed:
+		t.Fatal("Close returned while the hub's store read was still running")
+	case <-time.After(500 * time.Millisecond):
+	}
+	close(ev.release)
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return after the read finished")
+	}
+}

@@ -163,7 +163,7 @@ const relayPoll = 2 * time.Second
 // starts later) and returns where it stopped and how many it handed over. A relay that fails is
 // logged and read again later: the store still holds what it missed.
 func (m *Manager) relayed(ctx context.Context, sessionID string, after int64, fn func([]parley.Event) error) (int64, int, error) {
-	rctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	rctx, cancel := readCtx(ctx)
 	evs, err := m.opts.Relay.Range(rctx, sessionID, after, followBatch)
 	cancel()
 	if err != nil {
@@ -194,10 +194,10 @@ func (m *Manager) remoteRun(ctx context.Context, sessionID string) int64 {
 	if m.opts.Runs == nil || m.opts.Relay == nil {
 		return 0
 	}
-	rctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	rctx, cancel := readCtx(ctx)
 	defer cancel()
 	rec, err := m.opts.Runs.ActiveRun(rctx, sessionID)
-	if err != nil || rec.Instance == m.opts.Instance {
+	if err != nil || ctx.Err() != nil || rec.Instance == m.opts.Instance {
 		return 0
 	}
 	return rec.FirstSeq
@@ -249,8 +249,18 @@ func (m *Manager) replay(ctx context.Context, sessionID string, after, upTo int6
 	return after, nil
 }
 
+// readCtx returns the context of one read a follower makes: bounded by the store's timeout but not
+// cancelled with ctx. A follower's reads end when its client leaves (or the last subscriber of a
+// hub closes), typically just after a run's done event, while the follower looks in the store for
+// what comes next; a PostgreSQL query cancelled mid-flight makes pgx close its connection, so
+// every chat would cost the pool a new connection (a dial, ~20 ms). The read finishes instead, and
+// the caller checks ctx after it.
+func readCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+}
+
 func (m *Manager) listEvents(ctx context.Context, sessionID string, after int64) ([]parley.Event, error) {
-	rctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	rctx, cancel := readCtx(ctx)
 	defer cancel()
 	evs, err := m.opts.Events.ListEvents(rctx, sessionID, after, followBatch)
 	if ctx.Err() != nil {
