@@ -41,3 +41,40 @@ func TestUIIsServedBesideTheAPI(t *testing.T) {
 		t.Fatalf("sessions without a key: %d", resp.StatusCode)
 	}
 }
+
+// TestListSessionsByTitle: GET /api/v1/sessions?q= keeps the caller's sessions whose title
+// contains q; a q longer than a title can be is a 400.
+func TestListSessionsByTitle(t *testing.T) {
+	e := newEnv(t, nil)
+	for _, title := range []string{"Trip to Lisbon", "Groceries", "lisbon hotels"} {
+		if code, out := e.do(t, "POST", "/api/v1/sessions", `{"title":"`+title+`"}`); code != 201 {
+			t.Fatalf("create: %d %v", code, out)
+		}
+	}
+	if code, out := e.do(t, "POST", "/api/v1/sessions", `{"title":"Lisbon of bob"}`, "X-Test-User", "bob"); code != 201 {
+		t.Fatalf("create: %d %v", code, out)
+	}
+	code, out := e.do(t, "GET", "/api/v1/sessions?q=LISBON&limit=1", "")
+	if code != 200 {
+		t.Fatalf("list: %d %v", code, out)
+	}
+	var titles []string
+	for range 5 {
+		for _, s := range out["sessions"].([]any) {
+			titles = append(titles, s.(map[string]any)["title"].(string))
+		}
+		next, _ := out["next_cursor"].(string)
+		if next == "" {
+			break
+		}
+		if code, out = e.do(t, "GET", "/api/v1/sessions?q=LISBON&limit=1&cursor="+next, ""); code != 200 {
+			t.Fatalf("next page: %d %v", code, out)
+		}
+	}
+	if strings.Join(titles, "|") != "lisbon hotels|Trip to Lisbon" {
+		t.Fatalf("q=LISBON listed %q", titles)
+	}
+	if code, out := e.do(t, "GET", "/api/v1/sessions?q="+strings.Repeat("x", 201), ""); code != 400 || !strings.Contains(errMsg(out), "q:") {
+		t.Fatalf("long q: %d %v", code, out)
+	}
+}
