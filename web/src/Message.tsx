@@ -78,11 +78,11 @@ function ToolCard(props: { call: ToolCall; state: ChatState; toolServers: Record
       </summary>
       <div className="tool-body">
         <div className="tool-label">Arguments</div>
-        <pre>{prettyArgs(call.function.arguments)}</pre>
+        <pre tabIndex={0}>{prettyArgs(call.function.arguments)}</pre>
         {res && (
           <>
             <div className="tool-label">{res.success === false ? 'Error' : 'Result'}</div>
-            <pre>{res.content}</pre>
+            <pre tabIndex={0}>{res.content}</pre>
           </>
         )}
       </div>

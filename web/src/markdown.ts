@@ -54,7 +54,10 @@ const md = new Marked({
 })
 
 // Links open in a new tab without giving it a handle on this page.
+// Code blocks and tables scroll sideways when wide: they take keyboard focus so that a keyboard
+// can scroll them too.
 DOMPurify.addHook('afterSanitizeAttributes', (node) => {
+  if (node.tagName === 'PRE' || node.tagName === 'TABLE') node.setAttribute('tabindex', '0')
   if (node.tagName === 'A') {
     node.setAttribute('target', '_blank')
     node.setAttribute('rel', 'noopener noreferrer nofollow')
