@@ -420,30 +420,37 @@ const cases = [
   [
     'accessibility (axe-core, light and dark) and screenshots',
     async () => {
+      // A guest of its own on the server with keys, so the sidebar shows only this case's chats.
+      if (!AUTH) throw new Error('PARLEY_AUTH_URL is not set')
+      const g = await fetch(AUTH + '/api/v1/auth/guest', { method: 'POST' }).then((r) => r.json())
+      const withKey = (p) => p.context().addInitScript((k) => localStorage.setItem('parley.key', k), g.token)
+      for (const title of ['Go generics question', 'Weekend in Lisbon']) {
+        await fetch(AUTH + '/api/v1/sessions', {
+          method: 'POST',
+          headers: { 'Content-Type': 'application/json', Authorization: 'Bearer ' + g.token },
+          body: JSON.stringify({ title }),
+        })
+      }
       await enqueue(
         { Reasoning: 'Check the budget first, then lay it out. ', ToolCalls: [{ id: 'call_shot', type: 'function', function: { name: 't__echo', arguments: '{"text":"budget: 680"}' } }] },
         { Content: MD, Delay: ms(5) },
       )
       const maker = await newPage()
-      await maker.goto(BASE + '/')
+      await withKey(maker)
+      await maker.goto(AUTH + '/')
       await send(maker, 'Plan three days in Lisbon and two in Porto, with the budget')
       await maker.locator('[data-testid=assistant-message] table').waitFor({ timeout: T })
       await idle(maker)
       const url = maker.url()
       for (const scheme of ['light', 'dark']) {
         const page = await newPage({ colorScheme: scheme })
+        await withKey(page)
         await page.goto(url)
         await page.locator('[data-testid=assistant-message] table').waitFor({ timeout: T })
         await page.locator('[data-testid=tool-card] summary').first().click()
+        await page.locator('[data-testid=reasoning] summary').first().click()
         await axeCheck(page, scheme)
-        if (shared.mdSession) {
-          await page.goto(shared.mdSession)
-          await page.locator('[data-testid=assistant-message] table').waitFor({ timeout: T })
-          await axeCheck(page, scheme + ' (markdown)')
-          await page.goto(url)
-          await page.locator('[data-testid=assistant-message] table').waitFor({ timeout: T })
-          await page.locator('[data-testid=tool-card] summary').first().click()
-        }
+        await page.locator('.messages').evaluate((el) => el.scrollTo(0, 0))
         if (SHOTS) await page.screenshot({ path: path.join(SHOTS, `chat-${scheme}.png`) })
         assert(page.problems.length === 0, page.problems.join('\n'))
       }

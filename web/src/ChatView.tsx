@@ -228,11 +228,13 @@ function Messages(props: { state: ChatState; loading: boolean; running: boolean;
     getItemKey: (i) => rows[i].id,
   })
 
-  // Follow the end while the reader is there; leave them alone when they scrolled up.
+  // Follow the end while the reader is there (also as rows are measured and grow); leave them
+  // alone when they scrolled up.
+  const total = v.getTotalSize()
   useLayoutEffect(() => {
     const el = scroller.current
-    if (el && atBottom.current && rows.length) v.scrollToIndex(rows.length - 1, { align: 'end' })
-  }, [rows, state.draft, v])
+    if (el && atBottom.current) el.scrollTop = el.scrollHeight
+  }, [rows, state.draft, total])
 
   const items = v.getVirtualItems()
   return (
