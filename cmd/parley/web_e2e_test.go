@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/provider/llmtest"
+	"github.com/parleyhq/parley/store/sqlite"
 	"github.com/parleyhq/parley/tools/mcp/mcptest"
 )
 
@@ -71,7 +74,9 @@ func TestWebUIInABrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	common := []string{"--config", cfgPath, "--rate-limit", "off", "--provider-attempts", "1", "--breaker-failures", "1000"}
-	base := startInProcess(t, nil, common...)
+	dbPath := filepath.Join(t.TempDir(), "ui.db")
+	base := startInProcess(t, nil, append(common, "--db", dbPath)...)
+	big := bigSession(t, dbPath, 5000)
 	withKeys := startInProcess(t, nil, append(common, "--auth", "keys", "--guests", "--guest-rate-limit", "off")...)
 
 	shots := os.Getenv("PARLEY_SCREENSHOTS")
@@ -83,7 +88,7 @@ func TestWebUIInABrowser(t *testing.T) {
 	suite := exec.CommandContext(ctx, node, filepath.Join(webDir, "e2e", "run.mjs"))
 	suite.Dir = webDir
 	suite.Env = append(os.Environ(), "PARLEY_URL="+base, "PARLEY_AUTH_URL="+withKeys, "PARLEY_CONTROL_URL="+control.URL,
-		"PARLEY_CHROMIUM="+chromium, "PARLEY_SCREENSHOTS="+shots)
+		"PARLEY_CHROMIUM="+chromium, "PARLEY_SCREENSHOTS="+shots, "PARLEY_BIG_SESSION="+big)
 	if only := os.Getenv("PARLEY_E2E_ONLY"); only != "" {
 		suite.Env = append(suite.Env, "PARLEY_E2E_ONLY="+only)
 	}
@@ -103,6 +108,41 @@ func TestWebUIInABrowser(t *testing.T) {
 	if err := suite.Wait(); err != nil {
 		t.Fatalf("browser suite failed: %v", err)
 	}
+}
+
+// bigSession stores a session of n messages (user and assistant in turn, some with Markdown) in
+// the running server's database, for the long-session scrolling case.
+func bigSession(t *testing.T, dbPath string, n int) string {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	now := time.Now().UTC()
+	sess := &parley.Session{ID: parley.NewID(), Title: fmt.Sprintf("A long session (%d messages)", n), Owner: "local", CreatedAt: now, UpdatedAt: now}
+	if err := st.CreateSession(ctx, sess); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i += 500 {
+		var batch []*parley.Message
+		for j := i; j < min(i+500, n); j++ {
+			m := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text(fmt.Sprintf("Question %d: how does this work?", j+1)), CreatedAt: now}
+			if j%2 == 1 {
+				text := fmt.Sprintf("Answer %d. It works like this:\n\n- first\n- second\n", j+1)
+				if j%10 == 1 {
+					text += "\n```go\nfmt.Println(\"hello\")\n```\n"
+				}
+				m.Role, m.Content = parley.RoleAssistant, parley.Text(text)
+			}
+			batch = append(batch, m)
+		}
+		if err := st.AppendMessages(ctx, sess.ID, batch...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return sess.ID
 }
 
 // scriptControl lets the browser suite script the fake upstream: POST /enqueue with a JSON array

@@ -418,6 +418,40 @@ const cases = [
     },
   ],
   [
+    'a 5,000-message session loads and scrolls, virtualized',
+    async () => {
+      const id = process.env.PARLEY_BIG_SESSION
+      if (!id) throw new Error('PARLEY_BIG_SESSION is not set')
+      const page = await newPage()
+      const t0 = Date.now()
+      await page.goto(BASE + '/s/' + id)
+      await page.locator('[data-testid=user-message]', { hasText: 'Question 4999:' }).waitFor({ timeout: T })
+      const loadMs = Date.now() - t0
+      const rows = await page.locator('.messages .row').count()
+      assert(rows < 80, 'only the visible rows are in the page: ' + rows)
+      // Scroll from the end to the start in steps, one per frame, and time the frames.
+      const frames = await page.locator('.messages').evaluate(async (el) => {
+        const times = []
+        let last = performance.now()
+        const step = el.scrollHeight / 300
+        for (let i = 0; i < 300; i++) {
+          el.scrollTop = el.scrollHeight - (i + 1) * step
+          await new Promise((r) => requestAnimationFrame(r))
+          const now = performance.now()
+          times.push(now - last)
+          last = now
+        }
+        el.scrollTop = 0
+        return times.sort((a, b) => a - b)
+      })
+      await page.locator('[data-testid=user-message]', { hasText: 'Question 1:' }).waitFor({ timeout: T })
+      const p = (q) => frames[Math.floor(q * (frames.length - 1))].toFixed(1)
+      console.log(`    5,000 messages: loaded and shown in ${loadMs} ms; ${rows} rows in the page; scroll frames p50 ${p(0.5)} ms, p95 ${p(0.95)} ms, max ${p(1)} ms`)
+      assert((await page.locator('.messages .row').count()) < 80, 'still virtualized at the top')
+      return page
+    },
+  ],
+  [
     'accessibility (axe-core, light and dark) and screenshots',
     async () => {
       // A guest of its own on the server with keys, so the sidebar shows only this case's chats.
