@@ -166,16 +166,22 @@ func scriptControl(fake *llmtest.Server) http.Handler {
 		type req struct {
 			Model string   `json:"model"`
 			Tools []string `json:"tools"`
-			Last  string   `json:"last"` // the text of the request's last message
+			Last   string   `json:"last"`   // the text of the request's last message
+			Images []string `json:"images"` // the image URLs of its last message
 		}
 		out := []req{}
 		for _, q := range fake.Requests() {
-			x := req{Model: q.Model, Tools: []string{}}
+			x := req{Model: q.Model, Tools: []string{}, Images: []string{}}
 			for _, s := range q.Tools {
 				x.Tools = append(x.Tools, s.Name)
 			}
 			if n := len(q.Messages); n > 0 {
 				x.Last = strings.TrimSpace(q.Messages[n-1].Content.String())
+				for _, p := range q.Messages[n-1].Content.Parts() {
+					if p.ImageURL != nil {
+						x.Images = append(x.Images, p.ImageURL.URL)
+					}
+				}
 			}
 			out = append(out, x)
 		}

@@ -333,6 +333,48 @@ const cases = [
     },
   ],
   [
+    'images: attached by button, paste and drop, previewed, sent and shown inline',
+    async () => {
+      const png = Buffer.from(
+        'iVBORw0KGgoAAAANSUhEUgAAAAgAAAAICAIAAABLbSncAAAAEklEQVR4nGP4z8CAFWEXHbQSACj/P8Fu7N9hAAAAAElFTkSuQmCC',
+        'base64',
+      )
+      const page = await newPage()
+      await page.goto(BASE + '/')
+      await page.locator('input[type=file]').setInputFiles({ name: 'button.png', mimeType: 'image/png', buffer: png })
+      await page.getByRole('img', { name: 'button.png' }).waitFor({ timeout: T })
+      const b64 = png.toString('base64')
+      await page.evaluate((b64) => {
+        const file = (name) => new File([Uint8Array.from(atob(b64), (c) => c.charCodeAt(0))], name, { type: 'image/png' })
+        const paste = new DataTransfer()
+        paste.items.add(file('pasted.png'))
+        document.querySelector('#prompt').dispatchEvent(new ClipboardEvent('paste', { clipboardData: paste, bubbles: true, cancelable: true }))
+        const drop = new DataTransfer()
+        drop.items.add(file('dropped.png'))
+        drop.items.add(new File(['hello'], 'notes.txt', { type: 'text/plain' }))
+        document.querySelector('.composer').dispatchEvent(new DragEvent('drop', { dataTransfer: drop, bubbles: true, cancelable: true }))
+      }, b64)
+      await page.getByRole('img', { name: 'pasted.png' }).waitFor({ timeout: T })
+      await page.getByRole('img', { name: 'dropped.png' }).waitFor({ timeout: T })
+      await page.getByRole('alert').filter({ hasText: 'notes.txt: only images can be attached' }).waitFor({ timeout: T })
+      await page.getByRole('button', { name: 'Remove dropped.png' }).click()
+      await page.getByRole('img', { name: 'dropped.png' }).waitFor({ state: 'detached', timeout: T })
+      await enqueue({ Content: 'Two small squares.' })
+      await send(page, 'What are these?')
+      await page.getByText('Two small squares.').waitFor({ timeout: T })
+      const shown = page.locator('[data-testid=user-message] img.inline-image')
+      assert((await shown.count()) === 2, 'both images shown in the message: ' + (await shown.count()))
+      assert((await shown.first().getAttribute('src')).startsWith('data:image/png;base64,'), 'inline image')
+      assert((await page.locator('.attachments').count()) === 0, 'previews cleared after sending')
+      const reqs = await control('GET', '/requests')
+      const last = reqs[reqs.length - 1]
+      assert(last.images.length === 2 && last.images.every((u) => u === 'data:image/png;base64,' + b64), 'the model got both images: ' + last.images.length)
+      await page.reload()
+      await page.locator('[data-testid=user-message] img.inline-image').nth(1).waitFor({ timeout: T })
+      return page
+    },
+  ],
+  [
     'sidebar: paging, title search, rename, delete',
     async () => {
       const tag = 'e2e' + Date.now().toString(36)

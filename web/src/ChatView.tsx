@@ -116,10 +116,11 @@ export function ChatView(p: Props) {
   }, [])
 
   const send = useCallback(
-    async (text: string) => {
+    async (text: string, images: string[] = []) => {
       const c = connRef.current
-      if (!c || !text.trim()) return false
+      if (!c || (!text.trim() && images.length === 0)) return false
       const data: Record<string, unknown> = { text }
+      if (images.length) data.binary_content = images.map((url) => ({ type: 'image_url', image_url: { url } }))
       if (model) data.model = model
       if (selected) data.selected_tools = selected
       try {
@@ -280,7 +281,20 @@ function RowView(props: { row: Row; state: ChatState; toolServers: Record<string
       return (
         <div className="msg user" data-testid="user-message">
           <div className="bubble">
-            <Markdown text={row.text} />
+            {row.images.length > 0 && (
+              <div className="images">
+                {row.images.map((u, i) =>
+                  u.startsWith('data:image/') ? (
+                    <img key={i} src={u} alt={`Attached image ${i + 1}`} className="inline-image" />
+                  ) : (
+                    <a key={i} href={u} target="_blank" rel="noopener noreferrer nofollow">
+                      Image {i + 1}
+                    </a>
+                  ),
+                )}
+              </div>
+            )}
+            {row.text && <Markdown text={row.text} />}
           </div>
         </div>
       )
@@ -318,10 +332,27 @@ function RowView(props: { row: Row; state: ChatState; toolServers: Record<string
   }
 }
 
+const maxImages = 4
+const maxImageBytes = 4 << 20
+
+function readDataURL(f: File): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const r = new FileReader()
+    r.onload = () => resolve(String(r.result))
+    r.onerror = () => reject(r.error)
+    r.readAsDataURL(f)
+  })
+}
+
+interface Attachment {
+  name: string
+  url: string
+}
+
 function Composer(props: {
   running: boolean
   paused: boolean
-  onSend: (t: string) => Promise<boolean>
+  onSend: (t: string, images: string[]) => Promise<boolean>
   onStop: () => void
   onPause: () => void
   onResume: () => void
@@ -334,23 +365,82 @@ function Composer(props: {
 }) {
   const [text, setText] = useState('')
   const [toolsOpen, setToolsOpen] = useState(false)
+  const [images, setImages] = useState<Attachment[]>([])
+  const [attachError, setAttachError] = useState('')
+  const [dragging, setDragging] = useState(false)
+  const fileInput = useRef<HTMLInputElement>(null)
+  // attach takes image files from the button, a paste or a drop; anything else is refused here
+  // (the server takes images only, as data URLs in binary_content).
+  const attach = async (files: File[]) => {
+    setAttachError('')
+    const problems: string[] = []
+    const added: Attachment[] = []
+    for (const f of files) {
+      if (!f.type.startsWith('image/')) problems.push(`${f.name || 'that file'}: only images can be attached`)
+      else if (f.size > maxImageBytes) problems.push(`${f.name}: larger than ${maxImageBytes >> 20} MB`)
+      else added.push({ name: f.name || 'pasted image', url: await readDataURL(f) })
+    }
+    setImages((old) => {
+      const next = [...old, ...added]
+      if (next.length > maxImages) problems.push(`at most ${maxImages} images a message`)
+      return next.slice(0, maxImages)
+    })
+    if (problems.length) setAttachError(problems.join('; '))
+  }
   const submit = async () => {
-    if (!text.trim() || props.running) return
+    if ((!text.trim() && images.length === 0) || props.running) return
     const t = text
+    const imgs = images
     setText('')
-    if (!(await props.onSend(t))) setText(t)
+    setImages([])
+    if (!(await props.onSend(t, imgs.map((i) => i.url)))) {
+      setText(t)
+      setImages(imgs)
+    }
   }
   const named = props.models.filter((m) => !m.id.endsWith('/*'))
   const sel = props.selected
   const toolLabel = sel === null ? 'All tools' : sel.length === 0 ? 'No tools' : `${sel.length} tool${sel.length === 1 ? '' : 's'}`
   return (
     <form
-      className="composer"
+      className={'composer' + (dragging ? ' dragging' : '')}
       onSubmit={(e) => {
         e.preventDefault()
         submit()
       }}
+      onDragOver={(e) => {
+        if (e.dataTransfer?.types.includes('Files')) {
+          e.preventDefault()
+          setDragging(true)
+        }
+      }}
+      onDragLeave={() => setDragging(false)}
+      onDrop={(e) => {
+        setDragging(false)
+        const files = [...(e.dataTransfer?.files ?? [])]
+        if (files.length) {
+          e.preventDefault()
+          attach(files)
+        }
+      }}
     >
+      {images.length > 0 && (
+        <ul className="attachments" aria-label="Attached images">
+          {images.map((im, i) => (
+            <li key={i}>
+              <img src={im.url} alt={im.name} />
+              <button type="button" className="icon remove" aria-label={`Remove ${im.name}`} onClick={() => setImages((old) => old.filter((_, j) => j !== i))}>
+                ×
+              </button>
+            </li>
+          ))}
+        </ul>
+      )}
+      {attachError && (
+        <p role="alert" className="form-error small">
+          {attachError}
+        </p>
+      )}
       <label htmlFor="prompt" className="visually-hidden">
         Message
       </label>
@@ -360,6 +450,13 @@ function Composer(props: {
         value={text}
         placeholder="Send a message"
         onChange={(e) => setText(e.target.value)}
+        onPaste={(e) => {
+          const files = [...e.clipboardData.files]
+          if (files.length) {
+            e.preventDefault()
+            attach(files)
+          }
+        }}
         onKeyDown={(e) => {
           if (e.key === 'Enter' && !e.shiftKey && !e.nativeEvent.isComposing) {
             e.preventDefault()
@@ -368,6 +465,22 @@ function Composer(props: {
         }}
       />
       <div className="composer-bar">
+        <input
+          ref={fileInput}
+          type="file"
+          accept="image/*"
+          multiple
+          hidden
+          onChange={(e) => {
+            attach([...(e.target.files ?? [])])
+            e.target.value = ''
+          }}
+        />
+        <button type="button" className="secondary" aria-label="Attach images" title="Attach images (or paste, or drop them here)" onClick={() => fileInput.current?.click()}>
+          <svg width="16" height="16" viewBox="0 0 16 16" aria-hidden="true" fill="none" stroke="currentColor" strokeWidth="1.5">
+            <path d="M10.5 4.5 5.6 9.4a1.4 1.4 0 0 0 2 2l5-5a2.8 2.8 0 0 0-4-4l-5 5a4.2 4.2 0 0 0 6 6l4.4-4.4" />
+          </svg>
+        </button>
         <label className="picker">
           <span className="visually-hidden">Model</span>
           <select aria-label="Model" value={props.model} onChange={(e) => props.onModel(e.target.value)}>
@@ -427,7 +540,7 @@ function Composer(props: {
           </>
         )}
         {!props.running && (
-          <button type="submit" disabled={!text.trim()}>
+          <button type="submit" disabled={!text.trim() && images.length === 0}>
             Send
           </button>
         )}

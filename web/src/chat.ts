@@ -16,7 +16,7 @@ export interface ToolResult {
 }
 
 export type Entry =
-  | { kind: 'user'; id: string; text: string }
+  | { kind: 'user'; id: string; text: string; images: string[] }
   | {
       kind: 'assistant'
       id: string
@@ -67,8 +67,15 @@ export function contentText(c: Message['content']): string {
   if (c == null) return ''
   if (typeof c === 'string') return c
   return c
-    .map((p) => (p.type === 'text' ? (p.text ?? '') : p.type === 'image_url' ? '[image]' : ''))
-    .join('')
+    .filter((p) => p.type === 'text')
+    .map((p) => p.text ?? '')
+    .join('\n')
+}
+
+// contentImages lists the URLs of a message's image parts.
+export function contentImages(c: Message['content']): string[] {
+  if (c == null || typeof c === 'string') return []
+  return c.filter((p) => p.type === 'image_url' && p.image_url?.url).map((p) => p.image_url!.url)
 }
 
 // addMessage folds one stored message into the state (a tool message becomes its call's result).
@@ -105,7 +112,7 @@ function addMessage(s: ChatState, m: Message, now: number): ChatState {
     }
     draft = emptyDraft
   } else if (m.role === 'user') {
-    e = { kind: 'user', id: m.id, text: contentText(m.content) }
+    e = { kind: 'user', id: m.id, text: contentText(m.content), images: contentImages(m.content) }
   } else {
     return { ...s, known }
   }

@@ -84,3 +84,22 @@ test('an error event is a message, and retry has the last question', () => {
   assert.deepEqual(texts(s), ['user:first', 'assistant:ok', 'user:second', 'error:boom'])
   assert.equal(lastUserText(s), 'second')
 })
+
+test('a user message with image parts shows its text and its images', () => {
+  const m: Message = {
+    role: 'user',
+    content: [
+      { type: 'text', text: 'What is this?' },
+      { type: 'image_url', image_url: { url: 'data:image/png;base64,AAAA' } },
+      { type: 'image_url', image_url: { url: 'https://example.com/a.png' } },
+    ],
+    id: 'u1',
+    session_id: S,
+    seq: 1,
+    created_at: '',
+  }
+  const s = withHistory(initialChat(), [m])
+  const e = s.entries[0] as any
+  assert.equal(e.text, 'What is this?')
+  assert.deepEqual(e.images, ['data:image/png;base64,AAAA', 'https://example.com/a.png'])
+})
