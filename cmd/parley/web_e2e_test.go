@@ -164,8 +164,8 @@ func scriptControl(fake *llmtest.Server) http.Handler {
 	})
 	mux.HandleFunc("GET /requests", func(w http.ResponseWriter, r *http.Request) {
 		type req struct {
-			Model string   `json:"model"`
-			Tools []string `json:"tools"`
+			Model  string   `json:"model"`
+			Tools  []string `json:"tools"`
 			Last   string   `json:"last"`   // the text of the request's last message
 			Images []string `json:"images"` // the image URLs of its last message
 		}

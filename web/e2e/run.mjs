@@ -175,7 +175,7 @@ const cases = [
     'stop (Esc) keeps what streamed, and the next message works',
     async () => {
       const long = words(300, 'stop')
-      await enqueue({ Content: long, Delay: ms(40) })
+      await enqueue({ Content: long, Delay: ms(30) })
       const page = await newPage()
       await page.goto(BASE + '/')
       await send(page, 'Say many words')
@@ -224,26 +224,26 @@ const cases = [
   [
     'reload mid-stream resumes with no duplicated text',
     async () => {
-      const text = words(150)
+      const text = words(100)
       await enqueue({ Reasoning: 'Counting the words. ', Content: text, Delay: ms(30) })
       const page = await newPage()
       await page.goto(BASE + '/')
-      await send(page, 'Count to 150')
+      await send(page, 'Count to 100')
       await page.locator('[data-testid=draft-message]', { hasText: 'w10 ' }).waitFor({ timeout: T })
       await page.reload()
-      await page.locator('[data-testid=assistant-message]', { hasText: 'w149' }).waitFor({ timeout: T })
+      await page.locator('[data-testid=assistant-message]', { hasText: 'w99' }).waitFor({ timeout: T })
       await idle(page)
       assert((await lastAnswer(page)).trim() === text, 'the answer is the streamed text exactly once')
       const all = await page.locator('.messages').innerText()
-      assert(count(all, 'w5 ') === 1 && count(all, 'w149') === 1, 'no text twice')
-      assert(count(all, 'Count to 150') === 1, 'the question once')
+      assert(count(all, 'w5 ') === 1 && count(all, 'w99') === 1, 'no text twice')
+      assert(count(all, 'Count to 100') === 1, 'the question once')
       return page
     },
   ],
   [
     'a network drop shows "reconnecting" and resumes from the last seq',
     async () => {
-      const text = words(150, 'n')
+      const text = words(100, 'n')
       await enqueue({ Content: text, Delay: ms(30) })
       const page = await newPage()
       const urls = []
@@ -259,7 +259,7 @@ const cases = [
         }).observe(el, { childList: true, characterData: true, subtree: true })
         window.__parleyConn.drop()
       })
-      await page.locator('[data-testid=assistant-message]', { hasText: 'n149' }).waitFor({ timeout: T })
+      await page.locator('[data-testid=assistant-message]', { hasText: 'n99' }).waitFor({ timeout: T })
       assert(await page.evaluate(() => window.__sawReconnecting), 'the page showed that it was reconnecting')
       assert(urls.some((u) => /after=\d+/.test(u)), 'it reconnected with after=<seq>: ' + urls.join(' '))
       assert((await lastAnswer(page)).trim() === text, 'the answer exactly once')
@@ -279,7 +279,7 @@ const cases = [
       await b.goto(a.url())
       await b.getByText('First answer.').waitFor({ timeout: T })
       const text = words(80, 'two')
-      await enqueue({ Content: text, Delay: ms(30) })
+      await enqueue({ Content: text, Delay: ms(20) })
       await send(a, 'Second question')
       // b sees the question and the answer streaming live, then the stored answer.
       await b.locator('[data-testid=user-message]', { hasText: 'Second question' }).waitFor({ timeout: T })
@@ -434,6 +434,16 @@ const cases = [
       assert(last.model === 'gpt-4o-mini', 'the chosen model was asked: ' + last.model)
       assert(JSON.stringify(last.tools) === '["calculator"]', 'only the chosen tool was offered: ' + JSON.stringify(last.tools))
       assert((await page.locator('[data-testid=answer-usage]').last().innerText()).includes('oa/gpt-4o-mini'), 'the answer names its model')
+      // A provider whose breaker is open says so in the picker (the list as /api/v1/models gives it).
+      const other = await newPage()
+      await other.route('**/api/v1/models', (r) =>
+        r.fulfill({
+          contentType: 'application/json',
+          body: JSON.stringify({ models: [{ id: 'oa/gpt-4o', provider: 'oa', kind: 'openai', default: true, breaker: 'closed' }, { id: 'gm/flash', provider: 'gm', kind: 'gemini', breaker: 'open' }] }),
+        }),
+      )
+      await other.goto(BASE + '/')
+      await other.waitForFunction(() => [...document.querySelectorAll('select option')].some((o) => o.textContent.includes('breaker open')), null, { timeout: T })
       return page
     },
   ],
@@ -475,8 +485,8 @@ const cases = [
       const frames = await page.locator('.messages').evaluate(async (el) => {
         const times = []
         let last = performance.now()
-        const step = el.scrollHeight / 300
-        for (let i = 0; i < 300; i++) {
+        const step = el.scrollHeight / 120
+        for (let i = 0; i < 120; i++) {
           el.scrollTop = el.scrollHeight - (i + 1) * step
           await new Promise((r) => requestAnimationFrame(r))
           const now = performance.now()

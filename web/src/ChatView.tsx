@@ -484,7 +484,7 @@ function Composer(props: {
         <label className="picker">
           <span className="visually-hidden">Model</span>
           <select aria-label="Model" value={props.model} onChange={(e) => props.onModel(e.target.value)}>
-            <option value="">Default model</option>
+            <option value="">Default</option>
             {named.map((m) => (
               <option key={m.id} value={m.id}>
                 {m.id}
