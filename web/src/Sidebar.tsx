@@ -114,7 +114,12 @@ export function Sidebar(p: Props) {
                   value={title}
                   maxLength={200}
                   onChange={(e) => setTitle(e.target.value)}
-                  onKeyDown={(e) => e.key === 'Escape' && setEditing(null)}
+                  onKeyDown={(e) => {
+                    if (e.key === 'Escape') {
+                      e.stopPropagation() // cancels the rename; does not stop the answer
+                      setEditing(null)
+                    }
+                  }}
                   onBlur={() => rename(s.id)}
                 />
               </form>
