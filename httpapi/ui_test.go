@@ -5,11 +5,16 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/parleyhq/parley/web"
 )
 
 // TestUIIsServedBesideTheAPI: the page at / and at client routes, with its CSP, while /api and
 // the health probes keep their own answers.
 func TestUIIsServedBesideTheAPI(t *testing.T) {
+	if !web.Embedded() {
+		t.Skip("built with -tags no_ui")
+	}
 	e := newEnv(t, nil)
 	get := func(path string) (*http.Response, string) {
 		t.Helper()

@@ -19,6 +19,9 @@ const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 's
 	"font-src 'self'; connect-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'self'; " +
 	"frame-ancestors 'none'; object-src 'none'"
 
+// Embedded reports whether this binary carries the UI (false when built with -tags no_ui).
+func Embedded() bool { return embedded }
+
 // Handler serves the UI: files of dist by path, and index.html for any other path (a client
 // route such as /s/<id>). Hashed files under /assets/ are cached for a year; index.html is
 // revalidated every time, so a new build reaches browsers at once.
