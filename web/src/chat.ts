@@ -192,16 +192,3 @@ export function lastUserText(s: ChatState): string {
   }
   return ''
 }
-
-// sessionCost sums the cost and tokens of the answers shown.
-export function answerUsage(entries: Entry[]): Usage {
-  const u: Usage = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0, cost: 0 }
-  for (const e of entries) {
-    if (e.kind !== 'assistant' || !e.usage) continue
-    u.prompt_tokens += e.usage.prompt_tokens
-    u.completion_tokens += e.usage.completion_tokens
-    u.total_tokens += e.usage.total_tokens
-    u.cost = (u.cost ?? 0) + (e.usage.cost ?? 0)
-  }
-  return u
-}
