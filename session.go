@@ -35,6 +35,9 @@ type Resource struct {
 type Page struct {
 	Cursor string
 	Limit  int
+	// Query, when set, keeps only sessions whose title contains it, ignoring case (in SQLite,
+	// the case of ASCII letters only). "%" and "_" are plain characters.
+	Query string
 }
 
 // Store keeps sessions, their messages and resources. Every write is durable when it returns.

@@ -1,6 +1,9 @@
 package httpapi
 
-import "github.com/parleyhq/parley/chat"
+import (
+	"github.com/parleyhq/parley/chat"
+	"github.com/parleyhq/parley/web"
+)
 
 // routes lists every endpoint of the API. Each one under /api/v1 goes through the pipeline
 // (pipe, in guard.go) with its policy; health probes do not.
@@ -39,4 +42,6 @@ func (s *server) routes() {
 	s.mux.Handle("DELETE /api/v1/admin/keys/{id}", s.pipe(admin, s.handleRevokeKey()))
 
 	s.mux.Handle("/api/", s.pipe(policy{open: true}, s.handleNotFound()))
+	// The browser UI (package web): every other path is the page or one of its files (GET/HEAD).
+	s.mux.Handle("/", web.Handler())
 }

@@ -110,7 +110,16 @@ func (s *server) handleListSessions() http.Handler {
 			writeError(w, err)
 			return
 		}
-		list, next, err := s.Store.ListSessions(r.Context(), owner, parley.Page{Cursor: r.URL.Query().Get("cursor"), Limit: limit})
+		q := r.URL.Query().Get("q")
+		if n := utf8.RuneCountInString(q); n > maxTitle {
+			writeError(w, parley.Errorf(parley.ECInvalid, "q: %d characters, the limit is %d", n, maxTitle))
+			return
+		}
+		if strings.ContainsRune(q, 0) {
+			writeError(w, parley.Errorf(parley.ECInvalid, "q: contains a NUL character"))
+			return
+		}
+		list, next, err := s.Store.ListSessions(r.Context(), owner, parley.Page{Cursor: r.URL.Query().Get("cursor"), Limit: limit, Query: q})
 		if err != nil {
 			writeError(w, err)
 			return

@@ -177,14 +177,19 @@ func (s *Store) ListSessions(ctx context.Context, owner string, p parley.Page) (
 	limit = min(limit, MaxPageSize)
 	q := `SELECT ` + sessionCols + ` FROM sessions WHERE owner = $1`
 	args := []any{owner}
+	if p.Query != "" {
+		// strpos, not LIKE: the query's % and _ are plain characters.
+		args = append(args, p.Query)
+		q += fmt.Sprintf(` AND strpos(lower(title), lower($%d)) > 0`, len(args))
+	}
 	if p.Cursor != "" {
 		upd, id, err := rowcodec.DecodeCursor(p.Cursor)
 		if err != nil {
 			return nil, "", err
 		}
 		// A row-value comparison walks the (owner, updated_at DESC, id DESC) index from the cursor on.
-		q += ` AND (updated_at, id) < ($2, $3)`
 		args = append(args, time.UnixMicro(upd).UTC(), id)
+		q += fmt.Sprintf(` AND (updated_at, id) < ($%d, $%d)`, len(args)-1, len(args))
 	}
 	q += fmt.Sprintf(` ORDER BY updated_at DESC, id DESC LIMIT %d`, limit+1)
 	rows, err := s.pool.Query(ctx, q, args...)

@@ -190,6 +190,11 @@ func (s *Store) ListSessions(ctx context.Context, owner string, p parley.Page) (
 	limit = min(limit, MaxPageSize)
 	q := `SELECT ` + sessionCols + ` FROM sessions WHERE owner = ?`
 	args := []any{owner}
+	if p.Query != "" {
+		// instr, not LIKE: the query's % and _ are plain characters. lower() folds ASCII only.
+		q += ` AND instr(lower(title), lower(?)) > 0`
+		args = append(args, p.Query)
+	}
 	if p.Cursor != "" {
 		upd, id, err := rowcodec.DecodeCursor(p.Cursor)
 		if err != nil {

@@ -27,6 +27,7 @@ func Run(t *testing.T, open func(t *testing.T) parley.Store) {
 		{"SessionNotFound", testSessionNotFound},
 		{"ListSessionsPaging", testListSessionsPaging},
 		{"ListSessionsTies", testListSessionsTies},
+		{"ListSessionsByTitle", testListSessionsByTitle},
 		{"ListSessionsBadCursor", testListSessionsBadCursor},
 		{"Rename", testRename},
 		{"DeleteCascades", testDeleteCascades},
@@ -745,5 +746,59 @@ func testOpenToolCalls(t *testing.T, s parley.Store) {
 	}
 	if got := open(); len(got) != 0 {
 		t.Fatalf("all answered, still open: %v", got)
+	}
+}
+
+// testListSessionsByTitle: Page.Query keeps the sessions whose title contains it, ignoring the
+// case of ASCII letters, with % and _ taken literally, and pages like the full list.
+func testListSessionsByTitle(t *testing.T, s parley.Store) {
+	titles := []string{"Trip to Lisbon", "lisbon hotels", "Budget 100%", "Budget 100 euros", "snake_case names", "snakeXcase", "Café crème", "Other"}
+	ids := map[string]string{}
+	for i, title := range titles {
+		at := base.Add(time.Duration(i) * time.Second)
+		sess := &parley.Session{ID: parley.NewID(), Title: title, Owner: "dora", CreatedAt: at, UpdatedAt: at}
+		if err := s.CreateSession(ctx, sess); err != nil {
+			t.Fatal(err)
+		}
+		ids[sess.ID] = title
+	}
+	other := &parley.Session{ID: parley.NewID(), Title: "Lisbon too", Owner: "erin", CreatedAt: base, UpdatedAt: base}
+	if err := s.CreateSession(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		query string
+		want  []string // newest first
+	}{
+		{"LISBON", []string{"lisbon hotels", "Trip to Lisbon"}},
+		{"100%", []string{"Budget 100%"}},
+		{"e_c", []string{"snake_case names"}},
+		{"crème", []string{"Café crème"}},
+		{"nothing like it", nil},
+	}
+	for _, tc := range tests {
+		for _, limit := range []int{1, 10} {
+			var got []string
+			cursor := ""
+			for pages := 0; ; pages++ {
+				if pages > 20 {
+					t.Fatal("paging does not end")
+				}
+				page, next, err := s.ListSessions(ctx, "dora", parley.Page{Query: tc.query, Cursor: cursor, Limit: limit})
+				if err != nil {
+					t.Fatalf("query %q: %v", tc.query, err)
+				}
+				for _, p := range page {
+					got = append(got, p.Title)
+				}
+				if next == "" {
+					break
+				}
+				cursor = next
+			}
+			if strings.Join(got, "|") != strings.Join(tc.want, "|") {
+				t.Errorf("query %q, limit %d: got %q, want %q", tc.query, limit, got, tc.want)
+			}
+		}
 	}
 }

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/provider/llmtest"
+	"github.com/parleyhq/parley/store/sqlite"
+	"github.com/parleyhq/parley/tools/mcp/mcptest"
+)
+
+// TestWebUIInABrowser runs the browser suite (web/e2e/run.mjs: Playwright driving Debian's
+// Chromium) against a real Parley: `run` on a free port, with an OpenAI-compatible provider that
+// is the scripted fake upstream and a stdio MCP server, plus a second instance with API keys and
+// guests for the sign-in case. The suite scripts the model through a small control server.
+//
+// It needs node, chromium and web/node_modules (npm ci in web/); without them it skips, unless
+// PARLEY_TEST_REQUIRE_BROWSER=1 (CI sets it), where it fails.
+func TestWebUIInABrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("browser suite skipped in -short mode")
+	}
+	require := os.Getenv("PARLEY_TEST_REQUIRE_BROWSER") == "1"
+	missing := func(what string) {
+		t.Helper()
+		if require {
+			t.Fatalf("PARLEY_TEST_REQUIRE_BROWSER=1 but %s", what)
+		}
+		t.Skipf("skipping the browser suite: %s (set PARLEY_TEST_REQUIRE_BROWSER=1 to fail instead)", what)
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		missing("node is not installed")
+	}
+	chromium := os.Getenv("PARLEY_CHROMIUM")
+	if chromium == "" {
+		chromium = "/usr/bin/chromium"
+	}
+	if _, err := os.Stat(chromium); err != nil {
+		missing(chromium + " is missing (apt-get install -y chromium)")
+	}
+	webDir, _ := filepath.Abs("../../web")
+	if _, err := os.Stat(filepath.Join(webDir, "node_modules", "playwright-core")); err != nil {
+		missing("web/node_modules is missing (npm ci in web/)")
+	}
+
+	fake := llmtest.NewServer()
+	upstream := httptest.NewServer(fake)
+	defer upstream.Close()
+	control := httptest.NewServer(scriptControl(fake))
+	defer control.Close()
+
+	cmd, args, env := mcptest.Command(mcptest.Options{})
+	cfg := map[string]any{
+		"providers": []map[string]any{{"name": "oa", "kind": "openai", "base_url": upstream.URL + "/v1",
+			"api_key": "sk-test", "models": []string{"gpt-4o", "gpt-4o-mini"}}},
+		"prices":     map[string]any{"oa/gpt-4o": map[string]any{"input": 2.5, "cached_input": 1.25, "output": 10}},
+		"mcpServers": map[string]any{"t": map[string]any{"command": cmd, "args": args, "env": env, "timeout": 5}},
+	}
+	b, _ := json.Marshal(cfg)
+	cfgPath := filepath.Join(t.TempDir(), "parley.yaml")
+	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	common := []string{"--config", cfgPath, "--rate-limit", "off", "--provider-attempts", "1", "--breaker-failures", "1000"}
+	dbPath := filepath.Join(t.TempDir(), "ui.db")
+	base := startInProcess(t, nil, append(common, "--db", dbPath)...)
+	big := bigSession(t, dbPath, 5000)
+	withKeys := startInProcess(t, nil, append(common, "--auth", "keys", "--guests", "--guest-rate-limit", "off")...)
+
+	shots := os.Getenv("PARLEY_SCREENSHOTS")
+	if shots == "" {
+		shots, _ = filepath.Abs("../../docs/screenshots")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	suite := exec.CommandContext(ctx, node, filepath.Join(webDir, "e2e", "run.mjs"))
+	suite.Dir = webDir
+	suite.Env = append(os.Environ(), "PARLEY_URL="+base, "PARLEY_AUTH_URL="+withKeys, "PARLEY_CONTROL_URL="+control.URL,
+		"PARLEY_CHROMIUM="+chromium, "PARLEY_SCREENSHOTS="+shots, "PARLEY_BIG_SESSION="+big)
+	if only := os.Getenv("PARLEY_E2E_ONLY"); only != "" {
+		suite.Env = append(suite.Env, "PARLEY_E2E_ONLY="+only)
+	}
+	out, err := suite.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	suite.Stderr = suite.Stdout
+	if err := suite.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		t.Log(sc.Text())
+	}
+	if err := suite.Wait(); err != nil {
+		t.Fatalf("browser suite failed: %v", err)
+	}
+}
+
+// bigSession stores a session of n messages (user and assistant in turn, some with Markdown) in
+// the running server's database, for the long-session scrolling case.
+func bigSession(t *testing.T, dbPath string, n int) string {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	now := time.Now().UTC()
+	sess := &parley.Session{ID: parley.NewID(), Title: fmt.Sprintf("A long session (%d messages)", n), Owner: "local", CreatedAt: now, UpdatedAt: now}
+	if err := st.CreateSession(ctx, sess); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i += 500 {
+		var batch []*parley.Message
+		for j := i; j < min(i+500, n); j++ {
+			m := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text(fmt.Sprintf("Question %d: how does this work?", j+1)), CreatedAt: now}
+			if j%2 == 1 {
+				text := fmt.Sprintf("Answer %d. It works like this:\n\n- first\n- second\n", j+1)
+				if j%10 == 1 {
+					text += "\n```go\nfmt.Println(\"hello\")\n```\n"
+				}
+				m.Role, m.Content = parley.RoleAssistant, parley.Text(text)
+			}
+			batch = append(batch, m)
+		}
+		if err := st.AppendMessages(ctx, sess.ID, batch...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return sess.ID
+}
+
+// scriptControl lets the browser suite script the fake upstream: POST /enqueue with a JSON array
+// of llmtest.Turn, POST /reset, GET /requests (the model and offered tool names of each request).
+func scriptControl(fake *llmtest.Server) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /enqueue", func(w http.ResponseWriter, r *http.Request) {
+		var turns []llmtest.Turn
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&turns); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		fake.Enqueue(turns...)
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("POST /reset", func(w http.ResponseWriter, r *http.Request) {
+		fake.Reset()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("GET /requests", func(w http.ResponseWriter, r *http.Request) {
+		type req struct {
+			Model  string   `json:"model"`
+			Tools  []string `json:"tools"`
+			Last   string   `json:"last"`   // the text of the request's last message
+			Images []string `json:"images"` // the image URLs of its last message
+		}
+		out := []req{}
+		for _, q := range fake.Requests() {
+			x := req{Model: q.Model, Tools: []string{}, Images: []string{}}
+			for _, s := range q.Tools {
+				x.Tools = append(x.Tools, s.Name)
+			}
+			if n := len(q.Messages); n > 0 {
+				x.Last = strings.TrimSpace(q.Messages[n-1].Content.String())
+				for _, p := range q.Messages[n-1].Content.Parts() {
+					if p.ImageURL != nil {
+						x.Images = append(x.Images, p.ImageURL.URL)
+					}
+				}
+			}
+			out = append(out, x)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(out)
+	})
+	return mux
+}

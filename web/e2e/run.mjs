@@ -1,0 +1,585 @@
+// The browser suite: Playwright (playwright-core) driving Debian's Chromium against a real Parley
+// started by cmd/parley's TestWebUIInABrowser, which passes:
+//   PARLEY_URL          a server in single-user mode (auth off on loopback)
+//   PARLEY_AUTH_URL     a server with --auth keys --guests
+//   PARLEY_CONTROL_URL  scripts the fake model: POST /enqueue [Turn…], POST /reset, GET /requests
+//   PARLEY_CHROMIUM     the browser binary
+//   PARLEY_SCREENSHOTS  where the README's screenshots are written
+//   PARLEY_E2E_ONLY     optional: run only the cases whose name contains it
+// Every case runs in a fresh browser context. A case fails on any page error or CSP violation.
+
+import { chromium } from 'playwright-core'
+import fs from 'node:fs'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+
+const here = path.dirname(fileURLToPath(import.meta.url))
+const BASE = process.env.PARLEY_URL
+const AUTH = process.env.PARLEY_AUTH_URL
+const CONTROL = process.env.PARLEY_CONTROL_URL
+const SHOTS = process.env.PARLEY_SCREENSHOTS
+const ONLY = process.env.PARLEY_E2E_ONLY ?? ''
+if (!BASE || !CONTROL) {
+  console.error('PARLEY_URL and PARLEY_CONTROL_URL are required (run through go test ./cmd/parley -run TestWebUIInABrowser)')
+  process.exit(2)
+}
+const axeSource = fs.readFileSync(path.join(here, '..', 'node_modules', 'axe-core', 'axe.min.js'), 'utf8')
+const T = 30_000 // generous: the machine is shared and busy
+
+// ---- helpers ----------------------------------------------------------------------------------
+
+function assert(cond, msg) {
+  if (!cond) throw new Error('assertion failed: ' + msg)
+}
+
+async function control(method, p, body) {
+  const r = await fetch(CONTROL + p, { method, body: body && JSON.stringify(body) })
+  if (!r.ok) throw new Error(`control ${p}: ${r.status} ${await r.text()}`)
+  return r.status === 204 ? null : r.json()
+}
+const enqueue = (...turns) => control('POST', '/enqueue', turns)
+const ms = (n) => n * 1e6 // Turn.Delay is a Go duration in nanoseconds
+
+async function api(method, p, body, base = BASE) {
+  const r = await fetch(base + p, { method, headers: body ? { 'Content-Type': 'application/json' } : {}, body: body && JSON.stringify(body) })
+  const text = await r.text()
+  return { status: r.status, body: text ? JSON.parse(text) : null }
+}
+
+let browser
+const contexts = []
+async function newPage(opts = {}) {
+  const ctx = await browser.newContext({ viewport: { width: 1280, height: 800 }, colorScheme: 'light', ...opts })
+  contexts.push(ctx)
+  const page = await ctx.newPage()
+  page.problems = []
+  page.on('pageerror', (e) => page.problems.push('page error: ' + e.message))
+  page.on('console', (m) => {
+    if (m.type() === 'error' && !/Failed to load resource|WebSocket connection/.test(m.text())) page.problems.push('console error: ' + m.text())
+  })
+  return page
+}
+
+async function send(page, text) {
+  await page.locator('#prompt').fill(text)
+  await page.locator('#prompt').press('Enter')
+}
+
+// idle: the run ended (the Send button is back).
+async function idle(page) {
+  await page.locator('.composer button[type=submit]').waitFor({ timeout: T })
+}
+
+async function lastAnswer(page) {
+  return page.locator('[data-testid=assistant-message] .md').last().innerText()
+}
+
+function count(haystack, needle) {
+  return haystack.split(needle).length - 1
+}
+
+async function axeCheck(page, label) {
+  await page.evaluate(axeSource)
+  const res = await page.evaluate(async () => {
+    const r = await window.axe.run(document, { resultTypes: ['violations'] })
+    return r.violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.slice(0, 3).map((n) => n.target.join(' ')) }))
+  })
+  const bad = res.filter((v) => v.impact === 'serious' || v.impact === 'critical')
+  for (const v of res) console.log(`    axe ${label}: ${v.impact} ${v.id} (${v.help}) ${JSON.stringify(v.nodes)}`)
+  assert(bad.length === 0, `${label}: ${bad.length} serious or critical axe violations: ${bad.map((v) => v.id).join(', ')}`)
+}
+
+const MD = [
+  'Here is a **summary** of the trip:',
+  '',
+  '| City | Days | Budget |',
+  '|---|---:|---:|',
+  '| Lisbon | 3 | €420 |',
+  '| Porto | 2 | €260 |',
+  '',
+  'And the helper that adds it up:',
+  '',
+  '```go',
+  'func total(days []int) (sum int) {',
+  '\tfor _, d := range days {',
+  '\t\tsum += d // one day at a time',
+  '\t}',
+  '\treturn sum',
+  '}',
+  '```',
+  '',
+].join('\n')
+
+const words = (n, p = 'w') => Array.from({ length: n }, (_, i) => `${p}${i}`).join(' ')
+
+const shared = {}
+
+// ---- the cases --------------------------------------------------------------------------------
+
+const cases = [
+  [
+    'send and stream (Markdown table, highlighted code, copy, reasoning, usage)',
+    async () => {
+      await enqueue({ Reasoning: 'The person wants a table and some Go. ', Content: MD, Delay: ms(12) })
+      const page = await newPage()
+      await page.context().grantPermissions(['clipboard-read', 'clipboard-write'], { origin: BASE })
+      await page.goto(BASE + '/')
+      await page.getByRole('heading', { name: 'What can I help with?' }).waitFor({ timeout: T })
+      await send(page, 'Plan a trip with a table and Go code')
+      // The answer streams: a draft appears and grows before the stored message replaces it.
+      await page.locator('[data-testid=draft-message] .md').waitFor({ timeout: T })
+      await idle(page)
+      assert(/\/s\/[0-9a-f-]{36}$/.test(page.url()), 'the URL names the new session: ' + page.url())
+      const msg = page.locator('[data-testid=assistant-message]').last()
+      assert((await msg.locator('table td').first().innerText()) === 'Lisbon', 'the table is rendered')
+      assert((await msg.locator('.code-block .hljs-keyword').count()) > 0, 'the code is highlighted')
+      await msg.locator('button.copy').click()
+      await msg.locator('button.copy', { hasText: 'Copied' }).waitFor({ timeout: T })
+      const clip = await page.evaluate(() => navigator.clipboard.readText())
+      assert(clip.includes('sum += d'), 'copy puts the code on the clipboard: ' + clip)
+      const summary = await msg.locator('[data-testid=reasoning] summary').innerText()
+      assert(/^Thought for \d+ s$/.test(summary), 'reasoning panel says how long: ' + summary)
+      assert(!(await msg.locator('[data-testid=reasoning]').evaluate((d) => d.open)), 'reasoning is collapsed once done')
+      const usage = await msg.locator('[data-testid=answer-usage]').innerText()
+      assert(usage.includes('oa/gpt-4o') && /tokens/.test(usage) && usage.includes('$'), 'per-answer usage and cost: ' + usage)
+      await page.locator('[data-testid=session-usage]').waitFor({ timeout: T })
+      assert(/tokens/.test(await page.locator('[data-testid=session-usage]').innerText()), 'session usage')
+      await page.getByRole('link', { name: 'Plan a trip with a table and Go code' }).waitFor({ timeout: T })
+      shared.mdSession = page.url()
+      return page
+    },
+  ],
+  [
+    'a tool card (name, MCP server, arguments, status, duration, result)',
+    async () => {
+      await enqueue(
+        { ToolCalls: [{ id: 'call_e2e1', type: 'function', function: { name: 't__echo', arguments: '{"text":"hello card"}' } }] },
+        { Content: 'The echo said hello card.' },
+      )
+      const page = await newPage()
+      await page.goto(BASE + '/')
+      await send(page, 'Echo hello card')
+      await idle(page)
+      await page.getByText('The echo said hello card.').waitFor({ timeout: T })
+      const card = page.locator('[data-testid=tool-card]').first()
+      const head = await card.locator('summary').innerText()
+      assert(head.includes('t__echo') && /\bt\b/.test(head) && head.includes('done') && /\d+ ms/.test(head), 'card head: ' + head)
+      await card.locator('summary').click()
+      const body = await card.locator('.tool-body').innerText()
+      assert(body.includes('"text": "hello card"') && body.includes('echo: hello card'), 'card body: ' + body)
+      shared.toolSession = page.url()
+      return page
+    },
+  ],
+  [
+    'stop (Esc) keeps what streamed, and the next message works',
+    async () => {
+      const long = words(300, 'stop')
+      await enqueue({ Content: long, Delay: ms(30) })
+      const page = await newPage()
+      await page.goto(BASE + '/')
+      await send(page, 'Say many words')
+      await page.locator('[data-testid=draft-message]', { hasText: 'stop5' }).waitFor({ timeout: T })
+      await page.keyboard.press('Escape')
+      await idle(page)
+      const text = await lastAnswer(page)
+      assert(text.startsWith('stop0 stop1') && !text.includes('stop299'), 'partial answer kept: ' + text.slice(-40))
+      const id = page.url().split('/s/')[1]
+      const stored = (await api('GET', `/api/v1/sessions/${id}/messages`)).body.messages
+      const last = stored[stored.length - 1]
+      assert(last.role === 'assistant' && last.content.trim() === text.trim(), 'the page shows what was stored')
+      assert(count(await page.locator('.messages').innerText(), 'stop1 ') === 1, 'no text twice')
+      await enqueue({ Content: 'After the stop.' })
+      await send(page, 'Again')
+      await page.getByText('After the stop.').waitFor({ timeout: T })
+      return page
+    },
+  ],
+  [
+    'pause and resume',
+    async () => {
+      await enqueue(
+        {
+          Reasoning: 'thinking '.repeat(30),
+          ToolCalls: [{ id: 'call_p1', type: 'function', function: { name: 'calculator', arguments: '{"expression":"2+2"}' } }],
+          Delay: ms(40),
+        },
+        { Content: 'Resumed: 4.' },
+      )
+      const page = await newPage()
+      await page.goto(BASE + '/')
+      await send(page, 'Add with a pause')
+      await page.locator('[data-testid=draft-message] [data-testid=reasoning]').waitFor({ timeout: T })
+      await page.getByRole('button', { name: 'Pause', exact: true }).click()
+      await page.getByRole('button', { name: 'Resume', exact: true }).waitFor({ timeout: T })
+      await page.locator('.conn', { hasText: 'Paused' }).waitFor({ timeout: T })
+      // The model's tool call is stored, and waits.
+      await page.locator('[data-testid=tool-card]', { hasText: 'waiting' }).waitFor({ timeout: T })
+      await page.getByRole('button', { name: 'Resume', exact: true }).click()
+      await page.getByText('Resumed: 4.').waitFor({ timeout: T })
+      await idle(page)
+      return page
+    },
+  ],
+  [
+    'reload mid-stream resumes with no duplicated text',
+    async () => {
+      const text = words(100)
+      await enqueue({ Reasoning: 'Counting the words. ', Content: text, Delay: ms(30) })
+      const page = await newPage()
+      await page.goto(BASE + '/')
+      await send(page, 'Count to 100')
+      await page.locator('[data-testid=draft-message]', { hasText: 'w10 ' }).waitFor({ timeout: T })
+      await page.reload()
+      await page.locator('[data-testid=assistant-message]', { hasText: 'w99' }).waitFor({ timeout: T })
+      await idle(page)
+      assert((await lastAnswer(page)).trim() === text, 'the answer is the streamed text exactly once')
+      const all = await page.locator('.messages').innerText()
+      assert(count(all, 'w5 ') === 1 && count(all, 'w99') === 1, 'no text twice')
+      assert(count(all, 'Count to 100') === 1, 'the question once')
+      return page
+    },
+  ],
+  [
+    'a network drop shows "reconnecting" and resumes from the last seq',
+    async () => {
+      const text = words(100, 'n')
+      await enqueue({ Content: text, Delay: ms(30) })
+      const page = await newPage()
+      const urls = []
+      page.on('websocket', (ws) => urls.push(ws.url()))
+      await page.goto(BASE + '/')
+      await send(page, 'Count with a drop')
+      await page.locator('[data-testid=draft-message]', { hasText: 'n10 ' }).waitFor({ timeout: T })
+      await page.evaluate(() => {
+        window.__sawReconnecting = false
+        const el = document.querySelector('.conn')
+        new MutationObserver(() => {
+          if (el.textContent.includes('Reconnecting')) window.__sawReconnecting = true
+        }).observe(el, { childList: true, characterData: true, subtree: true })
+        window.__parleyConn.drop()
+      })
+      await page.locator('[data-testid=assistant-message]', { hasText: 'n99' }).waitFor({ timeout: T })
+      assert(await page.evaluate(() => window.__sawReconnecting), 'the page showed that it was reconnecting')
+      assert(urls.some((u) => /after=\d+/.test(u)), 'it reconnected with after=<seq>: ' + urls.join(' '))
+      assert((await lastAnswer(page)).trim() === text, 'the answer exactly once')
+      return page
+    },
+  ],
+  [
+    'two pages on one session see the same run',
+    async () => {
+      await enqueue({ Content: 'First answer.' })
+      const a = await newPage()
+      await a.goto(BASE + '/')
+      await send(a, 'First question')
+      await a.getByText('First answer.').waitFor({ timeout: T })
+      await idle(a)
+      const b = await newPage()
+      await b.goto(a.url())
+      await b.getByText('First answer.').waitFor({ timeout: T })
+      const text = words(80, 'two')
+      await enqueue({ Content: text, Delay: ms(20) })
+      await send(a, 'Second question')
+      // b sees the question and the answer streaming live, then the stored answer.
+      await b.locator('[data-testid=user-message]', { hasText: 'Second question' }).waitFor({ timeout: T })
+      await b.locator('[data-testid=draft-message]', { hasText: 'two3' }).waitFor({ timeout: T })
+      for (const p of [a, b]) {
+        await p.locator('[data-testid=assistant-message]', { hasText: 'two79' }).waitFor({ timeout: T })
+        assert((await lastAnswer(p)).trim() === text, 'both pages show the answer once')
+      }
+      await b.close()
+      return a
+    },
+  ],
+  [
+    'an upstream error shows with Retry, and Retry works',
+    async () => {
+      await enqueue({ Status: 500, ErrorMessage: 'the model server broke' })
+      const page = await newPage()
+      await page.goto(BASE + '/')
+      await send(page, 'Please fail once')
+      const err = page.locator('[data-testid=error-message]')
+      await err.waitFor({ timeout: T })
+      await idle(page)
+      assert((await err.getAttribute('role')) === 'alert', 'the error is announced')
+      await enqueue({ Content: 'Recovered answer.' })
+      await err.getByRole('button', { name: 'Retry' }).click()
+      await page.getByText('Recovered answer.').waitFor({ timeout: T })
+      const reqs = await control('GET', '/requests')
+      assert(reqs[reqs.length - 1].last === 'Please fail once', 'retry sent the question again')
+      return page
+    },
+  ],
+  [
+    'a narrow viewport (375 px)',
+    async () => {
+      await enqueue({ Content: MD })
+      const page = await newPage({ viewport: { width: 375, height: 740 } })
+      await page.goto(BASE + '/')
+      assert(!(await page.locator('nav.sidebar').isVisible()), 'the sidebar is hidden')
+      await page.getByRole('button', { name: 'Conversations' }).click()
+      await page.locator('nav.sidebar').waitFor({ state: 'visible', timeout: T })
+      await page.getByRole('button', { name: 'Close the list' }).click()
+      await page.locator('nav.sidebar').waitFor({ state: 'hidden', timeout: T })
+      await send(page, 'A table on a phone')
+      await page.locator('[data-testid=assistant-message] table').waitFor({ timeout: T })
+      await idle(page)
+      const width = await page.evaluate(() => document.documentElement.scrollWidth)
+      assert(width <= 375, 'no horizontal scrolling of the page: ' + width)
+      await axeCheck(page, 'narrow')
+      if (SHOTS) await page.screenshot({ path: path.join(SHOTS, 'chat-mobile.png') })
+      return page
+    },
+  ],
+  [
+    'images: attached by button, paste and drop, previewed, sent and shown inline',
+    async () => {
+      const png = Buffer.from(
+        'iVBORw0KGgoAAAANSUhEUgAAAAgAAAAICAIAAABLbSncAAAAEklEQVR4nGP4z8CAFWEXHbQSACj/P8Fu7N9hAAAAAElFTkSuQmCC',
+        'base64',
+      )
+      const page = await newPage()
+      await page.goto(BASE + '/')
+      await page.locator('input[type=file]').setInputFiles({ name: 'button.png', mimeType: 'image/png', buffer: png })
+      await page.getByRole('img', { name: 'button.png' }).waitFor({ timeout: T })
+      const b64 = png.toString('base64')
+      await page.evaluate((b64) => {
+        const file = (name) => new File([Uint8Array.from(atob(b64), (c) => c.charCodeAt(0))], name, { type: 'image/png' })
+        const paste = new DataTransfer()
+        paste.items.add(file('pasted.png'))
+        document.querySelector('#prompt').dispatchEvent(new ClipboardEvent('paste', { clipboardData: paste, bubbles: true, cancelable: true }))
+        const drop = new DataTransfer()
+        drop.items.add(file('dropped.png'))
+        drop.items.add(new File(['hello'], 'notes.txt', { type: 'text/plain' }))
+        document.querySelector('.composer').dispatchEvent(new DragEvent('drop', { dataTransfer: drop, bubbles: true, cancelable: true }))
+      }, b64)
+      await page.getByRole('img', { name: 'pasted.png' }).waitFor({ timeout: T })
+      await page.getByRole('img', { name: 'dropped.png' }).waitFor({ timeout: T })
+      await page.getByRole('alert').filter({ hasText: 'notes.txt: only images can be attached' }).waitFor({ timeout: T })
+      await page.getByRole('button', { name: 'Remove dropped.png' }).click()
+      await page.getByRole('img', { name: 'dropped.png' }).waitFor({ state: 'detached', timeout: T })
+      await enqueue({ Content: 'Two small squares.' })
+      await send(page, 'What are these?')
+      await page.getByText('Two small squares.').waitFor({ timeout: T })
+      const shown = page.locator('[data-testid=user-message] img.inline-image')
+      assert((await shown.count()) === 2, 'both images shown in the message: ' + (await shown.count()))
+      assert((await shown.first().getAttribute('src')).startsWith('data:image/png;base64,'), 'inline image')
+      assert((await page.locator('.attachments').count()) === 0, 'previews cleared after sending')
+      const reqs = await control('GET', '/requests')
+      const last = reqs[reqs.length - 1]
+      assert(last.images.length === 2 && last.images.every((u) => u === 'data:image/png;base64,' + b64), 'the model got both images: ' + last.images.length)
+      await page.reload()
+      await page.locator('[data-testid=user-message] img.inline-image').nth(1).waitFor({ timeout: T })
+      return page
+    },
+  ],
+  [
+    'sidebar: paging, title search, rename, delete',
+    async () => {
+      const tag = 'e2e' + Date.now().toString(36)
+      for (let i = 0; i < 32; i++) await api('POST', '/api/v1/sessions', { title: `Page ${tag} ${i}` })
+      const ids = {}
+      for (const t of ['Alpha trip', 'Beta notes', 'Gamma trip']) ids[t] = (await api('POST', '/api/v1/sessions', { title: `${t} ${tag}` })).body.id
+      const page = await newPage()
+      page.on('dialog', (d) => d.accept())
+      await page.goto(BASE + '/')
+      const links = page.locator('.sessions .session-link')
+      await page.getByRole('searchbox', { name: 'Search conversations by title' }).fill(`Page ${tag}`)
+      await page.waitForFunction(() => document.querySelectorAll('.sessions .session-link').length === 30, null, { timeout: T })
+      await page.getByRole('button', { name: 'Load more' }).click()
+      await page.waitForFunction(() => document.querySelectorAll('.sessions .session-link').length === 32, null, { timeout: T })
+      await page.getByRole('searchbox', { name: 'Search conversations by title' }).fill(`trip ${tag}`)
+      await page.waitForFunction(
+        () => [...document.querySelectorAll('.sessions .session-link')].map((a) => a.textContent).join('|').match(/^Gamma trip \S+\|Alpha trip \S+$/),
+        null,
+        { timeout: T },
+      )
+      await page.getByRole('button', { name: `Rename Gamma trip ${tag}` }).click()
+      await page.getByRole('textbox', { name: 'New title' }).fill(`Gamma voyage ${tag}`)
+      await page.getByRole('textbox', { name: 'New title' }).press('Enter')
+      await page.getByRole('link', { name: `Gamma voyage ${tag}` }).waitFor({ timeout: T })
+      assert((await api('GET', '/api/v1/sessions/' + ids['Gamma trip'])).body.title === `Gamma voyage ${tag}`, 'renamed on the server')
+      await page.getByRole('button', { name: `Delete Alpha trip ${tag}` }).click()
+      await page.getByRole('link', { name: `Alpha trip ${tag}` }).waitFor({ state: 'detached', timeout: T })
+      assert((await api('GET', '/api/v1/sessions/' + ids['Alpha trip'])).status === 404, 'deleted on the server')
+      assert((await links.count()) >= 1, 'the list still shows the rest')
+      return page
+    },
+  ],
+  [
+    'model and tool pickers',
+    async () => {
+      await control('POST', '/reset')
+      const page = await newPage()
+      await page.goto(BASE + '/')
+      const select = page.getByRole('combobox', { name: 'Model' })
+      await page.waitForFunction(() => document.querySelectorAll('select option').length >= 3, null, { timeout: T })
+      const options = await select.locator('option').allInnerTexts()
+      assert(options.includes('oa/gpt-4o') && options.includes('oa/gpt-4o-mini'), 'models listed: ' + options)
+      await select.selectOption('oa/gpt-4o-mini')
+      await page.getByRole('button', { name: 'All tools' }).click()
+      const list = page.locator('#tool-list')
+      await list.getByLabel('All tools').uncheck()
+      await page.getByRole('button', { name: 'No tools' }).waitFor({ timeout: T })
+      await list.getByText('t__echo').waitFor({ timeout: T })
+      assert((await list.innerText()).includes('t'), 'MCP tools show their server')
+      await list.getByLabel('calculator').check()
+      await page.getByRole('button', { name: '1 tool' }).click()
+      await enqueue({ Content: 'Picked.' })
+      await send(page, 'Which model and tools?')
+      await page.getByText('Picked.').waitFor({ timeout: T })
+      const reqs = await control('GET', '/requests')
+      const last = reqs[reqs.length - 1]
+      assert(last.model === 'gpt-4o-mini', 'the chosen model was asked: ' + last.model)
+      assert(JSON.stringify(last.tools) === '["calculator"]', 'only the chosen tool was offered: ' + JSON.stringify(last.tools))
+      assert((await page.locator('[data-testid=answer-usage]').last().innerText()).includes('oa/gpt-4o-mini'), 'the answer names its model')
+      // A provider whose breaker is open says so in the picker (the list as /api/v1/models gives it).
+      const other = await newPage()
+      await other.route('**/api/v1/models', (r) =>
+        r.fulfill({
+          contentType: 'application/json',
+          body: JSON.stringify({ models: [{ id: 'oa/gpt-4o', provider: 'oa', kind: 'openai', default: true, breaker: 'closed' }, { id: 'gm/flash', provider: 'gm', kind: 'gemini', breaker: 'open' }] }),
+        }),
+      )
+      await other.goto(BASE + '/')
+      await other.waitForFunction(() => [...document.querySelectorAll('select option')].some((o) => o.textContent.includes('breaker open')), null, { timeout: T })
+      return page
+    },
+  ],
+  [
+    'sign in: a bad key is refused, a guest gets a working chat',
+    async () => {
+      if (!AUTH) throw new Error('PARLEY_AUTH_URL is not set')
+      const page = await newPage()
+      await page.goto(AUTH + '/')
+      await page.getByRole('heading', { name: 'Sign in to Parley' }).waitFor({ timeout: T })
+      await axeCheck(page, 'sign-in')
+      await page.getByLabel('API key').fill('pk_not_a_real_key')
+      await page.getByRole('button', { name: 'Sign in' }).click()
+      await page.getByRole('alert').filter({ hasText: 'not accepted' }).waitFor({ timeout: T })
+      await page.getByRole('button', { name: 'Continue as guest' }).click()
+      await page.locator('#prompt').waitFor({ timeout: T })
+      assert(/Signed in as guest-/.test(await page.locator('.sidebar-foot').innerText()), 'signed in as a guest')
+      await enqueue({ Content: 'Hello, guest.' })
+      await send(page, 'Hi from a guest')
+      await page.getByText('Hello, guest.').waitFor({ timeout: T })
+      await page.reload()
+      await page.getByText('Hello, guest.').waitFor({ timeout: T }) // the token is kept
+      return page
+    },
+  ],
+  [
+    'a 5,000-message session loads and scrolls, virtualized',
+    async () => {
+      const id = process.env.PARLEY_BIG_SESSION
+      if (!id) throw new Error('PARLEY_BIG_SESSION is not set')
+      const page = await newPage()
+      const t0 = Date.now()
+      await page.goto(BASE + '/s/' + id)
+      await page.locator('[data-testid=user-message]', { hasText: 'Question 4999:' }).waitFor({ timeout: T })
+      const loadMs = Date.now() - t0
+      const rows = await page.locator('.messages .row').count()
+      assert(rows < 80, 'only the visible rows are in the page: ' + rows)
+      // Scroll from the end to the start in steps, one per frame, and time the frames.
+      const frames = await page.locator('.messages').evaluate(async (el) => {
+        const times = []
+        let last = performance.now()
+        const step = el.scrollHeight / 120
+        for (let i = 0; i < 120; i++) {
+          el.scrollTop = el.scrollHeight - (i + 1) * step
+          await new Promise((r) => requestAnimationFrame(r))
+          const now = performance.now()
+          times.push(now - last)
+          last = now
+        }
+        el.scrollTop = 0
+        return times.sort((a, b) => a - b)
+      })
+      await page.locator('[data-testid=user-message]', { hasText: 'Question 1:' }).waitFor({ timeout: T })
+      const p = (q) => frames[Math.floor(q * (frames.length - 1))].toFixed(1)
+      console.log(`    5,000 messages: loaded and shown in ${loadMs} ms; ${rows} rows in the page; scroll frames p50 ${p(0.5)} ms, p95 ${p(0.95)} ms, max ${p(1)} ms`)
+      assert((await page.locator('.messages .row').count()) < 80, 'still virtualized at the top')
+      return page
+    },
+  ],
+  [
+    'accessibility (axe-core, light and dark) and screenshots',
+    async () => {
+      // A guest of its own on the server with keys, so the sidebar shows only this case's chats.
+      if (!AUTH) throw new Error('PARLEY_AUTH_URL is not set')
+      const g = await fetch(AUTH + '/api/v1/auth/guest', { method: 'POST' }).then((r) => r.json())
+      const withKey = (p) => p.context().addInitScript((k) => localStorage.setItem('parley.key', k), g.token)
+      for (const title of ['Go generics question', 'Weekend in Lisbon']) {
+        await fetch(AUTH + '/api/v1/sessions', {
+          method: 'POST',
+          headers: { 'Content-Type': 'application/json', Authorization: 'Bearer ' + g.token },
+          body: JSON.stringify({ title }),
+        })
+      }
+      await enqueue(
+        { Reasoning: 'Check the budget first, then lay it out. ', ToolCalls: [{ id: 'call_shot', type: 'function', function: { name: 't__echo', arguments: '{"text":"budget: 680"}' } }] },
+        { Content: MD, Delay: ms(5) },
+      )
+      const maker = await newPage()
+      await withKey(maker)
+      await maker.goto(AUTH + '/')
+      await send(maker, 'Plan three days in Lisbon and two in Porto, with the budget')
+      await maker.locator('[data-testid=assistant-message] table').waitFor({ timeout: T })
+      await idle(maker)
+      const url = maker.url()
+      for (const scheme of ['light', 'dark']) {
+        const page = await newPage({ colorScheme: scheme })
+        await withKey(page)
+        await page.goto(url)
+        await page.locator('[data-testid=assistant-message] table').waitFor({ timeout: T })
+        await page.locator('[data-testid=tool-card] summary').first().click()
+        await page.locator('[data-testid=reasoning] summary').first().click()
+        await axeCheck(page, scheme)
+        await page.locator('.messages').evaluate((el) => el.scrollTo(0, 0))
+        if (SHOTS) await page.screenshot({ path: path.join(SHOTS, `chat-${scheme}.png`) })
+        assert(page.problems.length === 0, page.problems.join('\n'))
+      }
+      return maker
+    },
+  ],
+]
+
+// ---- runner -----------------------------------------------------------------------------------
+
+// launch gives the browser a fresh, temporary profile of its own (a fresh user-data dir).
+browser = await chromium.launch({
+  executablePath: process.env.PARLEY_CHROMIUM || '/usr/bin/chromium',
+  headless: true,
+  args: [
+    '--headless',
+    '--no-sandbox',
+    '--disable-gpu',
+    '--disable-quic',
+    '--no-first-run',
+    '--disable-background-networking',
+    '--disable-component-update',
+    '--disable-sync',
+  ],
+})
+if (SHOTS) fs.mkdirSync(SHOTS, { recursive: true })
+let failed = 0
+const started = Date.now()
+for (const [name, fn] of cases) {
+  if (ONLY && !name.includes(ONLY)) continue
+  const t0 = Date.now()
+  let page
+  try {
+    await control('POST', '/reset')
+    page = await fn()
+    if (page?.problems?.length) throw new Error(page.problems.join('\n'))
+    console.log(`ok   ${name} (${((Date.now() - t0) / 1000).toFixed(1)} s)`)
+  } catch (e) {
+    failed++
+    console.log(`FAIL ${name}: ${e.stack ?? e}`)
+  }
+  for (const c of contexts.splice(0)) await c.close().catch(() => {})
+}
+await browser.close()
+console.log(`${failed ? 'FAIL' : 'ok'}: ${failed} failed, ${((Date.now() - started) / 1000).toFixed(1)} s`)
+process.exit(failed ? 1 : 0)

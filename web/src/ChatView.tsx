@@ -1,0 +1,550 @@
+import { useCallback, useEffect, useLayoutEffect, useMemo, useReducer, useRef, useState } from 'react'
+import { useVirtualizer } from '@tanstack/react-virtual'
+import { allMessages, getKey, getSession, listModels, listTools, type ModelInfo, type Session, type ToolInfo, type Usage } from './api'
+import { applyFrame, initialChat, lastUserText, withHistory, type ChatState, type Entry, type Frame } from './chat'
+import { Conn, type ConnState } from './ws'
+import { AssistantBody, Markdown, formatUsage } from './Message'
+
+type Action = { t: 'history'; msgs: Parameters<typeof withHistory>[1] } | { t: 'frames'; frames: Frame[] } | { t: 'error'; code: string; message: string }
+
+function reduce(s: ChatState, a: Action): ChatState {
+  switch (a.t) {
+    case 'history':
+      return withHistory(s, a.msgs)
+    case 'frames':
+      for (const f of a.frames) s = applyFrame(s, f)
+      return s
+    case 'error':
+      return { ...s, entries: [...s.entries, { kind: 'error', id: 'local-' + Date.now(), code: a.code, message: a.message }] }
+  }
+}
+
+interface Props {
+  sessionId?: string
+  onSession: (id: string) => void
+  onRunEnded: () => void
+  onMenu: () => void
+}
+
+export function ChatView(p: Props) {
+  const [state, dispatch] = useReducer(reduce, undefined, initialChat)
+  const [conn, setConn] = useState<ConnState>('connecting')
+  const [loading, setLoading] = useState(!!p.sessionId)
+  const [session, setSession] = useState<Session | null>(null)
+  const [notice, setNotice] = useState('')
+  const [models, setModels] = useState<ModelInfo[]>([])
+  const [tools, setTools] = useState<ToolInfo[]>([])
+  const [model, setModel] = useState(() => localStorage.getItem('parley.model') ?? '')
+  const [selected, setSelected] = useState<string[] | null>(null)
+  const connRef = useRef<Conn | null>(null)
+  const sessionRef = useRef(p.sessionId)
+  const propsRef = useRef(p)
+  propsRef.current = p
+
+  const refreshSession = useCallback(() => {
+    const id = sessionRef.current
+    if (id) getSession(id).then(setSession, () => {})
+  }, [])
+
+  // One connection per view; history first, then the live events.
+  useEffect(() => {
+    let alive = true
+    const id = p.sessionId
+    let lastMsgSeq = 0
+    const start = () => {
+      connRef.current = new Conn({
+        sessionId: id,
+        key: getKey(),
+        onState: (s) => alive && setConn(s),
+        onFrames: (frames) => {
+          if (!alive) return
+          dispatch({ t: 'frames', frames })
+          for (const f of frames) {
+            if (f.data?.message?.seq) lastMsgSeq = Math.max(lastMsgSeq, f.data.message.seq)
+            if (f.type === 'status' && f.data?.type === 'done') {
+              refreshSession()
+              propsRef.current.onRunEnded()
+            }
+          }
+        },
+        onConnected: (st) => {
+          // With no run in progress, anything that finished while we were away is in the store.
+          if (!st.active_run && sessionRef.current) {
+            allMessages(sessionRef.current, lastMsgSeq).then((msgs) => {
+              if (!alive) return
+              for (const m of msgs) lastMsgSeq = Math.max(lastMsgSeq, m.seq)
+              dispatch({ t: 'history', msgs })
+            }, () => {})
+          }
+        },
+        onSession: (sid) => {
+          sessionRef.current = sid
+          propsRef.current.onSession(sid)
+          refreshSession()
+        },
+      })
+      ;(window as any).__parleyConn = connRef.current
+    }
+    if (id) {
+      allMessages(id)
+        .then((msgs) => {
+          if (!alive) return
+          for (const m of msgs) lastMsgSeq = Math.max(lastMsgSeq, m.seq)
+          dispatch({ t: 'history', msgs })
+          setLoading(false)
+          start()
+        })
+        .catch((e) => {
+          if (!alive) return
+          setLoading(false)
+          dispatch({ t: 'error', code: e.code ?? 'internal', message: e.message })
+        })
+      refreshSession()
+    } else {
+      start()
+    }
+    return () => {
+      alive = false
+      connRef.current?.close()
+      connRef.current = null
+    }
+  }, [p.sessionId, refreshSession])
+
+  useEffect(() => {
+    listModels().then((r) => setModels(r.models), () => {})
+    listTools().then((r) => setTools(r.tools), () => {})
+  }, [])
+
+  const send = useCallback(
+    async (text: string, images: string[] = []) => {
+      const c = connRef.current
+      if (!c || (!text.trim() && images.length === 0)) return false
+      const data: Record<string, unknown> = { text }
+      if (images.length) data.binary_content = images.map((url) => ({ type: 'image_url', image_url: { url } }))
+      if (model) data.model = model
+      if (selected) data.selected_tools = selected
+      try {
+        await c.request('user_message', data)
+        setNotice('')
+        return true
+      } catch (e: any) {
+        if (e.code === 'conflict') setNotice('A run is still going: wait for it to end, or stop it first.')
+        else dispatch({ t: 'error', code: e.code ?? 'unavailable', message: e.message })
+        return false
+      }
+    },
+    [model, selected],
+  )
+
+  // retry is the one place that decides what "Retry" does: for now it sends the last user
+  // message again.
+  const retry = useCallback(() => {
+    const text = lastUserText(state)
+    if (text) send(text)
+  }, [state, send])
+
+  const control = useCallback((action: 'abort' | 'pause' | 'resume') => {
+    connRef.current?.request('control', { action }).catch((e) => setNotice(e.message))
+  }, [])
+
+  const running = state.run !== 'idle'
+  useEffect(() => {
+    const onKey = (e: KeyboardEvent) => {
+      if (e.key === 'Escape' && running) {
+        e.preventDefault()
+        control('abort')
+      }
+    }
+    addEventListener('keydown', onKey)
+    return () => removeEventListener('keydown', onKey)
+  }, [running, control])
+
+  const toolServers = useMemo(() => Object.fromEntries(tools.filter((t) => t.server).map((t) => [t.name, t.server!])), [tools])
+  const sessionUsage: Usage | undefined = session?.usage
+
+  return (
+    <main className="chat">
+      <header className="chat-head">
+        <button type="button" className="icon only-narrow" aria-label="Conversations" onClick={p.onMenu}>
+          ☰
+        </button>
+        <h1 className="title">{session?.title || (p.sessionId ? '' : 'New chat')}</h1>
+        {sessionUsage && sessionUsage.total_tokens > 0 && (
+          <span className="muted small session-usage" data-testid="session-usage">
+            {formatUsage(sessionUsage)}
+          </span>
+        )}
+        <span className={'conn conn-' + conn} role="status" aria-live="polite">
+          {conn === 'reconnecting' ? 'Reconnecting…' : conn === 'connecting' ? 'Connecting…' : state.run === 'paused' ? 'Paused' : ''}
+        </span>
+      </header>
+      <Messages state={state} loading={loading} running={running} toolServers={toolServers} onRetry={retry} />
+      {notice && (
+        <p className="notice" role="alert">
+          {notice}
+        </p>
+      )}
+      <Composer
+        running={running}
+        paused={state.run === 'paused'}
+        onSend={send}
+        onStop={() => control('abort')}
+        onPause={() => control('pause')}
+        onResume={() => control('resume')}
+        models={models}
+        model={model}
+        onModel={(m) => {
+          setModel(m)
+          localStorage.setItem('parley.model', m)
+        }}
+        tools={tools}
+        selected={selected}
+        onSelected={setSelected}
+      />
+    </main>
+  )
+}
+
+type Row = Entry | { kind: 'draft'; id: 'draft' }
+
+function Messages(props: { state: ChatState; loading: boolean; running: boolean; toolServers: Record<string, string>; onRetry: () => void }) {
+  const { state } = props
+  const rows: Row[] = useMemo(() => {
+    const r: Row[] = [...state.entries]
+    if (props.running || state.draft.text || state.draft.reasoning) r.push({ kind: 'draft', id: 'draft' })
+    return r
+  }, [state.entries, state.draft, props.running])
+  const lastError = useMemo(() => {
+    for (let i = state.entries.length - 1; i >= 0; i--) if (state.entries[i].kind === 'error') return state.entries[i].id
+    return ''
+  }, [state.entries])
+
+  const scroller = useRef<HTMLDivElement>(null)
+  const atBottom = useRef(true)
+  const v = useVirtualizer({
+    count: rows.length,
+    getScrollElement: () => scroller.current,
+    estimateSize: () => 120,
+    overscan: 6,
+    getItemKey: (i) => rows[i].id,
+  })
+
+  // Follow the end while the reader is there (also as rows are measured and grow); leave them
+  // alone when they scrolled up.
+  const total = v.getTotalSize()
+  useLayoutEffect(() => {
+    const el = scroller.current
+    if (el && atBottom.current) el.scrollTop = el.scrollHeight
+  }, [rows, state.draft, total])
+
+  const items = v.getVirtualItems()
+  return (
+    <div
+      className="messages"
+      ref={scroller}
+      role="log"
+      aria-label="Messages"
+      aria-busy={props.running}
+      tabIndex={0}
+      onScroll={(e) => {
+        const el = e.currentTarget
+        atBottom.current = el.scrollHeight - el.scrollTop - el.clientHeight < 80
+      }}
+    >
+      {props.loading && <p className="muted center-text">Loading messages…</p>}
+      {!props.loading && rows.length === 0 && (
+        <div className="empty">
+          <h2>What can I help with?</h2>
+          <p className="muted">Enter sends, Shift+Enter adds a line, Esc stops an answer.</p>
+        </div>
+      )}
+      <div style={{ height: v.getTotalSize(), position: 'relative', width: '100%' }}>
+        <div style={{ position: 'absolute', top: 0, left: 0, width: '100%', transform: `translateY(${items[0]?.start ?? 0}px)` }}>
+          {items.map((it) => {
+            const row = rows[it.index]
+            return (
+              <div key={it.key} data-index={it.index} ref={v.measureElement} className="row">
+                <RowView row={row} state={state} toolServers={props.toolServers} canRetry={row.id === lastError} onRetry={props.onRetry} />
+              </div>
+            )
+          })}
+        </div>
+      </div>
+    </div>
+  )
+}
+
+function RowView(props: { row: Row; state: ChatState; toolServers: Record<string, string>; canRetry: boolean; onRetry: () => void }) {
+  const { row, state } = props
+  switch (row.kind) {
+    case 'user':
+      return (
+        <div className="msg user" data-testid="user-message">
+          <div className="bubble">
+            {row.images.length > 0 && (
+              <div className="images">
+                {row.images.map((u, i) =>
+                  u.startsWith('data:image/') ? (
+                    <img key={i} src={u} alt={`Attached image ${i + 1}`} className="inline-image" />
+                  ) : (
+                    <a key={i} href={u} target="_blank" rel="noopener noreferrer nofollow">
+                      Image {i + 1}
+                    </a>
+                  ),
+                )}
+              </div>
+            )}
+            {row.text && <Markdown text={row.text} />}
+          </div>
+        </div>
+      )
+    case 'assistant':
+      return (
+        <div className="msg assistant" data-testid="assistant-message">
+          <AssistantBody entry={row} state={state} toolServers={props.toolServers} streaming={false} />
+        </div>
+      )
+    case 'error':
+      return (
+        <div className="msg error" role="alert" data-testid="error-message">
+          <p>
+            <strong>{row.code === 'upstream' ? 'The model failed' : 'Error'}</strong>: {row.message}
+          </p>
+          {props.canRetry && (
+            <button type="button" onClick={props.onRetry}>
+              Retry
+            </button>
+          )}
+        </div>
+      )
+    case 'draft':
+      return (
+        <div className="msg assistant draft" data-testid="draft-message">
+          <AssistantBody
+            entry={{ kind: 'assistant', id: 'draft', text: state.draft.text, reasoning: state.draft.reasoning, toolCalls: [] }}
+            draft={state.draft}
+            state={state}
+            toolServers={props.toolServers}
+            streaming={true}
+          />
+        </div>
+      )
+  }
+}
+
+const maxImages = 4
+const maxImageBytes = 4 << 20
+
+function readDataURL(f: File): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const r = new FileReader()
+    r.onload = () => resolve(String(r.result))
+    r.onerror = () => reject(r.error)
+    r.readAsDataURL(f)
+  })
+}
+
+interface Attachment {
+  name: string
+  url: string
+}
+
+function Composer(props: {
+  running: boolean
+  paused: boolean
+  onSend: (t: string, images: string[]) => Promise<boolean>
+  onStop: () => void
+  onPause: () => void
+  onResume: () => void
+  models: ModelInfo[]
+  model: string
+  onModel: (m: string) => void
+  tools: ToolInfo[]
+  selected: string[] | null
+  onSelected: (s: string[] | null) => void
+}) {
+  const [text, setText] = useState('')
+  const [toolsOpen, setToolsOpen] = useState(false)
+  const [images, setImages] = useState<Attachment[]>([])
+  const [attachError, setAttachError] = useState('')
+  const [dragging, setDragging] = useState(false)
+  const fileInput = useRef<HTMLInputElement>(null)
+  // attach takes image files from the button, a paste or a drop; anything else is refused here
+  // (the server takes images only, as data URLs in binary_content).
+  const attach = async (files: File[]) => {
+    setAttachError('')
+    const problems: string[] = []
+    const added: Attachment[] = []
+    for (const f of files) {
+      if (!f.type.startsWith('image/')) problems.push(`${f.name || 'that file'}: only images can be attached`)
+      else if (f.size > maxImageBytes) problems.push(`${f.name}: larger than ${maxImageBytes >> 20} MB`)
+      else added.push({ name: f.name || 'pasted image', url: await readDataURL(f) })
+    }
+    setImages((old) => {
+      const next = [...old, ...added]
+      if (next.length > maxImages) problems.push(`at most ${maxImages} images a message`)
+      return next.slice(0, maxImages)
+    })
+    if (problems.length) setAttachError(problems.join('; '))
+  }
+  const submit = async () => {
+    if ((!text.trim() && images.length === 0) || props.running) return
+    const t = text
+    const imgs = images
+    setText('')
+    setImages([])
+    if (!(await props.onSend(t, imgs.map((i) => i.url)))) {
+      setText(t)
+      setImages(imgs)
+    }
+  }
+  const named = props.models.filter((m) => !m.id.endsWith('/*'))
+  const sel = props.selected
+  const toolLabel = sel === null ? 'All tools' : sel.length === 0 ? 'No tools' : `${sel.length} tool${sel.length === 1 ? '' : 's'}`
+  return (
+    <form
+      className={'composer' + (dragging ? ' dragging' : '')}
+      onSubmit={(e) => {
+        e.preventDefault()
+        submit()
+      }}
+      onDragOver={(e) => {
+        if (e.dataTransfer?.types.includes('Files')) {
+          e.preventDefault()
+          setDragging(true)
+        }
+      }}
+      onDragLeave={() => setDragging(false)}
+      onDrop={(e) => {
+        setDragging(false)
+        const files = [...(e.dataTransfer?.files ?? [])]
+        if (files.length) {
+          e.preventDefault()
+          attach(files)
+        }
+      }}
+    >
+      {images.length > 0 && (
+        <ul className="attachments" aria-label="Attached images">
+          {images.map((im, i) => (
+            <li key={i}>
+              <img src={im.url} alt={im.name} />
+              <button type="button" className="icon remove" aria-label={`Remove ${im.name}`} onClick={() => setImages((old) => old.filter((_, j) => j !== i))}>
+                ×
+              </button>
+            </li>
+          ))}
+        </ul>
+      )}
+      {attachError && (
+        <p role="alert" className="form-error small">
+          {attachError}
+        </p>
+      )}
+      <label htmlFor="prompt" className="visually-hidden">
+        Message
+      </label>
+      <textarea
+        id="prompt"
+        rows={2}
+        value={text}
+        placeholder="Send a message"
+        onChange={(e) => setText(e.target.value)}
+        onPaste={(e) => {
+          const files = [...e.clipboardData.files]
+          if (files.length) {
+            e.preventDefault()
+            attach(files)
+          }
+        }}
+        onKeyDown={(e) => {
+          if (e.key === 'Enter' && !e.shiftKey && !e.nativeEvent.isComposing) {
+            e.preventDefault()
+            submit()
+          }
+        }}
+      />
+      <div className="composer-bar">
+        <input
+          ref={fileInput}
+          type="file"
+          accept="image/*"
+          multiple
+          hidden
+          onChange={(e) => {
+            attach([...(e.target.files ?? [])])
+            e.target.value = ''
+          }}
+        />
+        <button type="button" className="secondary" aria-label="Attach images" title="Attach images (or paste, or drop them here)" onClick={() => fileInput.current?.click()}>
+          <svg width="16" height="16" viewBox="0 0 16 16" aria-hidden="true" fill="none" stroke="currentColor" strokeWidth="1.5">
+            <path d="M10.5 4.5 5.6 9.4a1.4 1.4 0 0 0 2 2l5-5a2.8 2.8 0 0 0-4-4l-5 5a4.2 4.2 0 0 0 6 6l4.4-4.4" />
+          </svg>
+        </button>
+        <label className="picker">
+          <span className="visually-hidden">Model</span>
+          <select aria-label="Model" value={props.model} onChange={(e) => props.onModel(e.target.value)}>
+            <option value="">Default</option>
+            {named.map((m) => (
+              <option key={m.id} value={m.id}>
+                {m.id}
+                {m.breaker !== 'closed' ? ` (breaker ${m.breaker.replace('_', '-')})` : ''}
+              </option>
+            ))}
+          </select>
+        </label>
+        <div className="tools-picker">
+          <button type="button" className="secondary" aria-expanded={toolsOpen} aria-controls="tool-list" onClick={() => setToolsOpen((o) => !o)}>
+            {toolLabel}
+          </button>
+          {toolsOpen && (
+            <fieldset id="tool-list" className="tool-list">
+              <legend>Tools offered to the model</legend>
+              <label>
+                <input type="checkbox" checked={sel === null} onChange={(e) => props.onSelected(e.target.checked ? null : [])} /> All tools
+              </label>
+              {props.tools.map((t) => (
+                <label key={t.name} title={t.description}>
+                  <input
+                    type="checkbox"
+                    checked={sel === null || sel.includes(t.name)}
+                    onChange={(e) => {
+                      const base = sel ?? props.tools.map((x) => x.name)
+                      const next = e.target.checked ? [...base, t.name] : base.filter((n) => n !== t.name)
+                      props.onSelected(next.length === props.tools.length ? null : next)
+                    }}
+                  />{' '}
+                  {t.name}
+                  {t.server && <span className="badge">{t.server}</span>}
+                  {t.breaker !== 'closed' && <span className="badge warn">breaker {t.breaker}</span>}
+                </label>
+              ))}
+            </fieldset>
+          )}
+        </div>
+        <span className="spacer" />
+        {props.running && (
+          <>
+            {props.paused ? (
+              <button type="button" className="secondary" onClick={props.onResume}>
+                Resume
+              </button>
+            ) : (
+              <button type="button" className="secondary" onClick={props.onPause}>
+                Pause
+              </button>
+            )}
+            <button type="button" className="stop" onClick={props.onStop} aria-keyshortcuts="Escape">
+              Stop
+            </button>
+          </>
+        )}
+        {!props.running && (
+          <button type="submit" disabled={!text.trim() && images.length === 0}>
+            Send
+          </button>
+        )}
+      </div>
+    </form>
+  )
+}

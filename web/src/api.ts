@@ -1,0 +1,146 @@
+// The REST side of Parley's public API (docs/protocol.md). Every call carries the stored key, if any.
+
+export interface Usage {
+  prompt_tokens: number
+  completion_tokens: number
+  total_tokens: number
+  reasoning_tokens?: number
+  cached_tokens?: number
+  cost?: number
+}
+
+export interface Session {
+  id: string
+  title: string
+  owner: string
+  created_at: string
+  updated_at: string
+  usage: Usage
+  active_run?: string
+}
+
+export interface ToolCall {
+  id: string
+  type: string
+  function: { name: string; arguments: string }
+}
+
+export interface Message {
+  role: 'system' | 'user' | 'assistant' | 'tool'
+  content: string | null | Array<{ type: string; text?: string; image_url?: { url: string } }>
+  tool_calls?: ToolCall[]
+  tool_call_id?: string
+  name?: string
+  reasoning_content?: string
+  id: string
+  session_id: string
+  seq: number
+  run_id?: string
+  model?: string
+  latency_ms?: number
+  usage?: Usage
+  success?: boolean
+  server?: string
+  created_at: string
+}
+
+export interface ModelInfo {
+  id: string
+  provider: string
+  kind: string
+  default?: boolean
+  breaker: string
+}
+
+export interface ToolInfo {
+  name: string
+  description?: string
+  server?: string
+  health?: string
+  breaker: string
+}
+
+export interface Me {
+  user: string
+  key_id?: string
+  admin: boolean
+  guest: boolean
+  auth: boolean
+}
+
+export class ApiError extends Error {
+  status: number
+  code: string
+  constructor(status: number, code: string, message: string) {
+    super(message)
+    this.status = status
+    this.code = code
+  }
+}
+
+const KEY = 'parley.key'
+
+export function getKey(): string {
+  try {
+    return localStorage.getItem(KEY) ?? ''
+  } catch {
+    return ''
+  }
+}
+
+export function setKey(k: string) {
+  try {
+    if (k) localStorage.setItem(KEY, k)
+    else localStorage.removeItem(KEY)
+  } catch {
+    /* storage unavailable: the key lives for this page only */
+  }
+}
+
+export async function api<T>(method: string, path: string, body?: unknown): Promise<T> {
+  const headers: Record<string, string> = {}
+  const key = getKey()
+  if (key) headers.Authorization = 'Bearer ' + key
+  if (body !== undefined) headers['Content-Type'] = 'application/json'
+  const res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) })
+  if (res.status === 204) return undefined as T
+  let data: any = null
+  try {
+    data = await res.json()
+  } catch {
+    /* not JSON */
+  }
+  if (!res.ok) {
+    const e = data?.error
+    throw new ApiError(res.status, e?.code ?? 'internal', e?.message ?? res.statusText)
+  }
+  return data as T
+}
+
+export const listSessions = (q: string, cursor: string, limit = 30) => {
+  const p = new URLSearchParams({ limit: String(limit) })
+  if (q) p.set('q', q)
+  if (cursor) p.set('cursor', cursor)
+  return api<{ sessions: Session[]; next_cursor?: string }>('GET', '/api/v1/sessions?' + p)
+}
+export const getSession = (id: string) => api<Session>('GET', '/api/v1/sessions/' + id)
+export const renameSession = (id: string, title: string) => api<Session>('PATCH', '/api/v1/sessions/' + id, { title })
+export const deleteSession = (id: string) => api<void>('DELETE', '/api/v1/sessions/' + id)
+export const listModels = () => api<{ models: ModelInfo[] }>('GET', '/api/v1/models')
+export const listTools = () => api<{ tools: ToolInfo[] }>('GET', '/api/v1/tools')
+export const me = () => api<Me>('GET', '/api/v1/me')
+export const guest = () => api<{ token: string; user: string }>('POST', '/api/v1/auth/guest')
+
+// allMessages reads a session's whole history, page by page (1,000 a page).
+export async function allMessages(id: string, after = 0): Promise<Message[]> {
+  const out: Message[] = []
+  for (;;) {
+    const page = await api<{ messages: Message[]; next_after?: number }>(
+      'GET',
+      `/api/v1/sessions/${id}/messages?after=${after}&limit=1000`,
+    )
+    out.push(...page.messages)
+    if (!page.next_after) return out
+    after = page.next_after
+  }
+}
