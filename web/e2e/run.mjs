@@ -308,6 +308,12 @@ const cases = [
       await page.getByText('Recovered answer.').waitFor({ timeout: T })
       const reqs = await control('GET', '/requests')
       assert(reqs[reqs.length - 1].last === 'Please fail once', 'retry sent the question again')
+      const id = page.url().split('/s/')[1]
+      const stored = (await api('GET', `/api/v1/sessions/${id}/messages`)).body.messages
+      const users = stored.filter((m) => m.role === 'user')
+      assert(users.length === 1, 'a retry stores no second user message: ' + users.length)
+      assert(stored[stored.length - 1].content === 'Recovered answer.' && !stored[stored.length - 1].error, 'the retry answered')
+      assert(count(await page.locator('.messages').innerText(), 'Please fail once') === 1, 'the question is shown once')
       return page
     },
   ],

@@ -1,7 +1,7 @@
 import { useCallback, useEffect, useLayoutEffect, useMemo, useReducer, useRef, useState } from 'react'
 import { useVirtualizer } from '@tanstack/react-virtual'
 import { allMessages, getKey, getSession, listModels, listTools, type ModelInfo, type Session, type ToolInfo, type Usage } from './api'
-import { applyFrame, initialChat, lastUserText, withHistory, type ChatState, type Entry, type Frame } from './chat'
+import { applyFrame, initialChat, withHistory, type ChatState, type Entry, type Frame } from './chat'
 import { Conn, type ConnState } from './ws'
 import { AssistantBody, Markdown, formatUsage } from './Message'
 
@@ -136,12 +136,17 @@ export function ChatView(p: Props) {
     [model, selected],
   )
 
-  // retry is the one place that decides what "Retry" does: for now it sends the last user
-  // message again.
+  // retry asks the server to answer the failed turn again (the WebSocket control action retry):
+  // no new user message is stored, and the model is not sent the failure.
   const retry = useCallback(() => {
-    const text = lastUserText(state)
-    if (text) send(text)
-  }, [state, send])
+    const data: Record<string, unknown> = { action: 'retry' }
+    if (model) data.model = model
+    if (selected) data.selected_tools = selected
+    connRef.current
+      ?.request('control', data)
+      .then(() => setNotice(''))
+      .catch((e) => setNotice(e.message))
+  }, [model, selected])
 
   const control = useCallback((action: 'abort' | 'pause' | 'resume') => {
     connRef.current?.request('control', { action }).catch((e) => setNotice(e.message))

@@ -41,6 +41,8 @@ export interface Message {
   usage?: Usage
   success?: boolean
   server?: string
+  // error marks a failed turn: the code of the error that ended the model call.
+  error?: string
   created_at: string
 }
 

@@ -94,6 +94,10 @@ function addMessage(s: ChatState, m: Message, now: number): ChatState {
   }
   const known = new Set(s.known)
   known.add(m.id)
+  if (m.role === 'assistant' && m.error && !contentText(m.content) && !m.tool_calls?.length) {
+    // A failed turn that produced nothing: the error itself is what the page shows.
+    return { ...s, known, draft: emptyDraft }
+  }
   let e: Entry
   let draft = s.draft
   if (m.role === 'assistant') {
@@ -182,13 +186,4 @@ export function applyFrame(s: ChatState, f: Frame, now = Date.now()): ChatState 
       }
   }
   return s
-}
-
-// lastUserText is what Retry sends again.
-export function lastUserText(s: ChatState): string {
-  for (let i = s.entries.length - 1; i >= 0; i--) {
-    const e = s.entries[i]
-    if (e.kind === 'user') return e.text
-  }
-  return ''
 }

@@ -1,7 +1,7 @@
 // Unit tests of the display rule for streamed text (src/chat.ts), run by scripts/unit.mjs.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { applyFrame, initialChat, lastUserText, withHistory, type ChatState, type Frame } from '../src/chat'
+import { applyFrame, initialChat, withHistory, type ChatState, type Frame } from '../src/chat'
 import type { Message } from '../src/api'
 
 const S = 'sess'
@@ -79,10 +79,12 @@ test('reasoning time runs from the first reasoning piece to the first answer pie
   assert.equal((s.entries[0] as any).thoughtMs, 4000)
 })
 
-test('an error event is a message, and retry has the last question', () => {
-  const s = fold(initialChat(), [start(), record(user('u1', 'first')), record(asst('a1', 'ok')), record(user('u2', 'second')), ev('error', { type: 'error', error: { code: 'upstream', message: 'boom' } }), done('error')])
-  assert.deepEqual(texts(s), ['user:first', 'assistant:ok', 'user:second', 'error:boom'])
-  assert.equal(lastUserText(s), 'second')
+test('a failed turn: its streamed text is kept as recorded, an empty one shows only the error', () => {
+  let s = fold(initialChat(), [start(), record(user('u1', 'first')), chunk('par'), record(asst('a1', 'par', { error: 'upstream' })), ev('error', { type: 'error', error: { code: 'upstream', message: 'boom' } }), done('error')])
+  assert.deepEqual(texts(s), ['user:first', 'assistant:par', 'error:boom'])
+  assert.equal(s.draft.text, '')
+  s = fold(s, [start(), record(asst('a2', '', { error: 'upstream' })), ev('error', { type: 'error', error: { code: 'upstream', message: 'again' } }), done('error')])
+  assert.deepEqual(texts(s), ['user:first', 'assistant:par', 'error:boom', 'error:again'])
 })
 
 test('a user message with image parts shows its text and its images', () => {
