@@ -167,11 +167,30 @@ func envName(flagName string) string {
 	return "PARLEY_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// parseConfig fills fs's flags from the config file, the environment and args, in rising
-// precedence. The config file is named by --config or PARLEY_CONFIG.
+// parseConfig fills the flags of `serve` from the config file, the environment and args, in
+// rising precedence. The config file is named by --config or PARLEY_CONFIG.
 func parseConfig(fs *flag.FlagSet, args []string, getenv func(string) string, sections map[string]any) error {
-	configPath := fs.String("config", "", "YAML config file whose keys are these flag names (also PARLEY_CONFIG)")
+	return parseFlags(fs, args, getenv, sections, everyFlag)
+}
+
+// everyFlag lets the environment and the config file set every flag (serve).
+func everyFlag(string) bool { return true }
+
+// databaseFlag lets them set only the database settings that migrate and keys share with serve,
+// so that `parley keys create` run beside a configured server finds its database, and nothing
+// else in the environment (PARLEY_ADMIN, PARLEY_USER, …) reaches a subcommand.
+func databaseFlag(name string) bool { return name == "db" || name == "database-url" }
+
+// parseFlags fills fs's flags from the config file, the environment and args, in rising
+// precedence; fromEnv says which flags the first two may set (nil: none, and no --config). In the
+// config file, keys that fromEnv excludes are skipped when fs has no such flag either (the file
+// is serve's; the subcommand takes its database settings from it).
+func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string, sections map[string]any, fromEnv func(string) bool) error {
 	fs.SetOutput(io.Discard)
+	if fromEnv == nil {
+		return fs.Parse(args)
+	}
+	configPath := fs.String("config", "", "YAML config file whose keys are these flag names (also PARLEY_CONFIG)")
 	// A first pass finds --config; the real parse comes last so flags win.
 	probe := flag.NewFlagSet("probe", flag.ContinueOnError)
 	probe.SetOutput(io.Discard)
@@ -184,13 +203,13 @@ func parseConfig(fs *flag.FlagSet, args []string, getenv func(string) string, se
 		path = getenv("PARLEY_CONFIG")
 	}
 	if path != "" {
-		if err := applyFile(fs, path, sections); err != nil {
+		if err := applyFile(fs, path, sections, fromEnv); err != nil {
 			return err
 		}
 	}
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
-		if f.Name == "config" {
+		if f.Name == "config" || !fromEnv(f.Name) {
 			return
 		}
 		if v := getenv(envName(f.Name)); v != "" {
@@ -207,7 +226,7 @@ func parseConfig(fs *flag.FlagSet, args []string, getenv func(string) string, se
 
 // applyFile sets flags from a YAML mapping of flag names to values. The keys of sections are
 // decoded, strictly, into their values instead.
-func applyFile(fs *flag.FlagSet, path string, sections map[string]any) error {
+func applyFile(fs *flag.FlagSet, path string, sections map[string]any, fromEnv func(string) bool) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("config file: %w", err)
@@ -229,7 +248,10 @@ func applyFile(fs *flag.FlagSet, path string, sections map[string]any) error {
 			continue
 		}
 		name := strings.ReplaceAll(k, "_", "-")
-		if fs.Lookup(name) == nil || name == "config" {
+		if sections == nil && !fromEnv(name) {
+			continue // a subcommand's: serve's settings are not its own
+		}
+		if fs.Lookup(name) == nil || name == "config" || !fromEnv(name) {
 			return fmt.Errorf("config file %s: unknown key %q", path, k)
 		}
 		if err := fs.Set(name, fmt.Sprint(m[k])); err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -24,12 +23,9 @@ import (
 
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var c config
-	fs := flagSet("serve", stderr, "Runs the Parley server.")
+	fs := flagSet("serve", stderr, "Runs the Parley server. Each flag may also be given as the environment variable\nPARLEY_<FLAG> (upper case, - as _) or as a key of the config file.")
 	serveFlags(fs, &c)
-	if err := parseConfig(fs, args, getenv, c.fileSections()); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.Usage()
-		}
+	if err := parsed(fs, parseConfig(fs, args, getenv, c.fileSections()), stdout); err != nil {
 		return err
 	}
 	// The conventional provider variables, when Parley's own are not set.
