@@ -23,7 +23,7 @@ func TestTitle(t *testing.T) {
 		strings.Repeat("é", 80):     strings.Repeat("é", 59) + "…",
 		strings.Repeat("word ", 13): strings.TrimSpace(strings.Repeat("word ", 13)[:59]) + "…",
 		// A title from a message holds nothing a name may not (parley.TextName).
-		"a\tb\r\nc":           "a b",
+		"a\tb\r\nc":         "a b",
 		"\x1b[31mred\u202e": "[31mred",
 		"\u2066\u2069":      "New chat",
 	} {
