@@ -111,7 +111,7 @@ func TestServeReadsTheEnvironment(t *testing.T) {
 // `<command> -h` prints that command's own flags on stdout and succeeds.
 func TestHelpShowsTheCommandsOwnFlags(t *testing.T) {
 	cases := []struct {
-		args      []string
+		args       []string
 		has, lacks []string
 	}{
 		{[]string{"keys", "list", "-h"}, []string{"keys list", "-user", "-db", "-database-url"}, []string{"-admin", "-expires-in", "-name"}},
