@@ -14,6 +14,7 @@ import (
 	"github.com/parleyhq/parley/agent"
 	"github.com/parleyhq/parley/chat"
 	"github.com/parleyhq/parley/httpapi"
+	"github.com/parleyhq/parley/redact"
 	"github.com/parleyhq/parley/runs"
 	"github.com/parleyhq/parley/store/historycache"
 	"github.com/parleyhq/parley/tools"
@@ -50,7 +51,12 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer store.Close()
-	log.Info("database", "store", store.Name)
+	if c.DatabaseURL == "" {
+		// The operator's own setting, not a secret: logged as it is (redact.Safe).
+		log.Info("database", "store", "sqlite", "db", redact.Safe(c.DB))
+	} else {
+		log.Info("database", "store", store.Name) // the URL without its password, redacted further
+	}
 	// A run killed between its tool calls and their results left those calls open: answer them
 	// before any new run starts, so that every stored history is a valid OpenAI history again.
 	if n, err := agent.CloseInterruptedCalls(ctx, store, time.Now); err != nil {
