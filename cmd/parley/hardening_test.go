@@ -6,10 +6,15 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/parleyhq/parley/provider/llmtest"
 )
 
 // serveLogged starts `parley serve` in-process with args (and env) and returns its URL and the
@@ -99,5 +104,45 @@ func TestRoutesAndTheDatabaseAreNotRedacted(t *testing.T) {
 	// A key in a path is still a key.
 	if code, msg := get("GET", "/api/v1/x/sk-proj-abcdefghijklmnop", ""); code != 404 || strings.Contains(msg, "abcdefghijklmnop") {
 		t.Fatalf("a key in a 404's path: %d %q", code, msg)
+	}
+}
+
+// README's Ollama example, as written (only the address of the fake Ollama changed): a bare
+// model name with PARLEY_OPENAI_BASE_URL starts the server, and chats reach that endpoint with
+// that model.
+func TestReadmeOllamaExampleStarts(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("`(PARLEY_OPENAI_BASE_URL=http://localhost:11434/v1 PARLEY_MODEL=[^`]+)`").FindSubmatch(b)
+	if m == nil {
+		t.Fatal("README.md has no Ollama example `PARLEY_OPENAI_BASE_URL=http://localhost:11434/v1 PARLEY_MODEL=…`")
+	}
+	fake := llmtest.NewServer()
+	hs := httptest.NewServer(fake)
+	defer hs.Close()
+	env := map[string]string{}
+	for _, kv := range strings.Fields(string(m[1])) {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = strings.Replace(v, "http://localhost:11434", hs.URL, 1)
+	}
+	url, _ := serveLogged(t, env, "--db", filepath.Join(t.TempDir(), "p.db"))
+	fake.Enqueue(llmtest.Turn{Content: "Hello from Ollama."})
+	resp, err := http.Post(url+"/api/v1/chat", "application/json", strings.NewReader(`{"message":"hi"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Response, Model string
+	}
+	json.NewDecoder(resp.Body).Decode(&out)
+	want := strings.TrimPrefix(env["PARLEY_MODEL"], "openai/")
+	if resp.StatusCode != 200 || out.Response != "Hello from Ollama." || out.Model != "openai/"+want {
+		t.Fatalf("chat: %d %+v", resp.StatusCode, out)
+	}
+	if reqs := fake.Requests(); len(reqs) != 1 || reqs[0].Model != want {
+		t.Fatalf("requests to the endpoint: %+v", reqs)
 	}
 }
