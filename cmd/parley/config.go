@@ -58,6 +58,7 @@ type config struct {
 	ToolBreakerCool   time.Duration
 	MCPConfig         string
 	MCPStartTimeout   time.Duration
+	MCPInstallTimeout time.Duration
 	MCPRetryBase      time.Duration
 	MCPRetryMax       time.Duration
 	MaxBodyBytes      int64
@@ -132,7 +133,8 @@ func serveFlags(fs *flag.FlagSet, c *config) {
 	fs.StringVar(&c.ToolQuotaUser, "tool-quota-user", "600/h,burst=60", "tool calls per user, all tools together (N/s|m|h|d[,burst=B], or off)")
 	fs.StringVar(&c.ToolQuotaTool, "tool-quota-tool", "off", "calls per tool, all users together (N/s|m|h|d[,burst=B], or off)")
 	fs.StringVar(&c.MCPConfig, "mcp-config", "", "JSON file of MCP servers in the common {\"mcpServers\": {...}} shape (the config file's mcpServers key takes the same)")
-	fs.DurationVar(&c.MCPStartTimeout, "mcp-start-timeout", 30*time.Second, "time limit of one start of an MCP server: connecting and listing its tools")
+	fs.DurationVar(&c.MCPStartTimeout, "mcp-start-timeout", 30*time.Second, "time limit of one start of an MCP server: connecting and listing its tools; Parley waits this long for first starts, then goes on while they finish")
+	fs.DurationVar(&c.MCPInstallTimeout, "mcp-install-timeout", 5*time.Minute, "time limit of the first start of an MCP server run through a package runner (npx, uvx, docker, …), which may download it first")
 	fs.DurationVar(&c.MCPRetryBase, "mcp-retry-base", 500*time.Millisecond, "first wait before an MCP server that died or failed to start is started again; it doubles per failure, with jitter")
 	fs.DurationVar(&c.MCPRetryMax, "mcp-retry-max", 30*time.Second, "longest wait between starts of an MCP server")
 	fs.StringVar(&c.Auth, "auth", "", "off (one user, \"local\", no keys) or keys (API keys: parley keys create); default: off on a loopback address, keys otherwise")
@@ -323,8 +325,8 @@ func (c *config) validate() error {
 	if c.ToolBreakerFails < 1 || c.ToolBreakerCool <= 0 {
 		errs = append(errs, errors.New("tool-breaker-failures must be at least 1 and tool-breaker-cooldown positive"))
 	}
-	if c.MCPStartTimeout <= 0 || c.MCPRetryBase <= 0 || c.MCPRetryMax < c.MCPRetryBase {
-		errs = append(errs, errors.New("mcp-start-timeout and mcp-retry-base must be positive, and mcp-retry-max at least mcp-retry-base"))
+	if c.MCPStartTimeout <= 0 || c.MCPInstallTimeout <= 0 || c.MCPRetryBase <= 0 || c.MCPRetryMax < c.MCPRetryBase {
+		errs = append(errs, errors.New("mcp-start-timeout, mcp-install-timeout and mcp-retry-base must be positive, and mcp-retry-max at least mcp-retry-base"))
 	}
 	switch c.Auth {
 	case "":
