@@ -184,9 +184,8 @@ func everyFlag(string) bool { return true }
 func databaseFlag(name string) bool { return name == "db" || name == "database-url" }
 
 // parseFlags fills fs's flags from the config file, the environment and args, in rising
-// precedence; fromEnv says which flags the first two may set (nil: none, and no --config). In the
-// config file, keys that fromEnv excludes are skipped when fs has no such flag either (the file
-// is serve's; the subcommand takes its database settings from it).
+// precedence; fromEnv says which flags the first two may set (nil: none, and no --config). The
+// config file is serve's: a subcommand skips the keys fromEnv excludes and takes the rest.
 func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string, sections map[string]any, fromEnv func(string) bool) error {
 	fs.SetOutput(io.Discard)
 	if fromEnv == nil {
@@ -250,10 +249,10 @@ func applyFile(fs *flag.FlagSet, path string, sections map[string]any, fromEnv f
 			continue
 		}
 		name := strings.ReplaceAll(k, "_", "-")
-		if sections == nil && !fromEnv(name) {
-			continue // a subcommand's: serve's settings are not its own
+		if !fromEnv(name) {
+			continue // serve's setting, read by a subcommand: not its own
 		}
-		if fs.Lookup(name) == nil || name == "config" || !fromEnv(name) {
+		if fs.Lookup(name) == nil || name == "config" {
 			return fmt.Errorf("config file %s: unknown key %q", path, k)
 		}
 		if err := fs.Set(name, fmt.Sprint(m[k])); err != nil {
