@@ -274,8 +274,9 @@ func TestReadmeMCPConfig(t *testing.T) {
 	// The default settings, as README's command has them: a first npx start that outlasts
 	// --mcp-start-timeout goes on in the background (--mcp-install-timeout), so the tools are
 	// awaited, within that bound, rather than expected at once.
-	url := startInProcess(t, map[string]string{"OPENAI_BASE_URL": hs.URL + "/v1", "OPENAI_API_KEY": "sk-test"},
-		"--mcp-config", path)
+	// Parley may wait the whole --mcp-start-timeout (30s) before it listens: serveLogged waits 60s.
+	url, _ := serveLogged(t, map[string]string{"OPENAI_BASE_URL": hs.URL + "/v1", "OPENAI_API_KEY": "sk-test"},
+		"--db", filepath.Join(t.TempDir(), "p.db"), "--mcp-config", path)
 
 	deadline := time.Now().Add(6 * time.Minute)
 	for {
