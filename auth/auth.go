@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	parley "github.com/parleyhq/parley"
 )
@@ -50,10 +49,13 @@ func WellFormed(s string) bool {
 // CheckUser checks a user name a key is made for: 1 to 128 bytes of printable UTF-8, and not a
 // guest name (guest- names are given to guest tokens only).
 func CheckUser(u string) error {
+	if err := parley.CheckText("user", u, parley.TextName); err != nil {
+		return errors.New(parley.MessageOf(err))
+	}
 	switch {
 	case u == "":
 		return errors.New("user: required")
-	case len(u) > 128 || !utf8.ValidString(u) || strings.ContainsFunc(u, func(c rune) bool { return c < ' ' || c == 0x7f }):
+	case len(u) > 128:
 		return errors.New("user: at most 128 bytes of printable UTF-8")
 	case strings.HasPrefix(u, "guest-"):
 		return errors.New("user: names starting with guest- are for guest tokens")

@@ -5,6 +5,7 @@ package chat
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -92,6 +93,7 @@ func (s *Service) Send(ctx context.Context, owner string, req Request) (*Started
 
 	run, err := s.Runs.Begin(ctx, runs.Spec{Session: sess.ID, Model: req.Model, Owner: owner, SelectedTools: req.SelectedTools})
 	if err != nil {
+		s.dropNew(ctx, sess, newSession)
 		return nil, err
 	}
 	user := &parley.Message{
@@ -99,6 +101,7 @@ func (s *Service) Send(ctx context.Context, owner string, req Request) (*Started
 	}
 	if err := s.Store.AppendMessages(ctx, sess.ID, user); err != nil {
 		run.Release()
+		s.dropNew(ctx, sess, newSession)
 		return nil, err
 	}
 	in := agent.Input{SessionID: sess.ID, RunID: run.ID, Model: req.Model, SelectedTools: req.SelectedTools, User: owner, Gate: run.Gate}
@@ -214,6 +217,18 @@ func (s *Service) failedTurn(ctx context.Context, sessionID string) (*parley.Mes
 	return nil, nil, parley.Errorf(parley.ECConflict, "the failed turn has no user message to answer")
 }
 
+// dropNew deletes the session Send created for a chat it then could not start (the run budget
+// was spent, the message could not be stored), so that a refused chat leaves nothing behind. It
+// outlives a cancelled request, within a bound of its own.
+func (s *Service) dropNew(ctx context.Context, sess *parley.Session, created bool) {
+	if !created {
+		return
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_ = s.Store.DeleteSession(dctx, sess.ID) // best effort: the error that refused the chat is the one to report
+}
+
 // Recover is the runs.RecoverFunc of the service's manager: the body of a run taken over from a
 // process that died. It continues the run from its last stored step (agent.Resume), or, past
 // MaxRecoveries or without Recovery, closes it: its open tool calls are answered as interrupted
@@ -251,14 +266,22 @@ func (s *Service) validate(req *Request) (parley.Content, error) {
 	if maxLen <= 0 {
 		maxLen = 100_000
 	}
-	if !utf8.ValidString(req.Message) {
-		return parley.Content{}, parley.Errorf(parley.ECInvalid, "message: not valid UTF-8")
+	if err := parley.CheckText("message", req.Message, parley.TextMessage); err != nil {
+		return parley.Content{}, err
 	}
 	if n := utf8.RuneCountInString(req.Message); n > maxLen {
 		return parley.Content{}, parley.Errorf(parley.ECInvalid, "message: %d characters, the limit is %d", n, maxLen)
 	}
 	if strings.TrimSpace(req.Message) == "" && len(req.BinaryContent) == 0 {
 		return parley.Content{}, parley.Errorf(parley.ECInvalid, "message: must not be empty")
+	}
+	if err := parley.CheckText("model", req.Model, parley.TextName); err != nil {
+		return parley.Content{}, err
+	}
+	for i, name := range req.SelectedTools {
+		if err := parley.CheckText(fmt.Sprintf("selected_tools[%d]", i), name, parley.TextName); err != nil {
+			return parley.Content{}, err
+		}
 	}
 	if req.Model == "" {
 		req.Model = s.DefaultModel
@@ -287,6 +310,9 @@ func (s *Service) validate(req *Request) (parley.Content, error) {
 			return parley.Content{}, parley.Errorf(parley.ECInvalid, "binary_content[%d]: must be {\"type\":\"image_url\",\"image_url\":{\"url\":…}}", i)
 		}
 		u := p.ImageURL.URL
+		if err := parley.CheckText(fmt.Sprintf("binary_content[%d].image_url.url", i), u, parley.TextName); err != nil {
+			return parley.Content{}, err
+		}
 		if !strings.HasPrefix(u, "data:image/") && !strings.HasPrefix(u, "https://") && !strings.HasPrefix(u, "http://") {
 			return parley.Content{}, parley.Errorf(parley.ECInvalid, "binary_content[%d]: url must be a data:image/… URL or http(s)", i)
 		}
@@ -302,10 +328,23 @@ func (s *Service) now() time.Time {
 	return time.Now().UTC().Truncate(time.Microsecond)
 }
 
-// Title derives a session title from the first message: its first line, at most 60 characters.
+// Title derives a session title from the first message: its first line, at most 60 characters,
+// with tabs as spaces and without what a name may not hold (parley.TextName): a title derived from
+// a message passes the check a title given by a client does.
 func Title(msg string) string {
+	msg = strings.Map(func(r rune) rune {
+		switch {
+		case r == '\t':
+			return ' '
+		case r == '\n' || r == '\r':
+			return r
+		case parley.CheckText("", string(r), parley.TextName) != nil:
+			return -1
+		}
+		return r
+	}, msg)
 	msg = strings.TrimSpace(msg)
-	if i := strings.IndexByte(msg, '\n'); i >= 0 {
+	if i := strings.IndexAny(msg, "\r\n"); i >= 0 {
 		msg = strings.TrimSpace(msg[:i])
 	}
 	if utf8.RuneCountInString(msg) > 60 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +22,10 @@ func TestTitle(t *testing.T) {
 		"   \n  ":                   "New chat",
 		strings.Repeat("é", 80):     strings.Repeat("é", 59) + "…",
 		strings.Repeat("word ", 13): strings.TrimSpace(strings.Repeat("word ", 13)[:59]) + "…",
+		// A title from a message holds nothing a name may not (parley.TextName).
+		"a\tb\r\nc":         "a b",
+		"\x1b[31mred\u202e": "[31mred",
+		"\u2066\u2069":      "New chat",
 	} {
 		if got := Title(in); got != want {
 			t.Errorf("Title(%q) = %q, want %q", in, got, want)
@@ -197,5 +202,72 @@ func TestRetryPicksItsModel(t *testing.T) {
 	}
 	if _, err := s.Retry(ctx, "alice", sess.ID, RetryRequest{Model: "nope"}); parley.CodeOf(err) != parley.ECInvalid {
 		t.Fatalf("retry with an unknown model: %v", err)
+	}
+}
+
+// blockingAgent runs until its test releases it.
+type blockingAgent struct{ release chan struct{} }
+
+func (a blockingAgent) Run(ctx context.Context, in agent.Input, emit func(parley.Event)) (*agent.Result, error) {
+	select {
+	case <-a.release:
+	case <-ctx.Done():
+	}
+	return &agent.Result{FinishReason: parley.FinishStop}, nil
+}
+
+// failingAppend is a store whose AppendMessages fails.
+type failingAppend struct{ parley.Store }
+
+func (failingAppend) AppendMessages(context.Context, string, ...*parley.Message) error {
+	return parley.Errorf(parley.ECUnavailable, "the store is read-only")
+}
+
+// A new chat refused after its session was made (the run budget taken meanwhile, the message not
+// stored) leaves no session behind; a refused message in a new chat makes none.
+func TestRefusedNewChatLeavesNoSession(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "c.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	sessions := func() int {
+		list, _, err := st.ListSessions(ctx, "alice", parley.Page{Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(list)
+	}
+
+	mgr := runs.NewManager(runs.Options{MaxActive: 1})
+	defer mgr.Shutdown(ctx)
+	a := blockingAgent{release: make(chan struct{})}
+	var once sync.Once
+	release := func() { once.Do(func() { close(a.release) }) }
+	defer release() // before the manager's shutdown, which waits for the run
+	s := &Service{Store: st, Runs: mgr, Agent: a, DefaultModel: "mock"}
+	first, err := s.Send(ctx, "alice", Request{Message: "first"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Send(ctx, "alice", Request{Message: "second"}); parley.CodeOf(err) != parley.ECUnavailable {
+		t.Fatalf("a chat past the run budget: %v", err)
+	}
+	if n := sessions(); n != 1 {
+		t.Fatalf("sessions after the refused chat: %d, want 1", n)
+	}
+	release()
+	<-first.Run.Done()
+
+	s.Store = failingAppend{st}
+	if _, err := s.Send(ctx, "alice", Request{Message: "not stored"}); parley.CodeOf(err) != parley.ECUnavailable {
+		t.Fatalf("a chat whose message is not stored: %v", err)
+	}
+	if _, err := s.Send(ctx, "alice", Request{Message: "bad\x00"}); parley.CodeOf(err) != parley.ECInvalid {
+		t.Fatalf("a NUL in a new chat's message: %v", err)
+	}
+	if n := sessions(); n != 1 {
+		t.Fatalf("sessions after the refused chats: %d, want 1", n)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/auth"
@@ -152,8 +153,12 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request, spec *bodySpec
 	return spec.decode(data)
 }
 
-// decodeStrict decodes one JSON object into v: no unknown fields, nothing after it.
+// decodeStrict decodes one JSON object into v: no unknown fields, nothing after it, and only
+// valid UTF-8 (encoding/json would silently replace invalid bytes with U+FFFD).
 func decodeStrict(data []byte, v any) error {
+	if !utf8.Valid(data) {
+		return parley.Errorf(parley.ECInvalid, "request body: not valid UTF-8 at byte %d", invalidUTF8At(data))
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -163,6 +168,18 @@ func decodeStrict(data []byte, v any) error {
 		return parley.Errorf(parley.ECInvalid, "request body: unexpected data after the JSON object")
 	}
 	return nil
+}
+
+// invalidUTF8At is the offset of the first byte of data that is not valid UTF-8.
+func invalidUTF8At(data []byte) int {
+	for i := 0; i < len(data); {
+		r, n := utf8.DecodeRune(data[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return len(data)
 }
 
 // identify returns the identity the request's credentials name. In single-user mode (no

@@ -34,9 +34,16 @@ func (f *fakeAgent) Run(ctx context.Context, in agent.Input, emit func(parley.Ev
 	return f.run(ctx, in, emit)
 }
 
+// testStore is what the tests need of a store; both stores have it.
+type testStore interface {
+	parley.Store
+	parley.KeyStore
+	parley.EventStore
+}
+
 type env struct {
 	url   string
-	store *sqlite.Store
+	store testStore
 	runs  *runs.Manager
 	agent *fakeAgent
 	// shutdown ends every request's context, as parley serve does before it shuts down.
@@ -90,6 +97,12 @@ func newEnvWith(t *testing.T, ro runs.Options, mod func(*httpapi.Deps)) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	return newEnvOn(t, st, ro, mod)
+}
+
+// newEnvOn is newEnvWith on a store of the caller's.
+func newEnvOn(t *testing.T, st testStore, ro runs.Options, mod func(*httpapi.Deps)) *env {
+	t.Helper()
 	ro.Events = st
 	mgr := runs.NewManager(ro)
 	t.Cleanup(func() {

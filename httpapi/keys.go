@@ -3,7 +3,6 @@ package httpapi
 import (
 	"net/http"
 	"time"
-	"unicode/utf8"
 
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/auth"
@@ -48,7 +47,10 @@ func checkNewKey(b *newKeyBody) error {
 	if err := auth.CheckUser(b.User); err != nil {
 		return parley.Errorf(parley.ECInvalid, "%v", err)
 	}
-	if len(b.Name) > 200 || !utf8.ValidString(b.Name) {
+	if err := parley.CheckText("name", b.Name, parley.TextName); err != nil {
+		return err
+	}
+	if len(b.Name) > 200 {
 		return parley.Errorf(parley.ECInvalid, "name: at most 200 bytes of UTF-8")
 	}
 	if b.ExpiresIn != "" {
@@ -91,6 +93,10 @@ func (s *server) handleListKeys() http.Handler {
 			return
 		}
 		user := r.URL.Query().Get("user")
+		if err := parley.CheckText("user", user, parley.TextName); err != nil {
+			writeError(w, err)
+			return
+		}
 		keys, err := s.Auth.Store.ListAPIKeys(r.Context(), user, 1000)
 		if err != nil {
 			writeError(w, err)

@@ -59,8 +59,8 @@ type titleBody struct {
 }
 
 func checkTitle(t string) error {
-	if !utf8.ValidString(t) {
-		return parley.Errorf(parley.ECInvalid, "title: not valid UTF-8")
+	if err := parley.CheckText("title", t, parley.TextName); err != nil {
+		return err
 	}
 	if n := utf8.RuneCountInString(t); n > maxTitle {
 		return parley.Errorf(parley.ECInvalid, "title: %d characters, the limit is %d", n, maxTitle)

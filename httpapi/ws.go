@@ -392,6 +392,10 @@ func (w *wsConn) handle(ctx context.Context, data []byte) {
 		w.fail("", parley.Errorf(parley.ECInvalid, "id: at most 128 characters"))
 		return
 	}
+	if err := parley.CheckText("id", in.ID, parley.TextName); err != nil {
+		w.fail("", err)
+		return
+	}
 	switch in.Type {
 	case "ping":
 		w.reply(wsOut{Type: "pong", ID: in.ID})

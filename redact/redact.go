@@ -4,6 +4,11 @@
 //
 // It is applied to error text: error responses and events, failed tool results, log records. A
 // tool's successful output is data the user asked for and is left alone.
+//
+// What is not secret stays readable: the paths of Parley's own API (/api/…, as in "GET
+// /api/v1/models lists them" or "no route for GET /api/v1/nothing") are routes, not files, and a
+// log value the program marks Safe (the configured database file in the start-up log) is the
+// operator's own setting.
 package redact
 
 import (
@@ -24,7 +29,7 @@ var (
 	// text passes few, and the regular expressions are what costs.
 	rules = []struct {
 		re   *regexp.Regexp
-		with string
+		with string // the replacement; pathRule: an API route is kept, another path is [path]
 		may  func(string) bool
 	}{
 		// user:password@ in URLs.
@@ -44,10 +49,32 @@ var (
 		// Source positions ("main.go:12", "/src/x.js:3:14") and absolute paths of two segments or
 		// more ("/home/u/.env"; "/tmp" alone is kept), Windows paths too.
 		{regexp.MustCompile(`[\w.\-/\\]*\.(?:go|js|mjs|cjs|ts|py|rb|java|rs|c|cc|cpp|h):\d+(?::\d+)?`), `[path]`, has(".")},
-		{regexp.MustCompile(`(^|[\s"'(=:\[,])(?:~|\.{1,2})?/(?:[\w.\-@+]+/)+[\w.\-@+]*`), `${1}[path]`, has("/")},
+		{regexp.MustCompile(`(^|[\s"'(=:\[,])(?:~|\.{1,2})?/(?:[\w.\-@+]+/)+[\w.\-@+]*`), pathRule, has("/")},
 		{regexp.MustCompile(`\b[A-Za-z]:\\[^\s"'<>|]+`), `[path]`, has(":\\")},
 	}
 )
+
+// pathRule marks the rule of absolute and relative paths, whose matches are replaced by
+// replacePath.
+const pathRule = "\x00path"
+
+// replacePath replaces a path matched with its leading delimiter by [path], unless it is a route
+// of Parley's API: /api/ then segments of route characters, without "..".
+func replacePath(m string) string {
+	lead := ""
+	if m != "" && strings.IndexByte(" \t\n\f\r\"'(=:[,", m[0]) >= 0 {
+		lead, m = m[:1], m[1:]
+	}
+	if strings.HasPrefix(m, "/api/") && !strings.Contains(m, "..") && !strings.Contains(m, "@") {
+		return lead + m
+	}
+	return lead + "[path]"
+}
+
+// Safe is a log value that is not secret and is logged as it is: the configured database file in
+// the start-up log, for instance. Only the program's own settings are Safe, never text from a
+// client, an upstream or a tool.
+type Safe string
 
 func has(sub string) func(string) bool {
 	return func(s string) bool { return strings.Contains(s, sub) }
@@ -66,6 +93,10 @@ func String(s string) string {
 	}
 	for _, r := range rules {
 		if r.may == nil || r.may(s) {
+			if r.with == pathRule {
+				s = r.re.ReplaceAllStringFunc(s, replacePath)
+				continue
+			}
 			s = r.re.ReplaceAllString(s, r.with)
 		}
 	}
@@ -120,6 +151,9 @@ func attr(a slog.Attr) slog.Attr {
 		}
 		return slog.Group(a.Key, clean...)
 	case slog.KindAny:
+		if safe, ok := v.Any().(Safe); ok {
+			return slog.String(a.Key, string(safe))
+		}
 		if err, ok := v.Any().(error); ok {
 			return slog.String(a.Key, Error(err))
 		}

@@ -37,6 +37,17 @@ func TestString(t *testing.T) {
 		{"words with slashes kept", `and/or either/or`, `and/or either/or`},
 		{"host and port kept", `dial tcp 127.0.0.1:5432: connection refused`, `dial tcp 127.0.0.1:5432: connection refused`},
 		{"empty", ``, ``},
+		// Routes of Parley's API are not secrets: hints and 404s stay readable.
+		{"api route hint", `model: unknown model "x" (name it as provider/model; GET /api/v1/models lists them)`, `model: unknown model "x" (name it as provider/model; GET /api/v1/models lists them)`},
+		{"api route 404", `no route for GET /api/v1/nothing/here`, `no route for GET /api/v1/nothing/here`},
+		{"api route with an id", `DELETE /api/v1/admin/keys/0190a000-0000-7000-8000-000000000000`, `DELETE /api/v1/admin/keys/0190a000-0000-7000-8000-000000000000`},
+		{"api route with a secret in its query", `GET /api/v1/x?api_key=abc123def456`, `GET /api/v1/x?api_key=[redacted]`},
+		{"api route with an e-mail", `GET /api/v1/admin/keys?user=jane@example.com`, `GET /api/v1/admin/keys?user=[email]`},
+		{"climbing out of /api/", `open /api/../home/jane/.env`, `open [path]`},
+		{"a file under an api directory", `cannot read /srv/api/keys.txt`, `cannot read [path]`},
+		{"api-like file path", `open /apix/home/jane`, `open [path]`},
+		{"relative api path", `open ./api/v1/secrets`, `open [path]`},
+		{"upstream URL with an api path", `Post "https://api.example.com/api/v1/chat?key=1": EOF`, `Post "https://api.example.com/…": EOF`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := String(tt.in); got != tt.want {
@@ -67,6 +78,18 @@ func TestHandlerRedactsMessagesAndAttributes(t *testing.T) {
 		if !strings.Contains(out, kept) {
 			t.Errorf("log line lacks %s: %s", kept, out)
 		}
+	}
+}
+
+// A value marked Safe (the program's own setting, such as the database file) is logged as it is;
+// the same text unmarked is redacted.
+func TestSafeValuesAreLoggedAsTheyAre(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(Handler(slog.NewTextHandler(&buf, nil)))
+	log.Info("database", "db", Safe("/var/lib/parley/parley.db"), "other", "/var/lib/parley/parley.db")
+	out := buf.String()
+	if !strings.Contains(out, "db=/var/lib/parley/parley.db") || !strings.Contains(out, "other=[path]") {
+		t.Fatalf("log line: %s", out)
 	}
 }
 

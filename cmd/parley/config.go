@@ -58,6 +58,7 @@ type config struct {
 	ToolBreakerCool   time.Duration
 	MCPConfig         string
 	MCPStartTimeout   time.Duration
+	MCPInstallTimeout time.Duration
 	MCPRetryBase      time.Duration
 	MCPRetryMax       time.Duration
 	MaxBodyBytes      int64
@@ -132,7 +133,8 @@ func serveFlags(fs *flag.FlagSet, c *config) {
 	fs.StringVar(&c.ToolQuotaUser, "tool-quota-user", "600/h,burst=60", "tool calls per user, all tools together (N/s|m|h|d[,burst=B], or off)")
 	fs.StringVar(&c.ToolQuotaTool, "tool-quota-tool", "off", "calls per tool, all users together (N/s|m|h|d[,burst=B], or off)")
 	fs.StringVar(&c.MCPConfig, "mcp-config", "", "JSON file of MCP servers in the common {\"mcpServers\": {...}} shape (the config file's mcpServers key takes the same)")
-	fs.DurationVar(&c.MCPStartTimeout, "mcp-start-timeout", 30*time.Second, "time limit of one start of an MCP server: connecting and listing its tools")
+	fs.DurationVar(&c.MCPStartTimeout, "mcp-start-timeout", 30*time.Second, "time limit of one start of an MCP server: connecting and listing its tools; Parley waits this long for first starts, then goes on while they finish")
+	fs.DurationVar(&c.MCPInstallTimeout, "mcp-install-timeout", 5*time.Minute, "time limit of the first start of an MCP server run through a package runner (npx, uvx, docker, …), which may download it first")
 	fs.DurationVar(&c.MCPRetryBase, "mcp-retry-base", 500*time.Millisecond, "first wait before an MCP server that died or failed to start is started again; it doubles per failure, with jitter")
 	fs.DurationVar(&c.MCPRetryMax, "mcp-retry-max", 30*time.Second, "longest wait between starts of an MCP server")
 	fs.StringVar(&c.Auth, "auth", "", "off (one user, \"local\", no keys) or keys (API keys: parley keys create); default: off on a loopback address, keys otherwise")
@@ -167,11 +169,29 @@ func envName(flagName string) string {
 	return "PARLEY_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// parseConfig fills fs's flags from the config file, the environment and args, in rising
-// precedence. The config file is named by --config or PARLEY_CONFIG.
+// parseConfig fills the flags of `serve` from the config file, the environment and args, in
+// rising precedence. The config file is named by --config or PARLEY_CONFIG.
 func parseConfig(fs *flag.FlagSet, args []string, getenv func(string) string, sections map[string]any) error {
-	configPath := fs.String("config", "", "YAML config file whose keys are these flag names (also PARLEY_CONFIG)")
+	return parseFlags(fs, args, getenv, sections, everyFlag)
+}
+
+// everyFlag lets the environment and the config file set every flag (serve).
+func everyFlag(string) bool { return true }
+
+// databaseFlag lets them set only the database settings that migrate and keys share with serve,
+// so that `parley keys create` run beside a configured server finds its database, and nothing
+// else in the environment (PARLEY_ADMIN, PARLEY_USER, …) reaches a subcommand.
+func databaseFlag(name string) bool { return name == "db" || name == "database-url" }
+
+// parseFlags fills fs's flags from the config file, the environment and args, in rising
+// precedence; fromEnv says which flags the first two may set (nil: none, and no --config). The
+// config file is serve's: a subcommand skips the keys fromEnv excludes and takes the rest.
+func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string, sections map[string]any, fromEnv func(string) bool) error {
 	fs.SetOutput(io.Discard)
+	if fromEnv == nil {
+		return fs.Parse(args)
+	}
+	configPath := fs.String("config", "", "YAML config file whose keys are these flag names (also PARLEY_CONFIG)")
 	// A first pass finds --config; the real parse comes last so flags win.
 	probe := flag.NewFlagSet("probe", flag.ContinueOnError)
 	probe.SetOutput(io.Discard)
@@ -184,13 +204,13 @@ func parseConfig(fs *flag.FlagSet, args []string, getenv func(string) string, se
 		path = getenv("PARLEY_CONFIG")
 	}
 	if path != "" {
-		if err := applyFile(fs, path, sections); err != nil {
+		if err := applyFile(fs, path, sections, fromEnv); err != nil {
 			return err
 		}
 	}
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
-		if f.Name == "config" {
+		if f.Name == "config" || !fromEnv(f.Name) {
 			return
 		}
 		if v := getenv(envName(f.Name)); v != "" {
@@ -207,7 +227,7 @@ func parseConfig(fs *flag.FlagSet, args []string, getenv func(string) string, se
 
 // applyFile sets flags from a YAML mapping of flag names to values. The keys of sections are
 // decoded, strictly, into their values instead.
-func applyFile(fs *flag.FlagSet, path string, sections map[string]any) error {
+func applyFile(fs *flag.FlagSet, path string, sections map[string]any, fromEnv func(string) bool) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("config file: %w", err)
@@ -229,6 +249,9 @@ func applyFile(fs *flag.FlagSet, path string, sections map[string]any) error {
 			continue
 		}
 		name := strings.ReplaceAll(k, "_", "-")
+		if !fromEnv(name) {
+			continue // serve's setting, read by a subcommand: not its own
+		}
 		if fs.Lookup(name) == nil || name == "config" {
 			return fmt.Errorf("config file %s: unknown key %q", path, k)
 		}
@@ -301,8 +324,8 @@ func (c *config) validate() error {
 	if c.ToolBreakerFails < 1 || c.ToolBreakerCool <= 0 {
 		errs = append(errs, errors.New("tool-breaker-failures must be at least 1 and tool-breaker-cooldown positive"))
 	}
-	if c.MCPStartTimeout <= 0 || c.MCPRetryBase <= 0 || c.MCPRetryMax < c.MCPRetryBase {
-		errs = append(errs, errors.New("mcp-start-timeout and mcp-retry-base must be positive, and mcp-retry-max at least mcp-retry-base"))
+	if c.MCPStartTimeout <= 0 || c.MCPInstallTimeout <= 0 || c.MCPRetryBase <= 0 || c.MCPRetryMax < c.MCPRetryBase {
+		errs = append(errs, errors.New("mcp-start-timeout, mcp-install-timeout and mcp-retry-base must be positive, and mcp-retry-max at least mcp-retry-base"))
 	}
 	switch c.Auth {
 	case "":

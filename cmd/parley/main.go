@@ -28,9 +28,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "parley:", err)
-		}
+		fmt.Fprintln(os.Stderr, "parley:", err)
 		os.Exit(2)
 	}
 }
@@ -50,6 +48,15 @@ Run 'parley <command> -h' for the flags of a command.
 // run is the whole program; main only supplies the process's context, arguments, environment and
 // standard streams, so tests can start it in-process.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	err := command(ctx, args, getenv, stdout, stderr)
+	if errors.Is(err, errHelpShown) {
+		return nil
+	}
+	return err
+}
+
+// command runs the command args name.
+func command(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return errors.New("no command given")
@@ -91,14 +98,29 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	return slog.New(redact.Handler(slog.NewTextHandler(w, opts))), nil
 }
 
-// flagSet returns a FlagSet for a subcommand whose usage goes to stderr.
+// flagSet returns a FlagSet for a subcommand. Its usage (intro, then the flags) is written where
+// the FlagSet's output points: parsed reports -h on stdout, a usage error on stderr.
 func flagSet(name string, stderr io.Writer, intro string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: parley %s [flags]\n%s\nFlags (each also PARLEY_<NAME> in the environment):\n", name, intro)
-		fs.SetOutput(stderr)
+		out := fs.Output()
+		fmt.Fprintf(out, "Usage: parley %s [flags]\n%s\nFlags:\n", name, intro)
 		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
 	}
 	return fs
+}
+
+// errHelpShown ends a subcommand that was asked for its help (-h, --help): run returns nil.
+var errHelpShown = errors.New("help shown")
+
+// parsed finishes a subcommand's parse: on -h it writes the usage to stdout and returns
+// errHelpShown (the command does nothing else and exits 0); other errors are returned as they are.
+func parsed(fs *flag.FlagSet, err error, stdout io.Writer) error {
+	if errors.Is(err, flag.ErrHelp) {
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return errHelpShown
+	}
+	return err
 }

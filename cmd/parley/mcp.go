@@ -43,7 +43,9 @@ func (c *config) mcpServers() (map[string]mcp.ServerConfig, error) {
 }
 
 // startMCP starts the configured MCP servers under supervision, their tools kept in reg under the
-// server's name as source, and waits for each one's first start (bounded by mcp-start-timeout).
+// server's name as source, and waits for their first starts, at most mcp-start-timeout; a server
+// still starting then (npx downloading it, within mcp-install-timeout) is logged and goes on
+// starting in the background.
 func startMCP(ctx context.Context, c *config, reg *tools.Registry, log *slog.Logger) (*mcp.Manager, error) {
 	servers, err := c.mcpServers()
 	if err != nil {
@@ -52,6 +54,7 @@ func startMCP(ctx context.Context, c *config, reg *tools.Registry, log *slog.Log
 	opts := mcp.Options{
 		Logger:          log,
 		StartTimeout:    c.MCPStartTimeout,
+		InstallTimeout:  c.MCPInstallTimeout,
 		RetryBase:       c.MCPRetryBase,
 		RetryMax:        c.MCPRetryMax,
 		BreakerFailures: c.BreakerFailures,

@@ -271,16 +271,27 @@ func TestReadmeMCPConfig(t *testing.T) {
 	fake := llmtest.NewServer()
 	hs := httptest.NewServer(fake)
 	defer hs.Close()
-	url := startInProcess(t, map[string]string{"OPENAI_BASE_URL": hs.URL + "/v1", "OPENAI_API_KEY": "sk-test"},
-		"--mcp-config", path, "--mcp-start-timeout", "3m")
+	// The default settings, as README's command has them: a first npx start that outlasts
+	// --mcp-start-timeout goes on in the background (--mcp-install-timeout), so the tools are
+	// awaited, within that bound, rather than expected at once.
+	// Parley may wait the whole --mcp-start-timeout (30s) before it listens: serveLogged waits 60s.
+	url, _ := serveLogged(t, map[string]string{"OPENAI_BASE_URL": hs.URL + "/v1", "OPENAI_API_KEY": "sk-test"},
+		"--db", filepath.Join(t.TempDir(), "p.db"), "--mcp-config", path)
 
-	tl := getTools(t, url)
-	health := map[string]string{}
-	for _, tool := range tl.Tools {
-		health[tool.Name] = tool.Server + "/" + tool.Health
-	}
-	if health["everything__echo"] != "everything/ready" || health["files__read_text_file"] != "files/ready" {
-		t.Fatalf("README's tools are not ready: %v (servers %+v)", health, tl.Servers)
+	deadline := time.Now().Add(6 * time.Minute)
+	for {
+		tl := getTools(t, url)
+		health := map[string]string{}
+		for _, tool := range tl.Tools {
+			health[tool.Name] = tool.Server + "/" + tool.Health
+		}
+		if health["everything__echo"] == "everything/ready" && health["files__read_text_file"] == "files/ready" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("README's tools are not ready: %v (servers %+v)", health, tl.Servers)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	fake.Enqueue(llmtest.Turn{ToolCalls: []parley.ToolCall{{ID: "call_1", Type: "function",
 		Function: parley.FunctionCall{Name: "everything__echo", Arguments: `{"message":"as written"}`}}}})

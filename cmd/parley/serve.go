@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 	"github.com/parleyhq/parley/agent"
 	"github.com/parleyhq/parley/chat"
 	"github.com/parleyhq/parley/httpapi"
+	"github.com/parleyhq/parley/redact"
 	"github.com/parleyhq/parley/runs"
 	"github.com/parleyhq/parley/store/historycache"
 	"github.com/parleyhq/parley/tools"
@@ -24,12 +24,9 @@ import (
 
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var c config
-	fs := flagSet("serve", stderr, "Runs the Parley server.")
+	fs := flagSet("serve", stderr, "Runs the Parley server. Each flag may also be given as the environment variable\nPARLEY_<FLAG> (upper case, - as _) or as a key of the config file.")
 	serveFlags(fs, &c)
-	if err := parseConfig(fs, args, getenv, c.fileSections()); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.Usage()
-		}
+	if err := parsed(fs, parseConfig(fs, args, getenv, c.fileSections()), stdout); err != nil {
 		return err
 	}
 	// The conventional provider variables, when Parley's own are not set.
@@ -54,7 +51,12 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	defer store.Close()
-	log.Info("database", "store", store.Name)
+	if c.DatabaseURL == "" {
+		// The operator's own setting, not a secret: logged as it is (redact.Safe).
+		log.Info("database", "store", "sqlite", "db", redact.Safe(c.DB))
+	} else {
+		log.Info("database", "store", store.Name) // the URL without its password, redacted further
+	}
 	// A run killed between its tool calls and their results left those calls open: answer them
 	// before any new run starts, so that every stored history is a valid OpenAI history again.
 	if n, err := agent.CloseInterruptedCalls(ctx, store, time.Now); err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -10,14 +9,20 @@ import (
 	"github.com/parleyhq/parley/provider/llmtest"
 )
 
+// databaseNote tells, in the usage of migrate and keys, where else the database settings come from.
+const databaseNote = "--db and --database-url may also come from PARLEY_DB and PARLEY_DATABASE_URL, or from the db and\ndatabase_url keys of serve's config file (--config or PARLEY_CONFIG); no other setting is read from\nthe environment or the file."
+
+// databaseFlags declares --db and --database-url, as serve has them.
+func databaseFlags(fs *flag.FlagSet) (db, databaseURL *string) {
+	db = fs.String("db", "parley.db", "SQLite database file")
+	databaseURL = fs.String("database-url", "", "PostgreSQL URL (postgres://…); when set, used instead of --db")
+	return db, databaseURL
+}
+
 func runMigrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flagSet("migrate", stderr, "Applies or inspects migrations: parley migrate [flags] up|down|status")
-	db := fs.String("db", "parley.db", "SQLite database file")
-	databaseURL := fs.String("database-url", "", "PostgreSQL URL (postgres://…); when set, used instead of --db")
-	if err := parseConfig(fs, args, getenv, nil); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.Usage()
-		}
+	fs := flagSet("migrate", stderr, "Applies or inspects migrations: parley migrate [flags] up|down|status\n"+databaseNote)
+	db, databaseURL := databaseFlags(fs)
+	if err := parsed(fs, parseFlags(fs, args, getenv, nil, databaseFlag), stdout); err != nil {
 		return err
 	}
 	cmd := "status"
@@ -44,10 +49,7 @@ func runMockLLM(ctx context.Context, args []string, getenv func(string) string, 
 	delay := fs.Duration("token-delay", 0, "delay between streamed chunks")
 	chunk := fs.Int("chunk-size", 0, "characters per streamed content chunk (0: the server's default)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
-	if err := parseConfig(fs, args, getenv, nil); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.Usage()
-		}
+	if err := parsed(fs, parseFlags(fs, args, getenv, nil, nil), stdout); err != nil {
 		return err
 	}
 	log, err := newLogger(stderr, *level, "text")

@@ -189,6 +189,22 @@ func (r *Router) lookup(name string) (*endpoint, string, error) {
 	case 1:
 		return found[0], name, nil
 	case 0:
+		// The only provider, taking any model name (Ollama's /v1 configured by
+		// PARLEY_OPENAI_BASE_URL, say): a bare name is its model.
+		if len(r.order) == 1 {
+			if e := r.endpoints[r.order[0]]; len(e.Models) == 0 {
+				return e, name, nil
+			}
+		}
+		var any []string
+		for _, n := range r.order {
+			if len(r.endpoints[n].Models) == 0 {
+				any = append(any, n+"/"+name)
+			}
+		}
+		if len(any) > 0 {
+			return nil, "", parley.Errorf(parley.ECInvalid, "model: unknown model %q: no provider lists it; name it as provider/model (%s; GET /api/v1/models lists them)", name, strings.Join(any, " or "))
+		}
 		return nil, "", parley.Errorf(parley.ECInvalid, "model: unknown model %q (name it as provider/model; GET /api/v1/models lists them)", name)
 	}
 	return nil, "", parley.Errorf(parley.ECInvalid, "model: %q is offered by several providers; name it as provider/model", name)

@@ -460,7 +460,7 @@ func TestResolveNames(t *testing.T) {
 		{"ollama/*", "", "names no model"}, // how GET /api/v1/models shows a provider without a list
 		{"openai/gpt-5", "", "does not offer"},
 		{"shared", "", "several providers"},
-		{"nope", "", "unknown model"},
+		{"nope", "", `no provider lists it; name it as provider/model (ollama/nope;`},
 		{"nope/x", "", "unknown model"},
 	} {
 		_, full, err := r.Resolve(tt.in)
@@ -477,6 +477,19 @@ func TestResolveNames(t *testing.T) {
 	models := r.Models()
 	if models[0].ID != "openai/gpt-4o" || !models[0].Default || models[len(models)-1].ID != "ollama/*" {
 		t.Fatalf("models %+v", models)
+	}
+	// The only provider, without a model list, takes a bare name (PARLEY_MODEL=llama3.2 beside
+	// PARLEY_OPENAI_BASE_URL of an Ollama), as its default too.
+	only := newRouter(t, h, Config{Endpoints: []Endpoint{b.endpoint("openai")}, Default: "llama3.2"})
+	for in, want := range map[string]string{"": "openai/llama3.2", "llama3.2": "openai/llama3.2", "qwen3:8b": "openai/qwen3:8b", "Qwen/Qwen3-8B": "openai/Qwen/Qwen3-8B"} {
+		if _, full, err := only.Resolve(in); err != nil || full != want {
+			t.Errorf("only provider: Resolve(%q) = %q, %v; want %q", in, full, err, want)
+		}
+	}
+	// Two providers without a list: a bare name is ambiguous, and the error says what to write.
+	two := newRouter(t, h, Config{Endpoints: []Endpoint{b.endpoint("openai"), a.endpoint("anthropic")}, Default: "openai/x"})
+	if _, _, err := two.Resolve("llama3.2"); err == nil || !strings.Contains(err.Error(), "openai/llama3.2 or anthropic/llama3.2") {
+		t.Errorf("a bare name with two open providers: %v", err)
 	}
 	for _, bad := range []Config{
 		{},

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -76,6 +77,10 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		pool.Close()
 		return nil, err
 	}
+	if err := s.checkSchema(ctx, cfg.ConnConfig.RuntimeParams["search_path"]); err != nil {
+		pool.Close()
+		return nil, err
+	}
 	if o.migrate {
 		db := s.DB()
 		err := Migrate(ctx, db, "up", io.Discard)
@@ -86,6 +91,26 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		}
 	}
 	return s, nil
+}
+
+// checkSchema makes sure a schema that search_path names exists: without one PostgreSQL only
+// says, at the first table, that no schema has been selected to create in. The error names the
+// schema and the statement that creates it.
+func (s *Store) checkSchema(ctx context.Context, searchPath string) error {
+	if strings.TrimSpace(searchPath) == "" {
+		return nil
+	}
+	var exists bool
+	if err := s.pool.QueryRow(ctx, `SELECT current_schema() IS NOT NULL`).Scan(&exists); err != nil {
+		return fmt.Errorf("postgres: reading the current schema: %w", err)
+	}
+	if exists {
+		return nil
+	}
+	name := strings.Trim(strings.TrimSpace(strings.Split(searchPath, ",")[0]), `"`)
+	return fmt.Errorf("postgres: the schema %q that search_path names does not exist in this database; create it first "+
+		"(psql: CREATE SCHEMA %s;) or leave search_path out of the database URL to use the schema public",
+		name, pgx.Identifier{name}.Sanitize())
 }
 
 // Pool returns the connection pool.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io/fs"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -93,4 +94,24 @@ func TestOpenRejectsBadURL(t *testing.T) {
 	if err == nil || strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("bad URL: %v", err)
 	}
+}
+
+// A search_path naming a schema that does not exist is refused at Open with an error that says
+// so and how to create it, not with PostgreSQL's "no schema has been selected to create in".
+func TestOpenNamesAMissingSchema(t *testing.T) {
+	u, err := url.Parse(pgtest.Schema(t)) // skips without PostgreSQL; the server is all we need
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", "parley_no_such_schema")
+	u.RawQuery = q.Encode()
+	_, err = Open(context.Background(), u.String())
+	if err == nil || !strings.Contains(err.Error(), `the schema "parley_no_such_schema" that search_path names does not exist`) ||
+		!strings.Contains(err.Error(), `CREATE SCHEMA "parley_no_such_schema";`) {
+		t.Fatalf("missing schema: %v", err)
+	}
+	// A search_path whose first schema exists still opens.
+	s := openTest(t)
+	s.Close()
 }

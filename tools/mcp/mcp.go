@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -56,6 +57,20 @@ func (c ServerConfig) Transport() string {
 		return "stdio"
 	}
 	return "http"
+}
+
+// Installs reports whether the server is started through a package runner (npx, uvx, docker, …)
+// whose first start may download the server before it runs: its first start gets
+// Options.InstallTimeout instead of StartTimeout.
+func (c ServerConfig) Installs() bool {
+	if c.Transport() != "stdio" {
+		return false
+	}
+	switch strings.TrimSuffix(filepath.Base(c.Command), ".cmd") {
+	case "npx", "pnpx", "pnpm", "yarn", "bunx", "bun", "uvx", "uv", "pipx", "deno", "docker", "podman":
+		return true
+	}
+	return false
 }
 
 // Validate checks the entry of server name.
@@ -135,7 +150,11 @@ type Options struct {
 	Logger         *slog.Logger // nil: discard
 
 	// Supervision (Run). Zero values take the defaults below.
-	StartTimeout    time.Duration // one start: connecting, initializing and listing the tools
+	StartTimeout time.Duration // one start: connecting, initializing and listing the tools
+	// InstallTimeout replaces StartTimeout, when longer, until the first successful start of a
+	// server started through a package runner (ServerConfig.Installs), which may first download
+	// it: `npx -y @modelcontextprotocol/server-everything` fetches its package on first use.
+	InstallTimeout  time.Duration
 	RetryBase       time.Duration // first wait before a restart; it doubles per failed start, with jitter
 	RetryMax        time.Duration // longest wait between restarts
 	BreakerFailures int           // failed starts in a row that open the server's breaker
@@ -145,9 +164,10 @@ type Options struct {
 
 // Supervision defaults.
 const (
-	DefaultStartTimeout = 30 * time.Second
-	DefaultRetryBase    = 500 * time.Millisecond
-	DefaultRetryMax     = 30 * time.Second
+	DefaultStartTimeout   = 30 * time.Second
+	DefaultInstallTimeout = 5 * time.Minute
+	DefaultRetryBase      = 500 * time.Millisecond
+	DefaultRetryMax       = 30 * time.Second
 )
 
 // Server is one MCP server and its tools. Its methods are safe for concurrent use.
@@ -180,6 +200,9 @@ func New(name string, cfg ServerConfig, opts Options) *Server {
 	}
 	if opts.StartTimeout <= 0 {
 		opts.StartTimeout = DefaultStartTimeout
+	}
+	if opts.InstallTimeout <= 0 {
+		opts.InstallTimeout = DefaultInstallTimeout
 	}
 	if opts.RetryBase <= 0 {
 		opts.RetryBase = DefaultRetryBase

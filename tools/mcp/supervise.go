@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"math/rand/v2"
+	"path/filepath"
 	"sort"
 	"sync"
 	"time"
@@ -72,6 +73,7 @@ func (s *Server) Run(ctx context.Context) {
 		s.setState(StateStopped, nil)
 	}()
 	failures := 0 // failed starts and short-lived sessions in a row
+	everReady := false
 	for ctx.Err() == nil {
 		if failures > 0 && !sleep(ctx, s.backoff(failures)) {
 			return
@@ -85,7 +87,7 @@ func (s *Server) Run(ctx context.Context) {
 			}
 			continue
 		}
-		cctx, cancel := context.WithTimeout(ctx, s.opts.StartTimeout)
+		cctx, cancel := context.WithTimeout(ctx, s.startTimeout(everReady))
 		err := s.Connect(cctx)
 		cancel()
 		if err != nil {
@@ -101,6 +103,7 @@ func (s *Server) Run(ctx context.Context) {
 			continue
 		}
 		done(breaker.Success)
+		everReady = true
 		s.setState(StateReady, nil)
 		s.opts.Logger.Info("mcp server ready", "server", s.name, "tools", len(s.Tools()), "pid", s.PID())
 		started()
@@ -119,6 +122,15 @@ func (s *Server) Run(ctx context.Context) {
 		s.setState(StateReconnecting, errSessionEnded)
 		s.opts.Logger.Warn("mcp server session ended; restarting", "server", s.name)
 	}
+}
+
+// startTimeout is the time limit of a start: StartTimeout, or, until the first successful start of
+// a server that a package runner may first download, the longer InstallTimeout.
+func (s *Server) startTimeout(everReady bool) time.Duration {
+	if !everReady && s.cfg.Installs() {
+		return max(s.opts.StartTimeout, s.opts.InstallTimeout)
+	}
+	return s.opts.StartTimeout
 }
 
 type sessionEnded struct{}
@@ -217,14 +229,39 @@ func Start(ctx context.Context, cfgs map[string]ServerConfig, opts Options, sink
 			srv.Run(runCtx)
 		}()
 	}
+	// Wait for the first starts, at most StartTimeout in all: a server that takes longer (its
+	// package being downloaded) goes on starting in the background, and its tools are added when
+	// it is ready.
+	wait := opts.StartTimeout
+	if wait <= 0 {
+		wait = DefaultStartTimeout
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	waiting := true
 	for _, srv := range m.servers {
 		if srv.cfg.Disabled {
 			continue
 		}
+		if waiting {
+			select {
+			case <-srv.Started():
+				continue
+			case <-timer.C:
+				waiting = false
+			case <-ctx.Done():
+				return m
+			}
+		}
 		select {
 		case <-srv.Started():
-		case <-ctx.Done():
-			return m
+		default:
+			msg := "mcp server still starting; Parley goes on without its tools and adds them when it is ready"
+			if srv.cfg.Installs() {
+				msg = "mcp server still starting (a first start through " + filepath.Base(srv.cfg.Command) +
+					" may download it); Parley goes on without its tools and adds them when it is ready"
+			}
+			srv.opts.Logger.Warn(msg, "server", srv.name, "waited", wait, "start_limit", srv.startTimeout(false))
 		}
 	}
 	return m
