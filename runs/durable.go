@@ -16,7 +16,7 @@ type RecoverFunc func(run *Run, rec parley.RunRecord) Func
 const claimBatch = 16
 
 // Start begins the work that makes runs outlive their process (Options.Runs; without it Start
-// does nothing). It returns at once: the work goes on in goroutines the manager owns until
+// does nothing). Call it before the manager begins any run. It returns at once: the work goes on in goroutines the manager owns until
 // Shutdown, so that a server never waits for it before it listens.
 //
 // One goroutine takes back the runs this instance left running before it restarted (its orphans:

@@ -134,10 +134,10 @@ func crashLoop(t *testing.T, kills int, seed uint64, dbArgs ...string) {
 			t.Fatalf("kill %d: %v", k, err)
 		}
 		srv = startChild(t, dbArgs...)
+		waitIdle(t, srv.url, sessions) // the runs taken over go on to their end
 		if bytes.Contains(srv.logs.Bytes(), []byte("taking over a run")) {
 			resumed++
 		}
-		waitIdle(t, srv.url, sessions) // the runs taken over go on to their end
 		checkAfterCrash(t, k, delay, srv.url, sessions, acked)
 	}
 	srv.kill(t)
