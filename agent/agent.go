@@ -185,15 +185,17 @@ func (a *Agent) loop(ctx context.Context, in Input, t *turn, res *Result) (*Resu
 			emitSafe(parley.Event{Type: parley.EventUsage, Usage: resp.Usage})
 		}
 		if err != nil {
-			if ctx.Err() != nil {
-				// Keep what the user already saw of an answer they stopped.
-				if resp != nil && resp.Content != "" {
-					msg := a.assistant(in, answeredBy, &parley.Response{Content: resp.Content, Reasoning: resp.Reasoning}, latency)
-					if a.store(ctx, in.SessionID, msg) == nil {
-						res.Final = msg
-						emitSafe(parley.Event{Type: parley.EventRecord, Message: msg})
-					}
+			// Keep what the user already saw of an answer that was stopped or cut: its record
+			// replaces the streamed chunks (the display rule, docs/protocol.md), so a client
+			// shows the text once, and the next turn's history holds it.
+			if resp != nil && resp.Content != "" {
+				msg := a.assistant(in, answeredBy, &parley.Response{Content: resp.Content, Reasoning: resp.Reasoning}, latency)
+				if a.store(ctx, in.SessionID, msg) == nil {
+					res.Final = msg
+					emitSafe(parley.Event{Type: parley.EventRecord, Message: msg})
 				}
+			}
+			if ctx.Err() != nil {
 				return res, canceled()
 			}
 			return res, err

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/internal/transcript"
 	"github.com/parleyhq/parley/limit"
 	"github.com/parleyhq/parley/llmctx"
 	"github.com/parleyhq/parley/store/sqlite"
@@ -494,8 +495,18 @@ func TestProviderErrors(t *testing.T) {
 	if parley.CodeOf(err) != parley.ECUpstream || strings.Contains(parley.MessageOf(err), "10.0.0.3") {
 		t.Fatalf("err = %v (client sees %q)", err, parley.MessageOf(err))
 	}
-	if got := roles(f.history(t)); got != "user" {
-		t.Fatalf("a failed model call stored %s", got)
+	// What was streamed before the cut is stored and recorded: a client following the display
+	// rule shows it once, as stored.
+	h := f.history(t)
+	if got := roles(h); got != "user assistant" || h[1].Content.String() != "partial" {
+		t.Fatalf("a model call cut after streaming stored %s", got)
+	}
+	var tr transcript.Transcript
+	for _, ev := range f.evs {
+		tr.Apply(ev)
+	}
+	if texts := tr.Texts(); len(texts) != 1 || texts[0] != "partial" {
+		t.Fatalf("a client following the display rule shows %q, want [partial] once", texts)
 	}
 
 	resolveErr := parley.Errorf(parley.ECInvalid, "model: unknown")

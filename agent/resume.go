@@ -33,6 +33,16 @@ func (a *Agent) Resume(ctx context.Context, in Input, emit func(parley.Event)) (
 		return res, a.canceledOr(ctx, err)
 	}
 	if n := len(h); n > 0 && h[n-1].Role == parley.RoleAssistant && len(h[n-1].ToolCalls) == 0 {
+		// The answer was stored; its record may not have reached the event log before the
+		// process died. Sent again (the same message id), it replaces the streamed chunks.
+		last, err := a.cfg.Store.ListMessages(ctx, in.SessionID, int64(n-1), 1)
+		if err != nil {
+			return res, a.canceledOr(ctx, err)
+		}
+		if len(last) == 1 && last[0].Role == parley.RoleAssistant && last[0].RunID == in.RunID {
+			res.Final = &last[0]
+			t.emit(parley.Event{Type: parley.EventRecord, Message: &last[0]})
+		}
 		res.FinishReason = parley.FinishStop
 		return res, nil
 	}
