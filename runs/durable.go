@@ -116,7 +116,18 @@ func (m *Manager) takeOver(recover RecoverFunc, orphanedBy string, asOf func() t
 			return
 		}
 		for _, rec := range recs {
-			if err := m.adopt(rec, recover); err != nil && !errors.Is(err, ErrClosing) {
+			// Counted under the lock, unless closing: Shutdown waits for the adoptions under way
+			// before it waits for the runs, so that none starts after it stopped waiting.
+			m.mu.Lock()
+			if m.closing {
+				m.mu.Unlock()
+				return
+			}
+			m.adopting.Add(1)
+			m.mu.Unlock()
+			err := m.adopt(rec, recover)
+			m.adopting.Done()
+			if err != nil && !errors.Is(err, ErrClosing) {
 				m.opts.Log.Error("could not take over a run", "run", rec.ID, "session", rec.SessionID, "err", err)
 			}
 		}
