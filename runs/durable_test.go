@@ -164,10 +164,21 @@ func TestRestartTakesItsRunsBackAtOnce(t *testing.T) {
 }
 
 // A live instance renews its leases: a run longer than the lease is not taken over.
+//
+// b's clock runs a second behind, so that a busy machine stalling a for less than that does not
+// make b take the run over: the run lasts until a has renewed its lease past where b would take it
+// without renewal, a condition, not a duration.
 func TestLeaseRenewalKeepsARun(t *testing.T) {
 	st := durableStore(t, "s1")
-	lease := 300 * time.Millisecond
-	a, b := durable(t, st, "a", lease), durable(t, st, "b", lease)
+	lease, lag := 300*time.Millisecond, time.Second
+	a := durable(t, st, "a", lease)
+	b := NewManager(Options{Events: st, Runs: st, Instance: "b", Lease: lease, FlushEvery: time.Millisecond,
+		Now: func() time.Time { return time.Now().Add(-lag) }})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		b.Shutdown(ctx)
+	})
 	a.Start(nil)
 	taken := make(chan string, 1)
 	b.Start(func(_ *Run, rec parley.RunRecord) Func {
@@ -178,17 +189,29 @@ func TestLeaseRenewalKeepsARun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	first, err := st.ActiveRun(context.Background(), "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	r.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
-		select {
-		case <-time.After(4 * lease):
-			return parley.FinishStop, nil
-		case <-ctx.Done():
-			return "", ctx.Err()
+		// Without renewal b would take the run once the first lease is lag behind it.
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			rec, err := st.ActiveRun(ctx, "s1")
+			if err == nil && rec.LeaseUntil.After(first.LeaseUntil.Add(lag+lease)) {
+				return parley.FinishStop, nil
+			}
+			select {
+			case <-time.After(10 * time.Millisecond):
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
 		}
+		return parley.FinishError, nil
 	})
 	waitDone(t, r)
 	if finish, _ := r.Result(); finish != parley.FinishStop {
-		t.Fatalf("finish %q, want stop", finish)
+		t.Fatalf("finish %q, want stop (renewed past where it would be taken)", finish)
 	}
 	select {
 	case id := <-taken:
