@@ -200,8 +200,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	runMgr.Start(svc.Recover)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	// The HTTP server stops first on every path (the runs' deferred Shutdown then finds no
-	// request that could begin a run).
+	// stopHTTP ends the streams and stops the HTTP server. Both ways out below call it before
+	// the deferred releases: at once when serving failed, after the runs' grace on a signal (so
+	// that clients watch the runs to their end).
 	stopHTTP := func() error {
 		cancelBase()
 		shutCtx, cancelShut := context.WithTimeout(context.Background(), 5*time.Second)
