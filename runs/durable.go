@@ -139,6 +139,15 @@ func (m *Manager) takeOver(recover RecoverFunc, orphanedBy string, asOf func() t
 
 // adopt starts a run taken over: same id, new sequence numbers, and recover's body.
 func (m *Manager) adopt(rec parley.RunRecord, recover RecoverFunc) error {
+	m.mu.Lock()
+	own := m.active[rec.SessionID] != nil && m.active[rec.SessionID].ID == rec.ID
+	m.mu.Unlock()
+	if own {
+		// A run of this process whose lease ran out before it was renewed (a stall): the claim
+		// has renewed it, and it goes on here. Not a conflict.
+		m.opts.Log.Warn("a run's lease ran out before it was renewed: this instance keeps it", "run", rec.ID, "session", rec.SessionID)
+		return nil
+	}
 	m.opts.Log.Warn("taking over a run whose process stopped", "run", rec.ID, "session", rec.SessionID, "attempt", rec.Attempts)
 	if err := m.claim(rec.SessionID, false); err != nil {
 		return err

@@ -394,3 +394,40 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// A run of this instance whose lease ran out before it was renewed (the process stalled) is
+// claimed by this instance's own pass: it goes on here, without a conflict logged.
+func TestOwnStalledRunIsKeptNotRetaken(t *testing.T) {
+	st := durableStore(t, "s1")
+	var logs syncBuffer
+	a := NewManager(Options{Events: st, Runs: st, Instance: "a", Lease: time.Hour, FlushEvery: time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		a.Shutdown(ctx)
+	})
+	r, err := a.Begin(context.Background(), Spec{Session: "s1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	r.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
+		<-release
+		return parley.FinishStop, nil
+	})
+	// The lease ran out: a's next pass claims its own run.
+	if ids, err := st.RenewRuns(context.Background(), "a", []string{r.ID}, time.Now().Add(-time.Second)); err != nil || len(ids) != 1 {
+		t.Fatalf("expiring the lease: %v %v", ids, err)
+	}
+	recovered := 0
+	a.takeOver(func(*Run, parley.RunRecord) Func { recovered++; return nil }, "", time.Now)
+	close(release)
+	waitDone(t, r)
+	if finish, _ := r.Result(); finish != parley.FinishStop || recovered != 0 {
+		t.Fatalf("finish %q, recovered %d times: want the run kept, stop", finish, recovered)
+	}
+	if out := logs.String(); strings.Contains(out, "could not take over") || strings.Contains(out, "taking over a run") {
+		t.Fatalf("a stalled run of this instance was taken over as another's:\n%s", out)
+	}
+}
