@@ -50,8 +50,13 @@ type RunStore interface {
 	// DeleteRun deletes a run that was begun but never started.
 	DeleteRun(ctx context.Context, id string) error
 	// ClaimRuns takes over up to limit running runs whose lease ended before now, and every running
-	// run of instance orphanedBy whatever its lease ("" for none: an instance that restarts under
-	// its old name owns nothing that runs). Each gets instance, lease until, and one more attempt.
+	// run of instance orphanedBy created or last claimed before now, whatever its lease ("" for
+	// none: an instance that restarts under its old name owns nothing that runs). Each gets
+	// instance, lease until, one more attempt, and now as its UpdatedAt.
+	//
+	// So a run claimed with a given now is not claimed again by a later call with the same now: a
+	// restarted instance pages through its orphans with the moment it started as now, each once,
+	// and never takes back a run it began or took over since.
 	ClaimRuns(ctx context.Context, instance, orphanedBy string, now, until time.Time, limit int) ([]RunRecord, error)
 	// ActiveRun returns the session's running run, or ErrNotFound.
 	ActiveRun(ctx context.Context, sessionID string) (*RunRecord, error)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/internal/transcript"
 	"github.com/parleyhq/parley/limit"
 	"github.com/parleyhq/parley/llmctx"
 	"github.com/parleyhq/parley/store/sqlite"
@@ -564,6 +565,16 @@ func TestProviderErrors(t *testing.T) {
 	sent := reqs[len(reqs)-1].Messages
 	if len(sent) != 1 || sent[0].Content.String() != "next question" {
 		t.Fatalf("the next turn sent %+v", sent)
+	}
+	// A client following the display rule shows what was streamed once, as stored.
+	var tr transcript.Transcript
+	f.mu.Lock()
+	for _, ev := range f.evs {
+		tr.Apply(ev)
+	}
+	f.mu.Unlock()
+	if texts := tr.Texts(); len(texts) < 1 || texts[0] != "partial" || strings.Count(strings.Join(texts, "|"), "partial") != 1 {
+		t.Fatalf("a client following the display rule shows %q, want partial once", texts)
 	}
 
 	resolveErr := parley.Errorf(parley.ECInvalid, "model: unknown")

@@ -36,6 +36,12 @@ func (a *Agent) Resume(ctx context.Context, in Input, emit func(parley.Event)) (
 	if n := len(h); n > 0 && h[n-1].Role == parley.RoleAssistant && len(h[n-1].ToolCalls) == 0 {
 		switch last := h[n-1]; {
 		case !last.Failed():
+			// The answer was stored; its record may not have reached the event log before the
+			// process died. Sent again (the same message id), it replaces the streamed chunks.
+			if last.RunID == in.RunID {
+				res.Final = &last
+				t.emit(parley.Event{Type: parley.EventRecord, Message: &last})
+			}
 			res.FinishReason = parley.FinishStop
 			return res, nil
 		case last.RunID == in.RunID:

@@ -2,6 +2,7 @@ package runs
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	parley "github.com/parleyhq/parley"
@@ -15,19 +16,28 @@ type RecoverFunc func(run *Run, rec parley.RunRecord) Func
 const claimBatch = 16
 
 // Start begins the work that makes runs outlive their process (Options.Runs; without it Start
-// does nothing). Before it returns, it takes back the runs this instance left running before it
-// restarted; then, every third of the lease, it renews the leases of its runs and takes over the
-// runs of other instances whose lease has ended, starting each with recover's body. A run of this
-// instance whose lease another instance took over meanwhile (this process stalled for longer than
-// the lease) is aborted here. It stops at Shutdown.
+// does nothing). Call it before the manager begins any run. It returns at once: the work goes on in goroutines the manager owns until
+// Shutdown, so that a server never waits for it before it listens.
+//
+// One goroutine takes back the runs this instance left running before it restarted (its orphans:
+// the runs of Options.Instance created or claimed before Start), each once, in batches, however
+// many there are. The other, every third of the lease, renews the leases of this instance's runs
+// and takes over the runs of other instances whose lease has ended. Each run taken over starts
+// with recover's body. A run of this instance whose lease another instance took over meanwhile
+// (this process stalled for longer than the lease) is aborted here.
 func (m *Manager) Start(recover RecoverFunc) {
 	if m.opts.Runs == nil {
 		return
 	}
 	m.start.Do(func() {
-		// Before Start returns, so that a server that starts listening holds its runs again.
-		m.takeOver(recover, m.opts.Instance)
-		m.bg.Add(1)
+		// Read before Start returns: every run this process begins or takes over is created or
+		// claimed at this moment or later, so the orphans' pass never takes one of them back.
+		started := m.opts.Now()
+		m.bg.Add(2)
+		go func() {
+			defer m.bg.Done()
+			m.takeOver(recover, m.opts.Instance, func() time.Time { return started })
+		}()
 		go func() {
 			defer m.bg.Done()
 			t := time.NewTicker(m.opts.Lease / 3)
@@ -39,7 +49,7 @@ func (m *Manager) Start(recover RecoverFunc) {
 				case <-t.C:
 				}
 				m.renew()
-				m.takeOver(recover, "")
+				m.takeOver(recover, "", m.opts.Now)
 			}
 		}()
 	})
@@ -83,27 +93,41 @@ func (m *Manager) renew() {
 	}
 }
 
-// takeOver claims runs whose lease ended (and every running run of orphanedBy) and starts them.
-func (m *Manager) takeOver(recover RecoverFunc, orphanedBy string) {
+// takeOver claims runs whose lease ended before asOf() (and the running runs of orphanedBy created
+// or claimed before it) and starts them, a batch at a time, until a claim comes back short. Each
+// run is claimed once: a claim moves its lease past asOf() (and, with a fixed asOf, its record's
+// time to asOf itself), so the next batch holds other runs, and the passes are linear in the runs.
+func (m *Manager) takeOver(recover RecoverFunc, orphanedBy string, asOf func() time.Time) {
 	for {
 		m.mu.Lock()
 		closing := m.closing
 		m.mu.Unlock()
-		if closing {
+		if closing || m.ctx.Err() != nil {
 			return
 		}
 		ctx, cancel := context.WithTimeout(m.ctx, storeTimeout)
-		now := m.opts.Now()
-		recs, err := m.opts.Runs.ClaimRuns(ctx, m.opts.Instance, orphanedBy, now, now.Add(m.opts.Lease), claimBatch)
+		recs, err := m.opts.Runs.ClaimRuns(ctx, m.opts.Instance, orphanedBy, asOf(), m.opts.Now().Add(m.opts.Lease), claimBatch)
 		cancel()
 		if err != nil {
 			if m.ctx.Err() == nil {
+				// Runs left unclaimed are taken over by a later pass once their lease ends.
 				m.opts.Log.Error("could not look for runs to take over", "err", err)
 			}
 			return
 		}
 		for _, rec := range recs {
-			if err := m.adopt(rec, recover); err != nil {
+			// Counted under the lock, unless closing: Shutdown waits for the adoptions under way
+			// before it waits for the runs, so that none starts after it stopped waiting.
+			m.mu.Lock()
+			if m.closing {
+				m.mu.Unlock()
+				return
+			}
+			m.adopting.Add(1)
+			m.mu.Unlock()
+			err := m.adopt(rec, recover)
+			m.adopting.Done()
+			if err != nil && !errors.Is(err, ErrClosing) {
 				m.opts.Log.Error("could not take over a run", "run", rec.ID, "session", rec.SessionID, "err", err)
 			}
 		}
@@ -115,6 +139,15 @@ func (m *Manager) takeOver(recover RecoverFunc, orphanedBy string) {
 
 // adopt starts a run taken over: same id, new sequence numbers, and recover's body.
 func (m *Manager) adopt(rec parley.RunRecord, recover RecoverFunc) error {
+	m.mu.Lock()
+	own := m.active[rec.SessionID] != nil && m.active[rec.SessionID].ID == rec.ID
+	m.mu.Unlock()
+	if own {
+		// A run of this process whose lease ran out before it was renewed (a stall): the claim
+		// has renewed it, and it goes on here. Not a conflict.
+		m.opts.Log.Warn("a run's lease ran out before it was renewed: this instance keeps it", "run", rec.ID, "session", rec.SessionID)
+		return nil
+	}
 	m.opts.Log.Warn("taking over a run whose process stopped", "run", rec.ID, "session", rec.SessionID, "attempt", rec.Attempts)
 	if err := m.claim(rec.SessionID, false); err != nil {
 		return err

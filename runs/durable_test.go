@@ -1,9 +1,15 @@
 package runs
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -158,10 +164,21 @@ func TestRestartTakesItsRunsBackAtOnce(t *testing.T) {
 }
 
 // A live instance renews its leases: a run longer than the lease is not taken over.
+//
+// b's clock runs a second behind, so that a busy machine stalling a for less than that does not
+// make b take the run over: the run lasts until a has renewed its lease past where b would take it
+// without renewal, a condition, not a duration.
 func TestLeaseRenewalKeepsARun(t *testing.T) {
 	st := durableStore(t, "s1")
-	lease := 300 * time.Millisecond
-	a, b := durable(t, st, "a", lease), durable(t, st, "b", lease)
+	lease, lag := 300*time.Millisecond, time.Second
+	a := durable(t, st, "a", lease)
+	b := NewManager(Options{Events: st, Runs: st, Instance: "b", Lease: lease, FlushEvery: time.Millisecond,
+		Now: func() time.Time { return time.Now().Add(-lag) }})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		b.Shutdown(ctx)
+	})
 	a.Start(nil)
 	taken := make(chan string, 1)
 	b.Start(func(_ *Run, rec parley.RunRecord) Func {
@@ -172,17 +189,29 @@ func TestLeaseRenewalKeepsARun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	first, err := st.ActiveRun(context.Background(), "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	r.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
-		select {
-		case <-time.After(4 * lease):
-			return parley.FinishStop, nil
-		case <-ctx.Done():
-			return "", ctx.Err()
+		// Without renewal b would take the run once the first lease is lag behind it.
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			rec, err := st.ActiveRun(ctx, "s1")
+			if err == nil && rec.LeaseUntil.After(first.LeaseUntil.Add(lag+lease)) {
+				return parley.FinishStop, nil
+			}
+			select {
+			case <-time.After(10 * time.Millisecond):
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
 		}
+		return parley.FinishError, nil
 	})
 	waitDone(t, r)
 	if finish, _ := r.Result(); finish != parley.FinishStop {
-		t.Fatalf("finish %q, want stop", finish)
+		t.Fatalf("finish %q, want stop (renewed past where it would be taken)", finish)
 	}
 	select {
 	case id := <-taken:
@@ -211,5 +240,194 @@ func TestRunTakenOverElsewhereStopsHere(t *testing.T) {
 	waitDone(t, r)
 	if finish, _ := r.Result(); finish != parley.FinishAborted {
 		t.Fatalf("finish %q, want aborted", finish)
+	}
+}
+
+// crashableRuns is the run store of a process that can "crash": from then on its writes to run
+// records are lost, as a killed process's would be, so Shutdown leaves its runs running.
+type crashableRuns struct {
+	*sqlite.Store
+	crashed atomic.Bool
+	claims  atomic.Int32
+	// claimGate, when set, holds every ClaimRuns until it is closed.
+	claimGate chan struct{}
+}
+
+func (c *crashableRuns) ClaimRuns(ctx context.Context, instance, orphanedBy string, now, until time.Time, limit int) ([]parley.RunRecord, error) {
+	if c.claimGate != nil {
+		select {
+		case <-c.claimGate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	c.claims.Add(1)
+	return c.Store.ClaimRuns(ctx, instance, orphanedBy, now, until, limit)
+}
+
+func (c *crashableRuns) EndRun(ctx context.Context, id, instance, finish string, at time.Time) error {
+	if c.crashed.Load() {
+		return nil
+	}
+	return c.Store.EndRun(ctx, id, instance, finish, at)
+}
+
+// Issue 18 point 2: an instance that restarts with many runs open takes each back once (one
+// more attempt each, in a number of claims linear in the runs, no conflict logged), does so
+// without holding up Start (so that the server listens at once), and a second crash during that
+// recovery costs each run one attempt more, not the budget of MaxRecoveries.
+func TestRestartTakesManyRunsBackOnce(t *testing.T) {
+	const open = 3*claimBatch + 5
+	ids := make([]string, open)
+	sessions := make([]string, open)
+	for i := range sessions {
+		sessions[i] = fmt.Sprintf("s%02d", i)
+	}
+	st := durableStore(t, sessions...)
+	ctx := context.Background()
+	for i, s := range sessions {
+		rec := &parley.RunRecord{ID: parley.NewID(), SessionID: s, Owner: "alice", Instance: "a",
+			LeaseUntil: time.Now().Add(time.Hour), CreatedAt: time.Now().Add(-time.Minute)}
+		if err := st.CreateRun(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = rec.ID
+	}
+	var logs syncBuffer
+	restart := func(runs *crashableRuns, body func(ctx context.Context) (string, error)) (*Manager, chan parley.RunRecord) {
+		m := NewManager(Options{Events: st, Runs: runs, Instance: "a", Lease: time.Hour, FlushEvery: time.Millisecond,
+			Log: slog.New(slog.NewTextHandler(&logs, nil))})
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			m.Shutdown(ctx)
+		})
+		got := make(chan parley.RunRecord, 4*open)
+		started := make(chan struct{})
+		go func() {
+			m.Start(func(_ *Run, rec parley.RunRecord) Func {
+				got <- rec
+				return func(ctx context.Context, emit func(parley.Event)) (string, error) { return body(ctx) }
+			})
+			close(started)
+		}()
+		select {
+		case <-started:
+		case <-time.After(30 * time.Second):
+			t.Fatal("Start waited for the runs to be taken back")
+		}
+		return m, got
+	}
+	collect := func(got chan parley.RunRecord, attempts int) {
+		t.Helper()
+		seen := map[string]bool{}
+		for range open {
+			select {
+			case rec := <-got:
+				if seen[rec.ID] || rec.Attempts != attempts {
+					t.Fatalf("run %s taken back again or with attempts %d, want once with %d", rec.ID, rec.Attempts, attempts)
+				}
+				seen[rec.ID] = true
+			case <-time.After(30 * time.Second):
+				t.Fatalf("%d of %d runs taken back", len(seen), open)
+			}
+		}
+	}
+
+	// The first restart: its claims wait until Start has returned; then it crashes while every run
+	// it took back is still going on.
+	first := &crashableRuns{Store: st, claimGate: make(chan struct{})}
+	m1, got1 := restart(first, func(ctx context.Context) (string, error) { <-ctx.Done(); return "", ctx.Err() })
+	close(first.claimGate)
+	collect(got1, 1)
+	if n := first.claims.Load(); n > open/claimBatch+1 {
+		t.Fatalf("%d claims for %d runs in batches of %d: not linear", n, open, claimBatch)
+	}
+	first.crashed.Store(true)
+	now, cancel := context.WithCancel(ctx)
+	cancel() // no grace: every run is cut at once
+	m1.Shutdown(now)
+
+	// The second restart takes each back once more, and the runs go on to their end.
+	second := &crashableRuns{Store: st}
+	m2, got2 := restart(second, func(context.Context) (string, error) { return parley.FinishStop, nil })
+	collect(got2, 2)
+	for _, id := range ids {
+		r, ok := m2.Get(id)
+		if !ok {
+			t.Fatalf("run %s not held after the second restart", id)
+		}
+		waitDone(t, r)
+	}
+	for _, s := range sessions {
+		if rec, err := st.ActiveRun(ctx, s); !errors.Is(err, parley.ErrNotFound) {
+			t.Fatalf("session %s still has a running run: %+v %v", s, rec, err)
+		}
+	}
+	if n := second.claims.Load(); n > open/claimBatch+1 {
+		t.Fatalf("%d claims for %d runs in batches of %d: not linear", n, open, claimBatch)
+	}
+	select {
+	case rec := <-got2:
+		t.Fatalf("run %s taken back a second time by the same process", rec.ID)
+	default:
+	}
+	if strings.Contains(logs.String(), "could not take over") {
+		t.Fatalf("conflicts logged while taking runs back:\n%s", logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// A run of this instance whose lease ran out before it was renewed (the process stalled) is
+// claimed by this instance's own pass: it goes on here, without a conflict logged.
+func TestOwnStalledRunIsKeptNotRetaken(t *testing.T) {
+	st := durableStore(t, "s1")
+	var logs syncBuffer
+	a := NewManager(Options{Events: st, Runs: st, Instance: "a", Lease: time.Hour, FlushEvery: time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		a.Shutdown(ctx)
+	})
+	r, err := a.Begin(context.Background(), Spec{Session: "s1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	r.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
+		<-release
+		return parley.FinishStop, nil
+	})
+	// The lease ran out: a's next pass claims its own run.
+	if ids, err := st.RenewRuns(context.Background(), "a", []string{r.ID}, time.Now().Add(-time.Second)); err != nil || len(ids) != 1 {
+		t.Fatalf("expiring the lease: %v %v", ids, err)
+	}
+	recovered := 0
+	a.takeOver(func(*Run, parley.RunRecord) Func { recovered++; return nil }, "", time.Now)
+	close(release)
+	waitDone(t, r)
+	if finish, _ := r.Result(); finish != parley.FinishStop || recovered != 0 {
+		t.Fatalf("finish %q, recovered %d times: want the run kept, stop", finish, recovered)
+	}
+	if out := logs.String(); strings.Contains(out, "could not take over") || strings.Contains(out, "taking over a run") {
+		t.Fatalf("a stalled run of this instance was taken over as another's:\n%s", out)
 	}
 }

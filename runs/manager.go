@@ -86,8 +86,10 @@ type Manager struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the runs
-	bg     sync.WaitGroup // Start's lease keeper
-	start  sync.Once
+	bg     sync.WaitGroup // Start's lease keeper and its taking back of runs
+	// adopting counts the runs being taken over: begun, not yet started (takeOver).
+	adopting sync.WaitGroup
+	start    sync.Once
 
 	mu        sync.Mutex
 	closing   bool
@@ -701,6 +703,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	m.mu.Lock()
 	m.closing = true
 	m.mu.Unlock()
+	m.adopting.Wait() // a run being taken over is started (or given up) before the runs are waited for
 	idle := make(chan struct{})
 	go func() { m.wg.Wait(); close(idle) }()
 	select {

@@ -40,11 +40,14 @@ func TestCrashAtRandomPoints(t *testing.T) {
 		seed = v
 	}
 	// One instance name across restarts: each restart takes back the runs the kill left at once.
+	// The test's own checks (polling every session, paging its messages after every kill) are
+	// not what the rate limits are for: off, or a long run hits them and fails on a 429.
+	limits := []string{"--rate-limit", "off", "--guest-rate-limit", "off"}
 	t.Run("sqlite", func(t *testing.T) {
-		crashLoop(t, kills, seed, "--instance-id", "crash", "--db", filepath.Join(t.TempDir(), "crash.db"))
+		crashLoop(t, kills, seed, append(limits, "--instance-id", "crash", "--db", filepath.Join(t.TempDir(), "crash.db"))...)
 	})
 	t.Run("postgres", func(t *testing.T) {
-		crashLoop(t, kills, seed, "--instance-id", "crash", "--database-url", pgtest.Schema(t))
+		crashLoop(t, kills, seed, append(limits, "--instance-id", "crash", "--database-url", pgtest.Schema(t))...)
 	})
 }
 
@@ -134,10 +137,10 @@ func crashLoop(t *testing.T, kills int, seed uint64, dbArgs ...string) {
 			t.Fatalf("kill %d: %v", k, err)
 		}
 		srv = startChild(t, dbArgs...)
+		waitIdle(t, srv.url, sessions) // the runs taken over go on to their end
 		if bytes.Contains(srv.logs.Bytes(), []byte("taking over a run")) {
 			resumed++
 		}
-		waitIdle(t, srv.url, sessions) // the runs taken over go on to their end
 		checkAfterCrash(t, k, delay, srv.url, sessions, acked)
 	}
 	srv.kill(t)
@@ -225,9 +228,12 @@ func waitIdle(t *testing.T, url string, sessions []string) {
 			var sess struct {
 				ActiveRun string `json:"active_run"`
 			}
-			err = json.NewDecoder(resp.Body).Decode(&sess)
+			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if err != nil {
+			if resp.StatusCode != http.StatusOK { // a refusal says nothing about the run
+				t.Fatalf("session %s: %d %s", s, resp.StatusCode, b)
+			}
+			if err := json.Unmarshal(b, &sess); err != nil {
 				t.Fatal(err)
 			}
 			if sess.ActiveRun == "" {

@@ -13,6 +13,7 @@ import (
 
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/agent"
+	"github.com/parleyhq/parley/internal/transcript"
 	"github.com/parleyhq/parley/provider/llmtest"
 	"github.com/parleyhq/parley/tools/mcp/mcptest"
 )
@@ -73,9 +74,8 @@ func TestSIGKILLDuringToolLoop(t *testing.T) {
 	srv.kill(t)
 
 	srv = startChild(t, args...)
-	if !strings.Contains(srv.logs.String(), "taking over a run") {
-		t.Fatalf("the restarted server did not take the run over:\n%s", srv.logs.String())
-	}
+	// The restarted server takes the run back once it listens.
+	waitLog(t, srv.logs, "taking over a run")
 	// The stream resumes after the last event seen, and shows the run going on to its end.
 	req, _ := http.NewRequestWithContext(ctx, "GET", srv.url+"/api/v1/sessions/"+session+"/stream?until=done", nil)
 	req.Header.Set("Last-Event-ID", itoa(int(lastSeq)))
@@ -143,4 +143,95 @@ func TestSIGKILLDuringToolLoop(t *testing.T) {
 	if sess.ActiveRun != "" {
 		t.Fatalf("the run is still active: %s", sess.ActiveRun)
 	}
+}
+
+// Issue 18 point 11: a run taken over in the middle of its answer leaves in its session's event
+// log the chunks streamed before the crash and the ones the new server regenerates. A client that
+// follows the display rule (internal/transcript) and replays the session from sequence 0 shows
+// each assistant text exactly once, as stored.
+func TestTakeoverMidStreamShowsTextOnce(t *testing.T) {
+	for try := 1; ; try++ {
+		if takeoverMidStream(t) {
+			return
+		}
+		if try == 3 {
+			t.Fatal("in 3 tries, no chunk of the answer reached the event log before the kill")
+		}
+	}
+}
+
+// takeoverMidStream kills the server after a few chunks of an answer, restarts it, and checks the
+// replay; it reports false when no chunk had been stored before the kill (nothing was tested).
+func takeoverMidStream(t *testing.T) bool {
+	args := []string{"--db", filepath.Join(t.TempDir(), "parley.db"), "--instance-id", "midstream", "--mock-token-delay", "20ms",
+		"--rate-limit", "off", "--guest-rate-limit", "off"}
+	srv := startChild(t, args...)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	resp := postStream(t, ctx, srv.url, map[string]any{"message": "Say hello in a long sentence, please, with many words in it."})
+	session, chunks := "", 0
+	scanSSE(resp.Body, func(ev sseEvent) bool {
+		session = ev.Data.SessionID
+		if ev.Data.Type == parley.EventChunk {
+			chunks++
+		}
+		return chunks < 15 // 300 ms of streaming: the event writer flushes every 100 ms
+	})
+	resp.Body.Close()
+	if chunks < 15 {
+		t.Fatalf("the answer ended after %d chunks: too short to cut", chunks)
+	}
+	srv.kill(t)
+
+	srv = startChild(t, args...)
+	waitIdle(t, srv.url, []string{session})
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.url+"/api/v1/sessions/"+session+"/stream?until=done", nil)
+	req.Header.Set("Last-Event-ID", "0")
+	sresp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		tr               transcript.Transcript
+		before, after    strings.Builder // the chunks on either side of the takeover
+		recovered        bool
+		recoveredAtChunk = -1
+		n                int
+	)
+	scanSSE(sresp.Body, func(ev sseEvent) bool {
+		tr.Apply(ev.Data)
+		switch {
+		case ev.Data.Type == parley.EventStatus && ev.Data.State == parley.RunRecovered:
+			recovered, recoveredAtChunk = true, n
+		case ev.Data.Type == parley.EventChunk && !recovered:
+			before.WriteString(ev.Data.Content)
+			n++
+		case ev.Data.Type == parley.EventChunk:
+			after.WriteString(ev.Data.Content)
+			n++
+		}
+		return true
+	})
+	sresp.Body.Close()
+	if !recovered {
+		t.Fatal("the replay has no recovered status: the run was not taken over")
+	}
+	if before.Len() == 0 {
+		return false
+	}
+	var stored []string
+	for _, m := range getAllMessages(t, srv.url, session) {
+		if m.Role == parley.RoleAssistant {
+			stored = append(stored, m.Content.String())
+		}
+	}
+	if got := tr.Texts(); !slices.Equal(got, stored) {
+		t.Fatalf("a client following the display rule shows %q; stored: %q", got, stored)
+	}
+	// The rule is what kept the text single: appended from the start, the chunks show the
+	// beginning of the answer twice.
+	if naive := before.String() + after.String(); naive == stored[len(stored)-1] {
+		t.Fatalf("the chunks appended (%q) do not repeat anything (recovered after chunk %d): the test tested nothing", naive, recoveredAtChunk)
+	}
+	return true
 }

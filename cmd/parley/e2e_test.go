@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -48,7 +49,7 @@ func TestMain(m *testing.M) {
 var listenRE = regexp.MustCompile(`"?msg"?[=:]"?listening"?.*?"?addr"?[=:]"?([0-9.]+:[0-9]+)`)
 
 // waitListening reads log lines from r until the server says where it listens.
-func waitListening(t *testing.T, r io.Reader, logs *bytes.Buffer) string {
+func waitListening(t *testing.T, r io.Reader, logs io.Writer) string {
 	t.Helper()
 	found := make(chan string, 1)
 	go func() {
@@ -56,7 +57,7 @@ func waitListening(t *testing.T, r io.Reader, logs *bytes.Buffer) string {
 		sent := false
 		for sc.Scan() {
 			line := sc.Text()
-			logs.WriteString(line + "\n")
+			io.WriteString(logs, line+"\n")
 			if m := listenRE.FindStringSubmatch(line); m != nil && !sent {
 				found <- m[1]
 				sent = true
@@ -69,11 +70,11 @@ func waitListening(t *testing.T, r io.Reader, logs *bytes.Buffer) string {
 	select {
 	case addr, ok := <-found:
 		if !ok {
-			t.Fatalf("server exited before listening:\n%s", logs.String())
+			t.Fatalf("server exited before listening:\n%s", logs)
 		}
 		return "http://" + addr
 	case <-time.After(30 * time.Second):
-		t.Fatalf("server did not start in 30s:\n%s", logs.String())
+		t.Fatalf("server did not start in 30s:\n%s", logs)
 	}
 	return ""
 }
@@ -85,7 +86,40 @@ type child struct {
 	logs *syncBuffer
 }
 
-type syncBuffer struct{ bytes.Buffer }
+// syncBuffer collects a server's log lines while a test reads them.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func (s *syncBuffer) Bytes() []byte { return []byte(s.String()) }
+
+// waitLog waits until the logs hold want, and returns them.
+func waitLog(t *testing.T, logs *syncBuffer, want string) string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if s := logs.String(); strings.Contains(s, want) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q in the logs after 30s:\n%s", want, logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
 
 func startChild(t *testing.T, args ...string) *child {
 	t.Helper()
@@ -106,7 +140,7 @@ func startChild(t *testing.T, args ...string) *child {
 			_ = cmd.Wait()
 		}
 	})
-	c.url = waitListening(t, stderr, &c.logs.Buffer)
+	c.url = waitListening(t, stderr, c.logs)
 	return c
 }
 

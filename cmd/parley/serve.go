@@ -23,6 +23,15 @@ import (
 )
 
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	return serve(ctx, args, getenv, stdout, stderr, net.Listen)
+}
+
+// serve is runServe with the way it listens injected (tests make a later step fail). Every
+// resource it takes is released on every return path, in the reverse order: the HTTP server, the
+// runs (and their lease keeper), the relay, the MCP servers, the sweeper, the guard, and the
+// store last, so that nothing that writes to the store outlives it.
+func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer,
+	listen func(network, addr string) (net.Listener, error)) error {
 	var c config
 	fs := flagSet("serve", stderr, "Runs the Parley server. Each flag may also be given as the environment variable\nPARLEY_<FLAG> (upper case, - as _) or as a key of the config file.")
 	serveFlags(fs, &c)
@@ -103,6 +112,15 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	// Stopped after the runs (deferred calls run last first), so that their last events reach
 	// the other instances.
 	defer peers.stop()
+	// The runs stop before anything they use (deferred calls run last first), on every path: a
+	// run still going on is given the grace, then aborted, and its end is stored.
+	defer func() {
+		gctx, cancel := context.WithTimeout(context.Background(), c.ShutdownGrace)
+		defer cancel()
+		if err := runMgr.Shutdown(gctx); err != nil {
+			log.Warn("active runs were aborted at shutdown", "err", err)
+		}
+	}()
 	ag := agent.New(agent.Config{
 		Store:             store,
 		History:           historycache.New(store, int64(c.HistoryCacheMB)<<20),
@@ -126,9 +144,6 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		MaxMessage:   c.MaxMessageChars,
 		Recovery:     ag,
 	}
-	// Runs this instance left running before it restarted go on now; runs of instances that
-	// stopped go on here once their lease ends.
-	runMgr.Start(svc.Recover)
 	maxStreams := c.MaxStreams
 	if maxStreams == 0 {
 		maxStreams = -1 // the flag's "no bound" is Deps' negative (its 0 is the default)
@@ -163,7 +178,8 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		StreamLifetime:    c.StreamLifetime,
 	})
 
-	ln, err := net.Listen("tcp", c.Addr)
+	// Listening comes before any run is taken back: an address in use touches no run.
+	ln, err := listen("tcp", c.Addr)
 	if err != nil {
 		return err
 	}
@@ -178,30 +194,52 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		IdleTimeout:       120 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	// The socket takes connections from here on; they are served once Serve starts, after Start.
+	log.Info("listening", "addr", ln.Addr().String(), "instance", instance, "db", c.DB, "default_model", models.Default(), "version", version)
+	// Runs this instance left running before it restarted go on now, in the background (the
+	// server serves meanwhile); runs of instances that stopped go on here once their lease ends.
+	// Before Serve: no run is begun before the manager knows when it started.
+	runMgr.Start(svc.Recover)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	log.Info("listening", "addr", ln.Addr().String(), "instance", instance, "db", c.DB, "default_model", models.Default(), "version", version)
+	// stopHTTP ends the streams and stops the HTTP server. Both ways out below call it before
+	// the deferred releases: at once when serving failed, after the runs' grace on a signal (so
+	// that clients watch the runs to their end).
+	stopHTTP := func() error {
+		cancelBase()
+		shutCtx, cancelShut := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancelShut()
+		if err := srv.Shutdown(shutCtx); err != nil {
+			log.Warn("http shutdown", "err", err)
+		}
+		if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	}
 
 	select {
 	case err := <-serveErr:
+		serveErr <- err // for stopHTTP
+		closing.Store(true)
+		if herr := stopHTTP(); herr != nil {
+			err = herr
+		}
+		log.Error("the HTTP server failed: stopping", "err", err)
 		return err
 	case <-ctx.Done():
 	}
 	log.Info("shutting down", "active_runs", runMgr.ActiveCount(), "grace", c.ShutdownGrace)
 	closing.Store(true)
-	graceCtx, cancelGrace := context.WithTimeout(context.Background(), c.ShutdownGrace)
-	defer cancelGrace()
-	if err := runMgr.Shutdown(graceCtx); err != nil {
+	// The runs get their grace while their clients still watch them; then the streams end.
+	gctx, cancelG := context.WithTimeout(context.Background(), c.ShutdownGrace)
+	err = runMgr.Shutdown(gctx)
+	cancelG()
+	if err != nil {
 		log.Warn("active runs were aborted at shutdown", "err", err)
 	}
 	mcpServers.Close()
-	cancelBase()
-	shutCtx, cancelShut := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancelShut()
-	if err := srv.Shutdown(shutCtx); err != nil {
-		log.Warn("http shutdown", "err", err)
-	}
-	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := stopHTTP(); err != nil {
 		return err
 	}
 	log.Info("stopped")

@@ -99,7 +99,8 @@ func (s *Store) DeleteRun(ctx context.Context, id string) error {
 	})
 }
 
-// ClaimRuns takes over running runs whose lease ended, and those of orphanedBy.
+// ClaimRuns takes over running runs whose lease ended, and those of orphanedBy created or last
+// claimed before now.
 func (s *Store) ClaimRuns(ctx context.Context, instance, orphanedBy string, now, until time.Time, limit int) ([]parley.RunRecord, error) {
 	if limit <= 0 {
 		limit = 10
@@ -107,8 +108,9 @@ func (s *Store) ClaimRuns(ctx context.Context, instance, orphanedBy string, now,
 	var out []parley.RunRecord
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		rows, err := tx.QueryContext(ctx, `UPDATE runs SET instance = ?, lease_until = ?, attempts = attempts + 1, updated_at = ?
-			WHERE id IN (SELECT id FROM runs WHERE state = 'running' AND (lease_until < ? OR instance = ?) ORDER BY lease_until LIMIT ?)
-			RETURNING `+runCols, instance, micros(until), micros(now), micros(now), orphanedBy, limit)
+			WHERE id IN (SELECT id FROM runs WHERE state = 'running' AND (lease_until < ? OR (instance = ? AND updated_at < ?))
+				ORDER BY lease_until LIMIT ?)
+			RETURNING `+runCols, instance, micros(until), micros(now), micros(now), orphanedBy, micros(now), limit)
 		if err != nil {
 			return fmt.Errorf("sqlite: claiming runs: %w", err)
 		}

@@ -129,8 +129,8 @@ func testRunClaims(t *testing.T, s parley.Store) {
 	if claimed, err := s.ClaimRuns(ctx, "d", "", now, now.Add(30*time.Second), 10); err != nil || len(claimed) != 0 {
 		t.Fatalf("second claim: %v %v, want none", claimed, err)
 	}
-	// An instance restarting under its name takes its own runs back at once.
-	claimed, err = s.ClaimRuns(ctx, "c", "c", now, now.Add(30*time.Second), 10)
+	// An instance restarting under its name (a moment later) takes its own runs back at once.
+	claimed, err = s.ClaimRuns(ctx, "c", "c", now.Add(time.Second), now.Add(30*time.Second), 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,6 +147,67 @@ func testRunClaims(t *testing.T, s parley.Store) {
 	// limit bounds a claim.
 	if claimed, err := s.ClaimRuns(ctx, "e", "", now.Add(time.Hour), now.Add(2*time.Hour), 2); err != nil || len(claimed) != 2 {
 		t.Fatalf("limited claim: %d runs, %v; want 2", len(claimed), err)
+	}
+}
+
+// testRestartClaims: an instance restarting under its name pages through the runs it left, with
+// the moment it started as now: each is claimed once (one more attempt each), however many calls
+// it takes, and a run it began since is never among them.
+func testRestartClaims(t *testing.T, s parley.Store) {
+	started := base.Add(time.Hour) // the restart
+	left := map[string]bool{}
+	for range 5 {
+		sess := newSession(t, s, "alice", base)
+		r := newRun(t, s, sess.ID, "r", started.Add(time.Minute)) // created at base, lease still running
+		left[r.ID] = true
+	}
+	// A run the restarted instance began after it started: its own, not an orphan.
+	fresh := newSession(t, s, "alice", base)
+	begun := &parley.RunRecord{ID: parley.NewID(), SessionID: fresh.ID, Owner: "alice", Instance: "r",
+		LeaseUntil: started.Add(time.Minute), CreatedAt: started.Add(time.Millisecond)}
+	if err := s.CreateRun(ctx, begun); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for calls := 0; ; calls++ {
+		if calls > len(left)+1 {
+			t.Fatalf("still claiming after %d calls of 2 runs: %v", calls, seen)
+		}
+		// Each call a little later, as the passes of a restart are: its lease too.
+		claimed, err := s.ClaimRuns(ctx, "r", "r", started, started.Add(time.Duration(calls+1)*time.Minute), 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range claimed {
+			seen[c.ID]++
+			if c.Attempts != 1 || c.Instance != "r" || !c.UpdatedAt.Equal(started) {
+				t.Fatalf("claimed run: %+v, want attempts 1, instance r, updated at the restart", c)
+			}
+		}
+		if len(claimed) < 2 {
+			break
+		}
+	}
+	if len(seen) != len(left) {
+		t.Fatalf("claimed %v, want each of %v once", seen, left)
+	}
+	for id, n := range seen {
+		if !left[id] || n != 1 {
+			t.Fatalf("run %s claimed %d times (left by the old process: %v)", id, n, left[id])
+		}
+	}
+	if got, err := s.ActiveRun(ctx, fresh.ID); err != nil || got.Attempts != 0 || !got.UpdatedAt.Equal(begun.CreatedAt) {
+		t.Fatalf("the run begun after the restart: %+v %v, want untouched", got, err)
+	}
+	// The next restart (a later now) takes them all back again, one more attempt each.
+	again, err := s.ClaimRuns(ctx, "r", "r", started.Add(time.Hour), started.Add(2*time.Hour), 10)
+	if err != nil || len(again) != len(left)+1 {
+		t.Fatalf("the next restart claimed %d runs, %v; want %d", len(again), err, len(left)+1)
+	}
+	for _, c := range again {
+		if want := 2; left[c.ID] && c.Attempts != want {
+			t.Fatalf("run %s: attempts %d after two restarts, want %d", c.ID, c.Attempts, want)
+		}
 	}
 }
 

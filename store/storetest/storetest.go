@@ -49,6 +49,7 @@ func Run(t *testing.T, open func(t *testing.T) parley.Store) {
 		{"Events", testEvents},
 		{"Runs", testRuns},
 		{"RunClaims", testRunClaims},
+		{"RestartClaims", testRestartClaims},
 		{"ToolCallLedger", testToolCallLedger},
 		{"OpenToolCallsOfRunningRun", testOpenToolCallsOfRunningRun},
 	}
