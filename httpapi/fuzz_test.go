@@ -29,14 +29,14 @@ func fuzzServer(t testing.TB) *server {
 	}
 	t.Cleanup(func() { st.Close() })
 	return &server{Deps: Deps{
-		Store: st, MaxBodyBytes: 4096, Auth: &auth.Authenticator{Store: st},
+		Store: st, MaxBodyBytes: 4096, Auth: &auth.Authenticator{Store: st}, BodyWait: time.Second, BodyTimeout: time.Minute,
 		Chat: &chat.Service{MaxMessage: 1000, ResolveModel: func(m string) (string, error) {
 			if m != "mock" {
 				return "", parley.Errorf(parley.ECInvalid, "model: unknown model %q", m)
 			}
 			return m, nil
 		}, DefaultModel: "mock"},
-	}}
+	}, bodies: newBodyBudget(1 << 20)}
 }
 
 var ok200 = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) })
