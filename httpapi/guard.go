@@ -267,6 +267,34 @@ func (s *server) identify(r *http.Request) (auth.Identity, error) {
 	return s.Auth.Authenticate(r.Context(), secret)
 }
 
+// stillValid checks again, for an open stream, the credentials the request came with: a key
+// revoked or expired since is an ECUnauth error. When they cannot be checked (the store is down),
+// the stream goes on: it was valid, and ending every stream while the database is away would
+// turn its outage into everyone's.
+func (s *server) stillValid(ctx context.Context, r *http.Request) error {
+	if s.Auth == nil {
+		return nil
+	}
+	secret, err := bearer(r)
+	if err == nil {
+		_, err = s.Auth.Authenticate(ctx, secret)
+	}
+	if err != nil && parley.CodeOf(err) != parley.ECUnauth {
+		s.Log.Warn("cannot re-check an open stream's credentials", "err", err)
+		return nil
+	}
+	return err
+}
+
+// recheckTicks ticks every AuthRecheck while a stream is open; nil (never) without auth.
+func (s *server) recheckTicks() (<-chan time.Time, func()) {
+	if s.Auth == nil {
+		return nil, func() {}
+	}
+	t := time.NewTicker(s.AuthRecheck)
+	return t.C, t.Stop
+}
+
 // bearer returns the secret of "Authorization: Bearer <secret>" ("" when there is none). A
 // browser cannot set that header on a WebSocket; it offers the key as the subprotocol
 // "parley.auth.<secret>" instead (next to "parley.v1", the one the server picks).

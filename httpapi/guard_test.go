@@ -24,7 +24,13 @@ import (
 // with its body read.
 func (e *env) raw(t *testing.T, method, path, body string, hdr ...string) (*http.Response, string) {
 	t.Helper()
-	req, _ := http.NewRequest(method, e.url+path, strings.NewReader(body))
+	return e.rawAt(t, e.url, method, path, body, hdr...)
+}
+
+// rawAt is raw against the server at base.
+func (e *env) rawAt(t *testing.T, base, method, path, body string, hdr ...string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}

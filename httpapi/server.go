@@ -111,6 +111,9 @@ type Deps struct {
 	// 15m); StreamLifetime closes any stream after this long (default 24h). The client resumes.
 	StreamIdle     time.Duration
 	StreamLifetime time.Duration
+	// AuthRecheck is how often an open stream (SSE or WebSocket) checks that its key is still
+	// valid, through Auth's cache (default 5s); a revoked or expired key ends it.
+	AuthRecheck time.Duration
 }
 
 type server struct {
@@ -153,6 +156,9 @@ func NewServer(d Deps) http.Handler {
 	}
 	if d.StreamIdle <= 0 {
 		d.StreamIdle = 15 * time.Minute
+	}
+	if d.AuthRecheck <= 0 {
+		d.AuthRecheck = 5 * time.Second
 	}
 	if d.StreamLifetime <= 0 {
 		d.StreamLifetime = 24 * time.Hour

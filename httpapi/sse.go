@@ -61,6 +61,17 @@ func (s *sseWriter) event(f *runs.Frame) {
 	s.buf.WriteString("\n\n")
 }
 
+// errorEvent buffers an error that is not a run's: "event: error" and its data,
+// {"type":"error","error":{…}}, without an id.
+func (s *sseWriter) errorEvent(body parley.ErrorBody) {
+	s.buf.WriteString("event: error\ndata: ")
+	s.buf.Write(mustJSON(struct {
+		Type  string           `json:"type"`
+		Error parley.ErrorBody `json:"error"`
+	}{"error", body}))
+	s.buf.WriteString("\n\n")
+}
+
 // comment writes a keep-alive comment line and flushes.
 func (s *sseWriter) comment(text string) error {
 	s.buf.WriteString(": ")

@@ -115,6 +115,8 @@ type wsConn struct {
 
 	sessionID string // owned by the reader after the start
 
+	r *http.Request // the upgrade request: its credentials are checked again while open
+
 	conn *corkConn // the hijacked connection, which gathers each batch's writes
 	buf  []byte    // the writer's frame buffer, reused
 
@@ -130,6 +132,8 @@ var (
 	errWSIdle     = errors.New("idle timeout")
 	errWSFlood    = errors.New("too many frames without reading the replies")
 	errWSLifetime = errors.New("lifetime reached")
+	// errWSRevoked: the connection's key was revoked or has expired.
+	errWSRevoked = errors.New("unauthorized: invalid, revoked or expired API key")
 )
 
 // handleWS is GET /api/ws?convId=<session>&after=<seq>: a WebSocket on one conversation. Without
@@ -176,7 +180,7 @@ func (s *server) handleWS() http.Handler {
 		connCtx, endConn := context.WithCancel(context.WithoutCancel(ctx))
 		defer endConn()
 		conn := &wsConn{
-			s: s, c: c, conn: cw.conn, id: id, ip: s.clientIP(r), cancel: cancel, sessionID: sessionID, connCtx: connCtx,
+			s: s, c: c, conn: cw.conn, id: id, ip: s.clientIP(r), r: r, cancel: cancel, sessionID: sessionID, connCtx: connCtx,
 			outbox: make(chan []byte, wsOutboxSize), session: make(chan string, 1), activity: make(chan struct{}, 1),
 		}
 		// The connection's goroutines: the reader and the pinger. The handler waits for both.
@@ -198,6 +202,17 @@ func (s *server) handleWS() http.Handler {
 			reason = cause.Error() + ": reconnect with after=<last seq> to go on"
 		case errors.Is(cause, errWSFlood):
 			code, reason = websocket.StatusPolicyViolation, cause.Error()
+		case errors.Is(cause, errWSRevoked):
+			// An error frame, then a close with 1008 and the reason: the client must not
+			// reconnect with the same key.
+			code, reason = websocket.StatusPolicyViolation, cause.Error()
+			frames := [][]byte{}
+			for len(conn.outbox) > 0 {
+				frames = append(frames, <-conn.outbox) // replies queued before (the user_message refused)
+			}
+			frames = append(frames, mustJSON(wsOut{Type: "error", Data: errorBodyOf(auth.ErrBadCredentials)}))
+			_ = conn.send(context.Background(), frames...)
+			s.Log.Info("websocket closed: credentials no longer valid", "key", id.KeyID)
 		case r.Context().Err() != nil:
 			code, reason = websocket.StatusGoingAway, "server shutting down"
 		}
@@ -242,8 +257,15 @@ func (w *wsConn) write(ctx context.Context, sessionID string, after int64) error
 	}()
 	idle := time.NewTimer(s.StreamIdle)
 	defer idle.Stop()
+	recheck, stopRecheck := s.recheckTicks()
+	defer stopRecheck()
 	for {
 		select {
+		case <-recheck:
+			if err := s.stillValid(ctx, w.r); err != nil {
+				w.cancel(errWSRevoked)
+				return errWSRevoked
+			}
 		case b := <-w.outbox:
 			if err := w.send(ctx, b); err != nil {
 				return err
@@ -401,6 +423,9 @@ func (w *wsConn) handle(ctx context.Context, data []byte) {
 		out, err := w.userMessage(ctx, m)
 		if err != nil {
 			w.fail(in.ID, err)
+			if parley.CodeOf(err) == parley.ECUnauth {
+				w.cancel(errWSRevoked) // after the reply, which the writer sends before closing
+			}
 			return
 		}
 		w.reply(wsOut{Type: "control_response", ID: in.ID, Data: out})
@@ -434,6 +459,11 @@ func (w *wsConn) userMessage(ctx context.Context, m wsUserMessage) (map[string]a
 	s := w.s
 	if len(m.FileIDs) > 0 {
 		return nil, parley.Errorf(parley.ECInvalid, "fileIds: file uploads are not supported yet; send images as binary_content")
+	}
+	// The key may have been revoked since the connection opened: checked again (through the
+	// authenticator's short cache) before anything is started.
+	if err := s.stillValid(ctx, w.r); err != nil {
+		return nil, err // handle answers it and closes the connection
 	}
 	if err := s.limitFor(ctx, w.ip, w.id, nil); err != nil {
 		return nil, err
