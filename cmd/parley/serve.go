@@ -154,6 +154,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		},
 		Log:               log,
 		MaxBodyBytes:      c.MaxBodyBytes,
+		BodyBudget:        c.BodyBudget,
+		BodyTimeout:       c.BodyTimeout,
+		AuthRecheck:       c.AuthRecheck,
 		Heartbeat:         c.Heartbeat,
 		WriteTimeout:      c.WriteTimeout,
 		MaxStreamsPerUser: maxStreams,
@@ -165,6 +168,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
+	ln = httpapi.LimitConnsPerAddr(ln, c.MaxConnsPerAddr, log)
 	// Streams end when baseCtx is cancelled, which happens before Shutdown: Shutdown does not
 	// interrupt active connections, so without this a long SSE stream would hold it up.
 	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
