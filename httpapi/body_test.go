@@ -153,3 +153,53 @@ func TestBodyTimeout(t *testing.T) {
 		t.Fatalf("batch chat: %d %v", code, res)
 	}
 }
+
+// Issue 18 §1: a large WebSocket frame takes a share of the same body budget as a request body;
+// without one it is dropped with an unavailable error, and the connection goes on.
+func TestWebSocketFramesShareTheBodyBudget(t *testing.T) {
+	const limit = 256 << 10
+	e := newEnv(t, func(d *httpapi.Deps) {
+		d.MaxBodyBytes = limit
+		d.BodyBudget = limit
+		d.BodyWait = 200 * time.Millisecond
+		d.BodyTimeout = time.Minute
+	})
+	alice := "Bearer " + e.key(t, "alice")
+	sid := e.newSession(t, "alice")
+	ws := e.ws(t, "alice", "?convId="+sid)
+	ws.expect("status", "")
+	big := `{"type":"user_message","id":"big","data":{"text":"` + strings.Repeat("x", 100<<10) + `"}}`
+
+	// A slow request body holds the whole budget.
+	w, first := e.slowBody(t, "POST", "/api/v1/sessions", limit, "Authorization", alice)
+	body := `{"title":"slow"}` + strings.Repeat(" ", limit-len(`{"title":"slow"}`))
+	io.WriteString(w, body[:10])
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, out := e.raw(t, "POST", "/api/v1/sessions", `{"title":"b"}`, "Authorization", alice, "Content-Type", "application/json")
+		if resp.StatusCode == 503 {
+			break
+		}
+		if resp.StatusCode != 201 || time.Now().After(deadline) {
+			t.Fatalf("second body while the budget is held: %d %s", resp.StatusCode, out)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ws.send(big)
+	if f := ws.expect("error", ""); f.field(t, "code") != "unavailable" {
+		t.Fatalf("large frame without budget: %s", f.Data)
+	}
+	ws.send(`{"type":"ping","id":"p"}`) // small frames need no share; the connection is in step
+	ws.expect("pong", "p")
+
+	io.WriteString(w, body[10:])
+	w.Close()
+	if resp := await(t, first, "slow body"); resp.StatusCode != 201 {
+		t.Fatalf("slow body: %d", resp.StatusCode)
+	}
+	// With the budget free, the frame is read and decoded (and refused for its length).
+	ws.send(big)
+	if f := ws.expect("error", "big"); f.field(t, "code") != "invalid" {
+		t.Fatalf("large frame with budget: %s", f.Data)
+	}
+}

@@ -1,10 +1,12 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -380,7 +382,7 @@ func (w *wsConn) ping(connCtx, ctx context.Context) {
 // the connection's life, for the work a frame starts.
 func (w *wsConn) read(connCtx, ctx context.Context) {
 	for {
-		typ, data, err := w.c.Read(connCtx)
+		typ, data, dropped, release, err := w.readFrame(connCtx, ctx)
 		if err != nil {
 			if websocket.CloseStatus(err) == -1 { // not a close frame: the connection broke
 				err = fmt.Errorf("%w: %v", errWSGone, err)
@@ -392,12 +394,48 @@ func (w *wsConn) read(connCtx, ctx context.Context) {
 		case w.activity <- struct{}{}:
 		default:
 		}
-		if typ != websocket.MessageText {
+		switch {
+		case dropped:
+			w.fail("", &parley.Error{Code: parley.ECUnavailable, RetryAfter: max(w.s.BodyWait, time.Second),
+				Message: "the server is busy reading other requests; send the frame again shortly"})
+		case typ != websocket.MessageText:
 			w.fail("", parley.Errorf(parley.ECInvalid, "frames must be JSON text"))
-			continue
+		default:
+			w.handle(ctx, data)
 		}
-		w.handle(ctx, data)
+		release()
 	}
+}
+
+// wsFreeFrame is how much of a frame is read without a share of the server's body budget: most
+// frames are small; a larger one reserves --max-body-bytes before the rest is read.
+const wsFreeFrame = 64 << 10
+
+// readFrame reads one client frame. A frame larger than wsFreeFrame takes a share of the body
+// budget, as a request body does, which release gives back; when none frees up in time, the rest
+// of the frame is read and dropped (dropped).
+func (w *wsConn) readFrame(connCtx, ctx context.Context) (typ websocket.MessageType, data []byte, dropped bool, release func(), err error) {
+	release = func() {}
+	typ, rd, err := w.c.Reader(connCtx)
+	if err != nil {
+		return typ, nil, false, release, err
+	}
+	var buf bytes.Buffer
+	if _, err := io.CopyN(&buf, rd, wsFreeFrame); errors.Is(err, io.EOF) {
+		return typ, buf.Bytes(), false, release, nil
+	} else if err != nil {
+		return typ, nil, false, release, err
+	}
+	rel, berr := w.s.bodies.acquire(ctx, w.s.MaxBodyBytes, w.s.BodyWait)
+	if berr != nil {
+		_, err := io.Copy(io.Discard, rd)
+		return typ, nil, true, release, err
+	}
+	if _, err := io.Copy(&buf, rd); err != nil {
+		rel()
+		return typ, nil, false, release, err
+	}
+	return typ, buf.Bytes(), false, rel, nil
 }
 
 // handle answers one client frame.
