@@ -23,7 +23,7 @@ import (
 
 // The request pipeline. Seed 003 §1 reads the body first; issue 18 moved the body last, so that a
 // caller without a key never gets a byte of its body read (100 keyless 8 MB chats took a server
-// to 5 GB when the body came first). In order:
+// to gigabytes when the body came first: docs/benchmarks.md, bench/keyless). In order:
 //
 //  1. CORS: a preflight from an allowed origin is answered 204; a request that names an origin
 //     that is neither allowed nor the server's own is refused 403 (cors, outside the mux, for

@@ -134,9 +134,16 @@ var (
 	errWSIdle     = errors.New("idle timeout")
 	errWSFlood    = errors.New("too many frames without reading the replies")
 	errWSLifetime = errors.New("lifetime reached")
-	// errWSRevoked: the connection's key was revoked or has expired.
+	// errWSRevoked: the connection's key was revoked or has expired (see wsRevoked).
 	errWSRevoked = errors.New("unauthorized: invalid, revoked or expired API key")
 )
+
+// wsRevoked ends a connection whose key is no longer valid; id is the client frame that found
+// out (a user_message), whose error reply is the last frame before the close.
+type wsRevoked struct{ id string }
+
+func (e wsRevoked) Error() string        { return errWSRevoked.Error() }
+func (e wsRevoked) Is(target error) bool { return target == errWSRevoked }
 
 // handleWS is GET /api/ws?convId=<session>&after=<seq>: a WebSocket on one conversation. Without
 // convId the conversation is created by the first user_message.
@@ -208,12 +215,9 @@ func (s *server) handleWS() http.Handler {
 			// An error frame, then a close with 1008 and the reason: the client must not
 			// reconnect with the same key.
 			code, reason = websocket.StatusPolicyViolation, cause.Error()
-			frames := [][]byte{}
-			for len(conn.outbox) > 0 {
-				frames = append(frames, <-conn.outbox) // replies queued before (the user_message refused)
-			}
-			frames = append(frames, mustJSON(wsOut{Type: "error", Data: errorBodyOf(auth.ErrBadCredentials)}))
-			_ = conn.send(context.Background(), frames...)
+			var rv wsRevoked
+			errors.As(cause, &rv)
+			_ = conn.send(context.Background(), mustJSON(wsOut{Type: "error", ID: rv.id, Data: errorBodyOf(auth.ErrBadCredentials)}))
 			s.Log.Info("websocket closed: credentials no longer valid", "key", id.KeyID)
 		case r.Context().Err() != nil:
 			code, reason = websocket.StatusGoingAway, "server shutting down"
@@ -265,8 +269,8 @@ func (w *wsConn) write(ctx context.Context, sessionID string, after int64) error
 		select {
 		case <-recheck:
 			if err := s.stillValid(ctx, w.r); err != nil {
-				w.cancel(errWSRevoked)
-				return errWSRevoked
+				w.cancel(wsRevoked{})
+				return context.Cause(ctx)
 			}
 		case b := <-w.outbox:
 			if err := w.send(ctx, b); err != nil {
@@ -459,11 +463,12 @@ func (w *wsConn) handle(ctx context.Context, data []byte) {
 			return
 		}
 		out, err := w.userMessage(ctx, m)
+		if err != nil && parley.CodeOf(err) == parley.ECUnauth {
+			w.cancel(wsRevoked{id: in.ID}) // the writer answers the frame and closes
+			return
+		}
 		if err != nil {
 			w.fail(in.ID, err)
-			if parley.CodeOf(err) == parley.ECUnauth {
-				w.cancel(errWSRevoked) // after the reply, which the writer sends before closing
-			}
 			return
 		}
 		w.reply(wsOut{Type: "control_response", ID: in.ID, Data: out})
