@@ -75,7 +75,8 @@ func run() error {
 	}
 	defer mock.stop()
 	srv, err := start(ctx, o.parley, "serve", "--addr", "127.0.0.1:0", "--db", filepath.Join(dir, "bench.db"),
-		"--openai-base-url", mock.url+"/v1", "--openai-api-key", "bench", "--model", "openai/bench-model")
+		"--openai-base-url", mock.url+"/v1", "--openai-api-key", "bench", "--model", "openai/bench-model",
+		"--max-conns-per-addr", "0") // every client is on loopback: one address
 	if err != nil {
 		return err
 	}
