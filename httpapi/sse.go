@@ -28,7 +28,9 @@ func newSSEWriter(w http.ResponseWriter, timeout time.Duration) (*sseWriter, err
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
-	h.Set("Connection", "keep-alive")
+	if h.Get("Connection") == "" { // "close" when a body was sent and not read (observe)
+		h.Set("Connection", "keep-alive")
+	}
 	h.Set("X-Accel-Buffering", "no") // ask proxies not to buffer the stream
 	s := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: timeout}
 	s.buf = bufio.NewWriterSize(writerFunc(s.write), sseBuffer)
