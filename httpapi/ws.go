@@ -506,7 +506,7 @@ func (w *wsConn) userMessage(ctx context.Context, m wsUserMessage) (map[string]a
 	// The key may have been revoked since the connection opened: checked again (through the
 	// authenticator's short cache) before anything is started.
 	if err := s.stillValid(ctx, w.r); err != nil {
-		return nil, err // handle answers it and closes the connection
+		return nil, err // handle closes the connection; its last frame answers this one
 	}
 	if err := s.limitFor(ctx, w.ip, w.id, nil); err != nil {
 		return nil, err
