@@ -9,10 +9,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/agent"
 	"github.com/parleyhq/parley/httpapi"
+	"github.com/parleyhq/parley/limit"
 	"github.com/parleyhq/parley/runs"
 )
 
@@ -143,4 +145,24 @@ func (e *env) streamAs(t *testing.T, ctx context.Context, user, body string) *ht
 		t.Fatalf("stream as %s: %d", user, resp.StatusCode)
 	}
 	return resp
+}
+
+// Every route of routes.go, past the caller's rate limit, answers 429 with Retry-After.
+func TestEveryRouteRateLimitedWithRetryAfter(t *testing.T) {
+	e := newEnv(t, func(d *httpapi.Deps) {
+		d.Limiter = limit.NewMemory()
+		d.UserRate = limit.Rate{Count: 1, Per: time.Hour, Burst: 1}
+		d.GuestRate = limit.Rate{Count: 1, Per: time.Hour, Burst: 1}
+	})
+	bob := "Bearer " + e.key(t, "bob")
+	e.raw(t, "GET", "/api/v1/me", "", "Authorization", bob) // bob's one request
+	for route, c := range crossUserRoutes {
+		t.Run(route, func(t *testing.T) {
+			path := strings.NewReplacer("{A}", "01a2b3c4", "{K}", "01a2b3c4").Replace(c.path)
+			resp, body := e.raw(t, c.method, path, c.body, "Authorization", bob, "Content-Type", "application/json")
+			if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" {
+				t.Fatalf("%s %s: %d (Retry-After %q) %s", c.method, path, resp.StatusCode, resp.Header.Get("Retry-After"), body)
+			}
+		})
+	}
 }
