@@ -100,11 +100,12 @@ var (
 
 // Authenticator checks secrets against a KeyStore, with a short cache so that a busy client does
 // not cost a database read per request. A revocation made through Revoke takes effect at once on
-// this instance, and within CacheTTL on others.
+// this instance, and within CacheTTL on others (open streams re-check their key as often; see
+// httpapi's AuthRecheck).
 type Authenticator struct {
 	Store    parley.KeyStore
 	Now      func() time.Time
-	CacheTTL time.Duration // default 30s
+	CacheTTL time.Duration // default 5s
 	// TouchEvery bounds how often a key's last use is written (default 5m).
 	TouchEvery time.Duration
 	Log        *slog.Logger
@@ -139,7 +140,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, secret string) (Identi
 	now := a.now()
 	ttl := a.CacheTTL
 	if ttl <= 0 {
-		ttl = 30 * time.Second
+		ttl = 5 * time.Second
 	}
 	a.mu.Lock()
 	c, ok := a.cache[hash]

@@ -51,6 +51,9 @@ type errorBody struct {
 // Internal errors carry no detail.
 func writeError(w http.ResponseWriter, err error) {
 	code := parley.CodeOf(err)
+	if n, ok := w.(interface{ noteError(error) }); ok {
+		n.noteError(err) // for the log of 5xx answers (observe)
+	}
 	if ra := parley.RetryAfterOf(err); ra > 0 && (code == parley.ECRateLimited || code == parley.ECUnavailable) {
 		w.Header().Set("Retry-After", strconv.Itoa(retrySeconds(ra)))
 	}

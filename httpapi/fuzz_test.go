@@ -29,14 +29,14 @@ func fuzzServer(t testing.TB) *server {
 	}
 	t.Cleanup(func() { st.Close() })
 	return &server{Deps: Deps{
-		Store: st, MaxBodyBytes: 4096, Auth: &auth.Authenticator{Store: st},
+		Store: st, MaxBodyBytes: 4096, Auth: &auth.Authenticator{Store: st}, BodyWait: time.Second, BodyTimeout: time.Minute,
 		Chat: &chat.Service{MaxMessage: 1000, ResolveModel: func(m string) (string, error) {
 			if m != "mock" {
 				return "", parley.Errorf(parley.ECInvalid, "model: unknown model %q", m)
 			}
 			return m, nil
 		}, DefaultModel: "mock"},
-	}}
+	}, bodies: newBodyBudget(1 << 20)}
 }
 
 var ok200 = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) })
@@ -130,9 +130,16 @@ func FuzzWebSocketFrames(f *testing.F) {
 	s.Chat.Agent = runnerFunc(func(ctx context.Context, in agent.Input, emit func(parley.Event)) (*agent.Result, error) {
 		return &agent.Result{FinishReason: parley.FinishStop}, nil
 	})
+	// The upgrade request, whose key each user_message checks again.
+	secret, k := auth.NewKey("alice", "", false, false, time.Now(), 0)
+	if err := s.Store.CreateAPIKey(context.Background(), k); err != nil {
+		f.Fatal(err)
+	}
+	upgrade := httptest.NewRequest("GET", "/api/ws", nil)
+	upgrade.Header.Set("Authorization", "Bearer "+secret)
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		w := &wsConn{
-			s: s, id: auth.Identity{User: "alice"}, ip: "127.0.0.1", cancel: func(error) {},
+			s: s, id: auth.Identity{User: "alice"}, ip: "127.0.0.1", cancel: func(error) {}, r: upgrade,
 			outbox: make(chan []byte, wsOutboxSize), session: make(chan string, 1), activity: make(chan struct{}, 1),
 		}
 		w.handle(context.Background(), frame)

@@ -9,26 +9,35 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/auth"
 	"github.com/parleyhq/parley/redact"
 	"github.com/parleyhq/parley/runs"
+	"golang.org/x/sync/semaphore"
 )
 
-// The request pipeline of seed 003 §1, in its order:
+// The request pipeline. Seed 003 §1 reads the body first; issue 18 moved the body last, so that a
+// caller without a key never gets a byte of its body read (100 keyless 8 MB chats took a server
+// to gigabytes when the body came first: docs/benchmarks.md, bench/keyless). In order:
 //
-//  1. CORS: a preflight from an allowed origin is answered 204; a state-changing request from a
-//     browser on another origin is refused 403 (cors, outside the mux, for every path).
-//  2. Body: size limit, content type, JSON, then the route's field checks: 400 with the field.
-//  3. Throttle: a route that starts a run is refused 503 + Retry-After when the server's budget
-//     of concurrent runs is spent.
-//  4. Rate limit per identity: guests (and requests without valid credentials, by client IP) and
+//  1. CORS: a preflight from an allowed origin is answered 204; a request that names an origin
+//     that is neither allowed nor the server's own is refused 403 (cors, outside the mux, for
+//     every path).
+//  2. Rate limit per identity: guests (and requests without valid credentials, by client IP) and
 //     authenticated users have separate rates: 429 + Retry-After.
-//  5. Authentication: no or bad credentials are refused 401.
+//  3. Authentication: no or bad credentials are refused 401; the admin API needs an admin key (403).
+//  4. Throttle: a route that starts a run is refused 503 + Retry-After when the server's budget
+//     of concurrent runs is spent.
+//  5. Body: size limit (a declared Content-Length over it is refused unread), a time limit to
+//     receive it, a share of the server-wide budget of body bytes being read and decoded at once
+//     (503 + Retry-After when none frees up in time), content type, JSON, then the route's field
+//     checks: 400 with the field.
 //  6. Ownership, in the handlers: another user's session is 403, an unknown one 404.
 //
 // pipe runs steps 2 to 5 and hands the handler the identity and the decoded body.
@@ -91,28 +100,13 @@ func bodyOf[T any](r *http.Request) *T {
 func (s *server) pipe(p policy, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
-		// 2. Body.
-		if p.body != nil {
-			v, err := s.readBody(w, r, p.body)
-			if err != nil {
-				writeError(w, err)
-				return
-			}
-			ctx = context.WithValue(ctx, bodyKey, v)
-		}
-		// 3. Throttle.
-		if p.run && s.Runs.Full() {
-			s.Log.Warn("throttled: the budget of concurrent runs is spent", "path", r.URL.Path)
-			writeError(w, runs.ErrOverloaded)
-			return
-		}
-		// 4. Rate limit, by the identity the credentials name (or the client's address).
+		// 2. Rate limit, by the identity the credentials name (or the client's address).
 		id, authErr := s.identify(r)
 		if err := s.rateLimit(r, id, authErr); err != nil {
 			writeError(w, err)
 			return
 		}
-		// 5. Authentication.
+		// 3. Authentication.
 		if authErr != nil && !p.open {
 			if parley.CodeOf(authErr) == parley.ECUnauth {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="parley"`)
@@ -126,23 +120,68 @@ func (s *server) pipe(p policy, h http.Handler) http.Handler {
 			writeError(w, parley.Errorf(parley.ECForbidden, "this endpoint needs an admin key"))
 			return
 		}
+		// 4. Throttle.
+		if p.run && s.Runs.Full() {
+			s.Log.Warn("throttled: the budget of concurrent runs is spent", "path", r.URL.Path)
+			writeError(w, runs.ErrOverloaded)
+			return
+		}
+		// 5. Body.
+		if p.body != nil {
+			v, err := s.readBody(w, r, p.body)
+			if err != nil {
+				writeError(w, err)
+				return
+			}
+			ctx = context.WithValue(ctx, bodyKey, v)
+		}
 		ctx = context.WithValue(ctx, identityKey, id)
 		h.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 
-// readBody reads the body whole, within the size limit, and decodes it with spec.
+// readBody reads the body whole, within the size limit, the body time limit and a share of the
+// server's body budget, and decodes it with spec. The share is given back once the body is
+// decoded: it bounds the bytes being read and decoded at once, not what handlers keep.
 func (s *server) readBody(w http.ResponseWriter, r *http.Request, spec *bodySpec) (any, error) {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
 		return nil, parley.Errorf(parley.ECInvalid, "Content-Type must be application/json")
 	}
-	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.MaxBodyBytes))
+	tooBig := parley.Errorf(parley.ECInvalid, "request body: larger than %d bytes", s.MaxBodyBytes)
+	if r.ContentLength > s.MaxBodyBytes {
+		return nil, tooBig // refused unread
+	}
+	// What the body may cost: its declared length, or the limit when it declares none.
+	need := s.MaxBodyBytes
+	if r.ContentLength >= 0 {
+		need = r.ContentLength
+	}
+	release, err := s.bodies.acquire(r.Context(), need, s.BodyWait)
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return nil, parley.Errorf(parley.ECInvalid, "request body: larger than %d bytes", s.MaxBodyBytes)
+		return nil, err
+	}
+	defer release()
+	rc := http.NewResponseController(w)
+	// Not every ResponseWriter supports deadlines (httptest's recorder does not); then the
+	// server's own timeouts are all there is.
+	_ = rc.SetReadDeadline(time.Now().Add(s.BodyTimeout))
+	data, err := readAll(http.MaxBytesReader(w, r.Body, s.MaxBodyBytes), r.ContentLength)
+	// The body is in: the connection's later reads (the server watching for the client to
+	// leave, during a long chat) have no deadline.
+	_ = rc.SetReadDeadline(time.Time{})
+	if err != nil {
+		var mbe *http.MaxBytesError
+		var ne net.Error
+		switch {
+		case errors.As(err, &mbe):
+			return nil, tooBig
+		case errors.As(err, &ne) && ne.Timeout():
+			return nil, parley.Errorf(parley.ECInvalid, "request body: not received within %s", s.BodyTimeout)
 		}
 		return nil, parley.WrapError(parley.ECInvalid, err, "request body: could not be read")
+	}
+	if w.Header().Get("Connection") == "close" {
+		w.Header().Del("Connection") // the body is read whole: the connection may be kept (observe)
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
 		if !spec.optional {
@@ -151,6 +190,56 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request, spec *bodySpec
 		data = nil
 	}
 	return spec.decode(data)
+}
+
+// readAll reads r to its end. A body that declared its length (hint ≥ 0) is read into one buffer
+// of that size (plus a byte, to see the end), not grown by doubling as io.ReadAll would; a body
+// longer than it declared grows it, within what MaxBytesReader allows.
+func readAll(r io.Reader, hint int64) ([]byte, error) {
+	if hint < 0 {
+		return io.ReadAll(r)
+	}
+	buf := make([]byte, 0, hint+1)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)] // grow
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if errors.Is(err, io.EOF) {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}
+
+// bodyBudget bounds the request body bytes being read and decoded at once, all requests
+// together: a request reserves its body's size before reading it and gives it back once it is
+// decoded. First come, first served.
+type bodyBudget struct {
+	sem  *semaphore.Weighted
+	size int64
+}
+
+func newBodyBudget(size int64) *bodyBudget {
+	return &bodyBudget{sem: semaphore.NewWeighted(size), size: size}
+}
+
+// acquire reserves n bytes, waiting at most wait; past that the server is too busy reading other
+// bodies (503 + Retry-After).
+func (b *bodyBudget) acquire(ctx context.Context, n int64, wait time.Duration) (release func(), err error) {
+	n = min(max(n, 1), b.size)
+	if !b.sem.TryAcquire(n) {
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		defer cancel()
+		if err := b.sem.Acquire(wctx, n); err != nil {
+			return nil, &parley.Error{Code: parley.ECUnavailable, RetryAfter: max(wait, time.Second),
+				Message: "the server is busy reading other requests; try again shortly"}
+		}
+	}
+	return func() { b.sem.Release(n) }, nil
 }
 
 // decodeStrict decodes one JSON object into v: no unknown fields, nothing after it, and only
@@ -193,6 +282,34 @@ func (s *server) identify(r *http.Request) (auth.Identity, error) {
 		return auth.Identity{}, err
 	}
 	return s.Auth.Authenticate(r.Context(), secret)
+}
+
+// stillValid checks again, for an open stream, the credentials the request came with: a key
+// revoked or expired since is an ECUnauth error. When they cannot be checked (the store is down),
+// the stream goes on: it was valid, and ending every stream while the database is away would
+// turn its outage into everyone's.
+func (s *server) stillValid(ctx context.Context, r *http.Request) error {
+	if s.Auth == nil {
+		return nil
+	}
+	secret, err := bearer(r)
+	if err == nil {
+		_, err = s.Auth.Authenticate(ctx, secret)
+	}
+	if err != nil && parley.CodeOf(err) != parley.ECUnauth {
+		s.Log.Warn("cannot re-check an open stream's credentials", "err", err)
+		return nil
+	}
+	return err
+}
+
+// recheckTicks ticks every AuthRecheck while a stream is open; nil (never) without auth.
+func (s *server) recheckTicks() (<-chan time.Time, func()) {
+	if s.Auth == nil {
+		return nil, func() {}
+	}
+	t := time.NewTicker(s.AuthRecheck)
+	return t.C, t.Stop
 }
 
 // bearer returns the secret of "Authorization: Bearer <secret>" ("" when there is none). A
@@ -317,6 +434,14 @@ func (s *server) cors(next http.Handler) http.Handler {
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
+		// A request that names an origin (a browser's, on every cross-origin request and on
+		// same-origin ones other than GET and HEAD) is refused unless that origin is allowed or
+		// is the server's own (the web UI it serves): reads too, so that no page of another
+		// origin can even probe the API from a user's browser.
+		if origin != "" && !allowed(origin) && !sameOrigin(r, origin) {
+			writeError(w, parley.Errorf(parley.ECForbidden, "origin %s is not allowed (--cors-origins)", redact.String(truncate(origin, 100))))
+			return
+		}
 		if !anyOrigin {
 			if err := cop.Check(r); err != nil {
 				writeError(w, parley.Errorf(parley.ECForbidden, "cross-origin request refused: the origin is not allowed (--cors-origins)"))
@@ -325,4 +450,15 @@ func (s *server) cors(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// sameOrigin reports whether origin is the server's own: its host (and port) is the one the
+// request was sent to. The scheme is not compared: behind a proxy that ends TLS the request
+// arrives over HTTP from a page served over HTTPS. (Go's CrossOriginProtection compares the same way.)
+func sameOrigin(r *http.Request, origin string) bool {
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return false
+	}
+	return strings.EqualFold(u.Host, r.Host)
 }

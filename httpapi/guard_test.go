@@ -24,7 +24,13 @@ import (
 // with its body read.
 func (e *env) raw(t *testing.T, method, path, body string, hdr ...string) (*http.Response, string) {
 	t.Helper()
-	req, _ := http.NewRequest(method, e.url+path, strings.NewReader(body))
+	return e.rawAt(t, e.url, method, path, body, hdr...)
+}
+
+// rawAt is raw against the server at base.
+func (e *env) rawAt(t *testing.T, base, method, path, body string, hdr ...string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
@@ -60,18 +66,23 @@ func (e *env) blockRuns(t *testing.T) func() {
 	return stop
 }
 
-// TestPipeline walks steps 1 to 4 of the request pipeline, in seed 003 §1's order, through each
-// status they give; where a request is wrong in two ways, the earlier step answers. Step 5 is
-// TestAuthentication's table, step 6 TestCrossUser's and TestBadInputIsA4xxWithAReason's.
+// TestPipeline walks the request pipeline in its order (CORS, rate limit, authentication,
+// throttle, body) through each status its steps give; where a request is wrong in two ways, the
+// earlier step answers. In particular no body is read before the caller is known (issue 18): a
+// keyless request with a bad body is a 401, not a 400, and a keyless chat while the run budget is
+// spent is a 401, not a 503. Step 6 is TestCrossUser's and TestBadInputIsA4xxWithAReason's.
 func TestPipeline(t *testing.T) {
 	ctx := context.Background()
 	e := newEnvWith(t, runs.Options{MaxActive: 1}, func(d *httpapi.Deps) {
 		d.CORSOrigins = []string{"https://app.example"}
 		d.Limiter = limit.NewMemory()
-		d.UserRate = limit.Rate{Count: 5, Per: time.Hour, Burst: 5}
+		d.UserRate = limit.Rate{Count: 20, Per: time.Hour, Burst: 20}
 		d.GuestRate = limit.Rate{Count: 4, Per: time.Hour, Burst: 2}
+		d.RealIPHeader = "X-Real-IP" // lets a case come from an address of its own
 	})
 	alice := "Bearer " + e.key(t, "alice")
+	admin := "Bearer " + e.key(t, "admin")
+	self := e.url // the server's own origin: the web UI it serves
 
 	type tc struct {
 		name, method, path, body string
@@ -89,38 +100,46 @@ func TestPipeline(t *testing.T) {
 				204, "", "Access-Control-Allow-Origin: https://app.example"},
 			{"preflight from another origin", "OPTIONS", "/api/v1/chat", "", []string{"Origin", "https://evil.example", "Access-Control-Request-Method", "POST"}, 403, "not allowed", ""},
 			{"cross-site POST from another origin", "POST", "/api/v1/sessions", `{}`, []string{"Origin", "https://evil.example", "Sec-Fetch-Site", "cross-site", "Authorization", alice, "Content-Type", "application/json"},
-				403, "cross-origin request refused", ""},
+				403, "not allowed", ""},
 			{"POST from the allowed origin", "POST", "/api/v1/sessions", `{}`, []string{"Origin", "https://app.example", "Sec-Fetch-Site", "cross-site", "Authorization", alice, "Content-Type", "application/json"},
 				201, "", "Access-Control-Allow-Origin: https://app.example"},
-			{"GET from another origin gets no CORS grant", "GET", "/api/v1/models", "", []string{"Origin", "https://evil.example", "Authorization", alice}, 200, "", "Access-Control-Allow-Origin: "},
+			{"GET from another origin", "GET", "/api/v1/models", "", []string{"Origin", "https://evil.example", "Authorization", alice}, 403, "origin https://evil.example is not allowed", ""},
+			{"GET from an opaque origin", "GET", "/api/v1/models", "", []string{"Origin", "null", "Authorization", alice}, 403, "not allowed", ""},
+			{"GET from another origin, no credentials", "GET", "/healthz", "", []string{"Origin", "https://evil.example"}, 403, "not allowed", ""},
+			{"GET from the server's own origin", "GET", "/api/v1/models", "", []string{"Origin", self, "Sec-Fetch-Site", "same-origin", "Authorization", alice}, 200, "", ""},
+			{"POST from the server's own origin", "POST", "/api/v1/sessions", `{}`, []string{"Origin", self, "Sec-Fetch-Site", "same-origin", "Authorization", alice, "Content-Type", "application/json"}, 201, "", ""},
 		}},
-		{"2 body", []tc{
-			{"bad JSON, no credentials", "POST", "/api/v1/chat", `{"message":`, nil, 400, "truncated JSON", ""},
-			{"field error, no credentials", "POST", "/api/v1/chat", `{"message":7}`, nil, 400, "message: must be a string", ""},
-			{"empty message, bad key", "POST", "/api/v1/chat", `{"message":""}`, []string{"Authorization", "Bearer nope"}, 400, "message: must not be empty", ""},
-			{"wrong content type", "PATCH", "/api/v1/sessions/x", `{"title":"a"}`, []string{"Content-Type", "text/plain"}, 400, "application/json", ""},
-			{"title too long", "POST", "/api/v1/sessions", `{"title":"` + strings.Repeat("t", 201) + `"}`, []string{"Authorization", alice}, 400, "title: 201 characters", ""},
-			{"admin key body", "POST", "/api/v1/admin/keys", `{"user":""}`, nil, 400, "user: required", ""},
-		}},
-		{"3 throttle", []tc{
-			{"a chat past the run budget, no credentials", "POST", "/api/v1/chat", `{"message":"hi"}`, nil, 503, "too many runs", "Retry-After: 5"},
-			{"a bad body still answers first", "POST", "/api/v1/chat", `{"message":1}`, nil, 400, "message", ""},
-			{"reads are not throttled", "GET", "/api/v1/sessions", "", []string{"Authorization", alice}, 200, "", ""},
-		}},
-		{"4 rate limit", []tc{
+		{"2 rate limit, 3 authentication", []tc{
 			// The guest rate (4/h, bursts of 2) counts requests without valid credentials by
-			// address. None of the anonymous requests above reached this step.
-			{"anonymous within the guest limit", "GET", "/api/v1/sessions", "", nil, 401, "authentication required", "WWW-Authenticate: Bearer realm=\"parley\""},
-			{"anonymous at the guest limit", "GET", "/api/v1/models", "", nil, 401, "authentication required", ""},
+			// address. None of the requests above reached this step without a key.
+			{"no credentials, bad JSON: the key is checked first", "POST", "/api/v1/chat", `{"message":`, nil, 401, "authentication required", "WWW-Authenticate: Bearer realm=\"parley\""},
+			{"bad key, empty message", "POST", "/api/v1/chat", `{"message":""}`, []string{"Authorization", "Bearer nope", "Content-Type", "application/json"}, 401, "invalid, revoked or expired", ""},
 			{"anonymous past the guest limit", "GET", "/api/v1/sessions", "", nil, 429, "rate limit of guests", "Retry-After: 900"},
-			{"a bad key counts as anonymous", "GET", "/api/v1/sessions", "", []string{"Authorization", "Bearer pk_wrong"}, 429, "rate limit of guests", ""},
+			{"a bad key counts as anonymous", "POST", "/api/v1/chat", `{"message":`, []string{"Authorization", "Bearer pk_wrong"}, 429, "rate limit of guests", "Retry-After: 900"},
+			{"another address has its own guest budget", "GET", "/api/v1/sessions", "", []string{"X-Real-IP", "192.0.2.7"}, 401, "authentication required", ""},
+			{"a user key with an admin body", "POST", "/api/v1/admin/keys", `{"user":""}`, []string{"Authorization", alice, "Content-Type", "application/json"}, 403, "admin", ""},
 			{"alice has her own limit", "GET", "/api/v1/me", "", []string{"Authorization", alice}, 200, "", ""},
 		}},
+		{"4 throttle", []tc{
+			{"a chat past the run budget", "POST", "/api/v1/chat", `{"message":"hi"}`, []string{"Authorization", alice, "Content-Type", "application/json"}, 503, "too many runs", "Retry-After: 5"},
+			{"a chat past the run budget, no credentials", "POST", "/api/v1/chat/stream", `{"message":"hi"}`, []string{"X-Real-IP", "192.0.2.8"}, 401, "authentication required", ""},
+			{"a bad body past the run budget is not read", "POST", "/api/v1/chat", `{"message":1}`, []string{"Authorization", alice}, 503, "too many runs", "Retry-After: 5"},
+			{"reads are not throttled", "GET", "/api/v1/sessions", "", []string{"Authorization", alice}, 200, "", ""},
+		}},
+		{"5 body", []tc{
+			{"bad JSON", "POST", "/api/v1/chat", `{"message":`, []string{"Authorization", alice}, 400, "truncated JSON", ""},
+			{"field error", "POST", "/api/v1/chat", `{"message":7}`, []string{"Authorization", alice}, 400, "message: must be a string", ""},
+			{"empty message", "POST", "/api/v1/chat", `{"message":""}`, []string{"Authorization", alice}, 400, "message: must not be empty", ""},
+			{"wrong content type", "PATCH", "/api/v1/sessions/x", `{"title":"a"}`, []string{"Authorization", alice, "Content-Type", "text/plain"}, 400, "application/json", ""},
+			{"title too long", "POST", "/api/v1/sessions", `{"title":"` + strings.Repeat("t", 201) + `"}`, []string{"Authorization", alice}, 400, "title: 201 characters", ""},
+			{"body over the limit", "POST", "/api/v1/sessions", `{"title":"` + strings.Repeat("t", 5000) + `"}`, []string{"Authorization", alice}, 400, "larger than 4096 bytes", ""},
+			{"admin key body", "POST", "/api/v1/admin/keys", `{"user":""}`, []string{"Authorization", admin}, 400, "user: required", ""},
+		}},
 	}
-	// The throttle's budget is one run: dave holds it during step 3.
+	// The throttle's budget is one run: dave holds it during step 4.
 	release := e.blockRuns(t)
 	for _, st := range steps {
-		if st.step == "3 throttle" {
+		if st.step == "4 throttle" {
 			hold, cancel := context.WithCancel(ctx)
 			defer cancel()
 			req, _ := http.NewRequestWithContext(hold, "POST", e.url+"/api/v1/chat/stream", strings.NewReader(`{"message":"hold"}`))
@@ -131,7 +150,7 @@ func TestPipeline(t *testing.T) {
 			}
 			defer resp.Body.Close()
 		}
-		if st.step == "4 rate limit" {
+		if st.step == "5 body" {
 			release()
 			waitIdle(t, e)
 		}
@@ -152,7 +171,7 @@ func TestPipeline(t *testing.T) {
 			})
 		}
 	}
-	// The user rate (5/h) is alice's alone: the requests above used some; she runs out, bob does not.
+	// The user rate (20/h) is alice's alone: the requests above used some; she runs out, bob does not.
 	for i := 0; ; i++ {
 		resp, _ := e.raw(t, "GET", "/api/v1/me", "", "Authorization", alice)
 		if resp.StatusCode == 429 {
@@ -161,8 +180,8 @@ func TestPipeline(t *testing.T) {
 			}
 			break
 		}
-		if resp.StatusCode != 200 || i > 5 {
-			t.Fatalf("request %d: %d, want 200 until a 429 within the rate of 5", i, resp.StatusCode)
+		if resp.StatusCode != 200 || i > 20 {
+			t.Fatalf("request %d: %d, want 200 until a 429 within the rate of 20", i, resp.StatusCode)
 		}
 	}
 	if code, _ := e.do(t, "GET", "/api/v1/me", "", "X-Test-User", "bob"); code != 200 {

@@ -92,6 +92,13 @@ type Deps struct {
 	Log   *slog.Logger
 	// MaxBodyBytes bounds request bodies (default 8 MiB).
 	MaxBodyBytes int64
+	// BodyBudget bounds the request body bytes being read and decoded at once, all requests
+	// together (default 4 × MaxBodyBytes). A request waits up to BodyWait (default 5s) for its
+	// share, then gets 503 + Retry-After.
+	BodyBudget int64
+	BodyWait   time.Duration
+	// BodyTimeout bounds the time to receive a request's body (default 60s).
+	BodyTimeout time.Duration
 	// Heartbeat is the idle interval between SSE keep-alive comments (default 15s).
 	Heartbeat time.Duration
 	// WriteTimeout bounds each write to a streaming client; a client that cannot take an event in
@@ -104,12 +111,16 @@ type Deps struct {
 	// 15m); StreamLifetime closes any stream after this long (default 24h). The client resumes.
 	StreamIdle     time.Duration
 	StreamLifetime time.Duration
+	// AuthRecheck is how often an open stream (SSE or WebSocket) checks that its key is still
+	// valid, through Auth's cache (default 5s); a revoked or expired key ends it.
+	AuthRecheck time.Duration
 }
 
 type server struct {
 	Deps
 	mux       *http.ServeMux
 	slots     streamSlots
+	bodies    *bodyBudget
 	wsOrigins []string // origins (host patterns) whose pages may open a WebSocket
 }
 
@@ -120,6 +131,16 @@ func NewServer(d Deps) http.Handler {
 	}
 	if d.MaxBodyBytes <= 0 {
 		d.MaxBodyBytes = 8 << 20
+	}
+	if d.BodyBudget <= 0 {
+		d.BodyBudget = 4 * d.MaxBodyBytes
+	}
+	d.BodyBudget = max(d.BodyBudget, d.MaxBodyBytes)
+	if d.BodyWait <= 0 {
+		d.BodyWait = 5 * time.Second
+	}
+	if d.BodyTimeout <= 0 {
+		d.BodyTimeout = 60 * time.Second
 	}
 	if d.Heartbeat <= 0 {
 		d.Heartbeat = 15 * time.Second
@@ -136,10 +157,13 @@ func NewServer(d Deps) http.Handler {
 	if d.StreamIdle <= 0 {
 		d.StreamIdle = 15 * time.Minute
 	}
+	if d.AuthRecheck <= 0 {
+		d.AuthRecheck = 5 * time.Second
+	}
 	if d.StreamLifetime <= 0 {
 		d.StreamLifetime = 24 * time.Hour
 	}
-	s := &server{Deps: d, mux: http.NewServeMux(), slots: streamSlots{byUser: map[string]int{}}}
+	s := &server{Deps: d, mux: http.NewServeMux(), slots: streamSlots{byUser: map[string]int{}}, bodies: newBodyBudget(d.BodyBudget)}
 	for _, o := range d.CORSOrigins {
 		if o == "*" {
 			s.wsOrigins = append(s.wsOrigins, "*")
@@ -148,7 +172,7 @@ func NewServer(d Deps) http.Handler {
 		}
 	}
 	s.routes()
-	return s.recoverer(s.cors(s.mux))
+	return s.observe(s.recoverer(s.cors(s.mux)))
 }
 
 // recoverer turns a handler panic into a sanitized 500 and a log line.
@@ -159,8 +183,8 @@ func (s *server) recoverer(next http.Handler) http.Handler {
 				if p == http.ErrAbortHandler {
 					panic(p)
 				}
-				s.Log.Error("handler panicked", "method", r.Method, "path", r.URL.Path, "panic", p)
-				writeError(w, parley.Errorf(parley.ECInternal, "internal error"))
+				s.Log.Error("handler panicked", "method", r.Method, "path", r.URL.Path, "request_id", w.Header().Get("X-Request-Id"), "panic", p)
+				writeError(w, parley.Errorf(parley.ECInternal, "handler panicked"))
 			}
 		}()
 		// A malformed query string would otherwise be dropped silently by URL.Query, and a bad

@@ -28,7 +28,9 @@ func newSSEWriter(w http.ResponseWriter, timeout time.Duration) (*sseWriter, err
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
-	h.Set("Connection", "keep-alive")
+	if h.Get("Connection") == "" { // "close" when a body was sent and not read (observe)
+		h.Set("Connection", "keep-alive")
+	}
 	h.Set("X-Accel-Buffering", "no") // ask proxies not to buffer the stream
 	s := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: timeout}
 	s.buf = bufio.NewWriterSize(writerFunc(s.write), sseBuffer)
@@ -58,6 +60,17 @@ func (s *sseWriter) event(f *runs.Frame) {
 	s.buf.WriteString(string(f.Type))
 	s.buf.WriteString("\ndata: ")
 	s.buf.Write(f.JSON) // JSON never contains a raw newline
+	s.buf.WriteString("\n\n")
+}
+
+// errorEvent buffers an error that is not a run's: "event: error" and its data,
+// {"type":"error","error":{…}}, without an id.
+func (s *sseWriter) errorEvent(body parley.ErrorBody) {
+	s.buf.WriteString("event: error\ndata: ")
+	s.buf.Write(mustJSON(struct {
+		Type  string           `json:"type"`
+		Error parley.ErrorBody `json:"error"`
+	}{"error", body}))
 	s.buf.WriteString("\n\n")
 }
 

@@ -108,8 +108,19 @@ func (s *server) streamSession(w http.ResponseWriter, r *http.Request, sessionID
 	defer heartbeat.Stop()
 	idle := time.NewTimer(s.StreamIdle)
 	defer idle.Stop()
+	recheck, stopRecheck := s.recheckTicks()
+	defer stopRecheck()
 	for {
 		select {
+		case <-recheck:
+			if err := s.stillValid(ctx, r); err != nil {
+				// The key was revoked or has expired: an error event (no id, so a client that
+				// resumes does not skip anything), then the end of the stream.
+				sse.errorEvent(errorBodyOf(err))
+				_ = sse.flush()
+				s.Log.Info("stream ended: credentials no longer valid", "session", sessionID, "key", identityOf(r).KeyID)
+				return
+			}
 		case <-sub.Ready():
 			frames, err := sub.Next(ctx)
 			if err != nil {

@@ -1,10 +1,12 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -118,6 +120,8 @@ type wsConn struct {
 
 	sessionID string // owned by the reader after the start
 
+	r *http.Request // the upgrade request: its credentials are checked again while open
+
 	conn *corkConn // the hijacked connection, which gathers each batch's writes
 	buf  []byte    // the writer's frame buffer, reused
 
@@ -133,7 +137,16 @@ var (
 	errWSIdle     = errors.New("idle timeout")
 	errWSFlood    = errors.New("too many frames without reading the replies")
 	errWSLifetime = errors.New("lifetime reached")
+	// errWSRevoked: the connection's key was revoked or has expired (see wsRevoked).
+	errWSRevoked = errors.New("unauthorized: invalid, revoked or expired API key")
 )
+
+// wsRevoked ends a connection whose key is no longer valid; id is the client frame that found
+// out (a user_message), whose error reply is the last frame before the close.
+type wsRevoked struct{ id string }
+
+func (e wsRevoked) Error() string        { return errWSRevoked.Error() }
+func (e wsRevoked) Is(target error) bool { return target == errWSRevoked }
 
 // handleWS is GET /api/ws?convId=<session>&after=<seq>: a WebSocket on one conversation. Without
 // convId the conversation is created by the first user_message.
@@ -179,7 +192,7 @@ func (s *server) handleWS() http.Handler {
 		connCtx, endConn := context.WithCancel(context.WithoutCancel(ctx))
 		defer endConn()
 		conn := &wsConn{
-			s: s, c: c, conn: cw.conn, id: id, ip: s.clientIP(r), cancel: cancel, sessionID: sessionID, connCtx: connCtx,
+			s: s, c: c, conn: cw.conn, id: id, ip: s.clientIP(r), r: r, cancel: cancel, sessionID: sessionID, connCtx: connCtx,
 			outbox: make(chan []byte, wsOutboxSize), session: make(chan string, 1), activity: make(chan struct{}, 1),
 		}
 		// The connection's goroutines: the reader and the pinger. The handler waits for both.
@@ -201,6 +214,14 @@ func (s *server) handleWS() http.Handler {
 			reason = cause.Error() + ": reconnect with after=<last seq> to go on"
 		case errors.Is(cause, errWSFlood):
 			code, reason = websocket.StatusPolicyViolation, cause.Error()
+		case errors.Is(cause, errWSRevoked):
+			// An error frame, then a close with 1008 and the reason: the client must not
+			// reconnect with the same key.
+			code, reason = websocket.StatusPolicyViolation, cause.Error()
+			var rv wsRevoked
+			errors.As(cause, &rv)
+			_ = conn.send(context.Background(), mustJSON(wsOut{Type: "error", ID: rv.id, Data: errorBodyOf(auth.ErrBadCredentials)}))
+			s.Log.Info("websocket closed: credentials no longer valid", "key", id.KeyID)
 		case r.Context().Err() != nil:
 			code, reason = websocket.StatusGoingAway, "server shutting down"
 		}
@@ -245,8 +266,15 @@ func (w *wsConn) write(ctx context.Context, sessionID string, after int64) error
 	}()
 	idle := time.NewTimer(s.StreamIdle)
 	defer idle.Stop()
+	recheck, stopRecheck := s.recheckTicks()
+	defer stopRecheck()
 	for {
 		select {
+		case <-recheck:
+			if err := s.stillValid(ctx, w.r); err != nil {
+				w.cancel(wsRevoked{})
+				return context.Cause(ctx)
+			}
 		case b := <-w.outbox:
 			if err := w.send(ctx, b); err != nil {
 				return err
@@ -361,7 +389,7 @@ func (w *wsConn) ping(connCtx, ctx context.Context) {
 // the connection's life, for the work a frame starts.
 func (w *wsConn) read(connCtx, ctx context.Context) {
 	for {
-		typ, data, err := w.c.Read(connCtx)
+		typ, data, dropped, release, err := w.readFrame(connCtx, ctx)
 		if err != nil {
 			if websocket.CloseStatus(err) == -1 { // not a close frame: the connection broke
 				err = fmt.Errorf("%w: %v", errWSGone, err)
@@ -373,12 +401,48 @@ func (w *wsConn) read(connCtx, ctx context.Context) {
 		case w.activity <- struct{}{}:
 		default:
 		}
-		if typ != websocket.MessageText {
+		switch {
+		case dropped:
+			w.fail("", &parley.Error{Code: parley.ECUnavailable, RetryAfter: max(w.s.BodyWait, time.Second),
+				Message: "the server is busy reading other requests; send the frame again shortly"})
+		case typ != websocket.MessageText:
 			w.fail("", parley.Errorf(parley.ECInvalid, "frames must be JSON text"))
-			continue
+		default:
+			w.handle(ctx, data)
 		}
-		w.handle(ctx, data)
+		release()
 	}
+}
+
+// wsFreeFrame is how much of a frame is read without a share of the server's body budget: most
+// frames are small; a larger one reserves --max-body-bytes before the rest is read.
+const wsFreeFrame = 64 << 10
+
+// readFrame reads one client frame. A frame larger than wsFreeFrame takes a share of the body
+// budget, as a request body does, which release gives back; when none frees up in time, the rest
+// of the frame is read and dropped (dropped).
+func (w *wsConn) readFrame(connCtx, ctx context.Context) (typ websocket.MessageType, data []byte, dropped bool, release func(), err error) {
+	release = func() {}
+	typ, rd, err := w.c.Reader(connCtx)
+	if err != nil {
+		return typ, nil, false, release, err
+	}
+	var buf bytes.Buffer
+	if _, err := io.CopyN(&buf, rd, wsFreeFrame); errors.Is(err, io.EOF) {
+		return typ, buf.Bytes(), false, release, nil
+	} else if err != nil {
+		return typ, nil, false, release, err
+	}
+	rel, berr := w.s.bodies.acquire(ctx, w.s.MaxBodyBytes, w.s.BodyWait)
+	if berr != nil {
+		_, err := io.Copy(io.Discard, rd)
+		return typ, nil, true, release, err
+	}
+	if _, err := io.Copy(&buf, rd); err != nil {
+		rel()
+		return typ, nil, false, release, err
+	}
+	return typ, buf.Bytes(), false, rel, nil
 }
 
 // handle answers one client frame.
@@ -406,6 +470,10 @@ func (w *wsConn) handle(ctx context.Context, data []byte) {
 			return
 		}
 		out, err := w.userMessage(ctx, m)
+		if err != nil && parley.CodeOf(err) == parley.ECUnauth {
+			w.cancel(wsRevoked{id: in.ID}) // the writer answers the frame and closes
+			return
+		}
 		if err != nil {
 			w.fail(in.ID, err)
 			return
@@ -441,6 +509,11 @@ func (w *wsConn) userMessage(ctx context.Context, m wsUserMessage) (map[string]a
 	s := w.s
 	if len(m.FileIDs) > 0 {
 		return nil, parley.Errorf(parley.ECInvalid, "fileIds: file uploads are not supported yet; send images as binary_content")
+	}
+	// The key may have been revoked since the connection opened: checked again (through the
+	// authenticator's short cache) before anything is started.
+	if err := s.stillValid(ctx, w.r); err != nil {
+		return nil, err // handle closes the connection; its last frame answers this one
 	}
 	if err := s.limitFor(ctx, w.ip, w.id, nil); err != nil {
 		return nil, err

@@ -120,9 +120,10 @@ func run() error {
 	defer upSrv.Close()
 
 	// --auth off: every caller is the user "local", who holds all the streams; so no per-user
-	// stream bound (0) and no rate limit, or the 33rd stream and the 101st request are refused.
+	// stream bound (0), no rate limit and no bound on connections from its one address, or the
+	// 33rd stream, the 101st request and the 257th connection are refused.
 	args := []string{"serve", "--addr", "127.0.0.1:0", "--db", filepath.Join(dir, "fanout.db"),
-		"--auth", "off", "--rate-limit", "off", "--max-streams-per-user", "0",
+		"--auth", "off", "--rate-limit", "off", "--max-streams-per-user", "0", "--max-conns-per-addr", "0",
 		"--openai-base-url", "http://" + upLn.Addr().String() + "/v1", "--openai-api-key", "bench", "--model", "openai/bench-model"}
 	args = append(args, strings.Fields(o.serverArgs)...)
 	srv, err := start(ctx, o.serverLog, strings.Fields(o.serverEnv), o.parley, args...)

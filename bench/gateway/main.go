@@ -172,7 +172,7 @@ func run() error {
 	parleyArgs := func(db ...string) []string {
 		return append([]string{"serve", "--addr", "127.0.0.1:0",
 			"--openai-base-url", mock.url + "/v1", "--openai-api-key", "bench", "--model", "openai/bench-model",
-			"--rate-limit", "off", "--max-runs", "0"}, db...)
+			"--rate-limit", "off", "--max-runs", "0", "--max-conns-per-addr", "0"}, db...)
 	}
 	sqlite, err := start(ctx, nil, o.parley, parleyArgs("--db", filepath.Join(dir, "bench.db"))...)
 	if err != nil {

@@ -62,6 +62,10 @@ type config struct {
 	MCPRetryBase      time.Duration
 	MCPRetryMax       time.Duration
 	MaxBodyBytes      int64
+	BodyBudget        int64
+	BodyTimeout       time.Duration
+	MaxConnsPerAddr   int
+	AuthRecheck       time.Duration
 	Auth              string
 	Guests            bool
 	GuestTTL          time.Duration
@@ -147,6 +151,10 @@ func serveFlags(fs *flag.FlagSet, c *config) {
 	fs.StringVar(&c.CORSOrigins, "cors-origins", "", "comma-separated origins browsers may call the API from (https://app.example.com), or *")
 	fs.IntVar(&c.MaxRuns, "max-runs", 64, "budget of concurrent runs; past it, new chats get 503 with Retry-After (0: no budget)")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", 8<<20, "largest request body accepted")
+	fs.Int64Var(&c.BodyBudget, "max-body-inflight", 32<<20, "request body bytes read and decoded at once, all requests together; a request that cannot get its share within 5s gets 503 with Retry-After (at least max-body-bytes)")
+	fs.DurationVar(&c.BodyTimeout, "body-timeout", time.Minute, "time to receive a request's body; a slower one gets 400 and its connection is closed")
+	fs.IntVar(&c.MaxConnsPerAddr, "max-conns-per-addr", 256, "open connections per client address (IPv6: per /64); past it a connection gets 503 with Retry-After (0: no bound; set 0 behind a reverse proxy, which should bound them)")
+	fs.DurationVar(&c.AuthRecheck, "auth-recheck", 5*time.Second, "how long a key lookup is cached, and how often open streams check their key again: a revoked or expired key ends them within about twice this, on every instance")
 	fs.IntVar(&c.MaxMessageChars, "max-message-chars", 100_000, "longest user message accepted, in characters")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, time given to active runs to finish before they are aborted")
 	fs.DurationVar(&c.RunRetain, "run-retain", 5*time.Minute, "how long a finished run's events stay in memory for clients that resume")
@@ -377,6 +385,9 @@ func (c *config) validate() error {
 	}
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, errors.New("max-body-bytes must be at least 1024"))
+	}
+	if c.BodyBudget < c.MaxBodyBytes || c.BodyTimeout <= 0 || c.MaxConnsPerAddr < 0 || c.AuthRecheck <= 0 {
+		errs = append(errs, errors.New("max-body-inflight must be at least max-body-bytes; body-timeout and auth-recheck must be positive; max-conns-per-addr not negative"))
 	}
 	if c.DatabaseURL != "" && !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") {
 		errs = append(errs, errors.New("database-url must be a postgres:// or postgresql:// URL"))

@@ -55,7 +55,7 @@ func newGuard(ctx context.Context, c *config, store parley.Store, log *slog.Logg
 		g.limiter = limit.NewMemory()
 	}
 	if c.Auth == "keys" {
-		g.auth = &auth.Authenticator{Store: store, Log: log}
+		g.auth = &auth.Authenticator{Store: store, Log: log, CacheTTL: c.AuthRecheck}
 		log.Info("authentication: API keys", "guests", c.Guests)
 	} else {
 		log.Warn("authentication is off: every caller is the user \"local\" (use --auth keys on a shared machine)", "addr", c.Addr)

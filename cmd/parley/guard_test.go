@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/internal/redistest"
@@ -62,7 +64,7 @@ func TestKeysCommandAndAuth(t *testing.T) {
 		}
 	}
 
-	url := startInProcess(t, nil, "--db", db, "--auth", "keys")
+	url := startInProcess(t, nil, "--db", db, "--auth", "keys", "--auth-recheck", "200ms")
 	if code, body := get(t, url+"/api/v1/sessions", ""); code != 401 || !strings.Contains(body, "authentication required") {
 		t.Fatalf("no key: %d %s", code, body)
 	}
@@ -73,14 +75,48 @@ func TestKeysCommandAndAuth(t *testing.T) {
 		t.Fatalf("health probe needs no key: %d", code)
 	}
 
+	// A stream open with the key when it is revoked (by the command, which this server's cache
+	// does not hear of, as with another instance) ends within seconds with an error event.
+	req, _ := http.NewRequest("POST", url+"/api/v1/sessions", strings.NewReader(`{"title":"t"}`))
+	req.Header.Set("Authorization", "Bearer "+secret)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 201 {
+		t.Fatalf("create session: %v %v", resp, err)
+	}
+	var sess struct{ ID string }
+	json.NewDecoder(resp.Body).Decode(&sess)
+	resp.Body.Close()
+	req, _ = http.NewRequest("GET", url+"/api/v1/sessions/"+sess.ID+"/stream", nil)
+	req.Header.Set("Authorization", "Bearer "+secret)
+	stream, err := http.DefaultClient.Do(req)
+	if err != nil || stream.StatusCode != 200 {
+		t.Fatalf("open stream: %v %v", stream, err)
+	}
+	defer stream.Body.Close()
+	ended := make(chan []sseEvent, 1)
+	go func() {
+		var evs []sseEvent
+		scanSSE(stream.Body, func(ev sseEvent) bool { evs = append(evs, ev); return true })
+		ended <- evs
+	}()
+
 	id := strings.Fields(strings.Split(list, "\n")[1])[0]
 	if out, err := keysCmd(t, "revoke", "--db", db, id); err != nil || !strings.Contains(out, "revoked "+id) {
 		t.Fatalf("keys revoke: %v %q", err, out)
 	}
+	select {
+	case evs := <-ended:
+		if len(evs) != 1 || evs[0].Event != "error" || evs[0].Data.Error == nil || evs[0].Data.Error.Code != parley.ECUnauth {
+			t.Fatalf("the stream ended with %+v, want one unauthorized error event", evs)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the stream is still open 15s after its key was revoked")
+	}
 	if list, _ := keysCmd(t, "list", "--db", db); !strings.Contains(list, "revoked") {
 		t.Fatalf("list after revoke:\n%s", list)
 	}
-	// A server that has not seen the key yet refuses it at once (one that has, within 30s).
+	// A server that has not seen the key yet refuses it at once (one that has, within --auth-recheck).
 	url2 := startInProcess(t, nil, "--db", db, "--auth", "keys")
 	if code, _ := get(t, url2+"/api/v1/me", secret); code != 401 {
 		t.Fatalf("revoked key: %d", code)

@@ -171,6 +171,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		},
 		Log:               log,
 		MaxBodyBytes:      c.MaxBodyBytes,
+		BodyBudget:        c.BodyBudget,
+		BodyTimeout:       c.BodyTimeout,
+		AuthRecheck:       c.AuthRecheck,
 		Heartbeat:         c.Heartbeat,
 		WriteTimeout:      c.WriteTimeout,
 		MaxStreamsPerUser: maxStreams,
@@ -183,6 +186,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
+	ln = httpapi.LimitConnsPerAddr(ln, c.MaxConnsPerAddr, log)
 	// Streams end when baseCtx is cancelled, which happens before Shutdown: Shutdown does not
 	// interrupt active connections, so without this a long SSE stream would hold it up.
 	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
