@@ -157,7 +157,8 @@ func TestCrashDuringUploads(t *testing.T) {
 	}
 	dir := t.TempDir()
 	acked := map[string][]byte{} // key → content
-	const rounds = 6
+	const rounds = 16
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	for round := range rounds {
 		seed := uint64(round + 1)
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -171,7 +172,7 @@ func TestCrashDuringUploads(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Kill after a varying number of acknowledged Puts, so kills land at different points.
-		killAfter := 3 + round*2
+		killAfter := 2 + round%5
 		sc := bufio.NewScanner(stdout)
 		n := 0
 		done := make(chan struct{})
@@ -189,8 +190,11 @@ func TestCrashDuringUploads(t *testing.T) {
 				acked[f[2]] = crashContent(seed, i)
 				n++
 				if n == killAfter {
-					// The child is already writing the next blob.
-					cmd.Process.Signal(syscall.SIGKILL)
+					// The child is already putting the next blob: kill it at a random point of that
+					// Put (the delay only spreads the kill points; nothing waits on it).
+					time.AfterFunc(time.Duration(rng.IntN(4000))*time.Microsecond, func() {
+						cmd.Process.Signal(syscall.SIGKILL)
+					})
 				}
 			}
 		}()
