@@ -176,13 +176,13 @@ func (s *Store) Put(ctx context.Context, r io.Reader, limit int64) (parley.BlobI
 	return info, nil
 }
 
-// removeTemp removes a Put's temporary object and any multipart upload still open under its name,
-// also when the Put's context has ended.
+// removeTemp removes a Put's temporary object, also when the Put's context has ended. A failed
+// multipart upload is aborted by minio-go itself (also on a cancelled context); one whose abort
+// failed is left to RemoveStaleTemp or the bucket's lifecycle rule.
 func (s *Store) removeTemp(ctx context.Context, tmp string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	s.c.RemoveObject(ctx, s.bucket, tmp, minio.RemoveObjectOptions{})
-	s.c.RemoveIncompleteUpload(ctx, s.bucket, tmp)
 }
 
 // RemoveStaleTemp removes temporary objects and incomplete uploads older than age that crashed
