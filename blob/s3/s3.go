@@ -147,7 +147,6 @@ func (s *Store) Put(ctx context.Context, r io.Reader, limit int64) (parley.BlobI
 	default:
 		_, err = s.c.PutObject(ctx, s.bucket, tmp, io.MultiReader(bytes.NewReader(head), src), -1, opts)
 	}
-	head = nil
 	if src.tooLarge {
 		return parley.BlobInfo{}, parley.BlobTooLarge(limit)
 	}
