@@ -126,8 +126,13 @@ func (s *Store) Put(ctx context.Context, r io.Reader, limit int64) (info parley.
 	info = parley.BlobInfo{Key: hex.EncodeToString(h.Sum(nil)), Size: n}
 	final := s.path(info.Key)
 	if st, serr := os.Stat(final); serr == nil && st.Size() == n {
-		// The same bytes are already stored (content addressing): keep that file.
+		// The same bytes are already stored (content addressing): keep that file. Its Put may
+		// still be between its rename and its directory fsync, so sync the directory here too
+		// before acknowledging.
 		os.Remove(tmp)
+		if err := syncDir(filepath.Dir(final)); err != nil {
+			return info, err
+		}
 		return info, nil
 	}
 	if err := s.mkdirShards(info.Key); err != nil {
