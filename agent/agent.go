@@ -186,13 +186,21 @@ func (a *Agent) loop(ctx context.Context, in Input, t *turn, res *Result) (*Resu
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				// Keep what the user already saw of an answer they stopped.
-				if resp != nil && resp.Content != "" {
-					msg := a.assistant(in, answeredBy, &parley.Response{Content: resp.Content, Reasoning: resp.Reasoning}, latency)
-					if a.store(ctx, in.SessionID, msg) == nil {
-						res.Final = msg
-						emitSafe(parley.Event{Type: parley.EventRecord, Message: msg})
-					}
+				// Keep what the user already saw of an answer they stopped. One stopped before
+				// its first word is kept as an empty turn marked canceled: the question stays
+				// answered in the history, so the next one is not merged with it (Anthropic and
+				// Gemini join adjacent user turns), and it can be retried.
+				partial := &parley.Response{}
+				if resp != nil {
+					partial.Content, partial.Reasoning = resp.Content, resp.Reasoning
+				}
+				msg := a.assistant(in, answeredBy, partial, latency)
+				if partial.Content == "" {
+					msg.Error = parley.ECCanceled
+				}
+				if a.store(ctx, in.SessionID, msg) == nil {
+					res.Final = msg
+					emitSafe(parley.Event{Type: parley.EventRecord, Message: msg})
 				}
 				return res, canceled()
 			}

@@ -533,6 +533,35 @@ func TestCancelMidStreamKeepsPartialText(t *testing.T) {
 	}
 }
 
+// A run stopped before the model's first word keeps its turn as an empty one marked canceled: the
+// next question is sent alone, not merged with the unanswered one, and the history stays valid.
+func TestCancelBeforeTheFirstWordIsAFailedTurn(t *testing.T) {
+	f := newFixture(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	f.prov.steps = []func(*parley.ChatRequest) ([]parley.StreamEvent, error){func(*parley.ChatRequest) ([]parley.StreamEvent, error) {
+		cancel()
+		return nil, context.Canceled
+	}}
+	if _, err := f.run(t, ctx, f.agent(nil), "the stopped question", nil); parley.CodeOf(err) != parley.ECCanceled {
+		t.Fatalf("err = %v", err)
+	}
+	h := f.history(t)
+	if got := roles(h); got != "user assistant" || h[1].Content.String() != "" || h[1].Error != parley.ECCanceled {
+		t.Fatalf("a run stopped before its first word stored %s: %+v", got, h[len(h)-1])
+	}
+	if err := parley.CheckHistory(h); err != nil {
+		t.Fatal(err)
+	}
+	f.prov.steps = []func(*parley.ChatRequest) ([]parley.StreamEvent, error){say("fine")}
+	if _, err := f.run(t, context.Background(), f.agent(nil), "next question", nil); err != nil {
+		t.Fatal(err)
+	}
+	reqs := f.prov.requests()
+	if sent := reqs[len(reqs)-1].Messages; len(sent) != 1 || sent[0].Content.String() != "next question" {
+		t.Fatalf("the next turn sent %+v", sent)
+	}
+}
+
 func TestProviderErrors(t *testing.T) {
 	f := newFixture(t)
 	f.prov.steps = append(f.prov.steps, func(*parley.ChatRequest) ([]parley.StreamEvent, error) {
