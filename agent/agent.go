@@ -185,36 +185,16 @@ func (a *Agent) loop(ctx context.Context, in Input, t *turn, res *Result) (*Resu
 			emitSafe(parley.Event{Type: parley.EventUsage, Usage: resp.Usage})
 		}
 		if err != nil {
+			// Keep what the user already saw: its record replaces the client's draft. A failed
+			// call's turn is marked with its error, so that the model is not sent it again and
+			// it can be retried; a stopped one only when nothing came (the question stays
+			// answered, so the next is not merged with it: Anthropic and Gemini join adjacent
+			// user turns).
+			code := parley.CodeOf(err)
 			if ctx.Err() != nil {
-				// Keep what the user already saw of an answer they stopped. One stopped before
-				// its first word is kept as an empty turn marked canceled: the question stays
-				// answered in the history, so the next one is not merged with it (Anthropic and
-				// Gemini join adjacent user turns), and it can be retried.
-				partial := &parley.Response{}
-				if resp != nil {
-					partial.Content, partial.Reasoning = resp.Content, resp.Reasoning
-				}
-				msg := a.assistant(in, answeredBy, partial, latency)
-				if partial.Content == "" {
-					msg.Error = parley.ECCanceled
-				}
-				if a.store(ctx, in.SessionID, msg) == nil {
-					res.Final = msg
-					emitSafe(parley.Event{Type: parley.EventRecord, Message: msg})
-				}
-				return res, canceled()
+				code, err = parley.ECCanceled, canceled()
 			}
-			// Keep what was streamed, marked as a failed turn: the record replaces the client's
-			// draft, the model is not sent the turn again, and the turn can be retried.
-			partial := &parley.Response{}
-			if resp != nil {
-				partial.Content, partial.Reasoning, partial.Usage = resp.Content, resp.Reasoning, resp.Usage
-			}
-			msg := a.assistant(in, answeredBy, partial, latency)
-			msg.Error = parley.CodeOf(err)
-			if serr := a.store(ctx, in.SessionID, msg); serr != nil {
-				a.cfg.Log.Error("failed turn not recorded", "session", in.SessionID, "run", in.RunID, "err", serr)
-			} else {
+			if msg := a.keepPartial(ctx, in, answeredBy, resp, latency, code); msg != nil {
 				res.Final = msg
 				emitSafe(parley.Event{Type: parley.EventRecord, Message: msg})
 			}
@@ -492,6 +472,26 @@ func (a *Agent) canceledOr(ctx context.Context, err error) error {
 		return canceled()
 	}
 	return err
+}
+
+// keepPartial stores what a model call that ended with code streamed before it ended, as the
+// assistant message of the turn, and returns it (nil when the store refused it). The turn is
+// marked failed with code, except for a stopped call (ECCanceled) that produced text: that text is
+// the answer the user chose to keep.
+func (a *Agent) keepPartial(ctx context.Context, in Input, answeredBy string, resp *parley.Response, latency time.Duration, code parley.ErrorCode) *parley.Message {
+	partial := &parley.Response{}
+	if resp != nil {
+		partial.Content, partial.Reasoning, partial.Usage = resp.Content, resp.Reasoning, resp.Usage
+	}
+	msg := a.assistant(in, answeredBy, partial, latency)
+	if code != parley.ECCanceled || partial.Content == "" {
+		msg.Error = code
+	}
+	if err := a.store(ctx, in.SessionID, msg); err != nil {
+		a.cfg.Log.Error("the turn's partial answer was not stored", "session", in.SessionID, "run", in.RunID, "err", err)
+		return nil
+	}
+	return msg
 }
 
 func canceled() error { return parley.Errorf(parley.ECCanceled, "the run was cancelled") }

@@ -44,8 +44,10 @@ func (a *Agent) Resume(ctx context.Context, in Input, emit func(parley.Event)) (
 			}
 			res.FinishReason = parley.FinishStop
 			return res, nil
-		case last.RunID == in.RunID:
-			// This run's model call failed and the failure was stored: it ended then.
+		case last.RunID == in.RunID && last.Error != parley.ECCanceled:
+			// This run's model call failed and the failure was stored: it ended then. (A call
+			// this run stopped is no end: an instance that lost the run's lease stops it so, and
+			// the run goes on here.)
 			res.Final = &last
 			return res, parley.Errorf(last.Error, "the model call failed")
 		}

@@ -178,6 +178,28 @@ func TestResumeAfterAFailedTurn(t *testing.T) {
 	}
 }
 
+// A run that its old instance stopped before the model's first word (it lost the run's lease) left
+// an empty turn marked canceled: the instance that took the run over goes on and answers.
+func TestResumeAfterItsOwnStoppedCall(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	user := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("hi"), RunID: "run1", CreatedAt: now}
+	stopped := &parley.Message{ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text(""), RunID: "run1",
+		Error: parley.ECCanceled, CreatedAt: now}
+	if err := f.store.AppendMessages(ctx, f.sess, user, stopped); err != nil {
+		t.Fatal(err)
+	}
+	f.prov.steps = append(f.prov.steps, say("hello"))
+	res, err := f.agent(nil).Resume(ctx, Input{SessionID: f.sess, RunID: "run1"}, f.record)
+	if err != nil || res.FinishReason != parley.FinishStop || len(f.prov.requests()) != 1 {
+		t.Fatalf("resume after a stopped call: %+v %v, %d model calls", res, err, len(f.prov.requests()))
+	}
+	if sent := f.prov.requests()[0].Messages; len(sent) != 1 || sent[0].Content.String() != "hi" {
+		t.Fatalf("the resumed run sent %+v", sent)
+	}
+}
+
 func TestInterruptAnswersOpenCallsWithoutRunningThem(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()

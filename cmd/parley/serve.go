@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -94,8 +95,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
-	// Stopped after the runs that may call them; stdio servers' processes end with it.
-	defer mcpServers.Close()
+	// Stopped after the runs that may call them; stdio servers' processes end with it. Once:
+	// a signal stops them before the HTTP server, every other way out here.
+	stopMCP := sync.OnceFunc(func() { mcpServers.Close() })
+	defer stopMCP()
 
 	models, err := newRouter(&c, getenv, log)
 	if err != nil {
@@ -114,13 +117,15 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	defer peers.stop()
 	// The runs stop before anything they use (deferred calls run last first), on every path: a
 	// run still going on is given the grace, then aborted, and its end is stored.
-	defer func() {
+	// Once: a signal stops them while their clients still watch, every other way out here.
+	stopRuns := sync.OnceFunc(func() {
 		gctx, cancel := context.WithTimeout(context.Background(), c.ShutdownGrace)
 		defer cancel()
 		if err := runMgr.Shutdown(gctx); err != nil {
 			log.Warn("active runs were aborted at shutdown", "err", err)
 		}
-	}()
+	})
+	defer stopRuns()
 	ag := agent.New(agent.Config{
 		Store:             store,
 		History:           historycache.New(store, int64(c.HistoryCacheMB)<<20),
@@ -199,7 +204,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	// The socket takes connections from here on; they are served once Serve starts, after Start.
-	log.Info("listening", "addr", ln.Addr().String(), "instance", instance, "db", c.DB, "default_model", models.Default(), "version", version)
+	log.Info("listening", "addr", ln.Addr().String(), "instance", instance, "default_model", models.Default(), "version", version)
 	// Runs this instance left running before it restarted go on now, in the background (the
 	// server serves meanwhile); runs of instances that stopped go on here once their lease ends.
 	// Before Serve: no run is begun before the manager knows when it started.
@@ -236,13 +241,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	log.Info("shutting down", "active_runs", runMgr.ActiveCount(), "grace", c.ShutdownGrace)
 	closing.Store(true)
 	// The runs get their grace while their clients still watch them; then the streams end.
-	gctx, cancelG := context.WithTimeout(context.Background(), c.ShutdownGrace)
-	err = runMgr.Shutdown(gctx)
-	cancelG()
-	if err != nil {
-		log.Warn("active runs were aborted at shutdown", "err", err)
-	}
-	mcpServers.Close()
+	stopRuns()
+	stopMCP()
 	if err := stopHTTP(); err != nil {
 		return err
 	}
