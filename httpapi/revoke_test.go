@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -104,27 +105,34 @@ func TestRevocationEndsOpenStreams(t *testing.T) {
 // Issue 18 §3: a user_message on a WebSocket whose key was revoked (seen once the authenticator's
 // cache expires, as on an instance that did not revoke it) starts no run.
 func TestRevokedWebSocketStartsNoRun(t *testing.T) {
-	var mu sync.Mutex
-	now := time.Now()
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	e := newEnv(t, func(d *httpapi.Deps) {
-		d.Auth = &auth.Authenticator{Store: d.Store, CacheTTL: time.Minute, Now: clock}
-		d.AuthRecheck = time.Hour // only the user_message checks
-	})
-	sid := e.newSession(t, "alice")
-	c := e.ws(t, "alice", "?convId="+sid)
-	c.expect("status", "")
-	// Revoked in the database, as another instance does; this server's cache still holds the key.
-	if _, err := e.store.RevokeAPIKey(context.Background(), e.keyID(t, "alice"), time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	now = now.Add(2 * time.Minute) // the cached lookup expires
-	mu.Unlock()
-	c.send(`{"type":"user_message","id":"m1","data":{"text":"hello"}}`)
-	wantRevokedClose(t, c, "m1")
-	msgs, err := e.store.ListMessages(context.Background(), sid, 0, 10)
-	if err != nil || len(msgs) != 0 || e.runs.ActiveCount() != 0 {
-		t.Fatalf("a run started on a revoked key: messages %v, active runs %d", msgs, e.runs.ActiveCount())
+	for _, frame := range []string{
+		`{"type":"user_message","id":"m1","data":{"text":"hello"}}`,
+		`{"type":"control","id":"m1","data":{"action":"retry"}}`,
+	} {
+		t.Run(strings.SplitN(frame, `"`, 5)[3], func(t *testing.T) {
+			var mu sync.Mutex
+			now := time.Now()
+			clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+			e := newEnv(t, func(d *httpapi.Deps) {
+				d.Auth = &auth.Authenticator{Store: d.Store, CacheTTL: time.Minute, Now: clock}
+				d.AuthRecheck = time.Hour // only the frame checks
+			})
+			sid := e.newSession(t, "alice")
+			c := e.ws(t, "alice", "?convId="+sid)
+			c.expect("status", "")
+			// Revoked in the database, as another instance does; this server's cache still holds the key.
+			if _, err := e.store.RevokeAPIKey(context.Background(), e.keyID(t, "alice"), time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			now = now.Add(2 * time.Minute) // the cached lookup expires
+			mu.Unlock()
+			c.send(frame)
+			wantRevokedClose(t, c, "m1")
+			msgs, err := e.store.ListMessages(context.Background(), sid, 0, 10)
+			if err != nil || len(msgs) != 0 || e.runs.ActiveCount() != 0 {
+				t.Fatalf("a run started on a revoked key: messages %v, active runs %d", msgs, e.runs.ActiveCount())
+			}
+		})
 	}
 }

@@ -115,8 +115,8 @@ func (s *server) handleListSessions() http.Handler {
 			writeError(w, parley.Errorf(parley.ECInvalid, "q: %d characters, the limit is %d", n, maxTitle))
 			return
 		}
-		if strings.ContainsRune(q, 0) {
-			writeError(w, parley.Errorf(parley.ECInvalid, "q: contains a NUL character"))
+		if err := parley.CheckText("q", q, parley.TextName); err != nil {
+			writeError(w, err)
 			return
 		}
 		list, next, err := s.Store.ListSessions(r.Context(), owner, parley.Page{Cursor: r.URL.Query().Get("cursor"), Limit: limit, Query: q})

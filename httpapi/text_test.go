@@ -87,6 +87,7 @@ func TestTextFieldsAreChecked(t *testing.T) {
 			{"escape in a key's name", "POST", "/api/v1/admin/keys", `{"user":"bob","name":"` + ansi + `laptop"}`, "admin", "name: a control character"},
 			{"bidi override in a key's name", "POST", "/api/v1/admin/keys", `{"user":"bob","name":"lap` + bidi + `top"}`, "admin", "name: a bidirectional override"},
 			{"NUL in the user of a key listing", "GET", "/api/v1/admin/keys?user=bob%00", "", "admin", "user: the NUL character"},
+			{"escape in a title search", "GET", "/api/v1/sessions?q=%1B%5B31m", "", "alice", "q: a control character"},
 		}
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {

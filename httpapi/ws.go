@@ -470,15 +470,7 @@ func (w *wsConn) handle(ctx context.Context, data []byte) {
 			return
 		}
 		out, err := w.userMessage(ctx, m)
-		if err != nil && parley.CodeOf(err) == parley.ECUnauth {
-			w.cancel(wsRevoked{id: in.ID}) // the writer answers the frame and closes
-			return
-		}
-		if err != nil {
-			w.fail(in.ID, err)
-			return
-		}
-		w.reply(wsOut{Type: "control_response", ID: in.ID, Data: out})
+		w.answer(in.ID, out, err)
 	case "control":
 		var c wsControl
 		if err := decodeData(in.Data, &c); err != nil {
@@ -486,13 +478,22 @@ func (w *wsConn) handle(ctx context.Context, data []byte) {
 			return
 		}
 		out, err := w.controlFrame(ctx, c)
-		if err != nil {
-			w.fail(in.ID, err)
-			return
-		}
-		w.reply(wsOut{Type: "control_response", ID: in.ID, Data: out})
+		w.answer(in.ID, out, err)
 	default:
 		w.fail(in.ID, parley.Errorf(parley.ECInvalid, "type: %q is not a client frame (user_message, control or ping)", truncate(in.Type, 40)))
+	}
+}
+
+// answer replies to the client frame id with out, or with err; a key found revoked while the
+// frame was handled closes the connection instead (the writer answers the frame and closes).
+func (w *wsConn) answer(id string, out map[string]any, err error) {
+	switch {
+	case err != nil && parley.CodeOf(err) == parley.ECUnauth:
+		w.cancel(wsRevoked{id: id})
+	case err != nil:
+		w.fail(id, err)
+	default:
+		w.reply(wsOut{Type: "control_response", ID: id, Data: out})
 	}
 }
 
@@ -503,6 +504,23 @@ func decodeData(raw json.RawMessage, v any) error {
 	return decodeStrict(raw, v)
 }
 
+// admit checks, before a frame starts a run, what the pipeline checks before a chat: the key
+// (it may have been revoked since the connection opened; checked through the authenticator's
+// short cache), the rate limit and the budget of runs.
+func (w *wsConn) admit(ctx context.Context) error {
+	s := w.s
+	if err := s.stillValid(ctx, w.r); err != nil {
+		return err // handle closes the connection; its last frame answers this one
+	}
+	if err := s.limitFor(ctx, w.ip, w.id, nil); err != nil {
+		return err
+	}
+	if s.Runs.Full() {
+		return runs.ErrOverloaded
+	}
+	return nil
+}
+
 // userMessage starts a run, as POST /api/v1/chat does, with the same checks: rate limit,
 // throttle, validation, ownership.
 func (w *wsConn) userMessage(ctx context.Context, m wsUserMessage) (map[string]any, error) {
@@ -510,16 +528,8 @@ func (w *wsConn) userMessage(ctx context.Context, m wsUserMessage) (map[string]a
 	if len(m.FileIDs) > 0 {
 		return nil, parley.Errorf(parley.ECInvalid, "fileIds: file uploads are not supported yet; send images as binary_content")
 	}
-	// The key may have been revoked since the connection opened: checked again (through the
-	// authenticator's short cache) before anything is started.
-	if err := s.stillValid(ctx, w.r); err != nil {
-		return nil, err // handle closes the connection; its last frame answers this one
-	}
-	if err := s.limitFor(ctx, w.ip, w.id, nil); err != nil {
+	if err := w.admit(ctx); err != nil {
 		return nil, err
-	}
-	if s.Runs.Full() {
-		return nil, runs.ErrOverloaded
 	}
 	req := chat.Request{Message: m.Text, BinaryContent: m.BinaryContent, SessionID: w.sessionID, Model: m.Model, SelectedTools: m.SelectedTools}
 	if err := s.Chat.Validate(&req); err != nil {
@@ -544,11 +554,8 @@ func (w *wsConn) retry(ctx context.Context, c wsControl) (map[string]any, error)
 	if w.sessionID == "" {
 		return nil, parley.Errorf(parley.ECConflict, "no session to retry: this connection has none yet")
 	}
-	if err := s.limitFor(ctx, w.ip, w.id, nil); err != nil {
+	if err := w.admit(ctx); err != nil {
 		return nil, err
-	}
-	if s.Runs.Full() {
-		return nil, runs.ErrOverloaded
 	}
 	req := chat.RetryRequest{Model: c.Model, SelectedTools: c.SelectedTools}
 	st, err := s.Chat.Retry(ctx, w.id.User, w.sessionID, req)
