@@ -36,6 +36,9 @@ func CheckText(field, s string, kind TextKind) error {
 	return nil
 }
 
+// Allowed reports whether kind allows the character r (CheckText's rule, one character at a time).
+func Allowed(r rune, kind TextKind) bool { return refused(r, kind) == "" }
+
 // refused says why kind does not allow r ("" when it does).
 func refused(r rune, kind TextKind) string {
 	switch {

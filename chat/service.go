@@ -254,8 +254,9 @@ func (s *Service) Recover(run *runs.Run, rec parley.RunRecord) runs.Func {
 	}
 }
 
-// Validate checks req as Send will, without touching the store: the HTTP layer calls it while
-// parsing the body, before any limit or authentication step. It fills in the resolved model.
+// Validate checks req as Send will, without touching the store: the HTTP layer calls it when it
+// decodes the body (after authentication and the rate limit), so that a bad request is refused
+// before any run is begun. It fills in the resolved model.
 func (s *Service) Validate(req *Request) error {
 	_, err := s.validate(req)
 	return err
@@ -338,7 +339,7 @@ func Title(msg string) string {
 			return ' '
 		case r == '\n' || r == '\r':
 			return r
-		case parley.CheckText("", string(r), parley.TextName) != nil:
+		case !parley.Allowed(r, parley.TextName):
 			return -1
 		}
 		return r
