@@ -1,45 +1,26 @@
 package httpapi_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/agent"
 	"github.com/parleyhq/parley/httpapi"
+	"github.com/parleyhq/parley/internal/testlog"
 	"github.com/parleyhq/parley/limit"
 	"github.com/parleyhq/parley/runs"
 )
 
-// syncBuffer is a log destination safe for concurrent handlers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // Issue 18 §6: a 500 is logged at error level with the request's id and route and the error
 // behind it (sanitized), while the client sees only "internal error".
 func TestServerErrorsAreLogged(t *testing.T) {
-	var logs syncBuffer
+	var logs testlog.Buffer
 	e := newEnv(t, func(d *httpapi.Deps) {
 		d.Auth = nil
 		d.Log = slog.New(slog.NewTextHandler(&logs, nil))

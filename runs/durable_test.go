@@ -1,19 +1,18 @@
 package runs
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/internal/testlog"
 	"github.com/parleyhq/parley/store/sqlite"
 )
 
@@ -293,7 +292,7 @@ func TestRestartTakesManyRunsBackOnce(t *testing.T) {
 		}
 		ids[i] = rec.ID
 	}
-	var logs syncBuffer
+	var logs testlog.Buffer
 	restart := func(runs *crashableRuns, body func(ctx context.Context) (string, error)) (*Manager, chan parley.RunRecord) {
 		m := NewManager(Options{Events: st, Runs: runs, Instance: "a", Lease: time.Hour, FlushEvery: time.Millisecond,
 			Log: slog.New(slog.NewTextHandler(&logs, nil))})
@@ -377,29 +376,11 @@ func TestRestartTakesManyRunsBackOnce(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // A run of this instance whose lease ran out before it was renewed (the process stalled) is
 // claimed by this instance's own pass: it goes on here, without a conflict logged.
 func TestOwnStalledRunIsKeptNotRetaken(t *testing.T) {
 	st := durableStore(t, "s1")
-	var logs syncBuffer
+	var logs testlog.Buffer
 	a := NewManager(Options{Events: st, Runs: st, Instance: "a", Lease: time.Hour, FlushEvery: time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	t.Cleanup(func() {

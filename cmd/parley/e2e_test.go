@@ -14,12 +14,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/internal/testlog"
 	"github.com/parleyhq/parley/tools/mcp/mcptest"
 )
 
@@ -83,31 +83,11 @@ func waitListening(t *testing.T, r io.Reader, logs io.Writer) string {
 type child struct {
 	cmd  *exec.Cmd
 	url  string
-	logs *syncBuffer
+	logs *testlog.Buffer
 }
-
-// syncBuffer collects a server's log lines while a test reads them.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func (s *syncBuffer) Bytes() []byte { return []byte(s.String()) }
 
 // waitLog waits until the logs hold want, and returns them.
-func waitLog(t *testing.T, logs *syncBuffer, want string) string {
+func waitLog(t *testing.T, logs *testlog.Buffer, want string) string {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -133,7 +113,7 @@ func startChild(t *testing.T, args ...string) *child {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := &child{cmd: cmd, logs: &syncBuffer{}}
+	c := &child{cmd: cmd, logs: &testlog.Buffer{}}
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
 			_ = cmd.Process.Kill()

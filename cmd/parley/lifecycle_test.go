@@ -14,6 +14,7 @@ import (
 	"time"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/internal/testlog"
 	"github.com/parleyhq/parley/store/sqlite"
 )
 
@@ -134,7 +135,7 @@ func TestServeFailureReleasesEverything(t *testing.T) {
 	sessions := seedOpenRuns(t, db, "fail", open)
 	w := watch(t, db)
 	before := serverGoroutines()
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	listen := func(network, addr string) (net.Listener, error) {
 		ln, err := net.Listen(network, addr)
 		return failingListener{Listener: ln, ready: func() bool { return recovering(w, sessions) }}, err
@@ -194,7 +195,7 @@ func TestServeOnTakenAddressTouchesNoRun(t *testing.T) {
 	}
 	defer taken.Close()
 	before := serverGoroutines()
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	err = run(context.Background(), []string{"serve", "--addr", taken.Addr().String(), "--db", db, "--instance-id", "taken"},
 		func(string) string { return "" }, io.Discard, logs)
 	if err == nil || !strings.Contains(err.Error(), "address already in use") {
@@ -220,7 +221,7 @@ func TestRestartWithManyOpenRuns(t *testing.T) {
 	const open = 20
 	db := filepath.Join(t.TempDir(), "p.db")
 	sessions := seedOpenRuns(t, db, "many", open)
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
