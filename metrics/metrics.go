@@ -1,0 +1,251 @@
+// Package metrics owns Parley's Prometheus registry and its collectors. One Metrics is made in
+// run and handed to the packages that report, each through a small interface or function field of
+// its own, so that only this package imports the Prometheus client. Nothing is registered globally.
+//
+// Labels stay bounded: HTTP routes are the mux's patterns (never raw paths or ids), finish reasons
+// and outcomes are fixed sets, and the provider, model, tool and server labels take at most
+// MaxLabelValues distinct values each; later ones are counted as "other".
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	parley "github.com/parleyhq/parley"
+)
+
+// MaxLabelValues bounds the distinct values of each open-ended label (model, provider, tool,
+// server): a pass-through provider accepts any model name, and a model may call any tool name.
+const MaxLabelValues = 100
+
+// Other is the label value of everything past MaxLabelValues, and of an unmatched route.
+const Other = "other"
+
+// Metrics holds the registry and every collector. Its methods are safe for concurrent use; a nil
+// *Metrics records nothing.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	httpRequests *prometheus.CounterVec
+	httpDuration *prometheus.HistogramVec
+
+	runsStarted  prometheus.Counter
+	runsFinished *prometheus.CounterVec
+	runsActive   prometheus.Gauge
+
+	modelCalls    *prometheus.CounterVec
+	modelDuration *prometheus.HistogramVec
+	modelTTFT     *prometheus.HistogramVec
+	tokens        *prometheus.CounterVec
+	cost          *prometheus.CounterVec
+
+	toolCalls    *prometheus.CounterVec
+	toolDuration *prometheus.HistogramVec
+
+	streams *prometheus.GaugeVec
+
+	models, providers, tools, servers bounded
+}
+
+// latencyBuckets suit calls from a few milliseconds to minutes (model calls and tools).
+var latencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+
+// New returns a Metrics with its own registry, holding Parley's collectors and the Go runtime's
+// and process's.
+func New() *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry()}
+	m.httpRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "parley_http_requests_total", Help: "HTTP requests answered, by route pattern, method and status code.",
+	}, []string{"route", "method", "code", "class"})
+	m.httpDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "parley_http_request_duration_seconds", Help: "Time to answer an HTTP request (a stream: until it closed), by route pattern and method.",
+		Buckets: prometheus.DefBuckets,
+	}, []string{"route", "method"})
+	m.runsStarted = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "parley_runs_started_total", Help: "Runs started on this instance (recovered runs included).",
+	})
+	m.runsFinished = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "parley_runs_finished_total", Help: "Runs finished on this instance, by finish reason.",
+	}, []string{"reason"})
+	m.runsActive = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "parley_runs_active", Help: "Runs in progress on this instance.",
+	})
+	m.modelCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "parley_model_calls_total", Help: "Model calls, by provider, model and outcome (ok or error).",
+	}, []string{"provider", "model", "outcome"})
+	m.modelDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "parley_model_call_duration_seconds", Help: "Duration of a model call, its whole stream included, by provider and model.",
+		Buckets: latencyBuckets,
+	}, []string{"provider", "model"})
+	m.modelTTFT = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "parley_model_time_to_first_token_seconds", Help: "Time from the start of a model call to its first streamed output (text, reasoning or tool call), by provider and model.",
+		Buckets: latencyBuckets,
+	}, []string{"provider", "model"})
+	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "parley_model_tokens_total", Help: "Tokens the providers reported, by provider, model and kind (input, output, cached_input, reasoning).",
+	}, []string{"provider", "model", "kind"})
+	m.cost = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "parley_model_cost_dollars_total", Help: "Cost of the model calls in US dollars from the configured price table, by provider and model.",
+	}, []string{"provider", "model"})
+	m.toolCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "parley_tool_calls_total", Help: "Tool calls, by tool, MCP server (empty for built-in tools) and outcome (ok, error, timeout, refused).",
+	}, []string{"tool", "server", "outcome"})
+	m.toolDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "parley_tool_call_duration_seconds", Help: "Duration of a tool call, by tool and MCP server.",
+		Buckets: latencyBuckets,
+	}, []string{"tool", "server"})
+	m.streams = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "parley_streams_open", Help: "Open event streams, by kind (sse or websocket).",
+	}, []string{"kind"})
+	m.reg.MustRegister(m.httpRequests, m.httpDuration, m.runsStarted, m.runsFinished, m.runsActive,
+		m.modelCalls, m.modelDuration, m.modelTTFT, m.tokens, m.cost, m.toolCalls, m.toolDuration, m.streams,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Registry returns the registry, for tests and for collectors added by the caller.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the registry in the Prometheus text format (or OpenMetrics when asked for).
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg, EnableOpenMetrics: true})
+}
+
+// Request records one answered HTTP request. route is the mux's pattern ("" when none matched);
+// its method prefix is dropped, since method is its own label.
+func (m *Metrics) Request(route, method string, status int, d time.Duration) {
+	if m == nil {
+		return
+	}
+	if route == "" {
+		route = Other
+	} else if _, path, ok := strings.Cut(route, " "); ok {
+		route = path
+	}
+	method = boundMethod(method)
+	m.httpRequests.WithLabelValues(route, method, strconv.Itoa(status), strconv.Itoa(status/100)+"xx").Inc()
+	m.httpDuration.WithLabelValues(route, method).Observe(d.Seconds())
+}
+
+// boundMethod keeps the standard methods and counts any other as "other": a client may send any
+// token as a method.
+func boundMethod(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return m
+	}
+	return Other
+}
+
+// RunStarted records a run that started.
+func (m *Metrics) RunStarted() {
+	if m == nil {
+		return
+	}
+	m.runsStarted.Inc()
+	m.runsActive.Inc()
+}
+
+// RunFinished records a run that ended with finish reason (parley.Finish*).
+func (m *Metrics) RunFinished(reason string) {
+	if m == nil {
+		return
+	}
+	if reason == "" {
+		reason = "unknown"
+	}
+	m.runsFinished.WithLabelValues(reason).Inc()
+	m.runsActive.Dec()
+}
+
+// ModelCall records one model call of model ("provider/model", as the router names it): its
+// duration, its time to first output (0: none came) and the usage it reported (nil: none).
+func (m *Metrics) ModelCall(model string, failed bool, d, ttft time.Duration, u *parley.Usage) {
+	if m == nil {
+		return
+	}
+	prov, name, ok := strings.Cut(model, "/")
+	if !ok {
+		prov, name = "", model
+	}
+	prov, name = m.providers.of(prov), m.models.of(name)
+	outcome := "ok"
+	if failed {
+		outcome = "error"
+	}
+	m.modelCalls.WithLabelValues(prov, name, outcome).Inc()
+	m.modelDuration.WithLabelValues(prov, name).Observe(d.Seconds())
+	if ttft > 0 {
+		m.modelTTFT.WithLabelValues(prov, name).Observe(ttft.Seconds())
+	}
+	if u == nil {
+		return
+	}
+	for _, t := range []struct {
+		kind string
+		n    int64
+	}{{"input", u.PromptTokens}, {"output", u.CompletionTokens}, {"cached_input", u.CachedTokens}, {"reasoning", u.ReasoningTokens}} {
+		if t.n > 0 {
+			m.tokens.WithLabelValues(prov, name, t.kind).Add(float64(t.n))
+		}
+	}
+	if u.Cost > 0 {
+		m.cost.WithLabelValues(prov, name).Add(u.Cost)
+	}
+}
+
+// ToolCall records one tool call: tool "" is a name the registry does not know (counted as
+// "unknown", since the model may invent any), outcome one of ok, error, timeout or refused.
+func (m *Metrics) ToolCall(tool, server, outcome string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	if tool == "" {
+		tool = "unknown"
+	}
+	tool, server = m.tools.of(tool), m.servers.of(server)
+	m.toolCalls.WithLabelValues(tool, server, outcome).Inc()
+	m.toolDuration.WithLabelValues(tool, server).Observe(d.Seconds())
+}
+
+// StreamOpened records an open stream of kind ("sse" or "websocket"); closed records its end and
+// may be called more than once.
+func (m *Metrics) StreamOpened(kind string) (closed func()) {
+	if m == nil {
+		return func() {}
+	}
+	g := m.streams.WithLabelValues(kind)
+	g.Inc()
+	var once sync.Once
+	return func() { once.Do(g.Dec) }
+}
+
+// bounded admits at most MaxLabelValues distinct values of one label.
+type bounded struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (b *bounded) of(v string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.seen[v] {
+		return v
+	}
+	if len(b.seen) >= MaxLabelValues {
+		return Other
+	}
+	if b.seen == nil {
+		b.seen = map[string]bool{}
+	}
+	b.seen[v] = true
+	return v
+}

@@ -1,0 +1,63 @@
+package metrics
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	parley "github.com/parleyhq/parley"
+)
+
+func TestOpenEndedLabelsAreBounded(t *testing.T) {
+	m := New()
+	for i := range 3 * MaxLabelValues {
+		m.ModelCall(fmt.Sprintf("ollama/model-%d", i), false, time.Millisecond, time.Millisecond, &parley.Usage{PromptTokens: 1})
+		m.ToolCall(fmt.Sprintf("tool-%d", i), "", "ok", time.Millisecond)
+		m.Request("", fmt.Sprintf("VERB%d", i), 404, time.Millisecond)
+	}
+	if n := testutil.CollectAndCount(m.modelCalls); n != MaxLabelValues+1 {
+		t.Errorf("model call series = %d, want %d (the bound and %q)", n, MaxLabelValues+1, Other)
+	}
+	if n := testutil.CollectAndCount(m.toolCalls); n != MaxLabelValues+1 {
+		t.Errorf("tool call series = %d, want %d", n, MaxLabelValues+1)
+	}
+	if n := testutil.CollectAndCount(m.httpRequests); n != 1 {
+		t.Errorf("request series for invented methods = %d, want 1", n)
+	}
+	if got := testutil.ToFloat64(m.modelCalls.WithLabelValues("ollama", Other, "ok")); got != 2*MaxLabelValues {
+		t.Errorf("calls counted as other = %v, want %d", got, 2*MaxLabelValues)
+	}
+}
+
+func TestRecorders(t *testing.T) {
+	m := New()
+	m.RunStarted()
+	m.RunStarted()
+	m.RunFinished(parley.FinishStop)
+	if got := testutil.ToFloat64(m.runsActive); got != 1 {
+		t.Errorf("active runs = %v, want 1", got)
+	}
+	closed := m.StreamOpened("sse")
+	closed()
+	closed()
+	if got := testutil.ToFloat64(m.streams.WithLabelValues("sse")); got != 0 {
+		t.Errorf("open streams after a double close = %v, want 0", got)
+	}
+	m.ModelCall("openai/gpt", false, time.Second, 0, &parley.Usage{PromptTokens: 3, CompletionTokens: 2, Cost: 0.5})
+	if got := testutil.ToFloat64(m.tokens.WithLabelValues("openai", "gpt", "input")); got != 3 {
+		t.Errorf("input tokens = %v, want 3", got)
+	}
+	if got := testutil.ToFloat64(m.cost.WithLabelValues("openai", "gpt")); got != 0.5 {
+		t.Errorf("cost = %v, want 0.5", got)
+	}
+	m.Request("GET /api/v1/sessions/{id}", "GET", 200, time.Millisecond)
+	if got := testutil.ToFloat64(m.httpRequests.WithLabelValues("/api/v1/sessions/{id}", "GET", "200", "2xx")); got != 1 {
+		t.Errorf("request counter = %v, want 1", got)
+	}
+	var nilM *Metrics // records nothing, never panics
+	nilM.Request("", "GET", 200, 0)
+	nilM.StreamOpened("sse")()
+	nilM.ModelCall("a/b", true, 0, 0, nil)
+}
