@@ -56,8 +56,17 @@ type Config struct {
 	// ToolHistoryRounds and SystemPrompt shape the history sent to the model (package llmctx).
 	ToolHistoryRounds int
 	SystemPrompt      string
-	Log               *slog.Logger
-	Now               func() time.Time
+	// Metrics records each model call; nil records nothing.
+	Metrics Metrics
+	Log     *slog.Logger
+	Now     func() time.Time
+}
+
+// Metrics records model calls.
+type Metrics interface {
+	// ModelCall records one call of model ("provider/model"): whether it failed, its duration,
+	// the time to its first output (0: none came) and the usage it reported (nil: none).
+	ModelCall(model string, failed bool, d, ttft time.Duration, u *parley.Usage)
 }
 
 // Input is one run's request.
@@ -178,8 +187,15 @@ func (a *Agent) loop(ctx context.Context, in Input, t *turn, res *Result) (*Resu
 			Tools:    specs,
 		}
 		start := time.Now()
-		resp, answeredBy, err := a.callModel(ctx, prov, req, emitSafe)
+		resp, answeredBy, ttft, err := a.callModel(ctx, prov, req, emitSafe)
 		latency := time.Since(start)
+		if a.cfg.Metrics != nil {
+			var u *parley.Usage
+			if resp != nil {
+				u = resp.Usage
+			}
+			a.cfg.Metrics.ModelCall(answeredBy, err != nil, latency, ttft, u)
+		}
 		if resp != nil && resp.Usage != nil {
 			res.Usage.Add(*resp.Usage)
 			emitSafe(parley.Event{Type: parley.EventUsage, Usage: resp.Usage})
@@ -266,9 +282,12 @@ func (a *Agent) closeCalls(ctx context.Context, in Input, calls []parley.ToolCal
 
 // callModel streams one model call, emitting text and reasoning deltas as they arrive, and returns
 // the assembled response and the model that answered it (another than req.Model when a router
-// fell back). On error it also returns what had arrived.
-func (a *Agent) callModel(ctx context.Context, prov parley.Provider, req *parley.ChatRequest, emit func(parley.Event)) (*parley.Response, string, error) {
+// fell back), and the time from the call's start to its first output (text, reasoning or a tool
+// call; 0 if none came). On error it also returns what had arrived.
+func (a *Agent) callModel(ctx context.Context, prov parley.Provider, req *parley.ChatRequest, emit func(parley.Event)) (*parley.Response, string, time.Duration, error) {
 	answeredBy := req.Model
+	start := time.Now()
+	var ttft time.Duration
 	callCtx := ctx
 	if a.cfg.ModelTimeout > 0 {
 		var cancel context.CancelFunc
@@ -285,7 +304,7 @@ func (a *Agent) callModel(ctx context.Context, prov parley.Provider, req *parley
 	}
 	stream, err := prov.Stream(callCtx, req)
 	if err != nil {
-		return nil, answeredBy, fail(err)
+		return nil, answeredBy, 0, fail(err)
 	}
 	defer stream.Close()
 	if mr, ok := stream.(parley.ModelReporter); ok && mr.Model() != "" {
@@ -295,12 +314,15 @@ func (a *Agent) callModel(ctx context.Context, prov parley.Provider, req *parley
 	for {
 		ev, err := stream.Next()
 		if errors.Is(err, io.EOF) {
-			return b.Response(), answeredBy, nil
+			return b.Response(), answeredBy, ttft, nil
 		}
 		if err != nil {
-			return b.Response(), answeredBy, fail(err)
+			return b.Response(), answeredBy, ttft, fail(err)
 		}
 		b.Add(ev)
+		if ttft == 0 && (ev.Type == parley.StreamContent || ev.Type == parley.StreamReasoning || ev.Type == parley.StreamToolCall || ev.Type == parley.StreamThinking) {
+			ttft = max(time.Since(start), time.Nanosecond)
+		}
 		switch ev.Type {
 		case parley.StreamContent:
 			if ev.Content != "" {

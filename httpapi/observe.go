@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"time"
 
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/redact"
@@ -30,7 +31,16 @@ func (s *server) observe(next http.Handler) http.Handler {
 			w.Header().Set("Connection", "close")
 		}
 		ow := &observedWriter{ResponseWriter: w}
+		start := time.Now()
 		next.ServeHTTP(ow, r)
+		status := ow.status
+		if status == 0 {
+			status = http.StatusOK // nothing written: net/http answers 200
+		}
+		if s.Metrics != nil {
+			// r.Pattern is the mux's pattern (set on this request as it routed it): no ids.
+			s.Metrics.Request(r.Pattern, r.Method, status, time.Since(start))
+		}
 		if ow.status < 500 {
 			return
 		}

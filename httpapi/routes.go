@@ -41,6 +41,10 @@ func (s *server) routes() {
 	s.mux.Handle("POST /api/v1/admin/keys", s.pipe(policy{admin: true, body: jsonBody(false, checkNewKey)}, s.handleCreateKey()))
 	s.mux.Handle("DELETE /api/v1/admin/keys/{id}", s.pipe(admin, s.handleRevokeKey()))
 
+	if s.MetricsHandler != nil {
+		s.mux.Handle("GET /metrics", s.pipe(admin, s.MetricsHandler))
+	}
+
 	s.mux.Handle("/api/", s.pipe(policy{open: true}, s.handleNotFound()))
 	// The browser UI (package web): every other path is the page or one of its files (GET/HEAD).
 	s.mux.Handle("/", web.Handler())

@@ -111,9 +111,22 @@ type Deps struct {
 	// 15m); StreamLifetime closes any stream after this long (default 24h). The client resumes.
 	StreamIdle     time.Duration
 	StreamLifetime time.Duration
+	// Metrics records each request and each open stream; nil records nothing.
+	Metrics Metrics
+	// MetricsHandler, when set, is served on GET /metrics to admin identities (cmd/parley sets it
+	// when no separate --metrics-addr listener serves it).
+	MetricsHandler http.Handler
 	// AuthRecheck is how often an open stream (SSE or WebSocket) checks that its key is still
 	// valid, through Auth's cache (default 5s); a revoked or expired key ends it.
 	AuthRecheck time.Duration
+}
+
+// Metrics is what the API reports to the metrics package.
+type Metrics interface {
+	// Request records an answered request: route is the mux's pattern ("" when none matched).
+	Request(route, method string, status int, d time.Duration)
+	// StreamOpened records an open stream of kind "sse" or "websocket"; closed records its end.
+	StreamOpened(kind string) (closed func())
 }
 
 type server struct {

@@ -39,6 +39,14 @@ func (s *server) acquireStream(user string) (release func(), err error) {
 	}, nil
 }
 
+// streamOpened records an open stream of kind in the metrics; closed records its end.
+func (s *server) streamOpened(kind string) (closed func()) {
+	if s.Metrics == nil {
+		return func() {}
+	}
+	return s.Metrics.StreamOpened(kind)
+}
+
 // resumePoint reads where a client resumes: the Last-Event-ID header (which a browser's
 // EventSource sends when it reconnects) or else the after query parameter. Absent: runs.Join.
 func resumePoint(r *http.Request) (int64, error) {
@@ -100,6 +108,7 @@ func (s *server) streamSession(w http.ResponseWriter, r *http.Request, sessionID
 		writeError(w, err)
 		return
 	}
+	defer s.streamOpened("sse")()
 	ctx, cancel := context.WithTimeout(r.Context(), s.StreamLifetime)
 	defer cancel()
 	sub := s.Runs.Subscribe(ctx, sessionID, after)

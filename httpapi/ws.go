@@ -181,6 +181,7 @@ func (s *server) handleWS() http.Handler {
 			return // Accept has answered the client
 		}
 		defer c.CloseNow()
+		defer s.streamOpened("websocket")()
 		c.SetReadLimit(s.MaxBodyBytes)
 
 		ctx, cancel := context.WithCancelCause(r.Context())

@@ -54,6 +54,14 @@ type Options struct {
 	// session's run; it returns the run's state, or the owner's refusal as an error. Nil: control
 	// reaches only this instance's runs.
 	SendControl func(ctx context.Context, instance, sessionID, runID, action string) (state string, err error)
+	// Metrics counts the runs this instance starts and finishes; nil counts nothing.
+	Metrics Metrics
+}
+
+// Metrics records runs as they start and finish.
+type Metrics interface {
+	RunStarted()
+	RunFinished(reason string) // reason: parley.Finish*
 }
 
 // Relay carries a session's events between instances.
@@ -384,6 +392,9 @@ func (r *Run) Go(fn Func) {
 	} else {
 		r.emit(parley.Event{Type: parley.EventStart, Model: r.Model})
 	}
+	if m.opts.Metrics != nil {
+		m.opts.Metrics.RunStarted()
+	}
 	go func() {
 		defer m.wg.Done()
 		finish, err := r.safeCall(fn, r.emit)
@@ -400,6 +411,9 @@ func (r *Run) Go(fn Func) {
 			}
 		}
 		r.emitDone(finish)
+		if m.opts.Metrics != nil {
+			m.opts.Metrics.RunFinished(finish)
+		}
 		if m.afterDone != nil {
 			m.afterDone()
 		}

@@ -37,8 +37,9 @@ type Registry struct {
 	breakerCooldown time.Duration
 	now             func() time.Time
 
-	guard Guard
-	stats statsMap
+	guard   Guard
+	stats   statsMap
+	observe func(tool, server, outcome string, d time.Duration)
 }
 
 type entry struct {
@@ -108,6 +109,20 @@ func WithLogger(l *slog.Logger) Option {
 			r.log = l
 		}
 	}
+}
+
+// Tool call outcomes, as WithObserver reports them.
+const (
+	OutcomeOK      = "ok"      // the tool ran and succeeded
+	OutcomeError   = "error"   // the tool ran and failed (an error result, an error or a crash), or the run ended first
+	OutcomeTimeout = "timeout" // the tool reached its time limit
+	OutcomeRefused = "refused" // not run: unknown tool, bad arguments, injection, breaker open or quota spent
+)
+
+// WithObserver reports every call: its tool ("" for a name the registry does not know), the MCP
+// server that ran it ("" for a built-in tool), its outcome (Outcome*) and its duration.
+func WithObserver(fn func(tool, server, outcome string, d time.Duration)) Option {
+	return func(r *Registry) { r.observe = fn }
 }
 
 // NewRegistry returns an empty registry.
@@ -272,17 +287,39 @@ func (r *Registry) Call(ctx context.Context, call parley.ToolCall, allowed map[s
 	if !ok || (allowed != nil && !allowed[name]) {
 		out := failure("unknown tool %q", name)
 		out.Latency = time.Since(start)
+		if r.observe != nil {
+			tool := ""
+			if ok {
+				tool = name // a known tool the run did not offer
+			}
+			r.observe(tool, "", OutcomeRefused, out.Latency)
+		}
 		return out
 	}
-	out := r.call(ctx, e, call)
+	out, ran := r.call(ctx, e, call)
 	if s, ok := e.tool.(Sourced); ok {
 		out.Server = s.Server()
 	}
 	out.Latency = time.Since(start)
+	if r.observe != nil {
+		outcome := OutcomeRefused
+		switch {
+		case !ran:
+		case out.TimedOut:
+			outcome = OutcomeTimeout
+		case out.Success:
+			outcome = OutcomeOK
+		default:
+			outcome = OutcomeError
+		}
+		r.observe(name, out.Server, outcome, out.Latency)
+	}
 	return out
 }
 
-func (r *Registry) call(ctx context.Context, e entry, call parley.ToolCall) Outcome {
+// call runs one call to a known tool; ran reports whether it got past the guards (arguments,
+// breaker and quotas) and reached the tool, or the run ended before its turn came.
+func (r *Registry) call(ctx context.Context, e entry, call parley.ToolCall) (_ Outcome, ran bool) {
 	name := call.Function.Name
 	st := r.stats.of(name)
 	args := json.RawMessage(call.Function.Arguments)
@@ -290,30 +327,30 @@ func (r *Registry) call(ctx context.Context, e entry, call parley.ToolCall) Outc
 		args = json.RawMessage("{}")
 	}
 	if out, ok := r.admit(ctx, e, name, args, st); !ok {
-		return out
+		return out, false
 	}
 	if ctx.Err() != nil {
 		// The run ended before this call's turn came: the tool is not started.
 		out, _ := r.ctxFailure(ctx, name, r.timeout)
-		return out
+		return out, true
 	}
 	report, wait, ok := r.breaker(name).Allow()
 	if !ok {
 		st.limited.Add(1)
 		return failure("%s is switched off for %s after repeated failures (circuit breaker open); answer without it or try later",
-			name, wait.Round(time.Second))
+			name, wait.Round(time.Second)), false
 	}
 	if out, ok := r.quota(ctx, name); !ok {
 		report(breaker.Ignore)
 		st.limited.Add(1)
-		return out
+		return out, false
 	}
 	start := time.Now()
 	out, health := r.run(ctx, e.tool, name, args)
 	report(health)
 	out.Latency = time.Since(start)
 	st.ran(out)
-	return out
+	return out, true
 }
 
 // breaker returns the breaker of tool name, created on first use.

@@ -27,6 +27,7 @@ import (
 // config file. Precedence: flag, then environment, then config file, then the default.
 type config struct {
 	Addr              string
+	MetricsAddr       string
 	DB                string
 	DatabaseURL       string
 	Migrate           bool
@@ -107,6 +108,7 @@ func (c *config) fileSections() map[string]any {
 // serveFlags declares the flags of `serve` on fs, bound to c.
 func serveFlags(fs *flag.FlagSet, c *config) {
 	fs.StringVar(&c.Addr, "addr", "127.0.0.1:8080", "address to listen on (host:port; port 0 picks a free one)")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "address of a separate listener serving GET /metrics to anyone who reaches it (host:port; keep it private); empty: /metrics is on --addr, for admin keys only")
 	fs.StringVar(&c.DB, "db", "parley.db", "SQLite database file (created if missing)")
 	fs.StringVar(&c.DatabaseURL, "database-url", "", "PostgreSQL URL (postgres://user:password@host:5432/db); when set, used instead of --db")
 	fs.BoolVar(&c.Migrate, "migrate", true, "apply database migrations at start")

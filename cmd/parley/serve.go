@@ -15,6 +15,7 @@ import (
 	"github.com/parleyhq/parley/agent"
 	"github.com/parleyhq/parley/chat"
 	"github.com/parleyhq/parley/httpapi"
+	"github.com/parleyhq/parley/metrics"
 	"github.com/parleyhq/parley/redact"
 	"github.com/parleyhq/parley/runs"
 	"github.com/parleyhq/parley/store/historycache"
@@ -81,7 +82,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	defer guard.close()
 	defer sweeper(ctx, store, c.EventRetention, log)()
-	reg := tools.NewRegistry(tools.WithTimeout(c.ToolTimeout), tools.WithLogger(log),
+	met := metrics.New()
+	reg := tools.NewRegistry(tools.WithTimeout(c.ToolTimeout), tools.WithLogger(log), tools.WithObserver(met.ToolCall),
 		tools.WithBreakers(c.ToolBreakerFails, c.ToolBreakerCool, time.Now),
 		tools.WithGuard(tools.Guard{
 			Limits:    guardpkg.Limits{MaxString: c.ToolMaxString, MaxDepth: c.ToolMaxDepth},
@@ -108,7 +110,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	instance := c.instanceID()
 	peers := newCluster(guard.redis, instance, log)
 	runOpts := runs.Options{Retain: c.RunRetain, Log: log, MaxActive: c.MaxRuns, Events: store, PauseTimeout: c.PauseTimeout,
-		Runs: store, Instance: instance, Lease: c.RunLease}
+		Runs: store, Instance: instance, Lease: c.RunLease, Metrics: met}
 	peers.wire(&runOpts)
 	runMgr := runs.NewManager(runOpts)
 	peers.start(runMgr)
@@ -137,6 +139,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		MaxToolCalls:      c.MaxToolCalls,
 		ToolHistoryRounds: c.ToolHistoryRounds,
 		SystemPrompt:      c.SystemPrompt,
+		Metrics:           met,
 		Log:               log,
 	})
 	svc := &chat.Service{
@@ -154,6 +157,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		maxStreams = -1 // the flag's "no bound" is Deps' negative (its 0 is the default)
 	}
 	var closing atomic.Bool
+	// /metrics is served on its own listener when --metrics-addr names one, else on the API's,
+	// for admin identities only.
+	var metricsOnAPI http.Handler
+	if c.MetricsAddr == "" {
+		metricsOnAPI = met.Handler()
+	}
 	handler := httpapi.NewServer(httpapi.Deps{
 		Auth:         guard.auth,
 		Guests:       c.Guests,
@@ -184,6 +193,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		MaxStreamsPerUser: maxStreams,
 		StreamIdle:        c.StreamIdle,
 		StreamLifetime:    c.StreamLifetime,
+		Metrics:           met,
+		MetricsHandler:    metricsOnAPI,
 	})
 
 	// Listening comes before any run is taken back: an address in use touches no run.
@@ -192,6 +203,17 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	ln = httpapi.LimitConnsPerAddr(ln, c.MaxConnsPerAddr, log)
+	stopMetrics := func() {}
+	if c.MetricsAddr != "" {
+		mln, err := listen("tcp", c.MetricsAddr)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("metrics listener: %w", err)
+		}
+		stopMetrics = serveMetrics(mln, met.Handler(), log)
+		log.Info("metrics listening", "addr", mln.Addr().String())
+	}
+	defer stopMetrics()
 	// Streams end when baseCtx is cancelled, which happens before Shutdown: Shutdown does not
 	// interrupt active connections, so without this a long SSE stream would hold it up.
 	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
@@ -248,4 +270,33 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// serveMetrics serves GET /metrics (and nothing else) on ln until the returned stop is called.
+func serveMetrics(ln net.Listener, h http.Handler, log *slog.Logger) (stop func()) {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", h)
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("the metrics listener failed", "err", err)
+		}
+	}()
+	return sync.OnceFunc(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			srv.Close()
+		}
+		<-done
+	})
 }
