@@ -43,6 +43,8 @@ func (s *server) routes() {
 
 	if s.MetricsHandler != nil {
 		s.mux.Handle("GET /metrics", s.pipe(admin, s.MetricsHandler))
+	} else { // served elsewhere (--metrics-addr) or not at all: not the UI's page either
+		s.mux.Handle("GET /metrics", s.pipe(policy{open: true}, s.handleNotFound()))
 	}
 
 	s.mux.Handle("/api/", s.pipe(policy{open: true}, s.handleNotFound()))

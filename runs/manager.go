@@ -410,10 +410,11 @@ func (r *Run) Go(fn Func) {
 					RetryAfter: parley.RetryAfterSeconds(err)}})
 			}
 		}
-		r.emitDone(finish)
 		if m.opts.Metrics != nil {
+			// Before done goes out: a client that saw done finds the run counted.
 			m.opts.Metrics.RunFinished(finish)
 		}
+		r.emitDone(finish)
 		if m.afterDone != nil {
 			m.afterDone()
 		}

@@ -17,12 +17,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parleyhq/parley/internal/testlog"
 	"github.com/parleyhq/parley/store/postgres/pgtest"
 )
 
 // startInProcess runs `parley serve` in this process on a free port and returns its URL. The
 // server is stopped (as by SIGTERM) when the test ends, and must stop cleanly.
 func startInProcess(t *testing.T, env map[string]string, args ...string) string {
+	t.Helper()
+	url, _ := startInProcessLogs(t, env, args...)
+	return url
+}
+
+// startInProcessLogs is startInProcess that also returns the server's log, as it grows (every
+// line logged before the "listening" line is in it on return).
+func startInProcessLogs(t *testing.T, env map[string]string, args ...string) (string, *testlog.Buffer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
@@ -34,8 +43,8 @@ func startInProcess(t *testing.T, env map[string]string, args ...string) string 
 		pw.Close()
 		done <- err
 	}()
-	var logs bytes.Buffer
-	url := waitListening(t, pr, &logs)
+	logs := &testlog.Buffer{}
+	url := waitListening(t, pr, logs)
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -47,7 +56,7 @@ func startInProcess(t *testing.T, env map[string]string, args ...string) string 
 			t.Errorf("serve did not stop within 20s of cancellation")
 		}
 	})
-	return url
+	return url, logs
 }
 
 // readmeBlock returns the shell block that follows the marker comment in README.md.
