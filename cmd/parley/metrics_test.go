@@ -227,10 +227,10 @@ func TestMetricsAccess(t *testing.T) {
 
 	url := startInProcess(t, nil, "--db", db, "--auth", "keys")
 	if code, body := get(t, url+"/metrics", ""); code != 401 {
-		t.Errorf("/metrics without a key: %d %s", code, body)
+		t.Errorf("/metrics without a key: %d %.200s", code, body)
 	}
 	if code, body := get(t, url+"/metrics", user); code != 403 {
-		t.Errorf("/metrics with a user's key: %d %s", code, body)
+		t.Errorf("/metrics with a user's key: %d %.200s", code, body)
 	}
 	if fams := scrape(t, url, admin); fams["parley_http_requests_total"] == nil {
 		t.Errorf("/metrics with an admin key lacks parley_http_requests_total")
@@ -248,6 +248,6 @@ func TestMetricsAccess(t *testing.T) {
 		t.Errorf("the metrics listener counts %v requests to /api/v1/me, want 1", got)
 	}
 	if code, body := get(t, url+"/metrics", admin); code != 404 {
-		t.Errorf("/metrics on the API's listener with --metrics-addr: %d %s, want 404", code, body)
+		t.Errorf("/metrics on the API's listener with --metrics-addr: %d %.200s, want 404", code, body)
 	}
 }
