@@ -75,14 +75,15 @@ func scrapeUntil(t *testing.T, url, key, what string, ok func(map[string]*dto.Me
 		if time.Now().After(deadline) {
 			t.Fatalf("after 30s the metrics still do not show %s", what)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
 // TestMetricsMoveWithAChatAndAToolCall runs a real server with the mock model, has a chat in which
 // the model calls the calculator, and finds each series of the chat moved in /metrics.
 func TestMetricsMoveWithAChatAndAToolCall(t *testing.T) {
-	url := startInProcess(t, nil) // loopback, --auth off: the local user is an admin
+	// Loopback, --auth off: the local user is an admin. No rate limit: the test scrapes often.
+	url := startInProcess(t, nil, "--rate-limit", "off")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	resp := postStream(t, ctx, url, map[string]any{"message": "What is 12*(3+4)?"})
