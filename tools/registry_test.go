@@ -69,7 +69,14 @@ func TestSpecsSelection(t *testing.T) {
 }
 
 func TestCallOutcomes(t *testing.T) {
-	r := NewRegistry(WithTimeout(50 * time.Millisecond))
+	type observed struct{ tool, server, outcome string }
+	var seen []observed
+	r := NewRegistry(WithTimeout(50*time.Millisecond), WithObserver(func(tool, server, outcome string, d time.Duration) {
+		if d <= 0 {
+			t.Errorf("%s: observed without a duration", tool)
+		}
+		seen = append(seen, observed{tool, server, outcome})
+	}))
 	must := func(err error) {
 		if err != nil {
 			t.Fatal(err)
@@ -99,21 +106,26 @@ func TestCallOutcomes(t *testing.T) {
 		allowed map[string]bool
 		ok      bool
 		want    string
+		obs     observed // what the observer is told
 	}{
-		{tc("echo", `{"a":1}`), nil, true, `{"a":1}`},
-		{tc("echo", ``), nil, true, `{}`},
-		{tc("echo", `{"a":`), nil, false, "not a JSON object"},
-		{tc("echo", `[1]`), nil, false, "not a JSON object"},
-		{tc("echo", `{}`), map[string]bool{"other": true}, false, `unknown tool "echo"`},
-		{tc("nope", `{}`), nil, false, `unknown tool "nope"`},
-		{tc("fails", `{}`), nil, false, "fails failed: disk on fire"},
-		{tc("soft", `{}`), nil, false, "no such file"},
-		{tc("panics", `{}`), nil, false, "crashed"},
-		{tc("slow", `{}`), nil, false, "timed out after 50ms"},
-		{tc("deaf", `{}`), nil, false, "timed out"},
+		{tc("echo", `{"a":1}`), nil, true, `{"a":1}`, observed{"echo", "", OutcomeOK}},
+		{tc("echo", ``), nil, true, `{}`, observed{"echo", "", OutcomeOK}},
+		{tc("echo", `{"a":`), nil, false, "not a JSON object", observed{"echo", "", OutcomeRefused}},
+		{tc("echo", `[1]`), nil, false, "not a JSON object", observed{"echo", "", OutcomeRefused}},
+		{tc("echo", `{}`), map[string]bool{"other": true}, false, `unknown tool "echo"`, observed{"echo", "", OutcomeRefused}},
+		{tc("nope", `{}`), nil, false, `unknown tool "nope"`, observed{"", "", OutcomeRefused}},
+		{tc("fails", `{}`), nil, false, "fails failed: disk on fire", observed{"fails", "", OutcomeError}},
+		{tc("soft", `{}`), nil, false, "no such file", observed{"soft", "", OutcomeError}},
+		{tc("panics", `{}`), nil, false, "crashed", observed{"panics", "", OutcomeError}},
+		{tc("slow", `{}`), nil, false, "timed out after 50ms", observed{"slow", "", OutcomeTimeout}},
+		{tc("deaf", `{}`), nil, false, "timed out", observed{"deaf", "", OutcomeTimeout}},
 	} {
 		start := time.Now()
+		seen = nil
 		out := r.Call(context.Background(), c.call, c.allowed)
+		if len(seen) != 1 || seen[0] != c.obs {
+			t.Errorf("%s(%s): observed %+v, want [%+v]", c.call.Function.Name, c.call.Function.Arguments, seen, c.obs)
+		}
 		if out.Success != c.ok || !strings.Contains(out.Content.String(), c.want) {
 			t.Errorf("%s(%s): success=%v %q, want %v %q", c.call.Function.Name, c.call.Function.Arguments, out.Success, out.Content.String(), c.ok, c.want)
 		}
