@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,4 +61,31 @@ func TestRecorders(t *testing.T) {
 	nilM.Request("", "GET", 200, 0)
 	nilM.StreamOpened("sse")()
 	nilM.ModelCall("a/b", true, 0, 0, nil)
+}
+
+func TestBreakerStates(t *testing.T) {
+	m := New()
+	state := "closed"
+	m.AddBreakers(func() []Breaker {
+		return []Breaker{{"provider", "openai", state}, {"provider", "openai", state}, {"tool", "calculator", "closed"}}
+	})
+	want := func(open float64) string {
+		return fmt.Sprintf(`
+# HELP parley_breaker_state Circuit breakers of provider endpoints, tools and MCP servers: 1 for the breaker's current state (closed, open, half_open), 0 for the others.
+# TYPE parley_breaker_state gauge
+parley_breaker_state{kind="provider",name="openai",state="closed"} %v
+parley_breaker_state{kind="provider",name="openai",state="half_open"} 0
+parley_breaker_state{kind="provider",name="openai",state="open"} %v
+parley_breaker_state{kind="tool",name="calculator",state="closed"} 1
+parley_breaker_state{kind="tool",name="calculator",state="half_open"} 0
+parley_breaker_state{kind="tool",name="calculator",state="open"} 0
+`, 1-open, open)
+	}
+	if err := testutil.GatherAndCompare(m.reg, strings.NewReader(want(0)), "parley_breaker_state"); err != nil {
+		t.Error(err)
+	}
+	state = "open" // read at each scrape
+	if err := testutil.GatherAndCompare(m.reg, strings.NewReader(want(1)), "parley_breaker_state"); err != nil {
+		t.Error(err)
+	}
 }

@@ -132,6 +132,14 @@ func TestMetricsMoveWithAChatAndAToolCall(t *testing.T) {
 			t.Errorf("%s%v = %v, want at least %v", c.name, c.labels, got, c.min)
 		}
 	}
+	for _, b := range []map[string]string{
+		{"kind": "provider", "name": "mock", "state": "closed"},
+		{"kind": "tool", "name": "calculator", "state": "closed"},
+	} {
+		if got := sample(fams, "parley_breaker_state", b); got != 1 {
+			t.Errorf("parley_breaker_state%v = %v, want 1", b, got)
+		}
+	}
 	if got := sample(fams, "parley_runs_active", nil); got != 0 {
 		t.Errorf("parley_runs_active = %v after the run, want 0", got)
 	}

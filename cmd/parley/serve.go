@@ -156,6 +156,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if maxStreams == 0 {
 		maxStreams = -1 // the flag's "no bound" is Deps' negative (its 0 is the default)
 	}
+	met.AddBreakers(func() []metrics.Breaker {
+		ts, ss := toolInfos(reg, mcpServers)
+		return breakerStates(modelInfos(models), ts, ss)
+	})
 	var closing atomic.Bool
 	// /metrics is served on its own listener when --metrics-addr names one, else on the API's,
 	// for admin identities only.
@@ -299,4 +303,20 @@ func serveMetrics(ln net.Listener, h http.Handler, log *slog.Logger) (stop func(
 		}
 		<-done
 	})
+}
+
+// breakerStates lists the breakers of the provider endpoints (one per provider, whichever of its
+// models lists it), the tools and the MCP servers, for the metrics.
+func breakerStates(ms []httpapi.ModelInfo, ts []httpapi.ToolInfo, ss []httpapi.ServerInfo) []metrics.Breaker {
+	var out []metrics.Breaker
+	for _, m := range ms {
+		out = append(out, metrics.Breaker{Kind: "provider", Name: m.Provider, State: m.Breaker})
+	}
+	for _, t := range ts {
+		out = append(out, metrics.Breaker{Kind: "tool", Name: t.Name, State: t.Breaker})
+	}
+	for _, s := range ss {
+		out = append(out, metrics.Breaker{Kind: "mcp_server", Name: s.Name, State: s.Breaker})
+	}
+	return out
 }
