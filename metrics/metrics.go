@@ -51,6 +51,8 @@ type Metrics struct {
 
 	streams *prometheus.GaugeVec
 
+	subscribers *prometheus.CounterVec
+
 	models, providers, tools, servers bounded
 }
 
@@ -104,7 +106,10 @@ func New() *Metrics {
 	m.streams = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "parley_streams_open", Help: "Open event streams, by kind (sse or websocket).",
 	}, []string{"kind"})
-	m.reg.MustRegister(m.httpRequests, m.httpDuration, m.runsStarted, m.runsFinished, m.runsActive,
+	m.subscribers = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "parley_slow_subscribers_total", Help: "Stream subscribers detached from their session's hub for falling a queue behind (event=detached), and detached ones that caught up and joined it again (event=caught_up).",
+	}, []string{"event"})
+	m.reg.MustRegister(m.subscribers, m.httpRequests, m.httpDuration, m.runsStarted, m.runsFinished, m.runsActive,
 		m.modelCalls, m.modelDuration, m.modelTTFT, m.tokens, m.cost, m.toolCalls, m.toolDuration, m.streams,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -226,6 +231,20 @@ func (m *Metrics) StreamOpened(kind string) (closed func()) {
 	g.Inc()
 	var once sync.Once
 	return func() { once.Do(g.Dec) }
+}
+
+// SubscriberDetached records a slow subscriber detached from its session's hub.
+func (m *Metrics) SubscriberDetached() {
+	if m != nil {
+		m.subscribers.WithLabelValues("detached").Inc()
+	}
+}
+
+// SubscriberCaughtUp records a detached subscriber that caught up and joined its hub again.
+func (m *Metrics) SubscriberCaughtUp() {
+	if m != nil {
+		m.subscribers.WithLabelValues("caught_up").Inc()
+	}
 }
 
 // bounded admits at most MaxLabelValues distinct values of one label.

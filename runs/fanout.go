@@ -71,6 +71,7 @@ type Subscription struct {
 	spare    []*Frame // the queue handed out last time, reused
 	attached bool
 	closed   bool
+	detached bool // detached by the hub and not attached again yet
 }
 
 // Subscribe returns a subscription to the session's events after seq `after` (Join: from the
@@ -221,6 +222,12 @@ func (h *hub) attach(s *Subscription, caughtUp bool, mark int64) bool {
 		return true
 	}
 	s.attached = true
+	if s.detached {
+		s.detached = false
+		if mt := h.m.opts.Metrics; mt != nil {
+			mt.SubscriberCaughtUp()
+		}
+	}
 	for _, f := range h.ring {
 		if f.Seq > s.after {
 			s.queue = append(s.queue, f)
@@ -294,7 +301,10 @@ func (s *Subscription) deliver(frames []*Frame, size int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.queue)+len(frames) > subQueue || s.queued+size > subQueueBytes {
-		s.attached = false
+		s.attached, s.detached = false, true
+		if mt := s.m.opts.Metrics; mt != nil {
+			mt.SubscriberDetached()
+		}
 	} else {
 		s.queue = append(s.queue, frames...)
 		s.queued += size

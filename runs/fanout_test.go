@@ -150,7 +150,8 @@ func itoa(n int64) string {
 // memory and store, misses nothing and joins the hub again.
 func TestSlowSubscriberCatchesUp(t *testing.T) {
 	ev := newMemEvents()
-	m := NewManager(Options{Events: ev, FlushEvery: time.Millisecond})
+	counts := &countingMetrics{}
+	m := NewManager(Options{Events: ev, FlushEvery: time.Millisecond, Metrics: counts})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	slow := m.Subscribe(ctx, "s1", Join)
@@ -185,7 +186,32 @@ func TestSlowSubscriberCatchesUp(t *testing.T) {
 	if !attached {
 		t.Fatal("a subscriber that caught up is not attached to the hub again")
 	}
+	counts.mu.Lock()
+	defer counts.mu.Unlock()
+	if counts.detached != 1 || counts.caughtUp != 1 || counts.started != 2 || counts.finished[parley.FinishStop] != 2 {
+		t.Fatalf("metrics: %d detached, %d caught up, %d runs started, finished %v; want 1, 1, 2 and 2 stop",
+			counts.detached, counts.caughtUp, counts.started, counts.finished)
+	}
 }
+
+// countingMetrics counts what a Manager reports.
+type countingMetrics struct {
+	mu                          sync.Mutex
+	started, detached, caughtUp int
+	finished                    map[string]int
+}
+
+func (c *countingMetrics) RunStarted() { c.mu.Lock(); c.started++; c.mu.Unlock() }
+func (c *countingMetrics) RunFinished(reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.finished == nil {
+		c.finished = map[string]int{}
+	}
+	c.finished[reason]++
+}
+func (c *countingMetrics) SubscriberDetached() { c.mu.Lock(); c.detached++; c.mu.Unlock() }
+func (c *countingMetrics) SubscriberCaughtUp() { c.mu.Lock(); c.caughtUp++; c.mu.Unlock() }
 
 // failingEvents fails ListEvents while fail is set.
 type failingEvents struct {

@@ -58,10 +58,14 @@ type Options struct {
 	Metrics Metrics
 }
 
-// Metrics records runs as they start and finish.
+// Metrics records runs as they start and finish, and slow subscribers.
 type Metrics interface {
 	RunStarted()
 	RunFinished(reason string) // reason: parley.Finish*
+	// SubscriberDetached: a subscriber fell a queue behind and was detached from its session's
+	// hub; SubscriberCaughtUp: a detached one read what it missed and joined the hub again.
+	SubscriberDetached()
+	SubscriberCaughtUp()
 }
 
 // Relay carries a session's events between instances.
