@@ -188,8 +188,10 @@ func TestSlowSubscriberCatchesUp(t *testing.T) {
 	}
 	counts.mu.Lock()
 	defer counts.mu.Unlock()
-	if counts.detached != 1 || counts.caughtUp != 1 || counts.started != 2 || counts.finished[parley.FinishStop] != 2 {
-		t.Fatalf("metrics: %d detached, %d caught up, %d runs started, finished %v; want 1, 1, 2 and 2 stop",
+	// The slow subscriber was detached and caught up; on a busy machine the fast one may have
+	// been too.
+	if counts.detached < 1 || counts.caughtUp < 1 || counts.caughtUp > counts.detached || counts.started != 2 || counts.finished[parley.FinishStop] != 2 {
+		t.Fatalf("metrics: %d detached, %d caught up, %d runs started, finished %v; want at least 1 and 1 (no more caught up than detached), 2 and 2 stop",
 			counts.detached, counts.caughtUp, counts.started, counts.finished)
 	}
 }
