@@ -52,6 +52,8 @@ type Metrics struct {
 	streams *prometheus.GaugeVec
 
 	subscribers *prometheus.CounterVec
+	appends     *prometheus.HistogramVec
+	publishes   *prometheus.HistogramVec
 
 	models, providers, tools, servers bounded
 }
@@ -109,7 +111,15 @@ func New() *Metrics {
 	m.subscribers = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "parley_slow_subscribers_total", Help: "Stream subscribers detached from their session's hub for falling a queue behind (event=detached), and detached ones that caught up and joined it again (event=caught_up).",
 	}, []string{"event"})
-	m.reg.MustRegister(m.subscribers, m.httpRequests, m.httpDuration, m.runsStarted, m.runsFinished, m.runsActive,
+	m.appends = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "parley_store_append_duration_seconds", Help: "Time to store one batch of a run's events (one AppendEvents call), by outcome (ok or error).",
+		Buckets: prometheus.DefBuckets,
+	}, []string{"outcome"})
+	m.publishes = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "parley_relay_publish_duration_seconds", Help: "Time to publish one batch of a run's events to the other instances (Redis), by outcome (ok or error).",
+		Buckets: prometheus.DefBuckets,
+	}, []string{"outcome"})
+	m.reg.MustRegister(m.appends, m.publishes, m.subscribers, m.httpRequests, m.httpDuration, m.runsStarted, m.runsFinished, m.runsActive,
 		m.modelCalls, m.modelDuration, m.modelTTFT, m.tokens, m.cost, m.toolCalls, m.toolDuration, m.streams,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -182,11 +192,7 @@ func (m *Metrics) ModelCall(model string, failed bool, d, ttft time.Duration, u 
 		prov, name = "", model
 	}
 	prov, name = m.providers.of(prov), m.models.of(name)
-	outcome := "ok"
-	if failed {
-		outcome = "error"
-	}
-	m.modelCalls.WithLabelValues(prov, name, outcome).Inc()
+	m.modelCalls.WithLabelValues(prov, name, outcome(failed)).Inc()
 	m.modelDuration.WithLabelValues(prov, name).Observe(d.Seconds())
 	if ttft > 0 {
 		m.modelTTFT.WithLabelValues(prov, name).Observe(ttft.Seconds())
@@ -245,6 +251,27 @@ func (m *Metrics) SubscriberCaughtUp() {
 	if m != nil {
 		m.subscribers.WithLabelValues("caught_up").Inc()
 	}
+}
+
+// StoreAppend records one batch of run events stored (or not: failed).
+func (m *Metrics) StoreAppend(d time.Duration, failed bool) {
+	if m != nil {
+		m.appends.WithLabelValues(outcome(failed)).Observe(d.Seconds())
+	}
+}
+
+// RelayPublish records one batch of run events published to the other instances.
+func (m *Metrics) RelayPublish(d time.Duration, failed bool) {
+	if m != nil {
+		m.publishes.WithLabelValues(outcome(failed)).Observe(d.Seconds())
+	}
+}
+
+func outcome(failed bool) string {
+	if failed {
+		return "error"
+	}
+	return "ok"
 }
 
 // bounded admits at most MaxLabelValues distinct values of one label.

@@ -188,6 +188,9 @@ func TestSlowSubscriberCatchesUp(t *testing.T) {
 	}
 	counts.mu.Lock()
 	defer counts.mu.Unlock()
+	if counts.appends == 0 {
+		t.Error("metrics: no store append timed")
+	}
 	// The slow subscriber was detached and caught up; on a busy machine the fast one may have
 	// been too.
 	if counts.detached < 1 || counts.caughtUp < 1 || counts.caughtUp > counts.detached || counts.started != 2 || counts.finished[parley.FinishStop] != 2 {
@@ -200,7 +203,15 @@ func TestSlowSubscriberCatchesUp(t *testing.T) {
 type countingMetrics struct {
 	mu                          sync.Mutex
 	started, detached, caughtUp int
+	appends, publishes          int
 	finished                    map[string]int
+}
+
+func (c *countingMetrics) StoreAppend(time.Duration, bool) { c.mu.Lock(); c.appends++; c.mu.Unlock() }
+func (c *countingMetrics) RelayPublish(time.Duration, bool) {
+	c.mu.Lock()
+	c.publishes++
+	c.mu.Unlock()
 }
 
 func (c *countingMetrics) RunStarted() { c.mu.Lock(); c.started++; c.mu.Unlock() }
@@ -390,5 +401,32 @@ func TestLeavingDoesNotCancelAStoreRead(t *testing.T) {
 	case <-closed:
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close did not return after the read finished")
+	}
+}
+
+// publishRelay is a Relay that only takes what is published.
+type publishRelay struct{}
+
+func (publishRelay) Publish(context.Context, string, []parley.Event) error { return nil }
+func (publishRelay) Range(context.Context, string, int64, int) ([]parley.Event, error) {
+	return nil, nil
+}
+func (publishRelay) Watch(string) (<-chan struct{}, func()) { return nil, func() {} }
+
+// A run's batches to the store and the relay are timed for the metrics.
+func TestStoreAndRelayBatchesAreTimed(t *testing.T) {
+	counts := &countingMetrics{}
+	m := NewManager(Options{Events: newMemEvents(), FlushEvery: time.Millisecond, Relay: publishRelay{}, Metrics: counts})
+	r, _ := m.Begin(context.Background(), Spec{Session: "s1"})
+	r.Go(chunks(3))
+	select {
+	case <-r.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the run did not end")
+	}
+	counts.mu.Lock()
+	defer counts.mu.Unlock()
+	if counts.appends == 0 || counts.publishes == 0 {
+		t.Fatalf("timed %d store appends and %d relay publishes, want some of each", counts.appends, counts.publishes)
 	}
 }

@@ -66,6 +66,10 @@ type Metrics interface {
 	// hub; SubscriberCaughtUp: a detached one read what it missed and joined the hub again.
 	SubscriberDetached()
 	SubscriberCaughtUp()
+	// StoreAppend: one AppendEvents call (a batch of a run's events) took d; RelayPublish: one
+	// Publish to the other instances took d.
+	StoreAppend(d time.Duration, failed bool)
+	RelayPublish(d time.Duration, failed bool)
 }
 
 // Relay carries a session's events between instances.
@@ -520,7 +524,12 @@ func (r *Run) relayEvents() {
 		}
 		if len(evs) > 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-			if err := m.opts.Relay.Publish(ctx, r.SessionID, evs); err != nil {
+			start := time.Now()
+			err := m.opts.Relay.Publish(ctx, r.SessionID, evs)
+			if m.opts.Metrics != nil {
+				m.opts.Metrics.RelayPublish(time.Since(start), err != nil)
+			}
+			if err != nil {
 				// Other instances' clients then read these events from the store.
 				m.opts.Log.Warn("could not relay run events", "run", r.ID, "from", evs[0].Seq, "err", err)
 			}
@@ -541,8 +550,12 @@ func (r *Run) storeEvents(evs []parley.Event) {
 			time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+		start := time.Now()
 		err = m.opts.Events.AppendEvents(ctx, r.SessionID, m.opts.Now(), evs)
 		cancel()
+		if m.opts.Metrics != nil {
+			m.opts.Metrics.StoreAppend(time.Since(start), err != nil)
+		}
 		if err == nil || parley.CodeOf(err) == parley.ECNotFound { // a deleted session keeps nothing
 			return
 		}
