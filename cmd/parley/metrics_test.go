@@ -127,6 +127,7 @@ func TestMetricsMoveWithAChatAndAToolCall(t *testing.T) {
 		{"parley_model_tokens_total", map[string]string{"provider": "mock", "model": "mock", "kind": "output"}, 1},
 		{"parley_tool_calls_total", map[string]string{"tool": "calculator", "server": "", "outcome": "ok"}, 1},
 		{"parley_tool_call_duration_seconds", map[string]string{"tool": "calculator", "server": ""}, 1},
+		{"parley_store_append_duration_seconds", map[string]string{"outcome": "ok"}, 1},
 	} {
 		if got := sample(fams, c.name, c.labels); got < c.min {
 			t.Errorf("%s%v = %v, want at least %v", c.name, c.labels, got, c.min)
