@@ -257,6 +257,9 @@ func TestMetricsAccess(t *testing.T) {
 	if got := sample(fams, "parley_http_requests_total", map[string]string{"route": "/api/v1/me", "code": "200"}); got != 1 {
 		t.Errorf("the metrics listener counts %v requests to /api/v1/me, want 1", got)
 	}
+	if code, _ := get(t, "http://"+m[1]+"/api/v1/me", admin); code != 404 {
+		t.Errorf("the metrics listener serves the API: /api/v1/me answered %d", code)
+	}
 	if code, body := get(t, url+"/metrics", admin); code != 404 {
 		t.Errorf("/metrics on the API's listener with --metrics-addr: %d %.200s, want 404", code, body)
 	}
