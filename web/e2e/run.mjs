@@ -392,9 +392,19 @@ const cases = [
       await page.goto(BASE + '/')
       const links = page.locator('.sessions .session-link')
       await page.getByRole('searchbox', { name: 'Search conversations by title' }).fill(`Page ${tag}`)
-      await page.waitForFunction(() => document.querySelectorAll('.sessions .session-link').length === 30, null, { timeout: T })
+      // The list before the search also has 30 rows: wait for 30 rows of the search itself.
+      const rowsOf = (n, tag) =>
+        page.waitForFunction(
+          ([n, tag]) => {
+            const rows = [...document.querySelectorAll('.sessions .session-link')]
+            return rows.length === n && rows.every((a) => a.textContent.includes(`Page ${tag}`))
+          },
+          [n, tag],
+          { timeout: T },
+        )
+      await rowsOf(30, tag)
       await page.getByRole('button', { name: 'Load more' }).click()
-      await page.waitForFunction(() => document.querySelectorAll('.sessions .session-link').length === 32, null, { timeout: T })
+      await rowsOf(32, tag)
       await page.getByRole('searchbox', { name: 'Search conversations by title' }).fill(`trip ${tag}`)
       await page.waitForFunction(
         () => [...document.querySelectorAll('.sessions .session-link')].map((a) => a.textContent).join('|').match(/^Gamma trip \S+\|Alpha trip \S+$/),

@@ -1,4 +1,4 @@
-import { useEffect, useState } from 'react'
+import { useEffect, useRef, useState } from 'react'
 import { deleteSession, getKey, listSessions, renameSession, type Me, type Session } from './api'
 
 interface Props {
@@ -26,11 +26,14 @@ export function Sidebar(p: Props) {
     return () => clearTimeout(t)
   }, [q])
 
+  // The query of the list shown.
+  const shown = useRef('')
   useEffect(() => {
     let live = true
     listSessions(query, '')
       .then((r) => {
         if (!live) return
+        shown.current = query
         setItems(r.sessions)
         setNext(r.next_cursor ?? '')
         setErr('')
@@ -42,8 +45,12 @@ export function Sidebar(p: Props) {
   }, [query, p.version])
 
   const more = async () => {
+    // The next page of the list shown (its cursor belongs to that query); dropped if the list
+    // changed to another query meanwhile.
+    const asked = shown.current
     try {
-      const r = await listSessions(query, next)
+      const r = await listSessions(asked, next)
+      if (shown.current !== asked) return
       setItems((old) => [...old, ...r.sessions.filter((s) => !old.some((o) => o.id === s.id))])
       setNext(r.next_cursor ?? '')
     } catch (e) {
