@@ -263,6 +263,12 @@ const cases = [
       assert(await page.evaluate(() => window.__sawReconnecting), 'the page showed that it was reconnecting')
       assert(urls.some((u) => /after=\d+/.test(u)), 'it reconnected with after=<seq>: ' + urls.join(' '))
       assert((await lastAnswer(page)).trim() === text, 'the answer exactly once')
+      // A message sent while the connection is down goes out once it is back up.
+      await enqueue({ Content: 'Sent after the drop.' })
+      await page.evaluate(() => window.__parleyConn.drop())
+      await send(page, 'While reconnecting')
+      await page.getByText('Sent after the drop.').waitFor({ timeout: T })
+      assert(count(await page.locator('.messages').innerText(), 'While reconnecting') === 1, 'the message was sent once')
       return page
     },
   ],

@@ -32,6 +32,9 @@ export class Conn {
   private batch: Frame[] = []
   private flushTimer?: ReturnType<typeof setTimeout>
   private retryTimer?: ReturnType<typeof setTimeout>
+  // connected: the server has said so on this socket; waiters are requests made before it had.
+  private connected = false
+  private waiters: Array<() => void> = []
   lastSeq = 0
   sessionId?: string
 
@@ -67,6 +70,7 @@ export class Conn {
     ws.onclose = () => {
       if (this.ws !== ws) return
       this.ws = undefined
+      this.connected = false
       for (const [, p] of this.pending) {
         clearTimeout(p.timer)
         p.reject(new Error('connection lost'))
@@ -94,6 +98,10 @@ export class Conn {
     }
     if (f.seq === undefined && f.type === 'status' && f.data?.state === 'connected') {
       this.attempt = 0
+      this.connected = true
+      const waiting = this.waiters
+      this.waiters = []
+      for (const w of waiting) w()
       this.o.onState('open')
       if (f.data.session_id && !this.sessionId) this.sessionId = f.data.session_id
       this.o.onConnected(f.data)
@@ -122,8 +130,31 @@ export class Conn {
     if (b.length) this.o.onFrames(b)
   }
 
-  // request sends a client frame and waits (at most 15 s) for its reply.
+  // whenConnected resolves once the server has greeted this connection (at once if it has), or
+  // fails after ms: a message sent while the socket (re)connects goes out when it is up.
+  private whenConnected(ms: number): Promise<void> {
+    if (this.connected && this.ws?.readyState === WebSocket.OPEN) return Promise.resolve()
+    if (this.closed) return Promise.reject(new Error('connection closed'))
+    return new Promise((resolve, reject) => {
+      const done = () => {
+        clearTimeout(timer)
+        resolve()
+      }
+      const timer = setTimeout(() => {
+        this.waiters = this.waiters.filter((w) => w !== done)
+        reject(new Error('not connected; reconnecting'))
+      }, ms)
+      this.waiters.push(done)
+    })
+  }
+
+  // request sends a client frame once the connection is up (waiting at most 10 s for it) and
+  // waits (at most 15 s) for its reply.
   request(type: string, data?: unknown): Promise<any> {
+    return this.whenConnected(10000).then(() => this.send(type, data))
+  }
+
+  private send(type: string, data?: unknown): Promise<any> {
     const ws = this.ws
     if (!ws || ws.readyState !== WebSocket.OPEN) return Promise.reject(new Error('not connected; reconnecting'))
     const id = 'c' + this.nextId++
