@@ -56,6 +56,10 @@ type Config struct {
 	// ToolHistoryRounds and SystemPrompt shape the history sent to the model (package llmctx).
 	ToolHistoryRounds int
 	SystemPrompt      string
+	// TraceContent puts message content (the messages sent, the answer, tool arguments and
+	// results) in the model and tool call spans; without it they hold ids, names, models and
+	// token counts only.
+	TraceContent bool
 	// Metrics records each model call; nil records nothing.
 	Metrics Metrics
 	Log     *slog.Logger
@@ -187,8 +191,10 @@ func (a *Agent) loop(ctx context.Context, in Input, t *turn, res *Result) (*Resu
 			Tools:    specs,
 		}
 		start := time.Now()
-		resp, answeredBy, ttft, err := a.callModel(ctx, prov, req, emitSafe)
+		mctx, span := a.startModelSpan(ctx, in, req)
+		resp, answeredBy, ttft, err := a.callModel(mctx, prov, req, emitSafe)
 		latency := time.Since(start)
+		a.endModelSpan(span, answeredBy, resp, err)
 		if a.cfg.Metrics != nil {
 			var u *parley.Usage
 			if resp != nil {
@@ -384,11 +390,13 @@ func (a *Agent) runTools(ctx context.Context, in Input, calls []parley.ToolCall,
 				// The ledger says the call started before it does: a crash from here on leaves it
 				// in doubt, and only a tool that may run twice is run again (Resume).
 				if err := a.mark(ctx, in, call, parley.ToolCallStarted); err != nil {
-					a.cfg.Log.Error("tool call not recorded", "call", call.ID, "err", err)
+					a.cfg.Log.ErrorContext(ctx, "tool call not recorded", "call", call.ID, "err", err)
 					run = false
 					out = tools.Outcome{Content: parley.Text("error: not run: the call could not be recorded before it ran; try again")}
 				} else {
-					out = a.cfg.Tools.Call(ctx, call, allowed)
+					tctx, span := a.startToolSpan(ctx, in, call)
+					out = a.cfg.Tools.Call(tctx, call, allowed)
+					a.endToolSpan(span, out)
 				}
 			} else {
 				out = tools.Outcome{Content: parley.Text(fmt.Sprintf("error: not run: this request may make at most %d tool calls; answer with what you have", a.cfg.MaxToolCalls))}
@@ -411,7 +419,7 @@ func (a *Agent) runTools(ctx context.Context, in Input, calls []parley.ToolCall,
 				// Its result is stored: the call never runs again. Should this write fail, the
 				// stored result still answers the call.
 				if err := a.mark(ctx, in, call, parley.ToolCallDone); err != nil {
-					a.cfg.Log.Warn("tool call not marked done", "call", call.ID, "err", err)
+					a.cfg.Log.WarnContext(ctx, "tool call not marked done", "call", call.ID, "err", err)
 				}
 			}
 			emit(parley.Event{Type: parley.EventToolResult, Message: msg})
@@ -510,7 +518,7 @@ func (a *Agent) keepPartial(ctx context.Context, in Input, answeredBy string, re
 		msg.Error = code
 	}
 	if err := a.store(ctx, in.SessionID, msg); err != nil {
-		a.cfg.Log.Error("the turn's partial answer was not stored", "session", in.SessionID, "run", in.RunID, "err", err)
+		a.cfg.Log.ErrorContext(ctx, "the turn's partial answer was not stored", "session", in.SessionID, "run", in.RunID, "err", err)
 		return nil
 	}
 	return msg

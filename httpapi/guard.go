@@ -136,6 +136,7 @@ func (s *server) pipe(p policy, h http.Handler) http.Handler {
 			ctx = context.WithValue(ctx, bodyKey, v)
 		}
 		ctx = context.WithValue(ctx, identityKey, id)
+		noteUser(ctx, id.User) // for the access log
 		h.ServeHTTP(w, r.WithContext(ctx))
 	})
 }

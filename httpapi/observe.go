@@ -1,28 +1,39 @@
 package httpapi
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/internal/logctx"
 	"github.com/parleyhq/parley/redact"
+	"github.com/parleyhq/parley/tracing"
 )
 
 // defaultRetryAfter is the Retry-After of a 429 or 503 whose cause names no time of its own.
 const defaultRetryAfter = 5
 
-// observe is the outermost layer: it gives every request an id (the X-Request-Id header, and
-// every log line about the request), logs every server-side failure (a 5xx) with the request's id,
-// route and the error behind it, sanitized, and makes sure every 429 and 503 carries Retry-After,
-// whichever handler wrote it.
+// observe is the outermost layer: it gives every request an id (the client's valid X-Request-Id,
+// or a new one; returned in X-Request-Id and on every log line about the request), a server span
+// (the trace context of the client's traceparent, with tracing on) named after the route pattern,
+// an access log line, logs every server-side failure (a 5xx) with the request's id, route and the
+// error behind it, sanitized, and makes sure every 429 and 503 carries Retry-After, whichever
+// handler wrote it.
 func (s *server) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rid := newRequestID()
+		rid := requestID(r.Header.Get("X-Request-Id"))
 		w.Header().Set("X-Request-Id", rid)
 		if r.ContentLength != 0 {
 			// Until the pipeline has read the body whole, the connection is closed after the
@@ -30,16 +41,42 @@ func (s *server) observe(next http.Handler) http.Handler {
 			// 256 KiB, with no time limit) before answering: one byte a second would hold it.
 			w.Header().Set("Connection", "close")
 		}
+		base := r.Context()
+		ctx := otel.GetTextMapPropagator().Extract(base, propagation.HeaderCarrier(r.Header))
+		ctx, span := tracing.Tracer().Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(tracing.HTTPMethod.String(r.Method), tracing.RequestID.String(rid)))
+		defer span.End()
+		info := &requestInfo{}
+		ctx = context.WithValue(ctx, requestInfoKey, info)
+		ctx = logctx.With(ctx, "request_id", rid)
+		// The mux sets the pattern it matched on the request it is given: this one.
+		r = r.WithContext(ctx)
 		ow := &observedWriter{ResponseWriter: w}
 		start := time.Now()
 		next.ServeHTTP(ow, r)
+		elapsed := time.Since(start)
 		status := ow.status
 		if status == 0 {
 			status = http.StatusOK // nothing written: net/http answers 200
 		}
 		if s.Metrics != nil {
 			// r.Pattern is the mux's pattern (set on this request as it routed it): no ids.
-			s.Metrics.Request(r.Pattern, r.Method, status, time.Since(start))
+			s.Metrics.Request(r.Pattern, r.Method, status, elapsed)
+		}
+		path := routePath(r.Pattern)
+		span.SetName(r.Method + " " + path)
+		span.SetAttributes(tracing.HTTPRoute.String(path), tracing.HTTPStatusCode.Int(status))
+		if info.user != "" {
+			span.SetAttributes(tracing.User.String(info.user))
+		}
+		if status >= 500 {
+			span.SetStatus(codes.Error, http.StatusText(status))
+		}
+		if s.AccessLog {
+			s.Log.LogAttrs(base, slog.LevelInfo, "request",
+				slog.String("method", r.Method), slog.String("route", path), slog.Int("status", status),
+				slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000), slog.Int64("bytes", ow.bytes),
+				slog.String("user", info.user), slog.String("request_id", rid))
 		}
 		if ow.status < 500 {
 			return
@@ -58,8 +95,53 @@ func (s *server) observe(next http.Handler) http.Handler {
 		if ow.err != nil {
 			attrs = append(attrs, "code", parley.CodeOf(ow.err), "err", redact.String(errorText(ow.err)))
 		}
-		s.Log.Log(r.Context(), level, msg, attrs...)
+		s.Log.Log(base, level, msg, attrs...)
 	})
+}
+
+// routePath is the path of a mux pattern ("POST /api/v1/sessions/{id}" → "/api/v1/sessions/{id}");
+// "other" when no pattern matched.
+func routePath(pattern string) string {
+	if pattern == "" {
+		return "other"
+	}
+	if _, path, ok := strings.Cut(pattern, " "); ok {
+		return path
+	}
+	return pattern
+}
+
+// requestInfo is what the layers inside observe learn about a request that observe logs: the
+// user the pipeline authenticated.
+type requestInfo struct{ user string }
+
+type requestInfoKeyType struct{}
+
+var requestInfoKey requestInfoKeyType
+
+// noteUser tells observe who made the request.
+func noteUser(ctx context.Context, user string) {
+	if info, ok := ctx.Value(requestInfoKey).(*requestInfo); ok {
+		info.user = user
+	}
+}
+
+// maxRequestID bounds a client's X-Request-Id.
+const maxRequestID = 128
+
+// requestID returns the client's request id when it is 1 to 128 characters of letters, digits
+// and - _ . : (safe in logs and headers), else a new one.
+func requestID(client string) string {
+	if client == "" || len(client) > maxRequestID {
+		return newRequestID()
+	}
+	for i := 0; i < len(client); i++ {
+		c := client[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':') {
+			return newRequestID()
+		}
+	}
+	return client
 }
 
 // errorText is the whole text of err for the log: its message and what it wraps.
@@ -83,6 +165,7 @@ type observedWriter struct {
 	http.ResponseWriter
 	status int
 	err    error
+	bytes  int64 // body bytes written
 }
 
 func (w *observedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
@@ -103,7 +186,9 @@ func (w *observedWriter) Write(p []byte) (int, error) {
 	if w.status == 0 {
 		w.WriteHeader(http.StatusOK)
 	}
-	return w.ResponseWriter.Write(p)
+	n, err := w.ResponseWriter.Write(p)
+	w.bytes += int64(n)
+	return n, err
 }
 
 // noteError records the error behind the response (writeError calls it).

@@ -116,6 +116,9 @@ type Deps struct {
 	// MetricsHandler, when set, is served on GET /metrics to admin identities (cmd/parley sets it
 	// when no separate --metrics-addr listener serves it).
 	MetricsHandler http.Handler
+	// AccessLog logs a line for each request answered (method, route pattern, status, duration,
+	// bytes, user, request id) at info level.
+	AccessLog bool
 	// AuthRecheck is how often an open stream (SSE or WebSocket) checks that its key is still
 	// valid, through Auth's cache (default 5s); a revoked or expired key ends it.
 	AuthRecheck time.Duration

@@ -87,7 +87,7 @@ func (m *Manager) renew() {
 		}
 		// Ended meanwhile (its record is already ended), or taken over by another instance.
 		if finish, _ := r.Result(); finish == "" {
-			m.opts.Log.Error("run taken over by another instance while it ran here: aborted here", "run", id, "session", r.SessionID)
+			m.opts.Log.Error("run taken over by another instance while it ran here: aborted here", "run_id", id, "session_id", r.SessionID)
 			r.cancel()
 		}
 	}
@@ -128,7 +128,7 @@ func (m *Manager) takeOver(recover RecoverFunc, orphanedBy string, asOf func() t
 			err := m.adopt(rec, recover)
 			m.adopting.Done()
 			if err != nil && !errors.Is(err, ErrClosing) {
-				m.opts.Log.Error("could not take over a run", "run", rec.ID, "session", rec.SessionID, "err", err)
+				m.opts.Log.Error("could not take over a run", "run_id", rec.ID, "session_id", rec.SessionID, "err", err)
 			}
 		}
 		if len(recs) < claimBatch {
@@ -145,10 +145,10 @@ func (m *Manager) adopt(rec parley.RunRecord, recover RecoverFunc) error {
 	if own {
 		// A run of this process whose lease ran out before it was renewed (a stall): the claim
 		// has renewed it, and it goes on here. Not a conflict.
-		m.opts.Log.Warn("a run's lease ran out before it was renewed: this instance keeps it", "run", rec.ID, "session", rec.SessionID)
+		m.opts.Log.Warn("a run's lease ran out before it was renewed: this instance keeps it", "run_id", rec.ID, "session_id", rec.SessionID)
 		return nil
 	}
-	m.opts.Log.Warn("taking over a run whose process stopped", "run", rec.ID, "session", rec.SessionID, "attempt", rec.Attempts)
+	m.opts.Log.Warn("taking over a run whose process stopped", "run_id", rec.ID, "session_id", rec.SessionID, "attempt", rec.Attempts)
 	if err := m.claim(rec.SessionID, false); err != nil {
 		return err
 	}

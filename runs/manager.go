@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/bus"
 	"github.com/parleyhq/parley/redact"
@@ -167,6 +169,8 @@ type Run struct {
 	m       *Manager
 	ctx     context.Context
 	cancel  context.CancelFunc
+	logger  *slog.Logger      // Options.Log with the run's run_id and session_id
+	parent  trace.SpanContext // the span of the request that began the run, if any
 	started bool
 	done    chan struct{}
 	closed  chan struct{} // closed once the log is complete: the event writer drains it and stops
@@ -235,6 +239,10 @@ func (m *Manager) Begin(ctx context.Context, spec Spec) (*Run, error) {
 		}
 	}
 	r, err := m.open(id, spec, first)
+	if err == nil {
+		// The run's span is a child of the request's (it outlives the request, not the trace).
+		r.parent = trace.SpanContextFromContext(ctx)
+	}
 	if err != nil {
 		m.release(spec.Session, first+seqBlock-1, first-1)
 		if m.opts.Runs != nil {
@@ -282,6 +290,7 @@ func (m *Manager) open(id string, spec Spec, first int64) (*Run, error) {
 		Log: bus.NewLogFrom(m.opts.MaxEvents, first), m: m, ctx: rctx, cancel: cancel,
 		done: make(chan struct{}), closed: make(chan struct{}), written: make(chan struct{}), relayed: make(chan struct{}),
 		seqLimit: first + seqBlock - 1,
+		logger:   m.opts.Log.With("run_id", id, "session_id", spec.Session),
 	}
 	m.runs[r.ID] = r
 	m.active[spec.Session] = r
@@ -405,7 +414,10 @@ func (r *Run) Go(fn Func) {
 	}
 	go func() {
 		defer m.wg.Done()
-		finish, err := r.safeCall(fn, r.emit)
+		// Every record logged with the run's context carries its ids; its span is the parent of
+		// the model and tool call spans.
+		ctx, span := r.startSpan()
+		finish, err := r.safeCall(ctx, fn, r.emit)
 		if err != nil {
 			if parley.CodeOf(err) == parley.ECCanceled || errors.Is(err, context.Canceled) {
 				finish = parley.FinishAborted
@@ -413,7 +425,7 @@ func (r *Run) Go(fn Func) {
 				if finish == "" {
 					finish = parley.FinishError
 				}
-				m.opts.Log.Error("run failed", "run", r.ID, "session", r.SessionID, "err", err)
+				r.logger.Error("run failed", "err", err)
 				r.emit(parley.Event{Type: parley.EventError, Error: &parley.ErrorBody{Code: parley.CodeOf(err), Message: redact.String(parley.MessageOf(err)),
 					RetryAfter: parley.RetryAfterSeconds(err)}})
 			}
@@ -422,6 +434,7 @@ func (r *Run) Go(fn Func) {
 			// Before done goes out: a client that saw done finds the run counted.
 			m.opts.Metrics.RunFinished(finish)
 		}
+		endSpan(span, finish, err)
 		r.emitDone(finish)
 		if m.afterDone != nil {
 			m.afterDone()
@@ -445,7 +458,7 @@ func (r *Run) emitDone(finish string) {
 	if m.opts.Runs != nil { // the session is free on every instance before done goes out
 		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 		if err := m.opts.Runs.EndRun(ctx, r.ID, m.opts.Instance, finish, m.opts.Now()); err != nil {
-			m.opts.Log.Error("could not record the end of a run", "run", r.ID, "err", err)
+			r.logger.Error("could not record the end of a run", "err", err)
 		}
 		cancel()
 	}
@@ -472,9 +485,9 @@ func (r *Run) emit(ev parley.Event) {
 		switch {
 		case err != nil:
 			// Numbering goes on; only a crash of this process could now reuse numbers.
-			r.m.opts.Log.Error("could not reserve event numbers", "run", r.ID, "err", err)
+			r.logger.Error("could not reserve event numbers", "err", err)
 		case first != next:
-			r.m.opts.Log.Error("event numbers reserved out of order", "run", r.ID, "want", next, "got", first)
+			r.logger.Error("event numbers reserved out of order", "want", next, "got", first)
 		default:
 			r.seqLimit = first + seqBlock - 1
 		}
@@ -490,7 +503,7 @@ func (r *Run) writeEvents() {
 	for {
 		evs, done, err := r.Log.Read(context.Background(), after, 512)
 		if err != nil { // trimmed: the writer fell a whole log behind
-			m.opts.Log.Error("run events lost before they were stored", "run", r.ID, "after", after, "err", err)
+			r.logger.Error("run events lost before they were stored", "after", after, "err", err)
 			return
 		}
 		if len(evs) > 0 {
@@ -519,7 +532,7 @@ func (r *Run) relayEvents() {
 	for {
 		evs, done, err := r.Log.Read(context.Background(), after, 512)
 		if err != nil {
-			m.opts.Log.Error("run events not relayed", "run", r.ID, "after", after, "err", err)
+			r.logger.Error("run events not relayed", "after", after, "err", err)
 			return
 		}
 		if len(evs) > 0 {
@@ -531,7 +544,7 @@ func (r *Run) relayEvents() {
 			}
 			if err != nil {
 				// Other instances' clients then read these events from the store.
-				m.opts.Log.Warn("could not relay run events", "run", r.ID, "from", evs[0].Seq, "err", err)
+				r.logger.Warn("could not relay run events", "from", evs[0].Seq, "err", err)
 			}
 			cancel()
 			after = evs[len(evs)-1].Seq
@@ -560,19 +573,19 @@ func (r *Run) storeEvents(evs []parley.Event) {
 			return
 		}
 	}
-	m.opts.Log.Error("could not store run events", "run", r.ID, "from", evs[0].Seq, "to", evs[len(evs)-1].Seq, "err", err)
+	r.logger.Error("could not store run events", "from", evs[0].Seq, "to", evs[len(evs)-1].Seq, "err", err)
 }
 
 // safeCall runs fn and turns a panic into an internal error, so one bad run cannot take the
 // server down.
-func (r *Run) safeCall(fn Func, emit func(parley.Event)) (finish string, err error) {
+func (r *Run) safeCall(ctx context.Context, fn Func, emit func(parley.Event)) (finish string, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			r.m.opts.Log.Error("run panicked", "run", r.ID, "panic", p)
+			r.logger.Error("run panicked", "panic", p)
 			finish, err = parley.FinishError, parley.Errorf(parley.ECInternal, "internal error")
 		}
 	}()
-	return fn(r.ctx, emit)
+	return fn(ctx, emit)
 }
 
 func (r *Run) end(finish string, err error) {

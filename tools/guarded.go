@@ -142,7 +142,7 @@ func (r *Registry) admit(ctx context.Context, e entry, name string, args []byte,
 	if r.guard.Injection != InjectionOff {
 		if pattern, at := guard.Injection(obj); pattern != "" {
 			st.injection.Add(1)
-			r.log.Warn("tool arguments look like a prompt injection", "tool", name, "pattern", pattern, "at", at,
+			r.log.WarnContext(ctx, "tool arguments look like a prompt injection", "tool", name, "pattern", pattern, "at", at,
 				"mode", r.guard.Injection, "user", userOf(ctx))
 			if r.guard.Injection == InjectionBlock {
 				return failure("refused: the arguments of %s look like a prompt injection (%s in %s); the call was not made",
@@ -168,7 +168,7 @@ func (r *Registry) quota(ctx context.Context, name string) (Outcome, bool) {
 	check := func(key string, rate limit.Rate, whose string) (Outcome, bool) {
 		d, err := q.Allow(ctx, key, rate)
 		if err != nil {
-			r.log.Warn("tool quota unavailable; call let through", "tool", name, "err", err)
+			r.log.WarnContext(ctx, "tool quota unavailable; call let through", "tool", name, "err", err)
 			return Outcome{}, true
 		}
 		if !d.Allowed {

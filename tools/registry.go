@@ -394,7 +394,7 @@ func (r *Registry) run(ctx context.Context, t parley.Tool, name string, args jso
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
-				r.log.Error("tool panicked", "tool", name, "panic", p)
+				r.log.ErrorContext(ctx, "tool panicked", "tool", name, "panic", p)
 				done <- result{err: errors.New("the tool crashed")}
 			}
 		}()
@@ -407,7 +407,7 @@ func (r *Registry) run(ctx context.Context, t parley.Tool, name string, args jso
 			if ctx.Err() != nil && errors.Is(res.err, ctx.Err()) {
 				return r.ctxFailure(ctx, name, timeout)
 			}
-			r.log.Warn("tool failed", "tool", name, "err", res.err)
+			r.log.WarnContext(ctx, "tool failed", "tool", name, "err", res.err)
 			return failure("%s failed: %v", name, res.err), breaker.Failure
 		}
 		if res.res == nil {
@@ -428,7 +428,7 @@ func (r *Registry) run(ctx context.Context, t parley.Tool, name string, args jso
 
 func (r *Registry) ctxFailure(ctx context.Context, name string, timeout time.Duration) (Outcome, breaker.Outcome) {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		r.log.Warn("tool timed out", "tool", name, "timeout", timeout)
+		r.log.WarnContext(ctx, "tool timed out", "tool", name, "timeout", timeout)
 		out := failure("%s timed out after %s", name, timeout)
 		out.TimedOut = true
 		return out, breaker.Failure

@@ -91,6 +91,8 @@ type config struct {
 	MockTokenDelay    time.Duration
 	LogLevel          string
 	LogFormat         string
+	AccessLog         bool
+	TraceContent      bool
 
 	// From the config file only: they are structured.
 	Providers []providerConfig
@@ -172,6 +174,8 @@ func serveFlags(fs *flag.FlagSet, c *config) {
 	fs.DurationVar(&c.MockTokenDelay, "mock-token-delay", 15*time.Millisecond, "delay between chunks of the offline mock model")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
+	fs.BoolVar(&c.AccessLog, "access-log", true, "log a line per request answered (method, route pattern, status, duration, bytes, user, request id) at info level")
+	fs.BoolVar(&c.TraceContent, "trace-content", false, "put message content (the messages sent to the model, its answer, tool arguments and results) in trace spans; off: spans hold names, ids, models and token counts only")
 }
 
 // envName is the environment variable for a flag.

@@ -18,6 +18,7 @@ import (
 	"runtime"
 	"syscall"
 
+	"github.com/parleyhq/parley/internal/logctx"
 	"github.com/parleyhq/parley/redact"
 )
 
@@ -92,10 +93,11 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	opts := &slog.HandlerOptions{Level: lv}
 	// Every record is redacted: no key, e-mail address, file path, URL path or stack trace in the
 	// logs (seed 003 §10).
+	// Records logged with a run's or a request's context carry its ids (package logctx).
 	if format == "json" {
-		return slog.New(redact.Handler(slog.NewJSONHandler(w, opts))), nil
+		return slog.New(logctx.Handler(redact.Handler(slog.NewJSONHandler(w, opts)))), nil
 	}
-	return slog.New(redact.Handler(slog.NewTextHandler(w, opts))), nil
+	return slog.New(logctx.Handler(redact.Handler(slog.NewTextHandler(w, opts)))), nil
 }
 
 // flagSet returns a FlagSet for a subcommand. Its usage (intro, then the flags) is written where

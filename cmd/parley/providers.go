@@ -13,6 +13,7 @@ import (
 	"github.com/parleyhq/parley/provider/ollama"
 	"github.com/parleyhq/parley/provider/openai"
 	"github.com/parleyhq/parley/provider/router"
+	"github.com/parleyhq/parley/tracing"
 )
 
 // providerConfig is one entry of the config file's "providers" list.
@@ -42,7 +43,8 @@ var defaultModels = map[string]string{"openai": "gpt-4o-mini", "anthropic": "cla
 // from the conventional variables (OpenAI, Anthropic, Gemini), or else the offline mock model:
 // never the mock beside a real provider, so that a real deployment never answers from it.
 func newRouter(c *config, getenv func(string) string, log *slog.Logger) (*router.Router, error) {
-	hc := &http.Client{}
+	// Each request carries the trace on (traceparent) with tracing on, inside a client span.
+	hc := &http.Client{Transport: tracing.Transport(nil)}
 	provs := c.Providers
 	if len(provs) == 0 {
 		if c.OpenAIAPIKey != "" || c.OpenAIBaseURL != "" {
@@ -79,7 +81,7 @@ func newRouter(c *config, getenv func(string) string, log *slog.Logger) (*router
 		}
 		fake := llmtest.NewServer(llmtest.WithTokenDelay(c.MockTokenDelay), llmtest.WithModel(mockModel))
 		endpoints = append(endpoints, router.Endpoint{Name: "mock", Kind: "mock", Models: []string{mockModel},
-			Provider: openai.New(openai.Config{BaseURL: "http://mock.invalid/v1", HTTPClient: &http.Client{Transport: llmtest.Transport(fake)}})})
+			Provider: openai.New(openai.Config{BaseURL: "http://mock.invalid/v1", HTTPClient: &http.Client{Transport: tracing.Transport(llmtest.Transport(fake))}})})
 		def = "mock/" + mockModel
 		log.Warn("no model provider configured: answering with the offline mock model",
 			"model", def,

@@ -35,7 +35,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer,
 	listen func(network, addr string) (net.Listener, error)) error {
 	var c config
-	fs := flagSet("serve", stderr, "Runs the Parley server. Each flag may also be given as the environment variable\nPARLEY_<FLAG> (upper case, - as _) or as a key of the config file.")
+	fs := flagSet("serve", stderr, "Runs the Parley server. Each flag may also be given as the environment variable\nPARLEY_<FLAG> (upper case, - as _) or as a key of the config file.\n\n"+tracingHelp)
 	serveFlags(fs, &c)
 	if err := parsed(fs, parseConfig(fs, args, getenv, c.fileSections()), stdout); err != nil {
 		return err
@@ -56,6 +56,13 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
+	instance := c.instanceID()
+	// Flushed last (deferred first): the spans of the runs stopped at shutdown go out too.
+	stopTracing, err := startTracing(ctx, getenv, instance, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 
 	store, err := openDatabase(ctx, c.DB, c.DatabaseURL, c.Migrate)
 	if err != nil {
@@ -107,7 +114,6 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 
-	instance := c.instanceID()
 	peers := newCluster(guard.redis, instance, log)
 	runOpts := runs.Options{Retain: c.RunRetain, Log: log, MaxActive: c.MaxRuns, Events: store, PauseTimeout: c.PauseTimeout,
 		Runs: store, Instance: instance, Lease: c.RunLease, Metrics: met}
@@ -139,6 +145,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		MaxToolCalls:      c.MaxToolCalls,
 		ToolHistoryRounds: c.ToolHistoryRounds,
 		SystemPrompt:      c.SystemPrompt,
+		TraceContent:      c.TraceContent,
 		Metrics:           met,
 		Log:               log,
 	})
@@ -199,6 +206,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		StreamLifetime:    c.StreamLifetime,
 		Metrics:           met,
 		MetricsHandler:    metricsOnAPI,
+		AccessLog:         c.AccessLog,
 	})
 
 	// Listening comes before any run is taken back: an address in use touches no run.

@@ -293,7 +293,7 @@ func (rt *route) Stream(ctx context.Context, req *parley.ChatRequest) (parley.St
 		s, err := rt.r.attempt(ctx, e, model, req)
 		if err == nil {
 			if i > 0 {
-				rt.r.cfg.Log.Warn("model call fell back", "model", rt.full, "answered_by", name, "error", last)
+				rt.r.cfg.Log.WarnContext(ctx, "model call fell back", "model", rt.full, "answered_by", name, "error", last)
 			}
 			return s, nil
 		}
@@ -350,7 +350,7 @@ func (r *Router) attempt(ctx context.Context, e *endpoint, model string, req *pa
 			}
 			delay = max(delay, se.RetryAfter)
 		}
-		r.cfg.Log.Info("retrying model call", "model", full, "attempt", try+1, "after", delay, "error", err)
+		r.cfg.Log.InfoContext(ctx, "retrying model call", "model", full, "attempt", try+1, "after", delay, "error", err)
 		if err := r.cfg.Sleep(ctx, delay); err != nil {
 			done(breaker.Ignore)
 			return nil, parley.WrapError(parley.ECCanceled, err, "the run was cancelled")
