@@ -12,7 +12,7 @@ import (
 )
 
 // Transport returns base (http.DefaultTransport when nil) with a client span around each
-// request and the trace context injected into its headers (traceparent, with tracing on).
+// request made within a trace, and the trace context injected into its headers (traceparent).
 // The span has no URL beyond host and port: a query string may hold an API key. It lasts until
 // the response's headers came.
 func Transport(base http.RoundTripper) http.RoundTripper {
@@ -26,6 +26,11 @@ type transport struct{ base http.RoundTripper }
 
 func (t transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	ctx := r.Context()
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		// Not part of a trace (tracing off, or background requests such as an MCP server's
+		// event stream): no span of its own, nothing to pass on.
+		return t.base.RoundTrip(r)
+	}
 	host, port := r.URL.Hostname(), r.URL.Port()
 	// The span ends with the response's headers: a stream's body is read after RoundTrip.
 	ctx, span := Tracer().Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindClient))

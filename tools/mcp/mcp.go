@@ -25,9 +25,12 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/breaker"
+	"github.com/parleyhq/parley/tracing"
 )
 
 // ServerConfig is one entry of the common "mcpServers" JSON shape (Claude Desktop, Cursor, VS
@@ -232,6 +235,8 @@ func (s *Server) transport() (sdk.Transport, error) {
 	if len(s.cfg.Headers) > 0 {
 		hc = &http.Client{Transport: headerTransport{base: hc.Transport, headers: s.cfg.Headers}, Timeout: hc.Timeout}
 	}
+	// A tool call's requests carry its trace on (traceparent), with tracing on.
+	hc = &http.Client{Transport: tracing.Transport(hc.Transport), Timeout: hc.Timeout, Jar: hc.Jar, CheckRedirect: hc.CheckRedirect}
 	switch s.cfg.Transport() {
 	case "stdio":
 		cmd := exec.Command(s.cfg.Command, s.cfg.Args...)
@@ -449,7 +454,18 @@ func (t *Tool) Call(ctx context.Context, args json.RawMessage) (*parley.ToolResu
 			return &parley.ToolResult{Content: parley.Text("error: the arguments are not a JSON object"), IsError: true}, nil
 		}
 	}
+	ctx, span := tracing.Tracer().Start(ctx, "tools/call "+t.remote, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(tracing.MCPMethod.String("tools/call"), tracing.GenAIOperation.String("execute_tool"),
+			tracing.GenAIToolName.String(t.remote), tracing.MCPServer.String(t.server.name)))
+	defer span.End()
 	res, err := session.CallTool(ctx, &sdk.CallToolParams{Name: t.remote, Arguments: arguments})
+	if err == nil && res.IsError {
+		span.SetStatus(codes.Error, "tool_error")
+		span.SetAttributes(tracing.ErrorType.String("tool_error"))
+	} else if err != nil {
+		span.SetStatus(codes.Error, "mcp_error")
+		span.SetAttributes(tracing.ErrorType.String("mcp_error"))
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
