@@ -41,6 +41,8 @@ Commands:
   migrate   apply or inspect database migrations (up | down | status)
   keys      manage API keys (create | list | revoke)
   mockllm   run the fake OpenAI-compatible model server
+  backup    copy the SQLite database to a new file, online (VACUUM INTO)
+  healthcheck  GET the server's /readyz (container health checks)
   version   print the version
 
 Run 'parley <command> -h' for the flags of a command.
@@ -72,6 +74,10 @@ func command(ctx context.Context, args []string, getenv func(string) string, std
 		return runKeys(ctx, rest, getenv, stdout, stderr)
 	case "mockllm":
 		return runMockLLM(ctx, rest, getenv, stdout, stderr)
+	case "backup":
+		return runBackup(ctx, rest, getenv, stdout, stderr)
+	case "healthcheck":
+		return runHealthcheck(ctx, rest, getenv, stdout, stderr)
 	case "version", "-v", "--version":
 		fmt.Fprintf(stdout, "parley %s (%s, %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 		return nil
