@@ -130,7 +130,7 @@ type Options struct {
 }
 
 // Setup installs a TracerProvider that exports over OTLP/HTTP, batched, and the W3C trace
-// context and baggage propagators, when Enabled says so; otherwise it changes nothing. The
+// context propagator, when Enabled says so; otherwise it changes nothing. The
 // exporter also reads the other standard variables itself (OTEL_EXPORTER_OTLP_HEADERS, _TIMEOUT,
 // _COMPRESSION, _CERTIFICATE), the provider OTEL_TRACES_SAMPLER[_ARG] and OTEL_BSP_*, the
 // resource OTEL_SERVICE_NAME (default parley) and OTEL_RESOURCE_ATTRIBUTES. shutdown flushes the
@@ -181,10 +181,9 @@ func Setup(ctx context.Context, getenv func(string) string, o Options) (shutdown
 	}, true, nil
 }
 
-// Propagator is what Setup installs: W3C traceparent/tracestate and baggage.
-func Propagator() propagation.TextMapPropagator {
-	return propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
-}
+// Propagator is what Setup installs: W3C trace context (traceparent, tracestate). Not baggage:
+// what a client puts there is not passed on to providers.
+func Propagator() propagation.TextMapPropagator { return propagation.TraceContext{} }
 
 // SplitModel splits "provider/model" into its provider and model ("", s when s has no /).
 func SplitModel(s string) (provider, model string) {
