@@ -147,3 +147,20 @@ func TestAccessLogOff(t *testing.T) {
 		t.Errorf("%d access log lines with the access log off:\n%s", n, logs.String())
 	}
 }
+
+// A browser app on an allowed origin may send X-Request-Id and traceparent, and read the
+// X-Request-Id of the answer.
+func TestCORSAllowsRequestIDs(t *testing.T) {
+	e := newEnv(t, func(d *httpapi.Deps) { d.CORSOrigins = []string{"https://app.example"} })
+	resp, _ := e.raw(t, "OPTIONS", "/api/v1/sessions", "", "Origin", "https://app.example",
+		"Access-Control-Request-Method", "GET", "Access-Control-Request-Headers", "x-request-id,traceparent")
+	allowed := strings.ToLower(resp.Header.Get("Access-Control-Allow-Headers"))
+	if resp.StatusCode != 204 || !strings.Contains(allowed, "x-request-id") || !strings.Contains(allowed, "traceparent") {
+		t.Errorf("preflight: %d, Access-Control-Allow-Headers %q", resp.StatusCode, allowed)
+	}
+	resp, _ = e.raw(t, "GET", "/api/v1/sessions", "", "Origin", "https://app.example", "X-Request-Id", "from-the-app",
+		"Authorization", "Bearer "+e.key(t, "alice"))
+	if resp.Header.Get("X-Request-Id") != "from-the-app" || !strings.Contains(resp.Header.Get("Access-Control-Expose-Headers"), "X-Request-Id") {
+		t.Errorf("answer: X-Request-Id %q, Access-Control-Expose-Headers %q", resp.Header.Get("X-Request-Id"), resp.Header.Get("Access-Control-Expose-Headers"))
+	}
+}
