@@ -42,13 +42,17 @@ func (s *server) observe(next http.Handler) http.Handler {
 			w.Header().Set("Connection", "close")
 		}
 		base := r.Context()
-		ctx := otel.GetTextMapPropagator().Extract(base, propagation.HeaderCarrier(r.Header))
-		ctx, span := tracing.Tracer().Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer),
-			trace.WithAttributes(tracing.HTTPMethod.String(r.Method), tracing.RequestID.String(rid)))
-		defer span.End()
+		ctx := base
+		span := trace.SpanFromContext(context.Background()) // a no-op, unless tracing is on
+		if tracing.On() {
+			ctx = otel.GetTextMapPropagator().Extract(ctx, propagation.HeaderCarrier(r.Header))
+			ctx, span = tracing.Tracer().Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer),
+				trace.WithAttributes(tracing.HTTPMethod.String(r.Method), tracing.RequestID.String(rid)))
+			defer span.End()
+		}
 		info := &requestInfo{}
 		ctx = context.WithValue(ctx, requestInfoKey, info)
-		ctx = logctx.With(ctx, "request_id", rid)
+		ctx = logctx.WithAttrs(ctx, slog.String("request_id", rid))
 		// The mux sets the pattern it matched on the request it is given: this one.
 		r = r.WithContext(ctx)
 		ow := &observedWriter{ResponseWriter: w}
@@ -64,13 +68,15 @@ func (s *server) observe(next http.Handler) http.Handler {
 			s.Metrics.Request(r.Pattern, r.Method, status, elapsed)
 		}
 		path := routePath(r.Pattern)
-		span.SetName(r.Method + " " + path)
-		span.SetAttributes(tracing.HTTPRoute.String(path), tracing.HTTPStatusCode.Int(status))
-		if info.user != "" {
-			span.SetAttributes(tracing.User.String(info.user))
-		}
-		if status >= 500 {
-			span.SetStatus(codes.Error, http.StatusText(status))
+		if span.IsRecording() {
+			span.SetName(r.Method + " " + path)
+			span.SetAttributes(tracing.HTTPRoute.String(path), tracing.HTTPStatusCode.Int(status))
+			if info.user != "" {
+				span.SetAttributes(tracing.User.String(info.user))
+			}
+			if status >= 500 {
+				span.SetStatus(codes.Error, http.StatusText(status))
+			}
 		}
 		if s.AccessLog {
 			s.Log.LogAttrs(base, slog.LevelInfo, "request",

@@ -8,16 +8,14 @@ import (
 	"strings"
 	"testing"
 
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/internal/logctx"
 	"github.com/parleyhq/parley/internal/testlog"
+	"github.com/parleyhq/parley/tracing"
 )
 
 // Issue 24 §3: every log line of a run carries its run_id and session_id: the manager's own
@@ -58,10 +56,9 @@ func TestRunLogLinesCarryTheRunsIDs(t *testing.T) {
 func TestRunSpanIsAChildOfTheRequest(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	otel.SetTracerProvider(tp)
+	tracing.Install(tp)
 	defer func() {
-		otel.SetTracerProvider(noop.NewTracerProvider())
-		otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator())
+		tracing.Install(nil)
 	}()
 	ctx, req := tp.Tracer("test").Start(context.Background(), "request")
 	m := NewManager(Options{})

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -24,10 +25,32 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // ScopeName is the instrumentation scope of Parley's spans.
 const ScopeName = "github.com/parleyhq/parley"
+
+// on is whether Install has put a TracerProvider in place (Setup does, with tracing on).
+var on atomic.Bool
+
+// Install makes tp the global TracerProvider and the W3C trace context the global propagator;
+// nil puts no-ops back. Setup calls it, and tests that record spans. On reports it: the HTTP
+// layer skips its per-request span work (header extraction, attributes) when tracing is off.
+func Install(tp trace.TracerProvider) {
+	if tp == nil {
+		otel.SetTracerProvider(noop.NewTracerProvider())
+		otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator())
+		on.Store(false)
+		return
+	}
+	otel.SetTracerProvider(tp)
+	otel.SetTextMapPropagator(Propagator())
+	on.Store(true)
+}
+
+// On reports whether a TracerProvider was installed with Install.
+func On() bool { return on.Load() }
 
 // Tracer returns the tracer of the global TracerProvider. It is looked up at each call (cheap),
 // so that a provider installed later (Setup, a test) is the one used.
@@ -130,11 +153,11 @@ type Options struct {
 }
 
 // Setup installs a TracerProvider that exports over OTLP/HTTP, batched, and the W3C trace
-// context propagator, when Enabled says so; otherwise it changes nothing. The
+// context propagator (Install), when Enabled says so; otherwise it changes nothing. The
 // exporter also reads the other standard variables itself (OTEL_EXPORTER_OTLP_HEADERS, _TIMEOUT,
 // _COMPRESSION, _CERTIFICATE), the provider OTEL_TRACES_SAMPLER[_ARG] and OTEL_BSP_*, the
 // resource OTEL_SERVICE_NAME (default parley) and OTEL_RESOURCE_ATTRIBUTES. shutdown flushes the
-// spans still buffered (bounded by its context) and uninstalls the provider.
+// spans still buffered (bounded by its context) and puts the no-ops back.
 func Setup(ctx context.Context, getenv func(string) string, o Options) (shutdown func(context.Context) error, on bool, err error) {
 	none := func(context.Context) error { return nil }
 	if on, err = Enabled(getenv); err != nil || !on {
@@ -163,17 +186,14 @@ func Setup(ctx context.Context, getenv func(string) string, o Options) (shutdown
 		return none, false, fmt.Errorf("trace resource: %w", err)
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
-	prevTP, prevProp := otel.GetTracerProvider(), otel.GetTextMapPropagator()
-	otel.SetTracerProvider(tp)
-	otel.SetTextMapPropagator(Propagator())
+	Install(tp)
 	if o.Log != nil {
 		log := o.Log
 		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("trace export", "err", err) }))
 	}
 	return func(ctx context.Context) error {
 		err := tp.Shutdown(ctx)
-		otel.SetTracerProvider(prevTP)
-		otel.SetTextMapPropagator(prevProp)
+		Install(nil)
 		if errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("flushing traces: %w", err)
 		}

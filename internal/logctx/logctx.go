@@ -16,10 +16,17 @@ func With(ctx context.Context, args ...any) context.Context {
 	if len(args) == 0 {
 		return ctx
 	}
+	return WithAttrs(ctx, slog.Group("", args...).Value.Group()...)
+}
+
+// WithAttrs is With for attributes.
+func WithAttrs(ctx context.Context, as ...slog.Attr) context.Context {
+	if len(as) == 0 {
+		return ctx
+	}
 	have := Attrs(ctx)
-	add := slog.Group("", args...).Value.Group()
-	all := make([]slog.Attr, 0, len(have)+len(add))
-	all = append(append(all, have...), add...)
+	all := make([]slog.Attr, 0, len(have)+len(as))
+	all = append(append(all, have...), as...)
 	return context.WithValue(ctx, key{}, all)
 }
 

@@ -13,11 +13,8 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/parleyhq/parley/tracing"
 )
@@ -27,11 +24,9 @@ import (
 func TestMCPCallSpanAndTraceparent(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	otel.SetTracerProvider(tp)
-	otel.SetTextMapPropagator(tracing.Propagator())
+	tracing.Install(tp)
 	defer func() {
-		otel.SetTracerProvider(noop.NewTracerProvider())
-		otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator())
+		tracing.Install(nil)
 	}()
 
 	srv := sdk.NewServer(&sdk.Implementation{Name: "traced", Version: "1"}, nil)
