@@ -1,17 +1,20 @@
 package httpapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/parleyhq/parley/httpapi"
 	"github.com/parleyhq/parley/internal/testlog"
+	"github.com/parleyhq/parley/redact"
 )
 
 // accessLines returns the access log lines ("msg":"request") in logs, decoded.
@@ -162,5 +165,54 @@ func TestCORSAllowsRequestIDs(t *testing.T) {
 		"Authorization", "Bearer "+e.key(t, "alice"))
 	if resp.Header.Get("X-Request-Id") != "from-the-app" || !strings.Contains(resp.Header.Get("Access-Control-Expose-Headers"), "X-Request-Id") {
 		t.Errorf("answer: X-Request-Id %q, Access-Control-Expose-Headers %q", resp.Header.Get("X-Request-Id"), resp.Header.Get("Access-Control-Expose-Headers"))
+	}
+}
+
+// attrCapture keeps the attributes of every record, unresolved.
+type attrCapture struct {
+	mu    sync.Mutex
+	attrs []slog.Attr
+}
+
+func (c *attrCapture) Enabled(context.Context, slog.Level) bool { return true }
+func (c *attrCapture) Handle(_ context.Context, r slog.Record) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r.Attrs(func(a slog.Attr) bool { c.attrs = append(c.attrs, a); return true })
+	return nil
+}
+func (c *attrCapture) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c *attrCapture) WithGroup(string) slog.Handler      { return c }
+
+// The access log's route is marked redact.Safe: it is the mux's pattern, so redaction never hides
+// it, whatever the route (one outside /api/ would otherwise read as a file path).
+func TestAccessLogRouteSurvivesRedaction(t *testing.T) {
+	c := &attrCapture{}
+	e := newEnv(t, func(d *httpapi.Deps) {
+		d.AccessLog = true
+		d.Log = slog.New(c)
+	})
+	resp, _ := e.raw(t, "GET", "/healthz", "")
+	resp.Body.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c.mu.Lock()
+		var route *slog.Attr
+		for i := range c.attrs {
+			if c.attrs[i].Key == "route" {
+				route = &c.attrs[i]
+			}
+		}
+		c.mu.Unlock()
+		if route != nil {
+			if s, ok := route.Value.Any().(redact.Safe); !ok || string(s) != "/healthz" {
+				t.Errorf("route attribute %#v, want redact.Safe(\"/healthz\")", route.Value.Any())
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no access log line")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -80,7 +80,9 @@ func (s *server) observe(next http.Handler) http.Handler {
 		}
 		if s.AccessLog {
 			s.Log.LogAttrs(base, slog.LevelInfo, "request",
-				slog.String("method", r.Method), slog.String("route", path), slog.Int("status", status),
+				// The route is the mux's own pattern, never client text: redaction leaves it whole
+				// (a route outside /api/, such as /v1/chat/completions, would read as a file path).
+				slog.String("method", r.Method), slog.Any("route", redact.Safe(path)), slog.Int("status", status),
 				slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000), slog.Int64("bytes", ow.bytes),
 				slog.String("user", info.user), slog.String("request_id", rid))
 		}
