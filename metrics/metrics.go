@@ -54,6 +54,7 @@ type Metrics struct {
 	subscribers *prometheus.CounterVec
 	appends     *prometheus.HistogramVec
 	publishes   *prometheus.HistogramVec
+	relayLag    prometheus.Histogram
 
 	models, providers, tools, servers bounded
 }
@@ -119,7 +120,11 @@ func New() *Metrics {
 		Name: "parley_relay_publish_duration_seconds", Help: "Time to publish one batch of a run's events to the other instances (Redis), by outcome (ok or error).",
 		Buckets: prometheus.DefBuckets,
 	}, []string{"outcome"})
-	m.reg.MustRegister(m.appends, m.publishes, m.subscribers, m.httpRequests, m.httpDuration, m.runsStarted, m.runsFinished, m.runsActive,
+	m.relayLag = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "parley_relay_lag_seconds", Help: "Time from an event's publication by the instance running its run to its reading from Redis by this instance (the instances' clocks must agree).",
+		Buckets: prometheus.DefBuckets,
+	})
+	m.reg.MustRegister(m.relayLag, m.appends, m.publishes, m.subscribers, m.httpRequests, m.httpDuration, m.runsStarted, m.runsFinished, m.runsActive,
 		m.modelCalls, m.modelDuration, m.modelTTFT, m.tokens, m.cost, m.toolCalls, m.toolDuration, m.streams,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -264,6 +269,13 @@ func (m *Metrics) StoreAppend(d time.Duration, failed bool) {
 func (m *Metrics) RelayPublish(d time.Duration, failed bool) {
 	if m != nil {
 		m.publishes.WithLabelValues(outcome(failed)).Observe(d.Seconds())
+	}
+}
+
+// RelayLag records the time from an event's publication by another instance to its reading here.
+func (m *Metrics) RelayLag(d time.Duration) {
+	if m != nil {
+		m.relayLag.Observe(d.Seconds())
 	}
 }
 

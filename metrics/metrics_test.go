@@ -89,3 +89,29 @@ parley_breaker_state{kind="tool",name="calculator",state="open"} 0
 		t.Error(err)
 	}
 }
+
+func TestRelayLag(t *testing.T) {
+	m := New()
+	m.RelayLag(20 * time.Millisecond)
+	m.RelayLag(3 * time.Second)
+	fams, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, f := range fams {
+		if f.GetName() != "parley_relay_lag_seconds" {
+			continue
+		}
+		found = true
+		h := f.GetMetric()[0].GetHistogram()
+		if h.GetSampleCount() != 2 || h.GetSampleSum() < 3.019 || h.GetSampleSum() > 3.021 {
+			t.Errorf("relay lag: %d samples summing to %v, want 2 summing to 3.02", h.GetSampleCount(), h.GetSampleSum())
+		}
+	}
+	if !found {
+		t.Error("no parley_relay_lag_seconds")
+	}
+	var nilM *Metrics
+	nilM.RelayLag(time.Second) // a nil Metrics records nothing
+}

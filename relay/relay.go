@@ -10,6 +10,7 @@
 // The Redis names, for a prefix P:
 //
 //	P ev:<session>   the session's events: a stream, one entry per event, ID "<seq>-0", field "e"
+//	                 (the event's JSON) and "t" (when it was published, Unix ms)
 //	P evn:<session>  a channel: the last seq of each published batch, in decimal
 //	P ctl:<instance> a channel: control requests to the instance, and replies to its requests
 package relay
@@ -76,6 +77,10 @@ type Options struct {
 	// Log receives the Relay's warnings (dropped or undecodable messages, Redis errors while
 	// subscribed). Default: discarded.
 	Log *slog.Logger
+	// Lag, when set, receives for each event Range returns the time since it was published (its
+	// entry's field "t", the publisher's clock in Unix milliseconds; the instances' clocks must
+	// agree for it to mean anything). nil: not measured.
+	Lag func(time.Duration)
 }
 
 // Relay is one instance's link to the other instances. Its methods are safe for concurrent use.
@@ -184,13 +189,14 @@ func (r *Relay) Publish(ctx context.Context, sessionID string, evs []parley.Even
 	key := r.streamKey(sessionID)
 	pipe := r.client.Pipeline()
 	adds := make([]*redis.StringCmd, len(evs))
+	published := strconv.FormatInt(time.Now().UnixMilli(), 10) // for the readers' Lag
 	for i, ev := range evs {
 		adds[i] = pipe.XAdd(ctx, &redis.XAddArgs{
 			Stream: key,
 			MaxLen: r.opts.MaxLen,
 			Approx: true,
 			ID:     strconv.FormatInt(ev.Seq, 10) + "-0",
-			Values: []any{"e", datas[i]},
+			Values: []any{"e", datas[i], "t", published},
 		})
 	}
 	expire := pipe.PExpire(ctx, key, r.opts.TTL)
@@ -232,12 +238,24 @@ func (r *Relay) Range(ctx context.Context, sessionID string, after int64, max in
 		return nil, nil
 	}
 	evs := make([]parley.Event, 0, len(msgs))
+	now := time.Now()
 	for _, m := range msgs {
 		ev, err := decodeEntry(m)
 		if err != nil {
 			return nil, fmt.Errorf("relay: range %s: entry %s: %w", sessionID, m.ID, err)
 		}
 		evs = append(evs, ev)
+		if r.opts.Lag != nil {
+			if t, ok := m.Values["t"].(string); ok {
+				if ms, err := strconv.ParseInt(t, 10, 64); err == nil {
+					lag := now.Sub(time.UnixMilli(ms))
+					if lag < 0 { // the publisher's clock is ahead
+						lag = 0
+					}
+					r.opts.Lag(lag)
+				}
+			}
+		}
 	}
 	return evs, nil
 }

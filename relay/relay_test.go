@@ -990,3 +990,48 @@ func TestRunStops(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// Issue 24: the relay lag of each event another instance reads, from the publication time its
+// entry carries.
+func TestRangeReportsLag(t *testing.T) {
+	t.Parallel()
+	client, prefix := redistest.Client(t)
+	pub := New(client, "a", Options{Prefix: prefix})
+	var (
+		mu   sync.Mutex
+		lags []time.Duration
+	)
+	sub := New(client, "b", Options{Prefix: prefix, Lag: func(d time.Duration) {
+		mu.Lock()
+		lags = append(lags, d)
+		mu.Unlock()
+	}})
+	ctx := context.Background()
+	before := time.Now()
+	if err := pub.Publish(ctx, "s1", events("s1", 1, 3)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := sub.Range(ctx, "s1", 0, 0)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("Range: %d events, %v", len(got), err)
+	}
+	elapsed := time.Since(before)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(lags) != 3 {
+		t.Fatalf("%d lags for 3 events", len(lags))
+	}
+	for _, l := range lags {
+		// The publication time is in whole milliseconds: at most 1ms more than measured here.
+		if l < 0 || l > elapsed+time.Millisecond {
+			t.Errorf("lag %v, want between 0 and %v", l, elapsed)
+		}
+	}
+	// An entry written before the field existed has no lag, and still decodes.
+	if err := client.XAdd(ctx, &redis.XAddArgs{Stream: prefix + "ev:s2", ID: "1-0", Values: []any{"e", `{"seq":1,"type":"chunk"}`}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := sub.Range(ctx, "s2", 0, 0); err != nil || len(got) != 1 || len(lags) != 3 {
+		t.Errorf("an entry without t: %v %v, lags %d", got, err, len(lags))
+	}
+}

@@ -124,6 +124,10 @@ func TestTwoInstances(t *testing.T) {
 	if code, body := postJSON(t, b.url+"/api/v1/sessions/"+session+"/abort", nil); code != http.StatusConflict {
 		t.Fatalf("abort with no run: %d %s, want 409", code, body)
 	}
+	// Issue 24: B measured the relay lag of the events it read from A's runs.
+	if n := sample(scrape(t, b.url, ""), "parley_relay_lag_seconds", nil); n == 0 {
+		t.Errorf("B's parley_relay_lag_seconds has no samples after following A's runs")
+	}
 }
 
 // followSSE reads the session stream of url (?until=done, after the given position) into a channel.

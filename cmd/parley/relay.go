@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -20,12 +21,13 @@ type cluster struct {
 	done   chan struct{}
 }
 
-// newCluster returns nil without Redis (one instance).
-func newCluster(rdb *redis.Client, instance string, log *slog.Logger) *cluster {
+// newCluster returns nil without Redis (one instance). lag receives the relay lag of each event
+// read from the other instances.
+func newCluster(rdb *redis.Client, instance string, log *slog.Logger, lag func(time.Duration)) *cluster {
 	if rdb == nil {
 		return nil
 	}
-	return &cluster{relay: relay.New(rdb, instance, relay.Options{Log: log})}
+	return &cluster{relay: relay.New(rdb, instance, relay.Options{Log: log, Lag: lag})}
 }
 
 // wire gives the run manager's options the relay and the way to send control actions.

@@ -114,7 +114,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 
-	peers := newCluster(guard.redis, instance, log)
+	peers := newCluster(guard.redis, instance, log, met.RelayLag)
 	runOpts := runs.Options{Retain: c.RunRetain, Log: log, MaxActive: c.MaxRuns, Events: store, PauseTimeout: c.PauseTimeout,
 		Runs: store, Instance: instance, Lease: c.RunLease, Metrics: met}
 	peers.wire(&runOpts)
