@@ -216,3 +216,17 @@ func TestAccessLogRouteSurvivesRedaction(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A method outside the standard set is logged as _OTHER: the log holds no client-chosen token.
+func TestAccessLogBoundsTheMethod(t *testing.T) {
+	var logs testlog.Buffer
+	e := newEnv(t, func(d *httpapi.Deps) {
+		d.AccessLog = true
+		d.Log = slog.New(slog.NewJSONHandler(&logs, nil))
+	})
+	resp, _ := e.raw(t, "BREW-A-VERY-LONG-INVENTED-METHOD", "/healthz", "")
+	line := accessLineOf(t, &logs, resp.Header.Get("X-Request-Id"))
+	if line["method"] != "_OTHER" || strings.Contains(logs.String(), "BREW") {
+		t.Errorf("access log of an invented method: %v", line)
+	}
+}

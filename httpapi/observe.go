@@ -43,11 +43,12 @@ func (s *server) observe(next http.Handler) http.Handler {
 		}
 		base := r.Context()
 		ctx := base
+		method := knownMethod(r.Method) // a client may send any token as its method
 		span := trace.SpanFromContext(context.Background()) // a no-op, unless tracing is on
 		if tracing.On() {
 			ctx = otel.GetTextMapPropagator().Extract(ctx, propagation.HeaderCarrier(r.Header))
-			ctx, span = tracing.Tracer().Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer),
-				trace.WithAttributes(tracing.HTTPMethod.String(r.Method), tracing.RequestID.String(rid)))
+			ctx, span = tracing.Tracer().Start(ctx, method, trace.WithSpanKind(trace.SpanKindServer),
+				trace.WithAttributes(tracing.HTTPMethod.String(method), tracing.RequestID.String(rid)))
 			defer span.End()
 		}
 		info := &requestInfo{}
@@ -69,7 +70,7 @@ func (s *server) observe(next http.Handler) http.Handler {
 		}
 		path := routePath(r.Pattern)
 		if span.IsRecording() {
-			span.SetName(r.Method + " " + path)
+			span.SetName(method + " " + path)
 			span.SetAttributes(tracing.HTTPRoute.String(path), tracing.HTTPStatusCode.Int(status))
 			if info.user != "" {
 				span.SetAttributes(tracing.User.String(info.user))
@@ -82,7 +83,7 @@ func (s *server) observe(next http.Handler) http.Handler {
 			s.Log.LogAttrs(base, slog.LevelInfo, "request",
 				// The route is the mux's own pattern, never client text: redaction leaves it whole
 				// (a route outside /api/, such as /v1/chat/completions, would read as a file path).
-				slog.String("method", r.Method), slog.Any("route", redact.Safe(path)), slog.Int("status", status),
+				slog.String("method", method), slog.Any("route", redact.Safe(path)), slog.Int("status", status),
 				slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000), slog.Int64("bytes", ow.bytes),
 				slog.String("user", info.user), slog.String("request_id", rid))
 		}
@@ -105,6 +106,17 @@ func (s *server) observe(next http.Handler) http.Handler {
 		}
 		s.Log.Log(base, level, msg, attrs...)
 	})
+}
+
+// knownMethod is m when it is a standard HTTP method, else "_OTHER" (as the HTTP semantic
+// conventions name it): the access log and span names hold no client-chosen token.
+func knownMethod(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return m
+	}
+	return "_OTHER"
 }
 
 // routePath is the path of a mux pattern ("POST /api/v1/sessions/{id}" → "/api/v1/sessions/{id}");
