@@ -43,7 +43,7 @@ func (s *server) observe(next http.Handler) http.Handler {
 		}
 		base := r.Context()
 		ctx := base
-		method := knownMethod(r.Method) // a client may send any token as its method
+		method := knownMethod(r.Method)                     // a client may send any token as its method
 		span := trace.SpanFromContext(context.Background()) // a no-op, unless tracing is on
 		if tracing.On() {
 			ctx = otel.GetTextMapPropagator().Extract(ctx, propagation.HeaderCarrier(r.Header))
