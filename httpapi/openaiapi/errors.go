@@ -42,6 +42,9 @@ func errorType(code parley.ErrorCode) (typ, oaCode string) {
 // paramRE reads the field a Parley message names first ("messages[2].content: …").
 var paramRE = regexp.MustCompile(`^([a-z_]+(\[\d+\])?(\.[a-z_]+(\[\d+\])?)*): `)
 
+// unknownRE reads the field of an "unknown field" refusal.
+var unknownRE = regexp.MustCompile(`^unknown field "([^"]+)"`)
+
 // Detail is err as OpenAI's error object: the message redacted as every Parley error is, the
 // type and code for its class, and the field it is about (param) when it names one.
 func Detail(err error) ErrorDetail {
@@ -51,6 +54,8 @@ func Detail(err error) ErrorDetail {
 	d := ErrorDetail{Message: msg, Type: typ, Code: &c}
 	if code == parley.ECInvalid {
 		if m := paramRE.FindStringSubmatch(msg); m != nil {
+			d.Param = &m[1]
+		} else if m := unknownRE.FindStringSubmatch(msg); m != nil {
 			d.Param = &m[1]
 		}
 	}

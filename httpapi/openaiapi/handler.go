@@ -43,8 +43,8 @@ type Backend struct {
 	// Fail writes an error response in OpenAI's shape with WriteError: httpapi sets it, with
 	// its one map of error codes to statuses and its log of 5xx answers. Required.
 	Fail func(http.ResponseWriter, error)
-	Now    func() time.Time
-	Log    *slog.Logger
+	Now  func() time.Time
+	Log  *slog.Logger
 
 	once   sync.Once
 	inline chan struct{}
