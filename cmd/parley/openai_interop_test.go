@@ -81,7 +81,7 @@ func TestOpenAISDKInterop(t *testing.T) {
 
 // startServe runs `parley <args>` in this process with env as its environment and returns the
 // URL it listens on; the test's end stops it (as SIGTERM does) and waits.
-func startServe(t *testing.T, env map[string]string, args ...string) string {
+func startServe(t testing.TB, env map[string]string, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
