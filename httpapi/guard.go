@@ -432,7 +432,7 @@ func (s *server) cors(next http.Handler) http.Handler {
 			h := w.Header()
 			h.Set("Access-Control-Allow-Origin", origin)
 			h.Add("Vary", "Origin")
-			h.Set("Access-Control-Expose-Headers", "Retry-After, WWW-Authenticate")
+			h.Set("Access-Control-Expose-Headers", "Retry-After, WWW-Authenticate, X-Parley-Session, X-Parley-Run")
 		}
 		if r.Method == http.MethodOptions && origin != "" && r.Header.Get("Access-Control-Request-Method") != "" {
 			if !allowed(origin) {
@@ -441,7 +441,7 @@ func (s *server) cors(next http.Handler) http.Handler {
 			}
 			h := w.Header()
 			h.Set("Access-Control-Allow-Methods", "GET, POST, PATCH, DELETE, OPTIONS")
-			h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Last-Event-ID")
+			h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Last-Event-ID, X-Parley-Session")
 			h.Set("Access-Control-Max-Age", "600")
 			w.WriteHeader(http.StatusNoContent)
 			return

@@ -148,6 +148,10 @@ func TestOpenAIGolden(t *testing.T) {
 				`{"role":"assistant","content":null,"refusal":null,"tool_calls":[{"id":"call_c1","type":"function","function":{"name":"lookup","arguments":"{\"city\":\"Paris\"}"}}]},`+
 				`{"role":"tool","tool_call_id":"call_c1","content":"sunny, 21 C"}]`+tools+`}`)...)
 		secs = append(secs, upstreamSection(t, s.up.fake))
+		// Neither a stateless nor a gateway request stored anything: no session exists.
+		if n := s.sessionCount(t, ctx); n != 0 {
+			t.Fatalf("stateless and gateway requests left %d sessions", n)
+		}
 		checkOpenAIGolden(t, "gateway", intro+"Tools in the request: the model's tool call goes back to the caller (finish_reason\n"+
 			"tool_calls), whole and streamed; the caller sends the result and gets the answer. Nothing is stored.\n", secs)
 	})
@@ -160,6 +164,9 @@ func TestOpenAIGolden(t *testing.T) {
 		body := sess[1].body[strings.Index(sess[1].body, "\n\n")+2:]
 		if err := json.Unmarshal([]byte(body), &created); err != nil || created.ID == "" {
 			t.Fatalf("session: %q", body)
+		}
+		if n := s.sessionCount(t, ctx); n != 1 {
+			t.Fatalf("%d sessions, want the one just made", n)
 		}
 		s.up.fake.Enqueue(toolTurns()...)
 		secs = append(secs, s.oaExchange(t, ctx, "a turn, streamed", "POST", "/v1/chat/completions",
@@ -199,4 +206,22 @@ func TestOpenAIGolden(t *testing.T) {
 		checkOpenAIGolden(t, "models", intro+"GET /v1/models: the configured provider/model names.\n",
 			s.oaExchange(t, ctx, "the models", "GET", "/v1/models", ""))
 	})
+}
+
+// sessionCount is the number of sessions of the (single) user.
+func (s *goldenServer) sessionCount(t *testing.T, ctx context.Context) int {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, "GET", s.url+"/api/v1/sessions?limit=100", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Sessions []json.RawMessage `json:"sessions"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	return len(out.Sessions)
 }

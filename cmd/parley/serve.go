@@ -201,7 +201,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		Metrics:           met,
 		MetricsHandler:    metricsOnAPI,
 		OpenAI: &openaiapi.Backend{Agent: ag, Resolve: models.Resolve, ModelTimeout: c.ProviderTimeout,
-			MaxInline: c.MaxRuns},
+			MaxInline: c.MaxRuns, Metrics: met},
 	})
 
 	// Listening comes before any run is taken back: an address in use touches no run.

@@ -32,6 +32,9 @@ type Backend struct {
 	Resolve func(model string) (parley.Provider, string, error)
 	// ModelTimeout bounds one model call of a gateway request (0: only the request's own end).
 	ModelTimeout time.Duration
+	// Metrics records the model calls of gateway requests (those of Parley's loop are the
+	// agent's); nil records nothing.
+	Metrics agent.Metrics
 	// Models lists the models GET /v1/models shows.
 	Models func() []Model
 	// MaxInline bounds the stateless and gateway requests served at once (they run in their
@@ -145,7 +148,12 @@ func (b *Backend) stateful(w http.ResponseWriter, r *http.Request, owner string,
 	for {
 		evs, done, err := st.Run.Log.Read(r.Context(), after, 256)
 		if err != nil {
-			return // the client left (the run goes on), or the log was trimmed under a slow reader
+			if r.Context().Err() == nil {
+				// The run's events outran this reader and left memory: the turn goes on and is
+				// stored; the session's stream has all of it.
+				out.end(parley.WrapError(parley.ECUnavailable, err, "this answer fell behind its run; read the turn from GET /api/v1/sessions/"+st.Session.ID+"/stream"))
+			}
+			return // the client left: the run goes on
 		}
 		for _, ev := range evs {
 			out.event(ev)
@@ -228,6 +236,15 @@ func (b *Backend) gateway(w http.ResponseWriter, r *http.Request, req *ChatReque
 		ctx, cancel = context.WithTimeout(ctx, b.ModelTimeout)
 		defer cancel()
 	}
+	began := time.Now()
+	var ttft time.Duration
+	failed := true
+	var whole parley.ResponseBuilder
+	defer func() {
+		if b.Metrics != nil {
+			b.Metrics.ModelCall(req.Model, failed, time.Since(began), ttft, whole.Response().Usage)
+		}
+	}()
 	stream, err := prov.Stream(ctx, creq)
 	if err != nil {
 		b.Error(w, err)
@@ -237,7 +254,6 @@ func (b *Backend) gateway(w http.ResponseWriter, r *http.Request, req *ChatReque
 	out := b.newResponder(w, req, "chatcmpl-"+parley.NewID(), req.Model)
 	out.onWriteError = cancel
 	out.gateway = true
-	var whole parley.ResponseBuilder
 	for {
 		ev, err := stream.Next()
 		if errors.Is(err, io.EOF) {
@@ -248,6 +264,9 @@ func (b *Backend) gateway(w http.ResponseWriter, r *http.Request, req *ChatReque
 			return
 		}
 		whole.Add(ev)
+		if ttft == 0 && (ev.Type == parley.StreamContent || ev.Type == parley.StreamReasoning || ev.Type == parley.StreamToolCall) {
+			ttft = time.Since(began)
+		}
 		if mr, ok := stream.(parley.ModelReporter); ok && mr.Model() != "" {
 			out.model = mr.Model()
 		}
@@ -273,6 +292,7 @@ func (b *Backend) gateway(w http.ResponseWriter, r *http.Request, req *ChatReque
 			return
 		}
 	}
+	failed = false
 	resp := whole.Response()
 	out.final = &OutMessage{Role: "assistant", ToolCalls: resp.ToolCalls, Reasoning: resp.Reasoning}
 	if resp.Content != "" || len(resp.ToolCalls) == 0 {
