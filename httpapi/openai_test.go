@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/agent"
 	"github.com/parleyhq/parley/httpapi"
 	"github.com/parleyhq/parley/limit"
 	"github.com/parleyhq/parley/runs"
@@ -198,5 +200,54 @@ func TestOpenAIStatefulOnAnotherUsersSession(t *testing.T) {
 	h, _ := e.store.History(ctx, sid)
 	if len(h) != 2 || h[0].Content.String() != "mine now" || h[1].Content.String() != "Hello there" {
 		t.Fatalf("alice's session after her turn: %+v", h)
+	}
+}
+
+// TestOpenAIStatefulClientLeaving: a client that leaves a stateful request mid-answer does not
+// stop the turn: the run goes on and its answer is stored, as with the native chat.
+func TestOpenAIStatefulClientLeaving(t *testing.T) {
+	e := newEnv(t, nil)
+	sid := e.newSession(t, "alice")
+	release := make(chan struct{})
+	started := make(chan struct{})
+	finish := answer(e.store, "the answer")
+	e.agent.run = func(ctx context.Context, in agent.Input, emit func(parley.Event)) (*agent.Result, error) {
+		close(started)
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return finish(ctx, in, emit)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", e.url+"/v1/chat/completions",
+		strings.NewReader(`{"model":"mock","stream":true,"messages":[{"role":"user","content":"Hi"}]}`))
+	req.Header.Set("Authorization", "Bearer "+e.key(t, "alice"))
+	req.Header.Set("X-Parley-Session", sid)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("stateful stream: %v %v", resp, err)
+	}
+	<-started
+	// The first chunk (the assistant role) is out: the client leaves.
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil || !strings.Contains(line, `"role":"assistant"`) {
+		t.Fatalf("first line %q: %v", line, err)
+	}
+	cancel()
+	resp.Body.Close()
+	close(release)
+
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		msgs, _ := e.store.History(context.Background(), sid)
+		if len(msgs) == 2 && msgs[1].Content.String() == "the answer" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the turn's answer was not stored after the client left: %+v", msgs)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
