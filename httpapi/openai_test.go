@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/agent"
 	"github.com/parleyhq/parley/httpapi"
+	"github.com/parleyhq/parley/httpapi/openaiapi"
 	"github.com/parleyhq/parley/limit"
 	"github.com/parleyhq/parley/runs"
 )
@@ -249,5 +251,68 @@ func TestOpenAIStatefulClientLeaving(t *testing.T) {
 			t.Fatalf("the turn's answer was not stored after the client left: %+v", msgs)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// heldProvider is a model whose calls wait until release is closed, then answer "ok".
+type heldProvider struct {
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (p *heldProvider) Stream(ctx context.Context, req *parley.ChatRequest) (parley.Stream, error) {
+	p.entered <- struct{}{}
+	select {
+	case <-p.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return &oneChunk{}, nil
+}
+
+type oneChunk struct{ n int }
+
+func (s *oneChunk) Next() (parley.StreamEvent, error) {
+	s.n++
+	switch s.n {
+	case 1:
+		return parley.StreamEvent{Type: parley.StreamContent, Content: "ok"}, nil
+	case 2:
+		return parley.StreamEvent{Type: parley.StreamFinish, FinishReason: "stop"}, nil
+	}
+	return parley.StreamEvent{}, io.EOF
+}
+
+func (s *oneChunk) Close() error { return nil }
+
+// TestOpenAIInlineBound: stateless and gateway requests run in their HTTP request, outside the
+// run manager, and are bounded on their own: past MaxInline at once, 503 with Retry-After.
+func TestOpenAIInlineBound(t *testing.T) {
+	prov := &heldProvider{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	e := newEnv(t, func(d *httpapi.Deps) {
+		d.OpenAI = &openaiapi.Backend{MaxInline: 1, Resolve: func(string) (parley.Provider, string, error) { return prov, "m", nil }}
+	})
+	body := `{"model":"mock","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}}]}`
+	first := make(chan string, 1)
+	go func() {
+		_, raw := e.raw(t, "POST", "/v1/chat/completions", body, "Authorization", "Bearer "+e.key(t, "alice"), "Content-Type", "application/json")
+		first <- raw
+	}()
+	<-prov.entered
+	resp, raw := e.raw(t, "POST", "/v1/chat/completions", body, "Authorization", "Bearer "+e.key(t, "alice"), "Content-Type", "application/json")
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("past the bound: %d %s (Retry-After %q)", resp.StatusCode, raw, resp.Header.Get("Retry-After"))
+	}
+	if _, typ, code, _ := oaError(t, raw); typ != "server_error" || code != "overloaded" {
+		t.Fatalf("503: %s", raw)
+	}
+	close(prov.release)
+	if raw := <-first; !strings.Contains(raw, `"content":"ok"`) || !strings.Contains(raw, `"finish_reason":"stop"`) {
+		t.Fatalf("the first request: %s", raw)
+	}
+	// The slot is free again.
+	go func() { <-prov.entered }()
+	if resp, raw := e.raw(t, "POST", "/v1/chat/completions", body, "Authorization", "Bearer "+e.key(t, "alice"), "Content-Type", "application/json"); resp.StatusCode != 200 {
+		t.Fatalf("after the first ended: %d %s", resp.StatusCode, raw)
 	}
 }
