@@ -27,6 +27,9 @@ func (s *server) openAI() *openaiapi.Backend {
 	if b.WriteTimeout <= 0 {
 		b.WriteTimeout = s.WriteTimeout
 	}
+	if b.Heartbeat <= 0 {
+		b.Heartbeat = s.Heartbeat
+	}
 	if b.Log == nil {
 		b.Log = s.Log
 	}

@@ -316,3 +316,47 @@ func TestOpenAIInlineBound(t *testing.T) {
 		t.Fatalf("after the first ended: %d %s", resp.StatusCode, raw)
 	}
 }
+
+// TestOpenAIStatefulHeartbeat: a stateful stream whose run is quiet gets keep-alive comments (an
+// SSE comment line, which the SDKs skip), then the answer.
+func TestOpenAIStatefulHeartbeat(t *testing.T) {
+	e := newEnv(t, func(d *httpapi.Deps) { d.Heartbeat = 20 * time.Millisecond })
+	sid := e.newSession(t, "alice")
+	release := make(chan struct{})
+	finish := answer(e.store, "the answer")
+	e.agent.run = func(ctx context.Context, in agent.Input, emit func(parley.Event)) (*agent.Result, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return finish(ctx, in, emit)
+	}
+	req, _ := http.NewRequest("POST", e.url+"/v1/chat/completions",
+		strings.NewReader(`{"model":"mock","stream":true,"messages":[{"role":"user","content":"Hi"}]}`))
+	req.Header.Set("Authorization", "Bearer "+e.key(t, "alice"))
+	req.Header.Set("X-Parley-Session", sid)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("stateful stream: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("the stream ended before a keep-alive: %v", err)
+		}
+		if line == ": ping\n" {
+			break
+		}
+	}
+	close(release)
+	rest, _ := io.ReadAll(br)
+	if !strings.Contains(string(rest), `"content":"the a"`) || !strings.Contains(string(rest), `"content":"nswer"`) {
+		t.Fatalf("no answer after the keep-alives: %s", rest)
+	}
+	if !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
+		t.Fatalf("the stream did not end with [DONE]: %s", rest)
+	}
+}

@@ -40,6 +40,9 @@ type Backend struct {
 	// MaxInline bounds the stateless and gateway requests served at once (they run in their
 	// request, outside the run manager's budget); past it: 503 + Retry-After. Default 64.
 	MaxInline int
+	// Heartbeat is how long a stateful stream may be quiet before a keep-alive comment is sent
+	// (default 15s).
+	Heartbeat time.Duration
 	// WriteTimeout bounds each write of a stream (default 10s): a client that cannot take a chunk
 	// in time is dropped.
 	WriteTimeout time.Duration
@@ -61,6 +64,9 @@ func (b *Backend) init() {
 		b.inline = make(chan struct{}, b.MaxInline)
 		if b.WriteTimeout <= 0 {
 			b.WriteTimeout = 10 * time.Second
+		}
+		if b.Heartbeat <= 0 {
+			b.Heartbeat = 15 * time.Second
 		}
 		if b.Now == nil {
 			b.Now = time.Now
@@ -146,7 +152,21 @@ func (b *Backend) stateful(w http.ResponseWriter, r *http.Request, owner string,
 	out.info = Info{SessionID: st.Session.ID, RunID: st.Run.ID}
 	after := st.Run.Log.FirstSeq() - 1
 	for {
-		evs, done, err := st.Run.Log.Read(r.Context(), after, 256)
+		// Each wait is bounded by Heartbeat: a stream gets a keep-alive comment when the run has
+		// been quiet that long (a slow tool, a paused run), which the SDKs skip.
+		rctx, cancel := context.WithTimeout(r.Context(), b.Heartbeat)
+		evs, done, err := st.Run.Log.Read(rctx, after, 256)
+		cancel()
+		if err != nil && errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil {
+			if out.stream {
+				out.start()
+				out.comment("ping")
+				if out.failed() {
+					return
+				}
+			}
+			continue
+		}
 		if err != nil {
 			if r.Context().Err() == nil {
 				// The run's events outran this reader and left memory: the turn goes on and is

@@ -174,6 +174,21 @@ func (r *responder) send(v any) {
 	}
 }
 
+// comment writes an SSE comment line (a keep-alive) and flushes it.
+func (r *responder) comment(text string) {
+	if r.werr != nil {
+		return
+	}
+	_ = r.rc.SetWriteDeadline(time.Now().Add(r.b.WriteTimeout))
+	if _, err := r.w.Write([]byte(": " + text + "\n\n")); err != nil {
+		r.writeFailed(err)
+		return
+	}
+	if err := r.rc.Flush(); err != nil {
+		r.writeFailed(err)
+	}
+}
+
 func (r *responder) writeFailed(err error) {
 	r.werr = err
 	if r.onWriteError != nil {
