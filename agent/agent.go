@@ -123,6 +123,15 @@ func New(cfg Config) *Agent {
 	return &Agent{cfg: cfg}
 }
 
+// WithStore returns an Agent configured as a, except that it reads and writes conversations in
+// st (both the history it sends the model and what it stores). The OpenAI-compatible API runs
+// stateless requests this way, on a conversation held in memory for the one request.
+func (a *Agent) WithStore(st parley.Store) *Agent {
+	cfg := a.cfg
+	cfg.Store, cfg.History = st, st
+	return &Agent{cfg: cfg}
+}
+
 // MaxIterationsText is the answer stored when the loop stops at MaxIterations.
 func MaxIterationsText(n int) string {
 	return fmt.Sprintf("I stopped after %d rounds of tool calls (the max_iterations limit) without reaching a final answer.", n)

@@ -44,6 +44,26 @@ var crossUserRoutes = map[string]struct {
 	"POST /api/v1/admin/keys":            {"POST", "/api/v1/admin/keys", `{"user":"alice"}`, 403, nil},
 	"DELETE /api/v1/admin/keys/{id}":     {"DELETE", "/api/v1/admin/keys/{K}", "", 403, nil},
 	"/api/":                              {"GET", "/api/v1/sessions/{A}/secrets", "", 404, nil},
+	// The OpenAI-compatible API: a stateful request on alice's session (named in the body here;
+	// TestOpenAIStatefulOnAnotherUsersSession names it in the X-Parley-Session header too).
+	"GET /v1/models": {"GET", "/v1/models", "", 200, nil},
+	"POST /v1/chat/completions": {"POST", "/v1/chat/completions",
+		`{"model":"mock","messages":[{"role":"user","content":"mine now"}],"metadata":{"session_id":"{A}"}}`, 403, openAIError("permission_denied")},
+	"/v1/": {"GET", "/v1/sessions/{A}", "", 404, openAIError("not_found")},
+}
+
+// openAIError checks that an answer is an error in OpenAI's shape with the given code.
+func openAIError(code string) func(t *testing.T, e *env, out map[string]any) {
+	return func(t *testing.T, e *env, out map[string]any) {
+		t.Helper()
+		errObj, _ := out["error"].(map[string]any)
+		if errObj == nil || errObj["code"] != code || errObj["type"] == nil || errObj["message"] == "" {
+			t.Fatalf("not OpenAI's error shape with code %q: %v", code, out)
+		}
+		if _, ok := errObj["param"]; !ok {
+			t.Fatalf("no param in %v", out)
+		}
+	}
 }
 
 func zeroUsage(t *testing.T, e *env, out map[string]any) {

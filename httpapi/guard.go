@@ -48,6 +48,18 @@ type policy struct {
 	run   bool      // the route starts a run: the throttle applies
 	open  bool      // no authentication needed (the guest token endpoint)
 	admin bool      // admin identities only
+	// fail writes the pipeline's errors; nil: writeError (Parley's shape). The OpenAI-compatible
+	// routes write OpenAI's.
+	fail func(http.ResponseWriter, error)
+}
+
+// writeErr writes err as the route's errors are written.
+func (p policy) writeErr(w http.ResponseWriter, err error) {
+	if p.fail != nil {
+		p.fail(w, err)
+		return
+	}
+	writeError(w, err)
 }
 
 // bodySpec decodes and checks one route's JSON body.
@@ -103,7 +115,7 @@ func (s *server) pipe(p policy, h http.Handler) http.Handler {
 		// 2. Rate limit, by the identity the credentials name (or the client's address).
 		id, authErr := s.identify(r)
 		if err := s.rateLimit(r, id, authErr); err != nil {
-			writeError(w, err)
+			p.writeErr(w, err)
 			return
 		}
 		// 3. Authentication.
@@ -113,24 +125,24 @@ func (s *server) pipe(p policy, h http.Handler) http.Handler {
 			} else {
 				s.Log.Error("authentication failed", "err", authErr)
 			}
-			writeError(w, authErr)
+			p.writeErr(w, authErr)
 			return
 		}
 		if p.admin && !id.Admin {
-			writeError(w, parley.Errorf(parley.ECForbidden, "this endpoint needs an admin key"))
+			p.writeErr(w, parley.Errorf(parley.ECForbidden, "this endpoint needs an admin key"))
 			return
 		}
 		// 4. Throttle.
 		if p.run && s.Runs.Full() {
 			s.Log.Warn("throttled: the budget of concurrent runs is spent", "path", r.URL.Path)
-			writeError(w, runs.ErrOverloaded)
+			p.writeErr(w, runs.ErrOverloaded)
 			return
 		}
 		// 5. Body.
 		if p.body != nil {
 			v, err := s.readBody(w, r, p.body)
 			if err != nil {
-				writeError(w, err)
+				p.writeErr(w, err)
 				return
 			}
 			ctx = context.WithValue(ctx, bodyKey, v)
@@ -421,7 +433,7 @@ func (s *server) cors(next http.Handler) http.Handler {
 			h := w.Header()
 			h.Set("Access-Control-Allow-Origin", origin)
 			h.Add("Vary", "Origin")
-			h.Set("Access-Control-Expose-Headers", "Retry-After, WWW-Authenticate, X-Request-Id")
+			h.Set("Access-Control-Expose-Headers", "Retry-After, WWW-Authenticate, X-Request-Id, X-Parley-Session, X-Parley-Run")
 		}
 		if r.Method == http.MethodOptions && origin != "" && r.Header.Get("Access-Control-Request-Method") != "" {
 			if !allowed(origin) {
@@ -430,7 +442,7 @@ func (s *server) cors(next http.Handler) http.Handler {
 			}
 			h := w.Header()
 			h.Set("Access-Control-Allow-Methods", "GET, POST, PATCH, DELETE, OPTIONS")
-			h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Last-Event-ID, X-Request-Id, traceparent, tracestate")
+			h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Last-Event-ID, X-Request-Id, traceparent, tracestate, X-Parley-Session")
 			h.Set("Access-Control-Max-Age", "600")
 			w.WriteHeader(http.StatusNoContent)
 			return

@@ -338,7 +338,7 @@ func TestEveryRouteIsGuarded(t *testing.T) {
 	re := regexp.MustCompile(`s\.mux\.Handle\("([^"]+)", (s\.pipe\()?`)
 	var routes []string
 	for _, m := range re.FindAllStringSubmatch(string(src), -1) {
-		if strings.Contains(m[1], "/api/") {
+		if strings.Contains(m[1], "/api/") || strings.Contains(m[1], "/v1/") {
 			if m[2] == "" {
 				t.Errorf("route %s is not behind s.pipe", m[1])
 			}

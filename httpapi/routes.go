@@ -47,6 +47,12 @@ func (s *server) routes() {
 		s.mux.Handle("GET /metrics", s.pipe(policy{open: true}, s.handleNotFound()))
 	}
 
+	// The OpenAI-compatible API (package openaiapi; httpapi/openai.go): errors in OpenAI's shape.
+	oa := s.openAI()
+	s.mux.Handle("GET /v1/models", s.pipe(openAIPolicy(user), s.handleOpenAIModels(oa)))
+	s.mux.Handle("POST /v1/chat/completions", s.pipe(openAIPolicy(policy{body: jsonBody(false, oa.Check), run: true}), s.handleOpenAIChat(oa)))
+	s.mux.Handle("/v1/", s.pipe(openAIPolicy(policy{open: true}), s.handleOpenAINotFound()))
+
 	s.mux.Handle("/api/", s.pipe(policy{open: true}, s.handleNotFound()))
 	// The browser UI (package web): every other path is the page or one of its files (GET/HEAD).
 	s.mux.Handle("/", web.Handler())

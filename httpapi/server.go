@@ -13,6 +13,7 @@ import (
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/auth"
 	"github.com/parleyhq/parley/chat"
+	"github.com/parleyhq/parley/httpapi/openaiapi"
 	"github.com/parleyhq/parley/limit"
 	"github.com/parleyhq/parley/runs"
 	"github.com/parleyhq/parley/tools"
@@ -119,6 +120,9 @@ type Deps struct {
 	// AccessLog logs a line for each request answered (method, route pattern, status, duration,
 	// bytes, user, request id) at info level.
 	AccessLog bool
+	// OpenAI answers the OpenAI-compatible routes under /v1 (package openaiapi). Nil: a backend
+	// on Chat alone, which answers stateful requests (on a session) only.
+	OpenAI *openaiapi.Backend
 	// AuthRecheck is how often an open stream (SSE or WebSocket) checks that its key is still
 	// valid, through Auth's cache (default 5s); a revoked or expired key ends it.
 	AuthRecheck time.Duration

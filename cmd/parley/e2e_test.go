@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 var listenRE = regexp.MustCompile(`"?msg"?[=:]"?listening"?.*?"?addr"?[=:]"?([0-9.]+:[0-9]+)`)
 
 // waitListening reads log lines from r until the server says where it listens.
-func waitListening(t *testing.T, r io.Reader, logs io.Writer) string {
+func waitListening(t testing.TB, r io.Reader, logs io.Writer) string {
 	t.Helper()
 	found := make(chan string, 1)
 	go func() {

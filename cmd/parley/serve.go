@@ -15,6 +15,7 @@ import (
 	"github.com/parleyhq/parley/agent"
 	"github.com/parleyhq/parley/chat"
 	"github.com/parleyhq/parley/httpapi"
+	"github.com/parleyhq/parley/httpapi/openaiapi"
 	"github.com/parleyhq/parley/metrics"
 	"github.com/parleyhq/parley/redact"
 	"github.com/parleyhq/parley/runs"
@@ -207,6 +208,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		Metrics:           met,
 		MetricsHandler:    metricsOnAPI,
 		AccessLog:         c.AccessLog,
+		OpenAI: &openaiapi.Backend{Agent: ag, Resolve: models.Resolve, ModelTimeout: c.ProviderTimeout,
+			MaxInline: c.MaxRuns, Metrics: met},
 	})
 
 	// Listening comes before any run is taken back: an address in use touches no run.
