@@ -207,6 +207,7 @@ func (s *server) handleUIMessages() http.Handler {
 // StreamIdle or open for StreamLifetime.
 func (s *server) uiStream(w http.ResponseWriter, r *http.Request, sessionID, runID string, after int64) {
 	w.Header().Set(uistream.Header, uistream.HeaderValue)
+	w.Header().Set("X-Parley-Session", sessionID) // for the native routes (abort, records…)
 	sse, err := newSSEWriter(w, s.WriteTimeout)
 	if err != nil {
 		writeError(w, err)

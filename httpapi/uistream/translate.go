@@ -29,6 +29,8 @@ type Translator struct {
 	reasOpen bool
 	streamed struct{ text, reasoning bool } // what the open step streamed
 
+	errText  string // the run's error, sent with its end
+
 	recorded map[string]bool // assistant messages already translated (a takeover records again)
 	calls    map[string]bool // tool calls announced and not yet answered
 	usage    parley.Usage
@@ -103,14 +105,17 @@ func (t *Translator) Event(ev *parley.Event, emit func(Chunk)) {
 		}
 		emit(Chunk{Type: TypeDataStatus, Data: map[string]string{"state": ev.State}, Transient: true})
 	case parley.EventError:
-		t.closeParts(emit)
-		msg := "the run failed"
-		if ev.Error != nil {
-			msg = redact.String(ev.Error.Message)
+		// Sent with the end: useChat stops reading at an error chunk and lets its user send
+		// again, which the session takes only once the run has ended (done).
+		t.errText = "the run failed"
+		if ev.Error != nil && ev.Error.Message != "" {
+			t.errText = redact.String(ev.Error.Message)
 		}
-		emit(Chunk{Type: TypeError, ErrorText: msg})
 	case parley.EventDone:
 		t.closeParts(emit)
+		if t.errText != "" {
+			emit(Chunk{Type: TypeError, ErrorText: t.errText})
+		}
 		if t.inStep {
 			emit(Chunk{Type: TypeFinishStep})
 			t.inStep = false
