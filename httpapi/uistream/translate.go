@@ -29,7 +29,7 @@ type Translator struct {
 	reasOpen bool
 	streamed struct{ text, reasoning bool } // what the open step streamed
 
-	errText  string // the run's error, sent with its end
+	errText string // the run's error, sent with its end
 
 	recorded map[string]bool // assistant messages already translated (a takeover records again)
 	calls    map[string]bool // tool calls announced and not yet answered
