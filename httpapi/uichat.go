@@ -126,7 +126,8 @@ func (s *server) startUITurn(ctx context.Context, owner string, sess *parley.Ses
 		return nil, parley.Errorf(parley.ECConflict, "messageId: only the chat's last answer (%q) can be regenerated", last.RunID)
 	}
 	if last.Failed() {
-		return s.Chat.Retry(ctx, owner, sess.ID, chat.RetryRequest{Model: turn.Model, SelectedTools: turn.SelectedTools})
+		// The model the client names, or (none) the one that failed, as POST …/retry.
+		return s.Chat.Retry(ctx, owner, sess.ID, chat.RetryRequest{Model: req.Model, SelectedTools: req.SelectedTools})
 	}
 	return s.Chat.Send(ctx, owner, turn)
 }
