@@ -169,9 +169,19 @@ const cases = [
     assert.deepEqual(plain((await stored(id))[1]), plain(msg))
   }],
 
-  ['DefaultChatTransport: sendMessage, then regenerate, as useChat does', async () => {
+  ['DefaultChatTransport: sendMessage, then regenerate, as useChat does (sending only the last message)', async () => {
     const id = newChatId()
-    const chat = new TestChat({ id, transport: transport() })
+    const sent = []
+    // docs/clients.md's optional setting: Parley reads only the last message, so send only it.
+    const chat = new TestChat({
+      id,
+      transport: transport(KEY, {
+        prepareSendMessagesRequest: ({ id, messages, trigger, messageId }) => {
+          sent.push(messages.length)
+          return { body: { id, messages: messages.slice(-1), trigger, messageId } }
+        },
+      }),
+    })
     await control('/enqueue', [{ Content: 'First answer.', Usage: usage(5, 2) }])
     await chat.sendMessage({ text: 'Say something' })
     assert.equal(chat.status, 'ready', String(chat.error))
@@ -204,6 +214,7 @@ const cases = [
     assert.equal(history.length, 7) // … question, failed answer, retried answer
     assert.equal(history[4].parts[0].text, 'And now?')
     assert.deepEqual(plain(history[6]), plain(chat.messages.at(-1)))
+    assert.deepEqual(sent, [1, 1, 3, 3], 'useChat had the whole chat to send each time')
   }],
 
   ['DefaultChatTransport: resumeStream replays the run in progress; 204 when none', async () => {
