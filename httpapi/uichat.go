@@ -70,7 +70,7 @@ func (s *server) handleUIChat() http.Handler {
 		st, err := s.startUITurn(r.Context(), owner, sess, req)
 		if err != nil {
 			if created {
-				s.dropUISession(r.Context(), sess.ID)
+				s.dropUISession(r.Context(), sess.ID, err)
 			}
 			writeError(w, err)
 			return
@@ -98,10 +98,21 @@ func (s *server) createUISession(ctx context.Context, owner, chatID, message str
 }
 
 // dropUISession deletes a session created for a chat whose first turn was refused, so that a
-// refused chat leaves nothing behind.
-func (s *server) dropUISession(ctx context.Context, id string) {
+// refused chat leaves nothing behind. Its id is the chat's, not this request's alone: a
+// concurrent first message of the same chat may have started a run in it (this request's refusal
+// is then that run's conflict), so a session with a run or a message is kept.
+func (s *server) dropUISession(ctx context.Context, id string, cause error) {
+	if parley.CodeOf(cause) == parley.ECConflict {
+		return
+	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
+	if _, busy := s.Runs.Active(id); busy {
+		return
+	}
+	if h, err := s.Store.ListMessages(dctx, id, 0, 1); err != nil || len(h) > 0 {
+		return
+	}
 	if err := s.Store.DeleteSession(dctx, id); err != nil {
 		s.Log.Warn("could not delete the session of a refused chat", "session", id, "err", err)
 	}

@@ -77,9 +77,10 @@ func uiMessages(t *testing.T, raw string) []uistream.UIMessage {
 // TestUIChatIDsArePerUser: useChat's generated chat id names a session of the caller, created on
 // first use; two users with the same chat id have two sessions; a chat id that is a session id
 // opens that session (the caller's own; another user's is 403).
-func TestUIChatIDsArePerUser(t *testing.T) {
+func TestUIChatIDsArePerUser(t *testing.T) { bothStores(t, testUIChatIDsArePerUser) }
+
+func testUIChatIDsArePerUser(t *testing.T, e *env) {
 	ctx := context.Background()
-	e := newEnv(t, nil)
 	for _, user := range []string{"alice", "bob"} {
 		resp, raw := e.ui(t, user, "POST", "/api/v1/ui/chat", uiBody("sharedChat01", user+" asks", "submit-message", ""))
 		if resp.StatusCode != 200 || resp.Header.Get("x-vercel-ai-ui-message-stream") != "v1" {
@@ -182,9 +183,10 @@ func TestUIChatBadInput(t *testing.T) {
 // TestUIChatRegenerate: regenerating a good answer stores the question again as a new turn and
 // answers it; regenerating a failed answer retries that turn without storing anything new;
 // only the last answer can be regenerated.
-func TestUIChatRegenerate(t *testing.T) {
+func TestUIChatRegenerate(t *testing.T) { bothStores(t, testUIChatRegenerate) }
+
+func testUIChatRegenerate(t *testing.T, e *env) {
 	ctx := context.Background()
-	e := newEnv(t, nil)
 	const chat = "chatRegen01"
 	sid := uistream.SessionID("alice", chat)
 	_, raw := e.ui(t, "alice", "POST", "/api/v1/ui/chat", uiBody(chat, "Q", "submit-message", ""))
@@ -285,4 +287,66 @@ func TestUIStreamResume(t *testing.T) {
 		t.Fatalf("the resumed stream differs from the POST's:\n%s\n---\n%s", got, posted)
 	}
 	uiChunks(t, posted)
+}
+
+// TestUIChatFirstMessagesAtOnce: several first messages of one new chat at once make one session;
+// one of them is answered and the others are 409 (the session's run is in progress), on both
+// stores.
+func TestUIChatFirstMessagesAtOnce(t *testing.T) {
+	bothStores(t, func(t *testing.T, e *env) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		release := e.blockRuns(t)
+		const chat, n = "chatRace01", 4
+		resps := make(chan *http.Response, n)
+		for range n {
+			go func() {
+				req, _ := http.NewRequestWithContext(ctx, "POST", e.url+"/api/v1/ui/chat", strings.NewReader(uiBody(chat, "at once", "submit-message", "")))
+				req.Header.Set("Content-Type", "application/json")
+				e.authorize(t, req)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					resps <- nil
+					return
+				}
+				resps <- resp
+			}()
+		}
+		var ok *http.Response
+		conflicts := 0
+		for range n {
+			resp := <-resps
+			if resp == nil {
+				t.Fatal("a request failed")
+			}
+			switch resp.StatusCode {
+			case 200:
+				if ok != nil {
+					t.Fatal("two first messages were both answered")
+				}
+				ok = resp
+				continue
+			case 409:
+				conflicts++
+			default:
+				b, _ := io.ReadAll(resp.Body)
+				t.Fatalf("status %d %s", resp.StatusCode, b)
+			}
+			resp.Body.Close()
+		}
+		if ok == nil || conflicts != n-1 {
+			t.Fatalf("answered %v, conflicts %d", ok != nil, conflicts)
+		}
+		release()
+		raw, _ := io.ReadAll(ok.Body)
+		ok.Body.Close()
+		uiChunks(t, string(raw))
+		list, _, _ := e.store.ListSessions(ctx, "alice", parley.Page{Limit: 10})
+		if len(list) != 1 {
+			t.Fatalf("%d sessions", len(list))
+		}
+		if h, _ := e.store.History(ctx, list[0].ID); len(h) != 2 {
+			t.Fatalf("%d messages stored, want the question and its answer", len(h))
+		}
+	})
 }
