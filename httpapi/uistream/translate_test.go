@@ -119,3 +119,29 @@ func TestSessionIDs(t *testing.T) {
 		t.Fatal("a session id is not used as it is")
 	}
 }
+
+// BenchmarkTranslate measures the UI stream's own cost per run event: a run of 1,000 text chunks
+// and a stored answer, translated and each chunk encoded as JSON (what uiStream writes).
+func BenchmarkTranslate(b *testing.B) {
+	evs := []parley.Event{{Type: parley.EventStart, RunID: "run1"}}
+	for range 1000 {
+		evs = append(evs, parley.Event{Type: parley.EventChunk, RunID: "run1", Content: "a token "})
+	}
+	evs = append(evs,
+		parley.Event{Type: parley.EventRecord, RunID: "run1", Message: assistant("a1", strings.Repeat("a token ", 1000))},
+		parley.Event{Type: parley.EventUsage, RunID: "run1", Usage: &parley.Usage{PromptTokens: 10, CompletionTokens: 1000, TotalTokens: 1010}},
+		parley.Event{Type: parley.EventDone, RunID: "run1", FinishReason: parley.FinishStop})
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		tr := NewTranslator("run1")
+		for i := range evs {
+			tr.Event(&evs[i], func(c Chunk) {
+				if _, err := json.Marshal(c); err != nil {
+					b.Fatal(err)
+				}
+			})
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(evs)), "ns/event")
+}
