@@ -44,6 +44,10 @@ var crossUserRoutes = map[string]struct {
 	"POST /api/v1/admin/keys":            {"POST", "/api/v1/admin/keys", `{"user":"alice"}`, 403, nil},
 	"DELETE /api/v1/admin/keys/{id}":     {"DELETE", "/api/v1/admin/keys/{K}", "", 403, nil},
 	"/api/":                              {"GET", "/api/v1/sessions/{A}/secrets", "", 404, nil},
+	"POST /api/v1/ui/chat": {"POST", "/api/v1/ui/chat",
+		`{"id":"{A}","messages":[{"id":"m1","role":"user","parts":[{"type":"text","text":"mine now"}]}],"trigger":"submit-message"}`, 403, nil},
+	"GET /api/v1/ui/chat/{id}/stream":   {"GET", "/api/v1/ui/chat/{A}/stream", "", 403, nil},
+	"GET /api/v1/ui/chat/{id}/messages": {"GET", "/api/v1/ui/chat/{A}/messages", "", 403, nil},
 	// The OpenAI-compatible API: a stateful request on alice's session (named in the body here;
 	// TestOpenAIStatefulOnAnotherUsersSession names it in the X-Parley-Session header too).
 	"GET /v1/models": {"GET", "/v1/models", "", 200, nil},

@@ -31,6 +31,11 @@ func (s *server) routes() {
 	s.mux.Handle("POST /api/v1/chat", s.pipe(chatReq, s.handleChat()))
 	s.mux.Handle("POST /api/v1/chat/stream", s.pipe(chatReq, s.handleChatStream()))
 
+	// The AI SDK UI message stream (uichat.go, package uistream).
+	s.mux.Handle("POST /api/v1/ui/chat", s.pipe(policy{body: jsonBody(false, s.checkUIChat), run: true}, s.handleUIChat()))
+	s.mux.Handle("GET /api/v1/ui/chat/{id}/stream", s.pipe(user, s.handleUIStream()))
+	s.mux.Handle("GET /api/v1/ui/chat/{id}/messages", s.pipe(user, s.handleUIMessages()))
+
 	s.mux.Handle("GET /api/v1/models", s.pipe(user, s.handleModels()))
 	s.mux.Handle("GET /api/v1/tools", s.pipe(user, s.handleTools()))
 

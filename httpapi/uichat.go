@@ -1,0 +1,295 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/chat"
+	"github.com/parleyhq/parley/httpapi/uistream"
+)
+
+// The AI SDK UI message stream (package uistream): POST /api/v1/ui/chat takes useChat's request
+// and streams the run as UI message chunks; GET /api/v1/ui/chat/{id}/stream resumes the chat's
+// run in progress (204 when none); GET /api/v1/ui/chat/{id}/messages lists the chat as UIMessages.
+// The same pipeline (auth, rate limit, throttle, body checks) and ownership rules as the native
+// routes apply: a chat id maps to a session of the caller (uistream.SessionID), and another
+// user's session is 403.
+
+// checkUIChat is the body check of POST /api/v1/ui/chat.
+func (s *server) checkUIChat(req *uistream.Request) error {
+	if err := req.Check(); err != nil {
+		return err
+	}
+	return s.Chat.Validate(&req.Turn)
+}
+
+// uiSession returns the caller's session of chat id, or nil when it does not exist yet; another
+// user's session is 403.
+func (s *server) uiSession(ctx context.Context, owner, chatID string) (*parley.Session, error) {
+	sid := uistream.SessionID(owner, chatID)
+	sess, err := s.Store.GetSession(ctx, sid)
+	if parley.CodeOf(err) == parley.ECNotFound {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if sess.Owner != owner {
+		return nil, parley.Errorf(parley.ECForbidden, "chat %q belongs to another user", chatID)
+	}
+	return sess, nil
+}
+
+// handleUIChat is POST /api/v1/ui/chat. The last user message is the turn; the chat's session is
+// created on first use. trigger "regenerate-message" answers the last question again: a failed
+// last turn is retried (as POST …/retry does, storing nothing new), otherwise the question is
+// stored again as a new turn and answered (Parley's history is append-only: the earlier answer
+// stays in it).
+func (s *server) handleUIChat() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		owner := identityOf(r).User
+		req := bodyOf[uistream.Request](r)
+		sess, err := s.uiSession(r.Context(), owner, req.ID)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		created := false
+		if sess == nil {
+			if req.Trigger == uistream.TriggerRegenerate {
+				writeError(w, parley.Errorf(parley.ECConflict, "chat %q has no answer to regenerate", req.ID))
+				return
+			}
+			if sess, created, err = s.createUISession(r.Context(), owner, req.ID, req.Turn.Message); err != nil {
+				writeError(w, err)
+				return
+			}
+		}
+		st, err := s.startUITurn(r.Context(), owner, sess, req)
+		if err != nil {
+			if created {
+				s.dropUISession(r.Context(), sess.ID, err)
+			}
+			writeError(w, err)
+			return
+		}
+		s.uiStream(w, r, sess.ID, st.Run.ID, st.Run.Log.FirstSeq()-1)
+	})
+}
+
+// createUISession creates the session of a chat's first message, or returns the one a
+// concurrent first request created.
+func (s *server) createUISession(ctx context.Context, owner, chatID, message string) (*parley.Session, bool, error) {
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	sess := &parley.Session{ID: uistream.SessionID(owner, chatID), Title: chat.Title(message), Owner: owner, CreatedAt: now, UpdatedAt: now}
+	err := s.Store.CreateSession(ctx, sess)
+	if err == nil {
+		return sess, true, nil
+	}
+	// Another request may have created it meanwhile: use it if it is the caller's.
+	if again, gerr := s.uiSession(ctx, owner, chatID); gerr == nil && again != nil {
+		return again, false, nil
+	} else if gerr != nil {
+		return nil, false, gerr
+	}
+	return nil, false, err
+}
+
+// dropUISession deletes a session created for a chat whose first turn was refused, so that a
+// refused chat leaves nothing behind. Its id is the chat's, not this request's alone: a
+// concurrent first message of the same chat may have started a run in it (this request's refusal
+// is then that run's conflict), so a session with a run or a message is kept.
+func (s *server) dropUISession(ctx context.Context, id string, cause error) {
+	if parley.CodeOf(cause) == parley.ECConflict {
+		return
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if _, busy := s.Runs.Active(id); busy {
+		return
+	}
+	if h, err := s.Store.ListMessages(dctx, id, 0, 1); err != nil || len(h) > 0 {
+		return
+	}
+	if err := s.Store.DeleteSession(dctx, id); err != nil {
+		s.Log.Warn("could not delete the session of a refused chat", "session", id, "err", err)
+	}
+}
+
+// startUITurn starts the run of the request's turn in sess.
+func (s *server) startUITurn(ctx context.Context, owner string, sess *parley.Session, req *uistream.Request) (*chat.Started, error) {
+	turn := req.Turn
+	turn.SessionID = sess.ID
+	if req.Trigger != uistream.TriggerRegenerate {
+		return s.Chat.Send(ctx, owner, turn)
+	}
+	h, err := s.Store.History(ctx, sess.ID)
+	if err != nil {
+		return nil, err
+	}
+	if len(h) == 0 || h[len(h)-1].Role == parley.RoleUser {
+		return nil, parley.Errorf(parley.ECConflict, "chat %q has no answer to regenerate", req.ID)
+	}
+	last := &h[len(h)-1]
+	if req.MessageID != "" && req.MessageID != last.RunID {
+		return nil, parley.Errorf(parley.ECConflict, "messageId: only the chat's last answer (%q) can be regenerated", last.RunID)
+	}
+	if last.Failed() {
+		// The model the client names, or (none) the one that failed, as POST …/retry.
+		return s.Chat.Retry(ctx, owner, sess.ID, chat.RetryRequest{Model: req.Model, SelectedTools: req.SelectedTools})
+	}
+	return s.Chat.Send(ctx, owner, turn)
+}
+
+// handleUIStream is GET /api/v1/ui/chat/{id}/stream: the chat's run in progress from its first
+// event, or 204 when there is none (nor any session yet).
+func (s *server) handleUIStream() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		owner := identityOf(r).User
+		id := r.PathValue("id")
+		if !uistream.ValidChatID(id) {
+			writeError(w, parley.Errorf(parley.ECNotFound, "chat %q not found", truncate(id, 80)))
+			return
+		}
+		sess, err := s.uiSession(r.Context(), owner, id)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		if sess == nil {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		var runID string
+		var after int64
+		if run, ok := s.Runs.Active(sess.ID); ok {
+			runID, after = run.ID, run.Log.FirstSeq()-1
+		} else if rec, err := s.Store.ActiveRun(r.Context(), sess.ID); err == nil {
+			runID, after = rec.ID, rec.FirstSeq-1 // on another instance
+		} else if parley.CodeOf(err) != parley.ECNotFound {
+			writeError(w, err)
+			return
+		}
+		if runID == "" {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		release, err := s.acquireStream(owner)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		defer release()
+		s.uiStream(w, r, sess.ID, runID, after)
+	})
+}
+
+// handleUIMessages is GET /api/v1/ui/chat/{id}/messages: the chat's stored history as
+// UIMessage[] ([] for a chat not used yet).
+func (s *server) handleUIMessages() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		owner := identityOf(r).User
+		id := r.PathValue("id")
+		if !uistream.ValidChatID(id) {
+			writeError(w, parley.Errorf(parley.ECNotFound, "chat %q not found", truncate(id, 80)))
+			return
+		}
+		sess, err := s.uiSession(r.Context(), owner, id)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		if sess == nil {
+			writeJSON(w, http.StatusOK, []uistream.UIMessage{})
+			return
+		}
+		h, err := s.Store.History(r.Context(), sess.ID)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, uistream.FromHistory(h))
+	})
+}
+
+// uiStream writes the run's events after seq `after` as a UI message stream, until the run's done
+// event (then [DONE]) or until the client leaves (the run goes on), the stream is idle for
+// StreamIdle or open for StreamLifetime.
+func (s *server) uiStream(w http.ResponseWriter, r *http.Request, sessionID, runID string, after int64) {
+	w.Header().Set(uistream.Header, uistream.HeaderValue)
+	w.Header().Set("X-Parley-Session", sessionID) // for the native routes (abort, records…)
+	sse, err := newSSEWriter(w, s.WriteTimeout)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer s.streamOpened("sse")()
+	ctx, cancel := context.WithTimeout(r.Context(), s.StreamLifetime)
+	defer cancel()
+	sub := s.Runs.Subscribe(ctx, sessionID, after)
+	defer sub.Close()
+	heartbeat := time.NewTicker(s.Heartbeat)
+	defer heartbeat.Stop()
+	idle := time.NewTimer(s.StreamIdle)
+	defer idle.Stop()
+	recheck, stopRecheck := s.recheckTicks()
+	defer stopRecheck()
+	tr := uistream.NewTranslator(runID)
+	emit := func(c uistream.Chunk) { sse.data(mustJSON(c)) }
+	for {
+		select {
+		case <-recheck:
+			if err := s.stillValid(ctx, r); err != nil {
+				emit(uistream.Chunk{Type: uistream.TypeError, ErrorText: errorBodyOf(err).Message})
+				_ = sse.flush()
+				return
+			}
+		case <-sub.Ready():
+			frames, err := sub.Next(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					s.Log.Warn("UI stream ended", "session", sessionID, "err", err)
+				}
+				return
+			}
+			for _, f := range frames {
+				tr.Event(&f.Event, emit)
+				if tr.Ended() {
+					break
+				}
+			}
+			if tr.Ended() {
+				sse.data([]byte(uistream.Done))
+			}
+			if err := sse.flush(); err != nil {
+				s.Log.Info("UI stream client dropped", "session", sessionID, "err", err)
+				return
+			}
+			if tr.Ended() {
+				return
+			}
+			if len(frames) > 0 {
+				idle.Reset(s.StreamIdle)
+			}
+		case <-heartbeat.C:
+			if err := sse.comment("ping"); err != nil {
+				return
+			}
+		case <-idle.C:
+			_ = sse.comment("idle timeout: GET /api/v1/ui/chat/{id}/stream resumes")
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// data buffers one SSE event of data only ("data: <line>" and a blank line), as the UI message
+// stream frames its chunks.
+func (s *sseWriter) data(line []byte) {
+	s.buf.WriteString("data: ")
+	s.buf.Write(line)
+	s.buf.WriteString("\n\n")
+}
