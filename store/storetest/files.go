@@ -22,7 +22,7 @@ func testFiles(t *testing.T, s parley.Store) {
 	other := newSession(t, s, "alice", base)
 	a := newFile("alice", sess.ID, sha('a'), 10, base)
 	b := newFile("alice", sess.ID, sha('a'), 10, base.Add(time.Second)) // same bytes: one blob, two files
-	c := newFile("alice", "", sha('c'), 7, base.Add(2*time.Second))   // in no session yet
+	c := newFile("alice", "", sha('c'), 7, base.Add(2*time.Second))     // in no session yet
 	for _, f := range []*parley.File{a, b, c} {
 		if err := s.CreateFile(ctx, f, 0); err != nil {
 			t.Fatalf("CreateFile: %v", err)
