@@ -37,7 +37,7 @@ func startInProcessLogs(t *testing.T, env map[string]string, args ...string) (st
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	getenv := func(k string) string { return env[k] }
-	all := append([]string{"serve", "--addr", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "p.db"), "--mock-token-delay", "0s"}, args...)
+	all := append([]string{"serve", "--addr", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "p.db"), "--data-dir", filepath.Join(t.TempDir(), "data"), "--mock-token-delay", "0s"}, args...)
 	go func() {
 		err := run(ctx, all, getenv, io.Discard, pw)
 		pw.Close()

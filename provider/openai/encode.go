@@ -149,6 +149,19 @@ func encodeContent(c parley.Content) (json.RawMessage, error) {
 				return nil, fmt.Errorf("content part %d: image_url needs a url", i)
 			}
 			parts = append(parts, wirePart{Type: "image_url", ImageURL: &wireImage{URL: p.ImageURL.URL, Detail: p.ImageURL.Detail}})
+		case "file":
+			if p.File == nil {
+				return nil, fmt.Errorf("content part %d: file needs a file object", i)
+			}
+			if p.File.FileData == "" {
+				// A reference nobody resolved: its id names a Parley file, not one of the
+				// provider's, so the model is told the name only.
+				note := fmt.Sprintf("[Attached file %q]", p.File.Filename)
+				parts = append(parts, wirePart{Type: "text", Text: &note})
+				continue
+			}
+			// The chat API's file input: the document inline, with its name.
+			parts = append(parts, wirePart{Type: "file", File: &wireFile{Filename: p.File.Filename, FileData: p.File.FileData}})
 		default:
 			return nil, fmt.Errorf("content part %d: unknown type %q", i, p.Type)
 		}
@@ -186,6 +199,13 @@ type wirePart struct {
 	Type     string     `json:"type"`
 	Text     *string    `json:"text,omitempty"` // always set for text parts, even when empty
 	ImageURL *wireImage `json:"image_url,omitempty"`
+	File     *wireFile  `json:"file,omitempty"`
+}
+
+// wireFile is a file content part's body: a document inline as a data: URL.
+type wireFile struct {
+	Filename string `json:"filename,omitempty"`
+	FileData string `json:"file_data"`
 }
 
 type wireImage struct {
