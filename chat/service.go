@@ -134,13 +134,6 @@ func (s *Service) Send(ctx context.Context, owner string, req Request) (*Started
 		s.dropNew(ctx, sess, newSession)
 		return nil, err
 	}
-	if len(attached) > 0 {
-		if err := s.Files.Attach(ctx, sess.ID, attached); err != nil {
-			run.Release()
-			s.dropNew(ctx, sess, newSession)
-			return nil, err
-		}
-	}
 	user := &parley.Message{
 		ID: parley.NewID(), Role: parley.RoleUser, Content: content, RunID: run.ID, CreatedAt: now,
 	}
@@ -148,6 +141,12 @@ func (s *Service) Send(ctx context.Context, owner string, req Request) (*Started
 		run.Release()
 		s.dropNew(ctx, sess, newSession)
 		return nil, err
+	}
+	// The files in no session join this one, once the message that names them is stored (a
+	// refused chat deletes the session it made, and must not take the user's files with it).
+	// A failure leaves them in no session, where they stay usable: the chat goes on.
+	if len(attached) > 0 {
+		_ = s.Files.Attach(ctx, sess.ID, attached)
 	}
 	in := agent.Input{SessionID: sess.ID, RunID: run.ID, Model: req.Model, SelectedTools: req.SelectedTools, User: owner, Gate: run.Gate}
 	run.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
