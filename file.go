@@ -48,8 +48,8 @@ type FileStore interface {
 	BlobRefs(ctx context.Context, sha256 string) (int64, error)
 }
 
-// QuotaExceeded is the error of an upload of size bytes by an owner who already uses used bytes
-// of quota.
-func QuotaExceeded(used, size, quota int64) *Error {
-	return Errorf(ECQuota, "storage quota exceeded: this file (%d bytes) and your files (%d bytes) would take more than your quota of %d bytes; delete files to make room", size, used, quota)
+// QuotaExceeded is the error of an upload that does not fit in the quota of an owner whose files
+// already take used bytes.
+func QuotaExceeded(used, quota int64) *Error {
+	return Errorf(ECQuota, "storage quota exceeded: your files take %d of your quota of %d bytes and this file does not fit in the %d left; delete files to make room", used, quota, max(quota-used, 0))
 }

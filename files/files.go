@@ -124,7 +124,7 @@ func (s *Service) Upload(ctx context.Context, owner, sessionID, name string, r i
 		// The quota is spent: only an empty file fits.
 		var one [1]byte
 		if n, _ := io.ReadFull(src, one[:]); n > 0 {
-			return nil, parley.QuotaExceeded(used, 1, s.cfg.Quota)
+			return nil, parley.QuotaExceeded(used, s.cfg.Quota)
 		}
 		info, err = s.cfg.Blobs.Put(ctx, eofReader{}, 0)
 	} else {
@@ -133,7 +133,7 @@ func (s *Service) Upload(ctx context.Context, owner, sessionID, name string, r i
 	if err != nil {
 		if parley.CodeOf(err) == parley.ECTooLarge {
 			if quotaBound {
-				return nil, parley.QuotaExceeded(used, limit+1, s.cfg.Quota)
+				return nil, parley.QuotaExceeded(used, s.cfg.Quota)
 			}
 			return nil, TooLarge(name, limit)
 		}

@@ -43,7 +43,7 @@ func (s *Store) CreateFile(ctx context.Context, f *parley.File, quota int64) err
 				return fmt.Errorf("postgres: reading storage use: %w", err)
 			}
 			if used+f.Size > quota {
-				return parley.QuotaExceeded(used, f.Size, quota)
+				return parley.QuotaExceeded(used, quota)
 			}
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO files (id, owner, session_id, name, size, sha256, media_type, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,

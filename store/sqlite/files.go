@@ -46,7 +46,7 @@ func (s *Store) CreateFile(ctx context.Context, f *parley.File, quota int64) err
 				return fmt.Errorf("sqlite: reading storage use: %w", err)
 			}
 			if used+f.Size > quota {
-				return parley.QuotaExceeded(used, f.Size, quota)
+				return parley.QuotaExceeded(used, quota)
 			}
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO files (`+fileCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
