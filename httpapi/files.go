@@ -132,9 +132,19 @@ func (s *server) handleUpload() http.Handler {
 				fail(err)
 				return
 			}
-			f, err := s.Files.Upload(r.Context(), owner, sessionID, part.FileName(), part)
+			src := &readErr{r: part}
+			f, err := s.Files.Upload(r.Context(), owner, sessionID, part.FileName(), src)
 			part.Close()
 			if err != nil {
+				if src.err != nil && parley.CodeOf(err) == parley.ECInternal {
+					// The body failed (the client left, sent malformed data or stalled), not
+					// the store.
+					if isTimeout(src.err) {
+						err = src.err
+					} else {
+						err = parley.WrapError(parley.ECInvalid, src.err, "request body: the upload was cut or malformed")
+					}
+				}
 				fail(err)
 				return
 			}
@@ -150,6 +160,20 @@ func (s *server) handleUpload() http.Handler {
 		}
 		writeJSON(w, http.StatusCreated, map[string]any{"files": out})
 	})
+}
+
+// readErr remembers the error of the reader it wraps.
+type readErr struct {
+	r   io.Reader
+	err error
+}
+
+func (e *readErr) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		e.err = err
+	}
+	return n, err
 }
 
 // ownsSession checks that owner owns session id (403 / 404, as ownedSession).

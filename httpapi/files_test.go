@@ -410,3 +410,17 @@ func mustBlobs(t *testing.T) parley.BlobStore {
 }
 
 var diskOpen = func(dir string) (parley.BlobStore, error) { return disk.Open(dir) }
+
+// TestUploadCutShort: a body that ends in the middle of a file is a 400, and nothing is stored.
+func TestUploadCutShort(t *testing.T) {
+	e := newEnv(t, nil)
+	ct, body := multipartBody(t, nil, upFile{"a.bin", "", bytes.Repeat([]byte("x"), 100_000)})
+	body = body[:60_000]
+	resp, raw := e.raw(t, "POST", "/api/v1/files", string(body), "Content-Type", ct, "Authorization", "Bearer "+e.key(t, "alice"))
+	if resp.StatusCode != 400 || !strings.Contains(raw, "cut or malformed") {
+		t.Fatalf("a cut upload: %d %s", resp.StatusCode, raw)
+	}
+	if n := e.blobCount(t); n != 0 {
+		t.Fatalf("%d blobs after a cut upload", n)
+	}
+}
