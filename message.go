@@ -158,11 +158,27 @@ func (u *Usage) Add(o Usage) {
 	u.Cost += o.Cost
 }
 
-// Part is one element of array-form content: text or an image (seed 000's binary_content).
+// Part is one element of array-form content: text, an image (seed 000's binary_content) or a file.
 type Part struct {
-	Type     string    `json:"type"` // "text" or "image_url"
+	Type     string    `json:"type"` // "text", "image_url" or "file"
 	Text     string    `json:"text,omitempty"`
 	ImageURL *ImageURL `json:"image_url,omitempty"`
+	File     *FileRef  `json:"file,omitempty"`
+}
+
+// FileRef is the body of a "file" part, in the shape of the OpenAI chat format's file input. A
+// stored message names an uploaded file by FileID (the id of POST /api/v1/files) and keeps its
+// Filename; it never holds the bytes. Before a model call the agent resolves the reference
+// (package files): images become image_url parts, text files text parts, and a PDF a file part
+// with FileData (a data: URL) and Text, the document's extracted text, for the adapters whose
+// provider takes no documents.
+type FileRef struct {
+	FileID   string `json:"file_id,omitempty"`
+	Filename string `json:"filename,omitempty"`
+	FileData string `json:"file_data,omitempty"` // data:<media type>;base64,… (only in what a model is sent)
+	// Text is the document's text for providers that take no document input; never stored or
+	// sent as such.
+	Text string `json:"-"`
 }
 
 // MarshalJSON writes "text" on every text part, even an empty one, as the OpenAI format requires.
@@ -173,7 +189,8 @@ func (p Part) MarshalJSON() ([]byte, error) {
 			Type     string    `json:"type"`
 			Text     string    `json:"text"`
 			ImageURL *ImageURL `json:"image_url,omitempty"`
-		}{p.Type, p.Text, p.ImageURL})
+			File     *FileRef  `json:"file,omitempty"`
+		}{p.Type, p.Text, p.ImageURL, p.File})
 	}
 	return json.Marshal(plain(p))
 }
@@ -264,6 +281,10 @@ func (c *Content) UnmarshalJSON(b []byte) error {
 			case "image_url":
 				if p.ImageURL == nil || p.ImageURL.URL == "" {
 					return fmt.Errorf("content part %d: image_url needs a url", i)
+				}
+			case "file":
+				if p.File == nil || (p.File.FileID == "" && p.File.FileData == "") {
+					return fmt.Errorf("content part %d: file needs a file_id or file_data", i)
 				}
 			default:
 				return fmt.Errorf("content part %d: unknown type %q", i, p.Type)

@@ -83,6 +83,7 @@ type Store interface {
 	KeyStore
 	EventStore
 	RunStore
+	FileStore
 
 	Close() error
 }

@@ -53,6 +53,11 @@ type Config struct {
 	// checkMaxToolCalls); the calls past it are answered with an error result and not run.
 	// 0: no bound.
 	MaxToolCalls int
+	// Attachments, when set, replaces the file references of the history (the "file" parts of
+	// user messages) by the files' content before each model call (files.Service.Expand).
+	Attachments interface {
+		Expand(ctx context.Context, msgs []parley.Message) ([]parley.Message, error)
+	}
 	// ToolHistoryRounds and SystemPrompt shape the history sent to the model (package llmctx).
 	ToolHistoryRounds int
 	SystemPrompt      string
@@ -194,9 +199,15 @@ func (a *Agent) loop(ctx context.Context, in Input, t *turn, res *Result) (*Resu
 		if err != nil {
 			return res, a.canceledOr(ctx, err)
 		}
+		msgs := llmctx.BuildOwned(history, llmctx.Options{SystemPrompt: a.cfg.SystemPrompt, ToolHistoryRounds: a.cfg.ToolHistoryRounds})
+		if a.cfg.Attachments != nil {
+			if msgs, err = a.cfg.Attachments.Expand(ctx, msgs); err != nil {
+				return res, a.canceledOr(ctx, fmt.Errorf("reading attached files: %w", err))
+			}
+		}
 		req := &parley.ChatRequest{
 			Model:    model,
-			Messages: llmctx.BuildOwned(history, llmctx.Options{SystemPrompt: a.cfg.SystemPrompt, ToolHistoryRounds: a.cfg.ToolHistoryRounds}),
+			Messages: msgs,
 			Tools:    specs,
 		}
 		start := time.Now()

@@ -42,16 +42,32 @@ type Service struct {
 	// ("provider/model"); nil accepts any name as it is.
 	ResolveModel func(model string) (string, error)
 	// CheckTools validates selected_tools; nil accepts any.
-	CheckTools   func(selected []string) error
+	CheckTools func(selected []string) error
+	// Files checks and attaches the files a message names (file_ids); nil refuses file_ids.
+	Files        Attacher
 	DefaultModel string
 	MaxMessage   int // characters of message text (default 100,000)
 	Now          func() time.Time
 }
 
-// Request is one user turn (seed 001 §1.01, with seed 000's binary_content).
+// Attacher checks and attaches uploaded files (files.Service satisfies it).
+type Attacher interface {
+	// CheckAttach returns the files ids, in order, if owner may attach them to a message of
+	// sessionID ("" for a session not created yet).
+	CheckAttach(ctx context.Context, owner, sessionID string, ids []string) ([]*parley.File, error)
+	// Attach puts those of fs that are in no session into sessionID.
+	Attach(ctx context.Context, sessionID string, fs []*parley.File) error
+}
+
+// MaxFileIDs bounds the files of one message.
+const MaxFileIDs = 20
+
+// Request is one user turn (seed 001 §1.01, with seed 000's binary_content and issue 20's
+// file_ids: uploaded files, stored in the message as references).
 type Request struct {
 	Message       string        `json:"message"`
 	BinaryContent []parley.Part `json:"binary_content,omitempty"`
+	FileIDs       []string      `json:"file_ids,omitempty"`
 	SessionID     string        `json:"session_id,omitempty"`
 	Model         string        `json:"model,omitempty"`
 	SelectedTools []string      `json:"selected_tools,omitempty"`
@@ -83,8 +99,30 @@ func (s *Service) Send(ctx context.Context, owner string, req Request) (*Started
 		if sess.Owner != owner {
 			return nil, parley.Errorf(parley.ECForbidden, "this session belongs to another user")
 		}
-	} else {
-		sess = &parley.Session{ID: parley.NewID(), Title: Title(req.Message), Owner: owner, CreatedAt: now, UpdatedAt: now}
+	}
+	var attached []*parley.File
+	if len(req.FileIDs) > 0 {
+		if attached, err = s.Files.CheckAttach(ctx, owner, req.SessionID, req.FileIDs); err != nil {
+			return nil, err
+		}
+		parts := content.Parts()
+		if parts == nil {
+			parts = []parley.Part{{Type: "text", Text: req.Message}}
+			if req.Message == "" {
+				parts = nil
+			}
+		}
+		for _, f := range attached {
+			parts = append(parts, parley.Part{Type: "file", File: &parley.FileRef{FileID: f.ID, Filename: f.Name}})
+		}
+		content = parley.Parts(parts...)
+	}
+	if sess == nil {
+		title := req.Message
+		if strings.TrimSpace(title) == "" && len(attached) > 0 {
+			title = attached[0].Name
+		}
+		sess = &parley.Session{ID: parley.NewID(), Title: Title(title), Owner: owner, CreatedAt: now, UpdatedAt: now}
 		if err := s.Store.CreateSession(ctx, sess); err != nil {
 			return nil, err
 		}
@@ -103,6 +141,12 @@ func (s *Service) Send(ctx context.Context, owner string, req Request) (*Started
 		run.Release()
 		s.dropNew(ctx, sess, newSession)
 		return nil, err
+	}
+	// The files in no session join this one, once the message that names them is stored (a
+	// refused chat deletes the session it made, and must not take the user's files with it).
+	// A failure leaves them in no session, where they stay usable: the chat goes on.
+	if len(attached) > 0 {
+		_ = s.Files.Attach(ctx, sess.ID, attached)
 	}
 	in := agent.Input{SessionID: sess.ID, RunID: run.ID, Model: req.Model, SelectedTools: req.SelectedTools, User: owner, Gate: run.Gate}
 	run.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
@@ -273,8 +317,22 @@ func (s *Service) validate(req *Request) (parley.Content, error) {
 	if n := utf8.RuneCountInString(req.Message); n > maxLen {
 		return parley.Content{}, parley.Errorf(parley.ECInvalid, "message: %d characters, the limit is %d", n, maxLen)
 	}
-	if strings.TrimSpace(req.Message) == "" && len(req.BinaryContent) == 0 {
+	if strings.TrimSpace(req.Message) == "" && len(req.BinaryContent) == 0 && len(req.FileIDs) == 0 {
 		return parley.Content{}, parley.Errorf(parley.ECInvalid, "message: must not be empty")
+	}
+	if len(req.FileIDs) > 0 && s.Files == nil {
+		return parley.Content{}, parley.Errorf(parley.ECInvalid, "file_ids: file uploads are not enabled on this server")
+	}
+	if len(req.FileIDs) > MaxFileIDs {
+		return parley.Content{}, parley.Errorf(parley.ECInvalid, "file_ids: %d files, the limit is %d", len(req.FileIDs), MaxFileIDs)
+	}
+	for i, id := range req.FileIDs {
+		if id == "" || len(id) > 64 {
+			return parley.Content{}, parley.Errorf(parley.ECInvalid, "file_ids[%d]: not a file id", i)
+		}
+		if err := parley.CheckText(fmt.Sprintf("file_ids[%d]", i), id, parley.TextName); err != nil {
+			return parley.Content{}, err
+		}
 	}
 	if err := parley.CheckText("model", req.Model, parley.TextName); err != nil {
 		return parley.Content{}, err

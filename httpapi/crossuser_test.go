@@ -44,6 +44,11 @@ var crossUserRoutes = map[string]struct {
 	"POST /api/v1/admin/keys":            {"POST", "/api/v1/admin/keys", `{"user":"alice"}`, 403, nil},
 	"DELETE /api/v1/admin/keys/{id}":     {"DELETE", "/api/v1/admin/keys/{K}", "", 403, nil},
 	"/api/":                              {"GET", "/api/v1/sessions/{A}/secrets", "", 404, nil},
+	"POST /api/v1/files":                 {"POST", "/api/v1/files?session_id={A}", "", 403, nil},
+	"GET /api/v1/files/{id}":             {"GET", "/api/v1/files/{F}", "", 403, nil},
+	"GET /api/v1/files/{id}/content":     {"GET", "/api/v1/files/{F}/content", "", 403, nil},
+	"DELETE /api/v1/files/{id}":          {"DELETE", "/api/v1/files/{F}", "", 403, nil},
+	"GET /api/v1/sessions/{id}/files":    {"GET", "/api/v1/sessions/{A}/files", "", 403, nil},
 	"POST /api/v1/ui/chat": {"POST", "/api/v1/ui/chat",
 		`{"id":"{A}","messages":[{"id":"m1","role":"user","parts":[{"type":"text","text":"mine now"}]}],"trigger":"submit-message"}`, 403, nil},
 	"GET /api/v1/ui/chat/{id}/stream":   {"GET", "/api/v1/ui/chat/{A}/stream", "", 403, nil},
@@ -91,14 +96,16 @@ func TestCrossUser(t *testing.T) {
 	if code, _ := e.do(t, "PATCH", "/api/v1/sessions/"+sid, `{"title":"`+title+`"}`); code != 200 {
 		t.Fatal("rename")
 	}
+	const fileName, fileText = "alice-private-file.txt", "alice-private-bytes"
+	fid := e.uploadOne(t, "alice", sid, upFile{fileName, "", []byte(fileText)})["id"].(string)
 	before, _ := e.store.History(ctx, sid)
 	aliceKey := e.key(t, "alice")
 	keys, _ := e.store.ListAPIKeys(ctx, "alice", 10)
-	secrets := []string{title, text, aliceKey, keys[0].ID, keys[0].Prefix, "Hello there"}
+	secrets := []string{title, text, aliceKey, keys[0].ID, keys[0].Prefix, "Hello there", fileName, fileText}
 
 	for route, c := range crossUserRoutes {
 		t.Run(route, func(t *testing.T) {
-			path := strings.NewReplacer("{A}", sid, "{K}", keys[0].ID).Replace(c.path)
+			path := strings.NewReplacer("{A}", sid, "{K}", keys[0].ID, "{F}", fid).Replace(c.path)
 			body := strings.ReplaceAll(c.body, "{A}", sid)
 			resp, raw := e.raw(t, c.method, path, body, "Authorization", "Bearer "+e.key(t, "bob"), "Content-Type", "application/json")
 			if resp.StatusCode != c.status {
@@ -134,6 +141,9 @@ func TestCrossUser(t *testing.T) {
 	list, _, _ := e.store.ListSessions(ctx, "alice", parley.Page{Limit: 10})
 	if len(list) != 1 {
 		t.Fatalf("alice has %d sessions", len(list))
+	}
+	if f, err := e.store.GetFile(ctx, fid); err != nil || f.Owner != "alice" {
+		t.Fatalf("alice's file after bob: %+v %v", f, err)
 	}
 	// And alice still reads her own.
 	if code, _ := e.do(t, "GET", "/api/v1/sessions/"+sid+"/messages", ""); code != 200 {

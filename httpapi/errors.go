@@ -37,6 +37,8 @@ func statusOf(code parley.ErrorCode) int {
 		return http.StatusGatewayTimeout
 	case parley.ECCanceled:
 		return http.StatusConflict
+	case parley.ECTooLarge, parley.ECQuota:
+		return http.StatusRequestEntityTooLarge
 	default:
 		return http.StatusInternalServerError
 	}

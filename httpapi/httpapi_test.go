@@ -19,7 +19,9 @@ import (
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/agent"
 	"github.com/parleyhq/parley/auth"
+	"github.com/parleyhq/parley/blob/disk"
 	"github.com/parleyhq/parley/chat"
+	"github.com/parleyhq/parley/files"
 	"github.com/parleyhq/parley/httpapi"
 	"github.com/parleyhq/parley/runs"
 	"github.com/parleyhq/parley/store/sqlite"
@@ -51,6 +53,8 @@ type env struct {
 
 	mu   sync.Mutex
 	keys map[string]string // user → secret of an API key made for it
+
+	blobs *disk.Store // the blob store of the files API
 }
 
 // key returns the secret of an API key of user, made on first use (admin is an admin key).
@@ -129,9 +133,16 @@ func newEnvOn(t *testing.T, st testStore, ro runs.Options, mod func(*httpapi.Dep
 		},
 		MaxMessage: 50,
 	}
+	blobs, err := disk.Open(filepath.Join(t.TempDir(), "blobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsvc := files.New(files.Config{Store: st, Blobs: blobs, MaxFileBytes: 1 << 20})
+	svc.Files = fsvc
 	d := httpapi.Deps{
 		Store: st, Chat: svc, Runs: mgr, MaxBodyBytes: 4096,
-		Auth: &auth.Authenticator{Store: st},
+		Auth:  &auth.Authenticator{Store: st},
+		Files: fsvc,
 	}
 	if mod != nil {
 		mod(&d)
@@ -142,7 +153,7 @@ func newEnvOn(t *testing.T, st testStore, ro runs.Options, mod func(*httpapi.Dep
 	srv.Start()
 	t.Cleanup(srv.Close)
 	t.Cleanup(shutdown)
-	return &env{url: srv.URL, store: st, runs: mgr, agent: fa, shutdown: shutdown, keys: map[string]string{}}
+	return &env{url: srv.URL, store: st, runs: mgr, agent: fa, shutdown: shutdown, keys: map[string]string{}, blobs: blobs}
 }
 
 func (e *env) do(t *testing.T, method, path, body string, hdr ...string) (int, map[string]any) {

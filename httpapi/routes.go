@@ -27,6 +27,13 @@ func (s *server) routes() {
 	s.mux.Handle("POST /api/v1/sessions/{id}/retry", s.pipe(policy{body: jsonBody(true, s.Chat.ValidateRetry), run: true}, s.handleRetry()))
 	s.mux.Handle("GET /api/ws", s.pipe(user, s.handleWS()))
 
+	// Files (issue 20).
+	s.mux.Handle("POST /api/v1/files", s.pipe(user, s.handleUpload()))
+	s.mux.Handle("GET /api/v1/files/{id}", s.pipe(user, s.handleGetFile()))
+	s.mux.Handle("GET /api/v1/files/{id}/content", s.pipe(user, s.handleFileContent()))
+	s.mux.Handle("DELETE /api/v1/files/{id}", s.pipe(user, s.handleDeleteFile()))
+	s.mux.Handle("GET /api/v1/sessions/{id}/files", s.pipe(user, s.handleSessionFiles()))
+
 	chatReq := policy{body: jsonBody[chat.Request](false, s.checkChat), run: true}
 	s.mux.Handle("POST /api/v1/chat", s.pipe(chatReq, s.handleChat()))
 	s.mux.Handle("POST /api/v1/chat/stream", s.pipe(chatReq, s.handleChatStream()))

@@ -13,6 +13,7 @@ import (
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/auth"
 	"github.com/parleyhq/parley/chat"
+	"github.com/parleyhq/parley/files"
 	"github.com/parleyhq/parley/httpapi/openaiapi"
 	"github.com/parleyhq/parley/limit"
 	"github.com/parleyhq/parley/runs"
@@ -66,6 +67,9 @@ type Deps struct {
 	Store parley.Store
 	Chat  *chat.Service
 	Runs  *runs.Manager
+	// Files serves the files API and collects the files of deleted sessions; nil: the files
+	// routes answer 404.
+	Files *files.Service
 	// Tools lists the tools a client may select and the MCP servers behind them; nil lists none.
 	Tools func() ([]ToolInfo, []ServerInfo)
 	// Models lists the models a client may name.

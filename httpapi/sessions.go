@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"strings"
@@ -200,9 +201,21 @@ func (s *server) handleDeleteSession() http.Handler {
 				return
 			}
 		}
+		// The session's files go with it; their blobs are collected after (those no other
+		// file shares). A file uploaded meanwhile is left to the sweep at the next start.
+		var blobs []string
+		if s.Files != nil {
+			if blobs, err = s.Files.SessionBlobs(r.Context(), sess.ID); err != nil {
+				writeError(w, err)
+				return
+			}
+		}
 		if err := s.Store.DeleteSession(r.Context(), sess.ID); err != nil {
 			writeError(w, err)
 			return
+		}
+		if s.Files != nil {
+			s.Files.Collect(context.WithoutCancel(r.Context()), blobs...)
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})

@@ -526,13 +526,10 @@ func (w *wsConn) admit(ctx context.Context) error {
 // throttle, validation, ownership.
 func (w *wsConn) userMessage(ctx context.Context, m wsUserMessage) (map[string]any, error) {
 	s := w.s
-	if len(m.FileIDs) > 0 {
-		return nil, parley.Errorf(parley.ECInvalid, "fileIds: file uploads are not supported yet; send images as binary_content")
-	}
 	if err := w.admit(ctx); err != nil {
 		return nil, err
 	}
-	req := chat.Request{Message: m.Text, BinaryContent: m.BinaryContent, SessionID: w.sessionID, Model: m.Model, SelectedTools: m.SelectedTools}
+	req := chat.Request{Message: m.Text, BinaryContent: m.BinaryContent, FileIDs: m.FileIDs, SessionID: w.sessionID, Model: m.Model, SelectedTools: m.SelectedTools}
 	if err := s.Chat.Validate(&req); err != nil {
 		return nil, err
 	}

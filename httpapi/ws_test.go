@@ -288,7 +288,7 @@ func TestWebSocketConversation(t *testing.T) {
 		{`{"type":"shout","id":"x1"}`, "invalid", `"shout" is not a client frame`},
 		{`{"type":"user_message","id":"x2"}`, "invalid", "data: required"},
 		{`{"type":"user_message","id":"x3","data":{"text":"  "}}`, "invalid", "message: must not be empty"},
-		{`{"type":"user_message","id":"x4","data":{"text":"hi","fileIds":["f1"]}}`, "invalid", "fileIds"},
+		{`{"type":"user_message","id":"x4","data":{"text":"hi","fileIds":["f1"]}}`, "not_found", `file "f1" not found`},
 		{`{"type":"user_message","id":"x5","data":{"text":"hi","model":"gpt-9"}}`, "invalid", "unknown model"},
 		{`{"type":"user_message","id":"x6","data":{"text":"hi","extra":1}}`, "invalid", `unknown field "extra"`},
 		{`{"type":"control","id":"x7","data":{"action":"explode"}}`, "invalid", "action"},

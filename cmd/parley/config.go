@@ -93,6 +93,17 @@ type config struct {
 	LogFormat         string
 	AccessLog         bool
 	TraceContent      bool
+	DataDir           string
+	BlobStore         string
+	S3Endpoint        string
+	S3Bucket          string
+	S3Region          string
+	S3Prefix          string
+	S3Insecure        bool
+	MaxFileBytes      int64
+	FileQuota         int64
+	AttachTextBytes   int
+	AttachInlineBytes int64
 
 	// From the config file only: they are structured.
 	Providers []providerConfig
@@ -176,6 +187,17 @@ func serveFlags(fs *flag.FlagSet, c *config) {
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
 	fs.BoolVar(&c.AccessLog, "access-log", true, "log a line per request answered (method, route pattern, status, duration, bytes, user, request id) at info level")
 	fs.BoolVar(&c.TraceContent, "trace-content", false, "put message content (the messages sent to the model, its answer, tool arguments and results) in trace spans; off: spans hold names, ids, models and token counts only")
+	fs.StringVar(&c.DataDir, "data-dir", "", "directory of uploaded files' bytes (blobs/ inside it) with --blob-store disk (default: the --db file's path plus .data, e.g. parley.db.data; parley-data with --database-url)")
+	fs.StringVar(&c.BlobStore, "blob-store", "disk", "where uploaded files' bytes live: disk (under --data-dir) or s3 (--s3-*; credentials from PARLEY_S3_ACCESS_KEY and PARLEY_S3_SECRET_KEY, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
+	fs.StringVar(&c.S3Endpoint, "s3-endpoint", "", "S3-compatible endpoint, host[:port] (s3.amazonaws.com, 127.0.0.1:9000)")
+	fs.StringVar(&c.S3Bucket, "s3-bucket", "", "bucket of the blobs (it must exist)")
+	fs.StringVar(&c.S3Region, "s3-region", "", "the bucket's region (optional)")
+	fs.StringVar(&c.S3Prefix, "s3-prefix", "", "key prefix of Parley's objects in the bucket (optional, e.g. parley/)")
+	fs.BoolVar(&c.S3Insecure, "s3-insecure", false, "plain HTTP to the S3 endpoint (a local MinIO); TLS otherwise")
+	fs.Int64Var(&c.MaxFileBytes, "max-file-bytes", 100<<20, "largest uploaded file; a larger one gets 413")
+	fs.Int64Var(&c.FileQuota, "file-quota-bytes", 1<<30, "bytes of uploaded files each user may keep, all files together; an upload past it gets 413 (0: no quota)")
+	fs.IntVar(&c.AttachTextBytes, "attachment-text-bytes", 100_000, "bytes of an attached text file, or of a PDF's extracted text, a model is given; the rest is cut, with a note saying so")
+	fs.Int64Var(&c.AttachInlineBytes, "attachment-inline-bytes", 20<<20, "largest attached image or PDF sent to a model inline; a larger PDF is sent as its text, a larger image as a note")
 }
 
 // envName is the environment variable for a flag.
@@ -314,6 +336,18 @@ func loopback(addr string) bool {
 // validate checks settings that flag parsing cannot.
 func (c *config) validate() error {
 	var errs []error
+	if c.MaxFileBytes < 1 || c.FileQuota < 0 || c.AttachTextBytes < 1 || c.AttachInlineBytes < 1 {
+		errs = append(errs, errors.New("max-file-bytes, attachment-text-bytes and attachment-inline-bytes must be at least 1; file-quota-bytes must not be negative"))
+	}
+	switch c.BlobStore {
+	case "", "disk":
+	case "s3":
+		if c.S3Endpoint == "" || c.S3Bucket == "" {
+			errs = append(errs, errors.New("blob-store s3 needs s3-endpoint and s3-bucket"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("blob-store must be disk or s3, not %q", c.BlobStore))
+	}
 	if c.MaxIterations < 1 {
 		errs = append(errs, errors.New("max-iterations must be at least 1"))
 	}

@@ -47,7 +47,7 @@ func TestCrashAtRandomPoints(t *testing.T) {
 		crashLoop(t, kills, seed, append(limits, "--instance-id", "crash", "--db", filepath.Join(t.TempDir(), "crash.db"))...)
 	})
 	t.Run("postgres", func(t *testing.T) {
-		crashLoop(t, kills, seed, append(limits, "--instance-id", "crash", "--database-url", pgtest.Schema(t))...)
+		crashLoop(t, kills, seed, append(limits, "--instance-id", "crash", "--database-url", pgtest.Schema(t), "--data-dir", t.TempDir())...)
 	})
 }
 

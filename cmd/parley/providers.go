@@ -31,6 +31,7 @@ type providerConfig struct {
 	SendReasoning   bool  `yaml:"send_reasoning"`    // openai: send reasoning_content back (DeepSeek, GLM)
 	LegacyMaxTokens bool  `yaml:"legacy_max_tokens"` // openai: max_tokens instead of max_completion_tokens
 	SendToolName    bool  `yaml:"send_tool_name"`    // openai: the name field on tool messages
+	DocumentsAsText bool  `yaml:"documents_as_text"` // openai: attached PDFs as their text (no file input)
 	MaxTokens       int   `yaml:"max_tokens"`        // anthropic: max_tokens when a request sets none
 	ThinkingBudget  int   `yaml:"thinking_budget"`   // anthropic, gemini: extended thinking budget in tokens
 	Think           *bool `yaml:"think"`             // ollama: the think flag
@@ -119,7 +120,8 @@ func newEndpoint(p providerConfig, getenv func(string) string, hc *http.Client) 
 	switch p.Kind {
 	case "openai":
 		e.Provider = openai.New(openai.Config{BaseURL: p.BaseURL, APIKey: key, HTTPClient: hc, Headers: p.Headers,
-			SendReasoning: p.SendReasoning, LegacyMaxTokens: p.LegacyMaxTokens, SendToolName: p.SendToolName})
+			SendReasoning: p.SendReasoning, LegacyMaxTokens: p.LegacyMaxTokens, SendToolName: p.SendToolName,
+			DocumentsAsText: p.DocumentsAsText})
 	case "anthropic":
 		e.Provider = anthropic.New(anthropic.Config{BaseURL: p.BaseURL, APIKey: key, HTTPClient: hc, Headers: p.Headers,
 			Options: anthropic.Options{MaxTokens: p.MaxTokens, ThinkingBudget: p.ThinkingBudget}})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/parleyhq/parley/agent"
 	"github.com/parleyhq/parley/chat"
+	"github.com/parleyhq/parley/files"
 	"github.com/parleyhq/parley/httpapi"
 	"github.com/parleyhq/parley/httpapi/openaiapi"
 	"github.com/parleyhq/parley/metrics"
@@ -84,6 +85,20 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		log.Warn("closed tool calls of interrupted runs", "tool_messages", n)
 	}
 
+	blobs, err := openBlobs(ctx, &c, getenv, log)
+	if err != nil {
+		return err
+	}
+	fileSvc := files.New(files.Config{Store: store, Blobs: blobs, MaxFileBytes: c.MaxFileBytes, Quota: c.FileQuota,
+		TextBudget: c.AttachTextBytes, MaxInline: c.AttachInlineBytes, Log: log})
+	// Blobs whose files went with a session deleted in a crash's window, or whose collection a
+	// crash interrupted, are collected before the first upload.
+	if n, err := fileSvc.Sweep(ctx); err != nil {
+		log.Warn("collecting unreferenced blobs", "err", err)
+	} else if n > 0 {
+		log.Info("collected unreferenced blobs", "blobs", n)
+	}
+
 	guard, err := newGuard(ctx, &c, store, log)
 	if err != nil {
 		return err
@@ -147,6 +162,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		ToolHistoryRounds: c.ToolHistoryRounds,
 		SystemPrompt:      c.SystemPrompt,
 		TraceContent:      c.TraceContent,
+		Attachments:       fileSvc,
 		Metrics:           met,
 		Log:               log,
 	})
@@ -159,6 +175,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		DefaultModel: models.Default(),
 		MaxMessage:   c.MaxMessageChars,
 		Recovery:     ag,
+		Files:        fileSvc,
 	}
 	maxStreams := c.MaxStreams
 	if maxStreams == 0 {
@@ -187,6 +204,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		Store:        store,
 		Chat:         svc,
 		Runs:         runMgr,
+		Files:        fileSvc,
 		Tools:        func() ([]httpapi.ToolInfo, []httpapi.ServerInfo) { return toolInfos(reg, mcpServers) },
 		Models:       func() []httpapi.ModelInfo { return modelInfos(models) },
 		Ready: func(ctx context.Context) error {

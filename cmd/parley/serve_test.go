@@ -37,7 +37,7 @@ func startInProcessLogs(t *testing.T, env map[string]string, args ...string) (st
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	getenv := func(k string) string { return env[k] }
-	all := append([]string{"serve", "--addr", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "p.db"), "--mock-token-delay", "0s"}, args...)
+	all := append([]string{"serve", "--addr", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "p.db"), "--data-dir", filepath.Join(t.TempDir(), "data"), "--mock-token-delay", "0s"}, args...)
 	go func() {
 		err := run(ctx, all, getenv, io.Discard, pw)
 		pw.Close()
@@ -228,7 +228,9 @@ func TestValidateRejectsBadSettings(t *testing.T) {
 		t.Fatalf("validate: %v", err)
 	}
 	rejectsEach(t, [][]string{{"--provider-attempts", "0"}, {"--breaker-failures", "0"}, {"--provider-timeout", "0s"},
-		{"--breaker-cooldown", "-1s"}, {"--provider-retry-base", "0s"}, {"--provider-max-wait", "0s"}})
+		{"--breaker-cooldown", "-1s"}, {"--provider-retry-base", "0s"}, {"--provider-max-wait", "0s"},
+		{"--max-file-bytes", "0"}, {"--file-quota-bytes", "-1"}, {"--attachment-text-bytes", "0"}, {"--attachment-inline-bytes", "0"},
+		{"--blob-store", "ftp"}, {"--blob-store", "s3", "--s3-bucket", "b"}})
 }
 
 // rejectsEach checks that validate refuses each set of serve flags with an error naming its first

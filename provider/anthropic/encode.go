@@ -181,6 +181,21 @@ func contentBlocks(c parley.Content) ([]wireBlock, error) {
 				src = &wireSource{Type: "base64", MediaType: d.MediaType, Data: d.Data}
 			}
 			blocks = append(blocks, wireBlock{Type: "image", Source: src})
+		case "file":
+			if p.File == nil {
+				return nil, fmt.Errorf("content part %d: file needs a file object", i)
+			}
+			d, isData, err := convert.ParseDataURL(p.File.FileData)
+			if err != nil {
+				return nil, fmt.Errorf("content part %d: %v", i, err)
+			}
+			if !isData || d.MediaType != "application/pdf" {
+				// No data, or a type the API takes no document of: the text.
+				t := convert.DocumentText(p.File)
+				blocks = append(blocks, wireBlock{Type: "text", Text: &t})
+				continue
+			}
+			blocks = append(blocks, wireBlock{Type: "document", Source: &wireSource{Type: "base64", MediaType: d.MediaType, Data: d.Data}, Title: p.File.Filename})
 		default:
 			return nil, fmt.Errorf("content part %d: unknown type %q", i, p.Type)
 		}
@@ -216,6 +231,7 @@ type wireBlock struct {
 	Input     json.RawMessage `json:"input,omitempty"`
 	ToolUseID string          `json:"tool_use_id,omitempty"`
 	Content   any             `json:"content,omitempty"` // tool_result: a string or blocks
+	Title     string          `json:"title,omitempty"`   // document: its name
 	Thinking  *string         `json:"thinking,omitempty"`
 	Signature string          `json:"signature,omitempty"`
 	Data      string          `json:"data,omitempty"`

@@ -160,6 +160,20 @@ func contentParts(c parley.Content) ([]wirePart, error) {
 				return nil, err
 			}
 			parts = append(parts, img)
+		case "file":
+			if p.File == nil {
+				return nil, fmt.Errorf("content part %d: file needs a file object", i)
+			}
+			d, isData, err := convert.ParseDataURL(p.File.FileData)
+			if err != nil {
+				return nil, fmt.Errorf("content part %d: %v", i, err)
+			}
+			if !isData {
+				parts = append(parts, wirePart{Text: convert.DocumentText(p.File)})
+				continue
+			}
+			// A document inline: Gemini reads PDFs (and other types) as inline data.
+			parts = append(parts, wirePart{InlineData: &wireBlob{MimeType: d.MediaType, Data: d.Data}})
 		default:
 			return nil, fmt.Errorf("content part %d: unknown type %q", i, p.Type)
 		}

@@ -28,6 +28,7 @@ type anthropicBlock struct {
 	Thinking  *string         `json:"thinking"`
 	Signature string          `json:"signature"`
 	Data      string          `json:"data"`
+	Title     string          `json:"title"`
 	Source    *struct {
 		Type      string `json:"type"`
 		MediaType string `json:"media_type"`
@@ -185,6 +186,12 @@ func anthropicUser(i int, blocks []anthropicBlock, pending map[string]bool) ([]p
 				url = "data:" + b.Source.MediaType + ";base64," + b.Source.Data
 			}
 			parts = append(parts, parley.Part{Type: "image_url", ImageURL: &parley.ImageURL{URL: url}})
+		case "document":
+			seenOther = true
+			if b.Source == nil || b.Source.Type != "base64" || b.Source.MediaType != "application/pdf" || b.Source.Data == "" {
+				return nil, fmt.Errorf("messages.%d.content.%d.source: invalid document source", i, j)
+			}
+			parts = append(parts, parley.Part{Type: "file", File: &parley.FileRef{Filename: b.Title, FileData: "data:application/pdf;base64," + b.Source.Data}})
 		default:
 			return nil, fmt.Errorf("messages.%d.content.%d.type: unexpected block type %q in a user message", i, j, b.Type)
 		}

@@ -79,7 +79,8 @@ func EncodeRequest(req *parley.ChatRequest, opts Options) ([]byte, error) {
 	w := wireRequest{Model: req.Model, Stream: true, Think: opts.Think}
 	names := convert.CallNames(req.Messages)
 	for i, m := range req.Messages {
-		wm := wireMessage{Role: string(m.Role), Content: m.Content.String()}
+		// Ollama takes no documents: a PDF is given as its extracted text.
+		wm := wireMessage{Role: string(m.Role), Content: convert.TextOf(m.Content)}
 		if m.Content.IsParts() {
 			for j, p := range m.Content.Parts() {
 				if p.Type != "image_url" || p.ImageURL == nil {

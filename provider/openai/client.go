@@ -28,6 +28,7 @@ type Config struct {
 	SendReasoning   bool
 	LegacyMaxTokens bool
 	SendToolName    bool
+	DocumentsAsText bool
 }
 
 // Client calls a Chat Completions endpoint. It implements parley.Provider.
@@ -63,7 +64,7 @@ func New(cfg Config) *Client {
 		key:     cfg.APIKey,
 		hc:      hc,
 		headers: headers,
-		opts:    EncodeOptions{SendReasoning: cfg.SendReasoning, LegacyMaxTokens: cfg.LegacyMaxTokens, SendToolName: cfg.SendToolName},
+		opts:    EncodeOptions{SendReasoning: cfg.SendReasoning, LegacyMaxTokens: cfg.LegacyMaxTokens, SendToolName: cfg.SendToolName, DocumentsAsText: cfg.DocumentsAsText},
 		now:     time.Now,
 		maxBody: upstream.MaxResponseSize,
 	}

@@ -23,6 +23,10 @@ type EncodeOptions struct {
 	// SendToolName sends the name field of tool messages. OpenAI's schema for tool messages has
 	// no name and strict endpoints reject it; some vLLM chat templates want it. Off by default.
 	SendToolName bool
+	// DocumentsAsText sends an attached document (a file part) as its extracted text instead of
+	// a file content part, for OpenAI-compatible endpoints without file input (vLLM, Ollama's
+	// /v1, GLM). Off by default: OpenAI reads PDFs.
+	DocumentsAsText bool
 }
 
 // EncodeRequest returns the Chat Completions request body for req with the default options.
@@ -101,7 +105,7 @@ func encodeMessage(m parley.Message, opts EncodeOptions) (wireMessage, error) {
 		return wireMessage{}, fmt.Errorf("unknown role %q", m.Role)
 	}
 	wm := wireMessage{Role: string(m.Role), Name: m.Name}
-	content, err := encodeContent(m.Content)
+	content, err := encodeContent(m.Content, opts.DocumentsAsText)
 	if err != nil {
 		return wireMessage{}, err
 	}
@@ -134,7 +138,7 @@ func encodeMessage(m parley.Message, opts EncodeOptions) (wireMessage, error) {
 }
 
 // encodeContent keeps the content's form: null, a string, or an array of parts.
-func encodeContent(c parley.Content) (json.RawMessage, error) {
+func encodeContent(c parley.Content, docsAsText bool) (json.RawMessage, error) {
 	if !c.IsParts() {
 		return json.Marshal(c) // null or a string
 	}
@@ -149,6 +153,20 @@ func encodeContent(c parley.Content) (json.RawMessage, error) {
 				return nil, fmt.Errorf("content part %d: image_url needs a url", i)
 			}
 			parts = append(parts, wirePart{Type: "image_url", ImageURL: &wireImage{URL: p.ImageURL.URL, Detail: p.ImageURL.Detail}})
+		case "file":
+			if p.File == nil {
+				return nil, fmt.Errorf("content part %d: file needs a file object", i)
+			}
+			if p.File.FileData == "" || docsAsText {
+				// A reference nobody resolved (its id names a Parley file, not one of the
+				// provider's: the model is told the name only), or an endpoint without file
+				// input: the document's text.
+				note := convert.DocumentText(p.File)
+				parts = append(parts, wirePart{Type: "text", Text: &note})
+				continue
+			}
+			// The chat API's file input: the document inline, with its name.
+			parts = append(parts, wirePart{Type: "file", File: &wireFile{Filename: p.File.Filename, FileData: p.File.FileData}})
 		default:
 			return nil, fmt.Errorf("content part %d: unknown type %q", i, p.Type)
 		}
@@ -186,6 +204,13 @@ type wirePart struct {
 	Type     string     `json:"type"`
 	Text     *string    `json:"text,omitempty"` // always set for text parts, even when empty
 	ImageURL *wireImage `json:"image_url,omitempty"`
+	File     *wireFile  `json:"file,omitempty"`
+}
+
+// wireFile is a file content part's body: a document inline as a data: URL.
+type wireFile struct {
+	Filename string `json:"filename,omitempty"`
+	FileData string `json:"file_data"`
 }
 
 type wireImage struct {

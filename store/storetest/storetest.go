@@ -52,6 +52,9 @@ func Run(t *testing.T, open func(t *testing.T) parley.Store) {
 		{"RestartClaims", testRestartClaims},
 		{"ToolCallLedger", testToolCallLedger},
 		{"OpenToolCallsOfRunningRun", testOpenToolCallsOfRunningRun},
+		{"Files", testFiles},
+		{"FileQuota", testFileQuota},
+		{"FileQuotaConcurrent", testFileQuotaConcurrent},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

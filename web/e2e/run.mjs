@@ -345,7 +345,7 @@ const cases = [
     },
   ],
   [
-    'images: attached by button, paste and drop, previewed, sent and shown inline',
+    'files: uploaded by button, paste and drop, previewed, sent by fileIds and shown',
     async () => {
       const png = Buffer.from(
         'iVBORw0KGgoAAAANSUhEUgAAAAgAAAAICAIAAABLbSncAAAAEklEQVR4nGP4z8CAFWEXHbQSACj/P8Fu7N9hAAAAAElFTkSuQmCC',
@@ -363,24 +363,28 @@ const cases = [
         document.querySelector('#prompt').dispatchEvent(new ClipboardEvent('paste', { clipboardData: paste, bubbles: true, cancelable: true }))
         const drop = new DataTransfer()
         drop.items.add(file('dropped.png'))
-        drop.items.add(new File(['hello'], 'notes.txt', { type: 'text/plain' }))
+        drop.items.add(new File(['hello from a text file'], 'notes.txt', { type: 'text/plain' }))
         document.querySelector('.composer').dispatchEvent(new DragEvent('drop', { dataTransfer: drop, bubbles: true, cancelable: true }))
       }, b64)
       await page.getByRole('img', { name: 'pasted.png' }).waitFor({ timeout: T })
       await page.getByRole('img', { name: 'dropped.png' }).waitFor({ timeout: T })
-      await page.getByRole('alert').filter({ hasText: 'notes.txt: only images can be attached' }).waitFor({ timeout: T })
+      await page.locator('.attachments .file-name').filter({ hasText: 'notes.txt' }).waitFor({ timeout: T })
       await page.getByRole('button', { name: 'Remove dropped.png' }).click()
       await page.getByRole('img', { name: 'dropped.png' }).waitFor({ state: 'detached', timeout: T })
-      await enqueue({ Content: 'Two small squares.' })
+      await page.locator('.attachments li.pending').first().waitFor({ state: 'detached', timeout: T }) // all uploaded
+      await enqueue({ Content: 'Two small squares and a note.' })
       await send(page, 'What are these?')
-      await page.getByText('Two small squares.').waitFor({ timeout: T })
+      await page.getByText('Two small squares and a note.').waitFor({ timeout: T })
       const shown = page.locator('[data-testid=user-message] img.inline-image')
+      await shown.nth(1).waitFor({ timeout: T })
       assert((await shown.count()) === 2, 'both images shown in the message: ' + (await shown.count()))
-      assert((await shown.first().getAttribute('src')).startsWith('data:image/png;base64,'), 'inline image')
+      assert((await shown.first().getAttribute('src')).startsWith('blob:'), 'image read from the files API')
+      await page.locator('[data-testid=user-message] .file-chip').filter({ hasText: 'notes.txt' }).waitFor({ timeout: T })
       assert((await page.locator('.attachments').count()) === 0, 'previews cleared after sending')
       const reqs = await control('GET', '/requests')
       const last = reqs[reqs.length - 1]
       assert(last.images.length === 2 && last.images.every((u) => u === 'data:image/png;base64,' + b64), 'the model got both images: ' + last.images.length)
+      assert(last.last.includes('hello from a text file') && last.last.includes('notes.txt'), 'the model got the text file: ' + last.last)
       await page.reload()
       await page.locator('[data-testid=user-message] img.inline-image').nth(1).waitFor({ timeout: T })
       return page

@@ -4,6 +4,7 @@ import { allMessages, getKey, getSession, listModels, listTools, type ModelInfo,
 import { applyFrame, initialChat, withHistory, type ChatState, type Entry, type Frame } from './chat'
 import { Conn, type ConnState } from './ws'
 import { AssistantBody, Markdown, formatUsage } from './Message'
+import { AttachmentList, FileRefView, maxFiles, uploadFiles, type Attachment } from './Files'
 
 type Action = { t: 'history'; msgs: Parameters<typeof withHistory>[1] } | { t: 'frames'; frames: Frame[] } | { t: 'error'; code: string; message: string }
 
@@ -116,11 +117,11 @@ export function ChatView(p: Props) {
   }, [])
 
   const send = useCallback(
-    async (text: string, images: string[] = []) => {
+    async (text: string, fileIds: string[] = []) => {
       const c = connRef.current
-      if (!c || (!text.trim() && images.length === 0)) return false
+      if (!c || (!text.trim() && fileIds.length === 0)) return false
       const data: Record<string, unknown> = { text }
-      if (images.length) data.binary_content = images.map((url) => ({ type: 'image_url', image_url: { url } }))
+      if (fileIds.length) data.fileIds = fileIds
       if (model) data.model = model
       if (selected) data.selected_tools = selected
       try {
@@ -299,6 +300,13 @@ function RowView(props: { row: Row; state: ChatState; toolServers: Record<string
                 )}
               </div>
             )}
+            {row.files.length > 0 && (
+              <div className="images">
+                {row.files.map((f) => (
+                  <FileRefView key={f.id} id={f.id} name={f.name} />
+                ))}
+              </div>
+            )}
             {row.text && <Markdown text={row.text} />}
           </div>
         </div>
@@ -337,27 +345,10 @@ function RowView(props: { row: Row; state: ChatState; toolServers: Record<string
   }
 }
 
-const maxImages = 4
-const maxImageBytes = 4 << 20
-
-function readDataURL(f: File): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const r = new FileReader()
-    r.onload = () => resolve(String(r.result))
-    r.onerror = () => reject(r.error)
-    r.readAsDataURL(f)
-  })
-}
-
-interface Attachment {
-  name: string
-  url: string
-}
-
 function Composer(props: {
   running: boolean
   paused: boolean
-  onSend: (t: string, images: string[]) => Promise<boolean>
+  onSend: (t: string, fileIds: string[]) => Promise<boolean>
   onStop: () => void
   onPause: () => void
   onResume: () => void
@@ -370,37 +361,48 @@ function Composer(props: {
 }) {
   const [text, setText] = useState('')
   const [toolsOpen, setToolsOpen] = useState(false)
-  const [images, setImages] = useState<Attachment[]>([])
+  const [files, setFiles] = useState<Attachment[]>([])
   const [attachError, setAttachError] = useState('')
   const [dragging, setDragging] = useState(false)
   const fileInput = useRef<HTMLInputElement>(null)
-  // attach takes image files from the button, a paste or a drop; anything else is refused here
-  // (the server takes images only, as data URLs in binary_content).
-  const attach = async (files: File[]) => {
+  const nextKey = useRef(0)
+  const uploading = files.some((f) => !f.id)
+  // attach uploads the files from the button, a paste or a drop at once (POST /api/v1/files);
+  // the message names them by id when it is sent.
+  const attach = async (picked: File[]) => {
     setAttachError('')
-    const problems: string[] = []
-    const added: Attachment[] = []
-    for (const f of files) {
-      if (!f.type.startsWith('image/')) problems.push(`${f.name || 'that file'}: only images can be attached`)
-      else if (f.size > maxImageBytes) problems.push(`${f.name}: larger than ${maxImageBytes >> 20} MB`)
-      else added.push({ name: f.name || 'pasted image', url: await readDataURL(f) })
+    const room = maxFiles - files.length
+    if (picked.length > room) setAttachError(`at most ${maxFiles} files a message`)
+    const added: Attachment[] = picked.slice(0, Math.max(room, 0)).map((f) => ({
+      key: nextKey.current++,
+      name: f.name || 'pasted file',
+      preview: f.type.startsWith('image/') ? URL.createObjectURL(f) : '',
+    }))
+    if (added.length === 0) return
+    setFiles((old) => [...old, ...added])
+    try {
+      const up = await uploadFiles(picked.slice(0, added.length))
+      setFiles((old) => old.map((a) => ({ ...a, id: a.id ?? up[added.findIndex((x) => x.key === a.key)]?.id })))
+    } catch (e: any) {
+      setAttachError(e.message ?? 'the upload failed')
+      setFiles((old) => old.filter((a) => !added.some((x) => x.key === a.key)))
+      added.forEach((a) => a.preview && URL.revokeObjectURL(a.preview))
     }
-    setImages((old) => {
-      const next = [...old, ...added]
-      if (next.length > maxImages) problems.push(`at most ${maxImages} images a message`)
-      return next.slice(0, maxImages)
-    })
-    if (problems.length) setAttachError(problems.join('; '))
   }
+  const remove = (key: number) =>
+    setFiles((old) => {
+      old.filter((a) => a.key === key && a.preview).forEach((a) => URL.revokeObjectURL(a.preview))
+      return old.filter((a) => a.key !== key)
+    })
   const submit = async () => {
-    if ((!text.trim() && images.length === 0) || props.running) return
+    if ((!text.trim() && files.length === 0) || props.running || uploading) return
     const t = text
-    const imgs = images
+    const fs = files
     setText('')
-    setImages([])
-    if (!(await props.onSend(t, imgs.map((i) => i.url)))) {
+    setFiles([])
+    if (!(await props.onSend(t, fs.map((f) => f.id!)))) {
       setText(t)
-      setImages(imgs)
+      setFiles(fs)
     }
   }
   const named = props.models.filter((m) => !m.id.endsWith('/*'))
@@ -429,18 +431,7 @@ function Composer(props: {
         }
       }}
     >
-      {images.length > 0 && (
-        <ul className="attachments" aria-label="Attached images">
-          {images.map((im, i) => (
-            <li key={i}>
-              <img src={im.url} alt={im.name} />
-              <button type="button" className="icon remove" aria-label={`Remove ${im.name}`} onClick={() => setImages((old) => old.filter((_, j) => j !== i))}>
-                ×
-              </button>
-            </li>
-          ))}
-        </ul>
-      )}
+      <AttachmentList items={files} onRemove={remove} />
       {attachError && (
         <p role="alert" className="form-error small">
           {attachError}
@@ -473,7 +464,6 @@ function Composer(props: {
         <input
           ref={fileInput}
           type="file"
-          accept="image/*"
           multiple
           hidden
           onChange={(e) => {
@@ -481,7 +471,7 @@ function Composer(props: {
             e.target.value = ''
           }}
         />
-        <button type="button" className="secondary" aria-label="Attach images" title="Attach images (or paste, or drop them here)" onClick={() => fileInput.current?.click()}>
+        <button type="button" className="secondary" aria-label="Attach files" title="Attach files (or paste, or drop them here)" onClick={() => fileInput.current?.click()}>
           <svg width="16" height="16" viewBox="0 0 16 16" aria-hidden="true" fill="none" stroke="currentColor" strokeWidth="1.5">
             <path d="M10.5 4.5 5.6 9.4a1.4 1.4 0 0 0 2 2l5-5a2.8 2.8 0 0 0-4-4l-5 5a4.2 4.2 0 0 0 6 6l4.4-4.4" />
           </svg>
@@ -545,7 +535,7 @@ function Composer(props: {
           </>
         )}
         {!props.running && (
-          <button type="submit" disabled={!text.trim() && images.length === 0}>
+          <button type="submit" disabled={(!text.trim() && files.length === 0) || uploading}>
             Send
           </button>
         )}

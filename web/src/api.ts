@@ -27,7 +27,7 @@ export interface ToolCall {
 
 export interface Message {
   role: 'system' | 'user' | 'assistant' | 'tool'
-  content: string | null | Array<{ type: string; text?: string; image_url?: { url: string } }>
+  content: string | null | Array<{ type: string; text?: string; image_url?: { url: string }; file?: { file_id?: string; filename?: string } }>
   tool_calls?: ToolCall[]
   tool_call_id?: string
   name?: string

@@ -16,7 +16,7 @@ export interface ToolResult {
 }
 
 export type Entry =
-  | { kind: 'user'; id: string; text: string; images: string[] }
+  | { kind: 'user'; id: string; text: string; images: string[]; files: { id: string; name: string }[] }
   | {
       kind: 'assistant'
       id: string
@@ -78,6 +78,12 @@ export function contentImages(c: Message['content']): string[] {
   return c.filter((p) => p.type === 'image_url' && p.image_url?.url).map((p) => p.image_url!.url)
 }
 
+// contentFiles lists the uploaded files a message names (its file parts).
+export function contentFiles(c: Message['content']): { id: string; name: string }[] {
+  if (c == null || typeof c === 'string') return []
+  return c.filter((p) => p.type === 'file' && p.file?.file_id).map((p) => ({ id: p.file!.file_id!, name: p.file!.filename ?? 'file' }))
+}
+
 // addMessage folds one stored message into the state (a tool message becomes its call's result).
 function addMessage(s: ChatState, m: Message, now: number): ChatState {
   if (m.role === 'tool') {
@@ -116,7 +122,7 @@ function addMessage(s: ChatState, m: Message, now: number): ChatState {
     }
     draft = emptyDraft
   } else if (m.role === 'user') {
-    e = { kind: 'user', id: m.id, text: contentText(m.content), images: contentImages(m.content) }
+    e = { kind: 'user', id: m.id, text: contentText(m.content), images: contentImages(m.content), files: contentFiles(m.content) }
   } else {
     return { ...s, known }
   }

@@ -105,3 +105,24 @@ test('a user message with image parts shows its text and its images', () => {
   assert.equal(e.text, 'What is this?')
   assert.deepEqual(e.images, ['data:image/png;base64,AAAA', 'https://example.com/a.png'])
 })
+
+test('a user message with file parts lists the files it names', () => {
+  const m: Message = {
+    role: 'user',
+    content: [
+      { type: 'text', text: 'Compare' },
+      { type: 'file', file: { file_id: 'f1', filename: 'report.pdf' } },
+      { type: 'file', file: { file_id: 'f2' } },
+    ],
+    id: 'u1',
+    session_id: S,
+    seq: 1,
+    created_at: '',
+  }
+  const e = withHistory(initialChat(), [m]).entries[0] as any
+  assert.equal(e.text, 'Compare')
+  assert.deepEqual(e.files, [
+    { id: 'f1', name: 'report.pdf' },
+    { id: 'f2', name: 'file' },
+  ])
+})

@@ -140,3 +140,43 @@ func CheckRequest(req *parley.ChatRequest) error {
 	}
 	return nil
 }
+
+// FileNote is what a model is told of a file part that carries no data (a reference the agent did
+// not resolve): its name only.
+func FileNote(f *parley.FileRef) string {
+	return fmt.Sprintf("[Attached file %q]", f.Filename)
+}
+
+// DocumentText is the text form of a file part, for a provider without document input: the
+// document's extracted text, or a note naming it.
+func DocumentText(f *parley.FileRef) string {
+	if f.Text != "" {
+		return f.Text
+	}
+	return FileNote(f)
+}
+
+// TextOf joins the text of content as a provider without document input reads it: text parts, and
+// the text of file parts (DocumentText), one per line.
+func TextOf(c parley.Content) string {
+	if !c.IsParts() {
+		return c.String()
+	}
+	var b strings.Builder
+	for _, p := range c.Parts() {
+		t := ""
+		switch {
+		case p.Type == "text":
+			t = p.Text
+		case p.Type == "file" && p.File != nil:
+			t = DocumentText(p.File)
+		default:
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(t)
+	}
+	return b.String()
+}

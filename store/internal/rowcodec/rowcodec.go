@@ -112,7 +112,8 @@ func nulField(m *parley.Message) string {
 	has := func(s string) bool { return strings.IndexByte(s, 0) >= 0 }
 	if m.Content.IsParts() {
 		for _, p := range m.Content.Parts() {
-			if has(p.Text) || (p.ImageURL != nil && (has(p.ImageURL.URL) || has(p.ImageURL.Detail))) {
+			if has(p.Text) || (p.ImageURL != nil && (has(p.ImageURL.URL) || has(p.ImageURL.Detail))) ||
+				(p.File != nil && (has(p.File.FileID) || has(p.File.Filename) || has(p.File.FileData))) {
 				return "content"
 			}
 		}

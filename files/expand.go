@@ -1,0 +1,139 @@
+package files
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"strings"
+	"unicode/utf8"
+
+	parley "github.com/parleyhq/parley"
+)
+
+// Expand returns msgs with every file reference (a "file" part with a file_id and no data)
+// replaced by what the model is sent of the file, read from the blob store:
+//
+//   - an image: a label naming the file, then an image_url part with the bytes as a data: URL;
+//   - a text file (text, Markdown, CSV, JSON, source code): a text part with its name and its text,
+//     cut to the text budget with a note saying so;
+//   - a PDF: a label, then a file part with the document as a data: URL (file_data) and its
+//     extracted text (FileRef.Text) for the adapters whose provider takes no documents; a PDF
+//     over the inline limit is sent as its text only;
+//   - anything else, or a file since deleted: a text part saying so.
+//
+// The messages given are not changed; those without references are returned as they are.
+func (s *Service) Expand(ctx context.Context, msgs []parley.Message) ([]parley.Message, error) {
+	out := msgs
+	copied := false
+	for i, m := range msgs {
+		if !hasRef(m.Content) {
+			continue
+		}
+		if !copied {
+			out = append([]parley.Message(nil), msgs...)
+			copied = true
+		}
+		var parts []parley.Part
+		for _, p := range m.Content.Parts() {
+			if p.Type != "file" || p.File == nil || p.File.FileID == "" || p.File.FileData != "" {
+				parts = append(parts, p)
+				continue
+			}
+			ps, err := s.expandOne(ctx, p.File)
+			if err != nil {
+				return nil, err
+			}
+			parts = append(parts, ps...)
+		}
+		out[i].Content = parley.Parts(parts...)
+	}
+	return out, nil
+}
+
+func hasRef(c parley.Content) bool {
+	for _, p := range c.Parts() {
+		if p.Type == "file" && p.File != nil && p.File.FileID != "" && p.File.FileData == "" {
+			return true
+		}
+	}
+	return false
+}
+
+func textPart(s string) parley.Part { return parley.Part{Type: "text", Text: s} }
+
+func (s *Service) expandOne(ctx context.Context, ref *parley.FileRef) ([]parley.Part, error) {
+	f, err := s.cfg.Store.GetFile(ctx, ref.FileID)
+	if parley.CodeOf(err) == parley.ECNotFound {
+		return []parley.Part{textPart(fmt.Sprintf("[Attached file %q: it has been deleted.]", ref.Filename))}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	label := fmt.Sprintf("Attached file %q (%s, %d bytes):", f.Name, BaseType(f.MediaType), f.Size)
+	switch {
+	case IsImage(f.MediaType) && f.Size <= s.cfg.MaxInline:
+		data, err := s.readAll(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		url := "data:" + BaseType(f.MediaType) + ";base64," + base64.StdEncoding.EncodeToString(data)
+		return []parley.Part{textPart(label), {Type: "image_url", ImageURL: &parley.ImageURL{URL: url}}}, nil
+	case IsText(f.MediaType):
+		text, err := s.readText(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		return []parley.Part{textPart(label + "\n" + text)}, nil
+	case IsPDF(f.MediaType):
+		text, err := s.pdfText(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		if f.Size > s.cfg.MaxInline {
+			return []parley.Part{textPart(label + "\n" + text)}, nil
+		}
+		data, err := s.readAll(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		return []parley.Part{textPart(label), {Type: "file", File: &parley.FileRef{
+			Filename: f.Name, FileData: "data:application/pdf;base64," + base64.StdEncoding.EncodeToString(data), Text: text,
+		}}}, nil
+	default:
+		return []parley.Part{textPart(label + " its content cannot be given to the model.")}, nil
+	}
+}
+
+func (s *Service) readAll(ctx context.Context, f *parley.File) ([]byte, error) {
+	rd, err := s.Open(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	return io.ReadAll(io.LimitReader(rd, s.cfg.MaxInline))
+}
+
+// readText reads up to the text budget of a text file, cut on a character boundary, with a note
+// when there was more.
+func (s *Service) readText(ctx context.Context, f *parley.File) (string, error) {
+	rd, err := s.Open(ctx, f)
+	if err != nil {
+		return "", err
+	}
+	defer rd.Close()
+	buf, err := io.ReadAll(io.LimitReader(rd, int64(s.cfg.TextBudget)+1))
+	if err != nil {
+		return "", err
+	}
+	buf = bytes.ReplaceAll(buf, []byte{0}, nil)
+	if len(buf) <= s.cfg.TextBudget {
+		return strings.ToValidUTF8(string(buf), "\uFFFD"), nil
+	}
+	text := cutUTF8(string(buf), s.cfg.TextBudget)
+	if !utf8.ValidString(text) {
+		text = strings.ToValidUTF8(text, "\uFFFD")
+	}
+	return text + fmt.Sprintf("\n[The file was cut: only its first %d of %d bytes are shown.]", len(text), f.Size), nil
+}

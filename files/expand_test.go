@@ -1,0 +1,96 @@
+package files
+
+import (
+	"bytes"
+	"encoding/base64"
+	"strings"
+	"testing"
+	"time"
+
+	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/files/filestest"
+)
+
+var fixedNow = time.Date(2026, 11, 24, 6, 0, 0, 0, time.UTC)
+
+func TestExpand(t *testing.T) {
+	fx := newFixture(t, Config{TextBudget: 64})
+	up := func(name string, data []byte) *parley.File {
+		f, err := fx.svc.Upload(ctx, "alice", "", name, bytes.NewReader(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	img := filestest.PNG(3, 3)
+	pngFile := up("chart.png", img)
+	md := up("notes.md", []byte("# Notes\n\n"+strings.Repeat("lorem ipsum ", 20)))
+	pdfFile := up("report.pdf", filestest.PDF("Revenue grew by 12 percent"))
+	bin := up("archive.bin", []byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3})
+	deleted := up("gone.txt", []byte("bye"))
+	if err := fx.svc.Delete(ctx, "alice", deleted.ID); err != nil {
+		t.Fatal(err)
+	}
+	user := parley.Message{Role: parley.RoleUser, Content: parley.Parts(
+		parley.Part{Type: "text", Text: "look at these"},
+		Part(pngFile), Part(md), Part(pdfFile), Part(bin), Part(deleted),
+	)}
+	history := []parley.Message{{Role: parley.RoleSystem, Content: parley.Text("sys")}, user}
+	out, err := fx.svc.Expand(ctx, history)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if history[1].Content.Parts()[1].Type != "file" {
+		t.Fatal("Expand changed the history it was given")
+	}
+	parts := out[1].Content.Parts()
+	var types []string
+	for _, p := range parts {
+		types = append(types, p.Type)
+	}
+	if got := strings.Join(types, ","); got != "text,text,image_url,text,text,file,text,text" {
+		t.Fatalf("parts %s", got)
+	}
+	if want := "data:image/png;base64," + base64.StdEncoding.EncodeToString(img); parts[2].ImageURL.URL != want {
+		t.Fatalf("image part %.60s", parts[2].ImageURL.URL)
+	}
+	if !strings.Contains(parts[1].Text, `"chart.png"`) {
+		t.Fatalf("image label %q", parts[1].Text)
+	}
+	if !strings.HasPrefix(parts[3].Text, `Attached file "notes.md" (text/markdown`) || !strings.Contains(parts[3].Text, "# Notes") ||
+		!strings.Contains(parts[3].Text, "[The file was cut: only its first 64 of") {
+		t.Fatalf("text part %q", parts[3].Text)
+	}
+	doc := parts[5].File
+	if doc.Filename != "report.pdf" || doc.FileID != "" || !strings.HasPrefix(doc.FileData, "data:application/pdf;base64,JVBERi0") ||
+		!strings.Contains(doc.Text, "Revenue grew by 12 percent") {
+		t.Fatalf("document part %+v", doc)
+	}
+	if !strings.Contains(parts[6].Text, "cannot be given to the model") {
+		t.Fatalf("binary part %q", parts[6].Text)
+	}
+	if !strings.Contains(parts[7].Text, `"gone.txt": it has been deleted`) {
+		t.Fatalf("deleted part %q", parts[7].Text)
+	}
+	// A message without references is passed as it is.
+	plain := []parley.Message{{Role: parley.RoleUser, Content: parley.Text("hi")}}
+	if out, _ := fx.svc.Expand(ctx, plain); &out[0] != &plain[0] {
+		t.Fatal("a history without references was copied")
+	}
+}
+
+func TestExpandLargePDFAsText(t *testing.T) {
+	fx := newFixture(t, Config{MaxInline: 100})
+	f, err := fx.svc.Upload(ctx, "alice", "", "big.pdf", bytes.NewReader(filestest.PDF("Only the text goes")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := fx.svc.Expand(ctx, []parley.Message{{Role: parley.RoleUser, Content: parley.Parts(Part(f))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := out[0].Content.Parts()
+	if len(parts) != 1 || parts[0].Type != "text" || !strings.Contains(parts[0].Text, "Only the text goes") {
+		t.Fatalf("%+v", parts)
+	}
+}
