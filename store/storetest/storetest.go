@@ -52,6 +52,10 @@ func Run(t *testing.T, open func(t *testing.T) parley.Store) {
 		{"RestartClaims", testRestartClaims},
 		{"ToolCallLedger", testToolCallLedger},
 		{"OpenToolCallsOfRunningRun", testOpenToolCallsOfRunningRun},
+		{"Todos", testTodos},
+		{"Projects", testProjects},
+		{"SessionProjects", testSessionProjects},
+		{"Memory", testMemory},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
