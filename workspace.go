@@ -46,7 +46,6 @@ type MemoryChange struct {
 	ProjectID string      `json:"project_id"`
 	Action    string      `json:"action"` // "saved", "updated" or "deleted"
 	Entry     MemoryEntry `json:"entry"`
-	Count     int         `json:"count"` // entries in the project's memory after the change
 }
 
 // Bounds of the workspace data, enforced by package workspace and the HTTP layer.
