@@ -56,6 +56,7 @@ type wsUserMessage struct {
 	BinaryContent []parley.Part `json:"binary_content,omitempty"`
 	Model         string        `json:"model,omitempty"`
 	SelectedTools []string      `json:"selected_tools,omitempty"`
+	ProjectID     string        `json:"project_id,omitempty"` // the project of the session the first message creates
 }
 
 // wsControl is the data of a control frame.
@@ -532,7 +533,7 @@ func (w *wsConn) userMessage(ctx context.Context, m wsUserMessage) (map[string]a
 	if err := w.admit(ctx); err != nil {
 		return nil, err
 	}
-	req := chat.Request{Message: m.Text, BinaryContent: m.BinaryContent, SessionID: w.sessionID, Model: m.Model, SelectedTools: m.SelectedTools}
+	req := chat.Request{Message: m.Text, BinaryContent: m.BinaryContent, SessionID: w.sessionID, Model: m.Model, SelectedTools: m.SelectedTools, ProjectID: m.ProjectID}
 	if err := s.Chat.Validate(&req); err != nil {
 		return nil, err
 	}
