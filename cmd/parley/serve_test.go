@@ -167,7 +167,7 @@ func TestServeAPI(t *testing.T) {
 	if code, out = do("GET", "/api/v1/models", ""); code != 200 || len(out["models"].([]any)) != 1 {
 		t.Fatalf("models: %d %v", code, out)
 	}
-	if code, out = do("GET", "/api/v1/tools", ""); code != 200 || len(out["tools"].([]any)) != 2 {
+	if code, out = do("GET", "/api/v1/tools", ""); code != 200 || len(out["tools"].([]any)) != 8 { // calculator, get_current_time, 2 todo and 4 memory tools
 		t.Fatalf("tools: %d %v", code, out)
 	}
 }
