@@ -567,7 +567,7 @@ func (w *wsConn) retry(ctx context.Context, c wsControl) (map[string]any, error)
 	return map[string]any{"action": "retry", "session_id": st.Session.ID, "run_id": st.Run.ID, "model": st.Run.Model, "message_id": st.UserMessage.ID}, nil
 }
 
-// controlFrame answers a control frame: abort, pause, resume, retry or get_history.
+// controlFrame answers a control frame: abort, pause, resume, retry, get_history or get_todos.
 func (w *wsConn) controlFrame(ctx context.Context, c wsControl) (map[string]any, error) {
 	s := w.s
 	if c.Action == "get_history" {
@@ -594,6 +594,18 @@ func (w *wsConn) controlFrame(ctx context.Context, c wsControl) (map[string]any,
 		}
 		return out, nil
 	}
+	if c.Action == "get_todos" {
+		out := map[string]any{"action": "get_todos", "session_id": w.sessionID, "todos": []parley.Todo{}}
+		if w.sessionID == "" {
+			return out, nil
+		}
+		todos, err := s.Store.Todos(ctx, w.sessionID)
+		if err != nil {
+			return nil, err
+		}
+		out["todos"] = todos
+		return out, nil
+	}
 	if c.Action == "retry" {
 		return w.retry(ctx, c)
 	}
@@ -601,7 +613,7 @@ func (w *wsConn) controlFrame(ctx context.Context, c wsControl) (map[string]any,
 		return nil, parley.Errorf(parley.ECInvalid, "model, selected_tools: only for the retry action")
 	}
 	if c.Action != "abort" && c.Action != "pause" && c.Action != "resume" {
-		return nil, parley.Errorf(parley.ECInvalid, "action: must be abort, pause, resume, retry or get_history")
+		return nil, parley.Errorf(parley.ECInvalid, "action: must be abort, pause, resume, retry, get_history or get_todos")
 	}
 	if w.sessionID == "" {
 		return nil, parley.Errorf(parley.ECConflict, "no run is active in this session")

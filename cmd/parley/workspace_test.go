@@ -151,6 +151,23 @@ func TestTodoUpdatesReachEveryWebSocketClient(t *testing.T) {
 		t.Fatalf("resumed updates: %+v", resumed)
 	}
 
+	// A client loads the list over its WebSocket (seed 002's "load todos if present").
+	n := len(b.replies)
+	b.send("control", "t1", map[string]any{"action": "get_todos"})
+	b.waitReplies(n + 1)
+	var reply struct {
+		Type string
+		ID   string
+		Data struct {
+			Action string
+			Todos  []parley.Todo
+		}
+	}
+	if err := json.Unmarshal([]byte(b.replies[n]), &reply); err != nil || reply.Type != "control_response" || reply.ID != "t1" ||
+		reply.Data.Action != "get_todos" || !reflect.DeepEqual(reply.Data.Todos, want) {
+		t.Fatalf("get_todos: %s %v", b.replies[n], err)
+	}
+
 	code, out := apiJSON(t, "GET", s.url+"/api/v1/sessions/"+sid+"/todos", "")
 	raw, _ := json.Marshal(out["todos"])
 	var got []parley.Todo
