@@ -4,6 +4,9 @@ import { allMessages, getKey, getSession, listModels, listTools, type ModelInfo,
 import { applyFrame, initialChat, withHistory, type ChatState, type Entry, type Frame } from './chat'
 import { Conn, type ConnState } from './ws'
 import { AssistantBody, Markdown, formatUsage } from './Message'
+import { TodoList } from './Todos'
+import { ProjectPicker } from './Projects'
+import { getTodos, type Todo } from './workspace'
 
 type Action = { t: 'history'; msgs: Parameters<typeof withHistory>[1] } | { t: 'frames'; frames: Frame[] } | { t: 'error'; code: string; message: string }
 
@@ -21,6 +24,8 @@ function reduce(s: ChatState, a: Action): ChatState {
 
 interface Props {
   sessionId?: string
+  // project: the project a new chat's first message puts its session into.
+  project?: { id: string; name: string }
   onSession: (id: string) => void
   onRunEnded: () => void
   onMenu: () => void
@@ -36,6 +41,7 @@ export function ChatView(p: Props) {
   const [tools, setTools] = useState<ToolInfo[]>([])
   const [model, setModel] = useState(() => localStorage.getItem('parley.model') ?? '')
   const [selected, setSelected] = useState<string[] | null>(null)
+  const [todos, setTodos] = useState<Todo[]>([])
   const connRef = useRef<Conn | null>(null)
   const sessionRef = useRef(p.sessionId)
   const propsRef = useRef(p)
@@ -60,6 +66,7 @@ export function ChatView(p: Props) {
           if (!alive) return
           dispatch({ t: 'frames', frames })
           for (const f of frames) {
+            if (f.type === 'todo_update') setTodos(f.data?.todos ?? [])
             if (f.data?.message?.seq) lastMsgSeq = Math.max(lastMsgSeq, f.data.message.seq)
             if (f.type === 'status' && f.data?.type === 'done') {
               refreshSession()
@@ -99,6 +106,7 @@ export function ChatView(p: Props) {
           setLoading(false)
           dispatch({ t: 'error', code: e.code ?? 'internal', message: e.message })
         })
+      getTodos(id).then((r) => alive && setTodos(r.todos), () => {})
       refreshSession()
     } else {
       start()
@@ -123,6 +131,7 @@ export function ChatView(p: Props) {
       if (images.length) data.binary_content = images.map((url) => ({ type: 'image_url', image_url: { url } }))
       if (model) data.model = model
       if (selected) data.selected_tools = selected
+      if (p.project && !sessionRef.current) data.project_id = p.project.id
       try {
         await c.request('user_message', data)
         setNotice('')
@@ -133,7 +142,7 @@ export function ChatView(p: Props) {
         return false
       }
     },
-    [model, selected],
+    [model, selected, p.project],
   )
 
   // retry asks the server to answer the failed turn again (the WebSocket control action retry):
@@ -173,7 +182,17 @@ export function ChatView(p: Props) {
         <button type="button" className="icon only-narrow" aria-label="Conversations" onClick={p.onMenu}>
           ☰
         </button>
-        <h1 className="title">{session?.title || (p.sessionId ? '' : 'New chat')}</h1>
+        <h1 className="title">{session?.title || (p.sessionId ? '' : p.project ? `New chat in ${p.project.name}` : 'New chat')}</h1>
+        {session && (
+          <ProjectPicker
+            sessionId={session.id}
+            projectId={session.project_id}
+            onMoved={(pid) => {
+              setSession((s) => (s ? { ...s, project_id: pid || undefined } : s))
+              p.onRunEnded()
+            }}
+          />
+        )}
         {sessionUsage && sessionUsage.total_tokens > 0 && (
           <span className="muted small session-usage" data-testid="session-usage">
             {formatUsage(sessionUsage)}
@@ -183,6 +202,7 @@ export function ChatView(p: Props) {
           {conn === 'reconnecting' ? 'Reconnecting…' : conn === 'connecting' ? 'Connecting…' : state.run === 'paused' ? 'Paused' : ''}
         </span>
       </header>
+      <TodoList todos={todos} />
       <Messages state={state} loading={loading} running={running} toolServers={toolServers} onRetry={retry} />
       {notice && (
         <p className="notice" role="alert">
