@@ -84,6 +84,8 @@ type WorkspaceStore interface {
 	AddMemory(ctx context.Context, e *MemoryEntry, max int) error
 	// ListMemory returns up to limit of the project's entries, newest first.
 	ListMemory(ctx context.Context, projectID string, limit int) ([]MemoryEntry, error)
+	// CountMemory returns how many entries the project's memory holds.
+	CountMemory(ctx context.Context, projectID string) (int, error)
 	// UpdateMemory stores e's Content and UpdatedAt; the entry must belong to e.ProjectID.
 	UpdateMemory(ctx context.Context, e *MemoryEntry) error
 	// DeleteMemory deletes the project's entry.

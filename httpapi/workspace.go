@@ -31,7 +31,7 @@ func (s *server) ownedProject(r *http.Request, id string) (*parley.Project, erro
 	return p, nil
 }
 
-func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
+func workspaceNow() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
 
 // handleTodos is GET /api/v1/sessions/{id}/todos: the session's todo list.
 func (s *server) handleTodos() http.Handler {
@@ -88,7 +88,7 @@ func checkProjectPatch(b *projectBody) error {
 func (s *server) handleCreateProject() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b := bodyOf[projectBody](r)
-		t := now()
+		t := workspaceNow()
 		p := &parley.Project{ID: parley.NewID(), Owner: identityOf(r).User, Name: *b.Name, CreatedAt: t, UpdatedAt: t}
 		if b.Instructions != nil {
 			p.Instructions = *b.Instructions
@@ -142,7 +142,7 @@ func (s *server) handlePatchProject() http.Handler {
 		if b.Instructions != nil {
 			p.Instructions = *b.Instructions
 		}
-		p.UpdatedAt = now()
+		p.UpdatedAt = workspaceNow()
 		if err := s.Store.UpdateProject(r.Context(), p); err != nil {
 			writeError(w, err)
 			return
@@ -209,7 +209,7 @@ func (s *server) handleAddMemory() http.Handler {
 			writeError(w, err)
 			return
 		}
-		t := now()
+		t := workspaceNow()
 		e := &parley.MemoryEntry{ID: parley.NewID(), ProjectID: p.ID, Content: bodyOf[memoryBody](r).Content, CreatedAt: t, UpdatedAt: t}
 		if err := s.Store.AddMemory(r.Context(), e, parley.MaxMemoryEntries); err != nil {
 			writeError(w, err)
@@ -238,7 +238,7 @@ func (s *server) handlePatchMemory() http.Handler {
 		}
 		for _, e := range list {
 			if e.ID == id {
-				e.Content, e.UpdatedAt = bodyOf[memoryBody](r).Content, now()
+				e.Content, e.UpdatedAt = bodyOf[memoryBody](r).Content, workspaceNow()
 				if err := s.Store.UpdateMemory(r.Context(), &e); err != nil {
 					writeError(w, memoryNotFound(err, id))
 					return

@@ -124,6 +124,15 @@ func Tokens(s string) int { return (len(s) + 3) / 4 }
 // was left out. entries must be newest first. budget <= 0 leaves the memory out (the
 // instructions, cut to nothing, are then left out too).
 func Prompt(p *parley.Project, entries []parley.MemoryEntry, budget int) string {
+	return prompt(p, entries, len(entries), budget)
+}
+
+// minFactLine is the fewest bytes a fact's line in the prompt takes ("- [<36-byte id>] x (saved
+// 2006-01-02)\n" is 61): no more than budget*4/minFactLine+1 facts can fit.
+const minFactLine = 60
+
+// prompt is Prompt for the newest entries of a memory of total entries.
+func prompt(p *parley.Project, entries []parley.MemoryEntry, total, budget int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Project %q\nThis conversation belongs to the project %q. Its instructions and memory follow.\n", p.Name, p.Name)
 	left := budget
@@ -142,7 +151,7 @@ func Prompt(p *parley.Project, entries []parley.MemoryEntry, budget int) string 
 		}
 	}
 	b.WriteString("\n### Memory\n")
-	if len(entries) == 0 {
+	if total == 0 {
 		b.WriteString("The project's memory is empty. Save lasting facts about the user or the project with memory_save.\n")
 		return b.String()
 	}
@@ -157,9 +166,9 @@ func Prompt(p *parley.Project, entries []parley.MemoryEntry, budget int) string 
 		left -= Tokens(line)
 		shown++
 	}
-	if rest := len(entries) - shown; rest > 0 {
+	if rest := total - shown; rest > 0 {
 		fmt.Fprintf(&b, "(%d older of %d facts are left out to stay within the memory budget of %d tokens; memory_search and memory_list read them.)\n",
-			rest, len(entries), budget)
+			rest, total, budget)
 	}
 	return b.String()
 }
@@ -169,6 +178,7 @@ type Store interface {
 	GetSession(ctx context.Context, id string) (*parley.Session, error)
 	GetProject(ctx context.Context, id string) (*parley.Project, error)
 	ListMemory(ctx context.Context, projectID string, limit int) ([]parley.MemoryEntry, error)
+	CountMemory(ctx context.Context, projectID string) (int, error)
 }
 
 // PromptFor is Prompt for the session's project, or "" when the session has none.
@@ -177,11 +187,19 @@ func PromptFor(ctx context.Context, st Store, sessionID string, budget int) (str
 	if err != nil || p == nil {
 		return "", err
 	}
-	entries, err := st.ListMemory(ctx, p.ID, parley.MaxMemoryEntries)
+	// Only the newest facts that can fit are read; the rest are counted.
+	limit := min(parley.MaxMemoryEntries, max(0, budget)*4/minFactLine+1)
+	entries, err := st.ListMemory(ctx, p.ID, limit)
 	if err != nil {
 		return "", err
 	}
-	return Prompt(p, entries, budget), nil
+	total := len(entries)
+	if total == limit {
+		if total, err = st.CountMemory(ctx, p.ID); err != nil {
+			return "", err
+		}
+	}
+	return prompt(p, entries, total, budget), nil
 }
 
 // ProjectOf returns the session's project, or nil when it has none (or the project is not its

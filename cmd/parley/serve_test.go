@@ -228,7 +228,7 @@ func TestValidateRejectsBadSettings(t *testing.T) {
 		t.Fatalf("validate: %v", err)
 	}
 	rejectsEach(t, [][]string{{"--provider-attempts", "0"}, {"--breaker-failures", "0"}, {"--provider-timeout", "0s"},
-		{"--breaker-cooldown", "-1s"}, {"--provider-retry-base", "0s"}, {"--provider-max-wait", "0s"}})
+		{"--breaker-cooldown", "-1s"}, {"--provider-retry-base", "0s"}, {"--provider-max-wait", "0s"}, {"--memory-prompt-tokens", "-1"}})
 }
 
 // rejectsEach checks that validate refuses each set of serve flags with an error naming its first

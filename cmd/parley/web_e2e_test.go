@@ -83,7 +83,7 @@ func TestWebUIInABrowser(t *testing.T) {
 	if shots == "" {
 		shots, _ = filepath.Abs("../../docs/screenshots")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute) // the whole suite, on a busy machine
 	defer cancel()
 	suite := exec.CommandContext(ctx, node, filepath.Join(webDir, "e2e", "run.mjs"))
 	suite.Dir = webDir

@@ -250,6 +250,15 @@ func (s *Store) ListMemory(ctx context.Context, projectID string, limit int) ([]
 	return out, nil
 }
 
+// CountMemory returns how many entries the project's memory holds.
+func (s *Store) CountMemory(ctx context.Context, projectID string) (int, error) {
+	var n int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM memory_entries WHERE project_id = $1`, projectID).Scan(&n); err != nil {
+		return 0, fmt.Errorf("postgres: counting memory: %w", err)
+	}
+	return n, nil
+}
+
 // UpdateMemory stores e's content and updated_at.
 func (s *Store) UpdateMemory(ctx context.Context, e *parley.MemoryEntry) error {
 	tag, err := s.pool.Exec(ctx, `UPDATE memory_entries SET content = $1, updated_at = $2 WHERE id = $3 AND project_id = $4`,

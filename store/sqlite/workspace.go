@@ -287,6 +287,15 @@ func (s *Store) ListMemory(ctx context.Context, projectID string, limit int) ([]
 	return out, nil
 }
 
+// CountMemory returns how many entries the project's memory holds.
+func (s *Store) CountMemory(ctx context.Context, projectID string) (int, error) {
+	var n int
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM memory_entries WHERE project_id = ?`, projectID).Scan(&n); err != nil {
+		return 0, fmt.Errorf("sqlite: counting memory: %w", err)
+	}
+	return n, nil
+}
+
 // UpdateMemory stores e's content and updated_at.
 func (s *Store) UpdateMemory(ctx context.Context, e *parley.MemoryEntry) error {
 	return s.write(ctx, func(tx *sql.Tx) error {

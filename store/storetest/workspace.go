@@ -241,6 +241,12 @@ func testMemory(t *testing.T, s parley.Store) {
 	if top, _ := s.ListMemory(ctx, p.ID, 2); len(top) != 2 || top[0].ID != ids[3] {
 		t.Fatalf("limit 2: %+v", top)
 	}
+	if n, err := s.CountMemory(ctx, p.ID); err != nil || n != 4 {
+		t.Fatalf("count: %d %v", n, err)
+	}
+	if n, err := s.CountMemory(ctx, other.ID); err != nil || n != 0 {
+		t.Fatalf("count of an empty memory: %d %v", n, err)
+	}
 	if mem, _ := s.ListMemory(ctx, other.ID, 0); len(mem) != 0 {
 		t.Fatalf("other project's memory: %+v", mem)
 	}
