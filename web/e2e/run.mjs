@@ -491,12 +491,18 @@ const cases = [
       await item.locator('[data-testid=memory-entry]', { hasText: `The soil is clay ${tag}.` }).waitFor({ timeout: T })
       await item.getByRole('button', { name: `New chat in Garden ${tag}` }).click()
       await page.getByRole('heading', { name: `New chat in Garden ${tag}` }).waitFor({ timeout: T })
-      await enqueue({ Content: 'Clay, as you told me.' })
+      await enqueue(
+        { ToolCalls: [{ id: 'call_mem1', type: 'function', function: { name: 'memory_save', arguments: JSON.stringify({ content: `The beds face south ${tag}.` }) } }] },
+        { Content: 'Clay, as you told me.' },
+      )
       await send(page, 'What soil do I have?')
       await page.getByText('Clay, as you told me.').waitFor({ timeout: T })
       const reqs = await control('GET', '/requests')
-      const sys = reqs[reqs.length - 1].system
+      const sys = reqs[reqs.length - 2].system
       assert(sys.includes(`The soil is clay ${tag}.`) && sys.includes(`Garden ${tag}`), 'the model got the project memory: ' + sys)
+      assert(reqs[reqs.length - 1].system.includes(`The beds face south ${tag}.`), 'the fact it saved reaches its next call')
+      // The fact the model saved shows in the sidebar without a reload.
+      await item.locator('[data-testid=memory-entry]', { hasText: `The beds face south ${tag}.` }).waitFor({ timeout: T })
       // The conversation is listed under its project, and the header's picker names it.
       await item.locator('.project-sessions .session-link', { hasText: 'What soil do I have?' }).waitFor({ timeout: T })
       const picker = page.getByRole('combobox', { name: 'Project' })
@@ -518,7 +524,7 @@ const cases = [
       assert(!after[after.length - 1].system.includes('clay'), 'outside the project, no memory')
       // Forget the fact, then delete the project.
       await item.getByRole('button', { name: `Forget The soil is clay ${tag}.` }).click()
-      await item.locator('[data-testid=memory-entry]').waitFor({ state: 'detached', timeout: T })
+      await item.locator('[data-testid=memory-entry]', { hasText: 'The soil is clay' }).waitFor({ state: 'detached', timeout: T })
       await item.getByRole('button', { name: 'Delete project' }).click()
       await item.waitFor({ state: 'detached', timeout: T })
       await axeCheck(page, 'projects')

@@ -67,6 +67,7 @@ export function ChatView(p: Props) {
           dispatch({ t: 'frames', frames })
           for (const f of frames) {
             if (f.type === 'todo_update') setTodos(f.data?.todos ?? [])
+            if (f.type === 'memory_update') propsRef.current.onRunEnded() // the sidebar reads the project's memory again
             if (f.data?.message?.seq) lastMsgSeq = Math.max(lastMsgSeq, f.data.message.seq)
             if (f.type === 'status' && f.data?.type === 'done') {
               refreshSession()
