@@ -271,3 +271,42 @@ func TestWorkspaceSurvivesRestartAndReachesTheNextSession(t *testing.T) {
 		t.Fatalf("a session outside the project got %q", sys)
 	}
 }
+
+// TestWebSocketFirstMessageInAProject: a WebSocket user_message with project_id creates its
+// session in that project (the UI's "New chat in …"), whose model call gets the project's prompt;
+// project_id on a connection that already has its session is refused, and nothing is stored.
+func TestWebSocketFirstMessageInAProject(t *testing.T) {
+	s := startGoldenServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	code, p := apiJSON(t, "POST", s.url+"/api/v1/projects", `{"name":"Garden","instructions":"Use metric units."}`)
+	if code != 201 {
+		t.Fatalf("project: %d %v", code, p)
+	}
+	pid := p["id"].(string)
+	s.up.fake.Enqueue(llmtest.Turn{Content: "Metres it is."})
+	before := len(s.up.fake.Requests())
+	w := s.ws(t, ctx, "")
+	w.send("user_message", "m1", map[string]any{"text": "How long is the bed?", "project_id": pid})
+	start := w.until(isType(parley.EventStart))
+	w.until(isType(parley.EventDone))
+	code, sess := apiJSON(t, "GET", s.url+"/api/v1/sessions/"+start.SessionID, "")
+	if code != 200 || sess["project_id"] != pid {
+		t.Fatalf("the session the message made: %d %v", code, sess)
+	}
+	if sys := systemOf(s.up.fake.Requests()[before]); !strings.Contains(sys, "Use metric units.") {
+		t.Fatalf("system prompt: %q", sys)
+	}
+
+	// On a connection to an existing session, project_id is refused.
+	w2 := s.ws(t, ctx, "?convId="+start.SessionID)
+	n := len(w2.replies)
+	w2.send("user_message", "m2", map[string]any{"text": "Again", "project_id": pid})
+	w2.waitReplies(n + 1)
+	if r := w2.replies[n]; !strings.Contains(r, `"type":"error"`) || !strings.Contains(r, "only for a new session") {
+		t.Fatalf("project_id on an existing session: %s", r)
+	}
+	if msgs := getMessages(t, s.url, start.SessionID); len(msgs) != 2 {
+		t.Fatalf("%d messages stored", len(msgs))
+	}
+}
