@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/workspace"
@@ -186,6 +187,10 @@ func (s *server) handleListMemory() http.Handler {
 			return
 		}
 		q := r.URL.Query().Get("q")
+		if n := utf8.RuneCountInString(q); n > maxTitle {
+			writeError(w, parley.Errorf(parley.ECInvalid, "q: %d characters, the limit is %d", n, maxTitle))
+			return
+		}
 		if err := parley.CheckText("q", q, parley.TextName); err != nil {
 			writeError(w, err)
 			return

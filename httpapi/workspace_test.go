@@ -120,6 +120,7 @@ func TestProjectsBadInput(t *testing.T) {
 		{"PATCH", "/api/v1/sessions/" + sid, `{}`, "nothing to change"},
 		{"PATCH", "/api/v1/sessions/" + sid, `{"project_id":"../x"}`, "project_id: not a valid id"},
 		{"GET", "/api/v1/sessions?project_id=../x", "", "project_id: not a valid id"},
+		{"GET", "/api/v1/projects/" + pid + "/memory?q=" + strings.Repeat("q", 201), "", "q: 201 characters, the limit is 200"},
 		{"POST", "/api/v1/chat", `{"message":"hi","session_id":"` + sid + `","project_id":"` + pid + `"}`, "only for a new session"},
 	} {
 		code, out := e.do(t, c.method, c.path, c.body)
