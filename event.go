@@ -21,6 +21,10 @@ const (
 	EventStatus         EventType = "status"           // State: the run paused, resumed or was taken over
 	EventError          EventType = "error"            // Error: the run failed (a done event follows)
 	EventDone           EventType = "done"             // the run ended; FinishReason tells how; always last
+
+	// Workspace events (issue 20), emitted by the built-in tools during a run.
+	EventTodoUpdate   EventType = "todo_update"   // Todos: the session's whole todo list after a change
+	EventMemoryUpdate EventType = "memory_update" // Memory: an entry of the session's project memory changed
 )
 
 // Event is one step of a run. Seq numbers the events of a session's stream: it grows by one from
@@ -42,6 +46,10 @@ type Event struct {
 	State        string     `json:"state,omitempty"` // status events: one of the Run* states
 	FinishReason string     `json:"finish_reason,omitempty"`
 	Iterations   int        `json:"iterations,omitempty"`
+
+	// Todos is the whole todo list of a todo_update event (an empty list is sent as []).
+	Todos  []Todo        `json:"todos,omitzero"`
+	Memory *MemoryChange `json:"memory,omitempty"`
 }
 
 // ErrorBody is the client-visible form of an error.

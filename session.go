@@ -15,6 +15,8 @@ type Session struct {
 	Owner     string    `json:"owner"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// ProjectID is the project the session belongs to ("" for none).
+	ProjectID string `json:"project_id,omitempty"`
 	// Usage totals the token usage of the session's messages. Stores fill it in; it is ignored by
 	// CreateSession.
 	Usage Usage `json:"usage"`
@@ -38,6 +40,8 @@ type Page struct {
 	// Query, when set, keeps only sessions whose title contains it, ignoring case (in SQLite,
 	// the case of ASCII letters only). "%" and "_" are plain characters.
 	Query string
+	// Project, when set, keeps only the sessions of that project (ListSessions).
+	Project string
 }
 
 // Store keeps sessions, their messages and resources. Every write is durable when it returns.
@@ -84,6 +88,7 @@ type Store interface {
 	EventStore
 	RunStore
 	FileStore
+	WorkspaceStore
 
 	Close() error
 }

@@ -65,6 +65,10 @@ type Config struct {
 	// results) in the model and tool call spans; without it they hold ids, names, models and
 	// token counts only.
 	TraceContent bool
+	// SessionPrompt, when set, returns what the session adds to SystemPrompt (its project's
+	// instructions and memory, package workspace), read again before each model call; "" adds
+	// nothing. An error ends the run.
+	SessionPrompt func(ctx context.Context, sessionID string) (string, error)
 	// Metrics records each model call; nil records nothing.
 	Metrics Metrics
 	Log     *slog.Logger
@@ -199,7 +203,11 @@ func (a *Agent) loop(ctx context.Context, in Input, t *turn, res *Result) (*Resu
 		if err != nil {
 			return res, a.canceledOr(ctx, err)
 		}
-		msgs := llmctx.BuildOwned(history, llmctx.Options{SystemPrompt: a.cfg.SystemPrompt, ToolHistoryRounds: a.cfg.ToolHistoryRounds})
+		system, err := a.systemPrompt(ctx, in.SessionID)
+		if err != nil {
+			return res, a.canceledOr(ctx, err)
+		}
+		msgs := llmctx.BuildOwned(history, llmctx.Options{SystemPrompt: system, ToolHistoryRounds: a.cfg.ToolHistoryRounds})
 		if a.cfg.Attachments != nil {
 			if msgs, err = a.cfg.Attachments.Expand(ctx, msgs); err != nil {
 				return res, a.canceledOr(ctx, fmt.Errorf("reading attached files: %w", err))
@@ -287,6 +295,21 @@ func (a *Agent) loop(ctx context.Context, in Input, t *turn, res *Result) (*Resu
 	emitSafe(parley.Event{Type: parley.EventRecord, Message: msg})
 	res.FinishReason = parley.FinishMaxIterations
 	return res, nil
+}
+
+// systemPrompt is SystemPrompt with what the session adds to it.
+func (a *Agent) systemPrompt(ctx context.Context, sessionID string) (string, error) {
+	if a.cfg.SessionPrompt == nil {
+		return a.cfg.SystemPrompt, nil
+	}
+	extra, err := a.cfg.SessionPrompt(ctx, sessionID)
+	if err != nil || extra == "" {
+		return a.cfg.SystemPrompt, err
+	}
+	if a.cfg.SystemPrompt == "" {
+		return extra, nil
+	}
+	return a.cfg.SystemPrompt + "\n\n" + extra, nil
 }
 
 func (in Input) gate(ctx context.Context) error {
@@ -389,7 +412,7 @@ func (a *Agent) assistant(in Input, model string, resp *parley.Response, latency
 // each result as a tool message as soon as it is ready; the calls past the budget get an error
 // result without running. It returns only a storage error; tool failures are results.
 func (a *Agent) runTools(ctx context.Context, in Input, calls []parley.ToolCall, budget int, allowed map[string]bool, emit func(parley.Event)) error {
-	ctx = tools.WithUser(ctx, in.User)
+	ctx = tools.WithEmit(tools.WithSession(tools.WithUser(ctx, in.User), in.SessionID), emit)
 	sem := make(chan struct{}, a.cfg.MaxParallelTools)
 	var (
 		wg       sync.WaitGroup

@@ -71,6 +71,9 @@ type Request struct {
 	SessionID     string        `json:"session_id,omitempty"`
 	Model         string        `json:"model,omitempty"`
 	SelectedTools []string      `json:"selected_tools,omitempty"`
+	// ProjectID puts the session a message without session_id creates into this project of the
+	// caller's (issue 20).
+	ProjectID string `json:"project_id,omitempty"`
 }
 
 // Started describes a run that has begun: the user's message is stored.
@@ -123,6 +126,19 @@ func (s *Service) Send(ctx context.Context, owner string, req Request) (*Started
 			title = attached[0].Name
 		}
 		sess = &parley.Session{ID: parley.NewID(), Title: Title(title), Owner: owner, CreatedAt: now, UpdatedAt: now}
+		if req.ProjectID != "" {
+			p, err := s.Store.GetProject(ctx, req.ProjectID)
+			if err != nil {
+				if parley.CodeOf(err) == parley.ECNotFound {
+					return nil, parley.Errorf(parley.ECNotFound, "project %q not found", req.ProjectID)
+				}
+				return nil, err
+			}
+			if p.Owner != owner {
+				return nil, parley.Errorf(parley.ECForbidden, "this project belongs to another user")
+			}
+			sess.ProjectID = p.ID
+		}
 		if err := s.Store.CreateSession(ctx, sess); err != nil {
 			return nil, err
 		}
@@ -336,6 +352,14 @@ func (s *Service) validate(req *Request) (parley.Content, error) {
 	}
 	if err := parley.CheckText("model", req.Model, parley.TextName); err != nil {
 		return parley.Content{}, err
+	}
+	if req.ProjectID != "" {
+		if req.SessionID != "" {
+			return parley.Content{}, parley.Errorf(parley.ECInvalid, "project_id: only for a new session (without session_id); PATCH /api/v1/sessions/{id} moves a session")
+		}
+		if err := parley.CheckText("project_id", req.ProjectID, parley.TextName); err != nil || len(req.ProjectID) > 64 {
+			return parley.Content{}, parley.Errorf(parley.ECInvalid, "project_id: not a valid id")
+		}
 	}
 	for i, name := range req.SelectedTools {
 		if err := parley.CheckText(fmt.Sprintf("selected_tools[%d]", i), name, parley.TextName); err != nil {

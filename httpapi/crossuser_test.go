@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	parley "github.com/parleyhq/parley"
 )
@@ -53,6 +54,29 @@ var crossUserRoutes = map[string]struct {
 		`{"id":"{A}","messages":[{"id":"m1","role":"user","parts":[{"type":"text","text":"mine now"}]}],"trigger":"submit-message"}`, 403, nil},
 	"GET /api/v1/ui/chat/{id}/stream":   {"GET", "/api/v1/ui/chat/{A}/stream", "", 403, nil},
 	"GET /api/v1/ui/chat/{id}/messages": {"GET", "/api/v1/ui/chat/{A}/messages", "", 403, nil},
+	// Workspace (issue 20): {P} is alice's project, {M} an entry of its memory.
+	"GET /api/v1/sessions/{id}/todos": {"GET", "/api/v1/sessions/{A}/todos", "", 403, nil},
+	"GET /api/v1/projects": {"GET", "/api/v1/projects", "", 200, func(t *testing.T, e *env, out map[string]any) {
+		// Only his own (the POST row may have made one).
+		l, _ := out["projects"].([]any)
+		for _, p := range l {
+			if p.(map[string]any)["owner"] != "bob" {
+				t.Fatalf("bob lists projects %v", l)
+			}
+		}
+	}},
+	"POST /api/v1/projects": {"POST", "/api/v1/projects", `{"name":"bob's"}`, 201, func(t *testing.T, e *env, out map[string]any) {
+		if out["owner"] != "bob" {
+			t.Fatalf("bob's new project is owned by %v", out["owner"])
+		}
+	}},
+	"GET /api/v1/projects/{id}":                   {"GET", "/api/v1/projects/{P}", "", 403, nil},
+	"PATCH /api/v1/projects/{id}":                 {"PATCH", "/api/v1/projects/{P}", `{"name":"pwned","instructions":"obey bob"}`, 403, nil},
+	"DELETE /api/v1/projects/{id}":                {"DELETE", "/api/v1/projects/{P}", "", 403, nil},
+	"GET /api/v1/projects/{id}/memory":            {"GET", "/api/v1/projects/{P}/memory", "", 403, nil},
+	"POST /api/v1/projects/{id}/memory":           {"POST", "/api/v1/projects/{P}/memory", `{"content":"bob was here"}`, 403, nil},
+	"PATCH /api/v1/projects/{id}/memory/{entry}":  {"PATCH", "/api/v1/projects/{P}/memory/{M}", `{"content":"pwned"}`, 403, nil},
+	"DELETE /api/v1/projects/{id}/memory/{entry}": {"DELETE", "/api/v1/projects/{P}/memory/{M}", "", 403, nil},
 	// The OpenAI-compatible API: a stateful request on alice's session (named in the body here;
 	// TestOpenAIStatefulOnAnotherUsersSession names it in the X-Parley-Session header too).
 	"GET /v1/models": {"GET", "/v1/models", "", 200, nil},
@@ -98,14 +122,33 @@ func TestCrossUser(t *testing.T) {
 	}
 	const fileName, fileText = "alice-private-file.txt", "alice-private-bytes"
 	fid := e.uploadOne(t, "alice", sid, upFile{fileName, "", []byte(fileText)})["id"].(string)
+	// Alice's workspace: a project with instructions and a fact, her session in it, a todo list.
+	const pname, instr, fact, todo = "alice-private-project", "alice-private-instructions", "alice-private-fact", "alice-private-todo"
+	code, out = e.do(t, "POST", "/api/v1/projects", `{"name":"`+pname+`","instructions":"`+instr+`"}`)
+	if code != 201 {
+		t.Fatalf("alice's project: %d %v", code, out)
+	}
+	pid := out["id"].(string)
+	code, out = e.do(t, "POST", "/api/v1/projects/"+pid+"/memory", `{"content":"`+fact+`"}`)
+	if code != 201 {
+		t.Fatalf("alice's fact: %d %v", code, out)
+	}
+	mid := out["id"].(string)
+	if code, out := e.do(t, "PATCH", "/api/v1/sessions/"+sid, `{"project_id":"`+pid+`"}`); code != 200 || out["project_id"] != pid {
+		t.Fatalf("alice moves her session: %d %v", code, out)
+	}
+	todos := []parley.Todo{{ID: "1", Content: todo, Status: parley.TodoPending}}
+	if err := e.store.PutTodos(ctx, sid, todos, time.Now()); err != nil {
+		t.Fatal(err)
+	}
 	before, _ := e.store.History(ctx, sid)
 	aliceKey := e.key(t, "alice")
 	keys, _ := e.store.ListAPIKeys(ctx, "alice", 10)
-	secrets := []string{title, text, aliceKey, keys[0].ID, keys[0].Prefix, "Hello there", fileName, fileText}
+	secrets := []string{title, text, aliceKey, keys[0].ID, keys[0].Prefix, "Hello there", pname, instr, fact, todo, fileName, fileText}
 
 	for route, c := range crossUserRoutes {
 		t.Run(route, func(t *testing.T) {
-			path := strings.NewReplacer("{A}", sid, "{K}", keys[0].ID, "{F}", fid).Replace(c.path)
+			path := strings.NewReplacer("{A}", sid, "{K}", keys[0].ID, "{P}", pid, "{M}", mid, "{F}", fid).Replace(c.path)
 			body := strings.ReplaceAll(c.body, "{A}", sid)
 			resp, raw := e.raw(t, c.method, path, body, "Authorization", "Bearer "+e.key(t, "bob"), "Content-Type", "application/json")
 			if resp.StatusCode != c.status {
@@ -144,6 +187,19 @@ func TestCrossUser(t *testing.T) {
 	}
 	if f, err := e.store.GetFile(ctx, fid); err != nil || f.Owner != "alice" {
 		t.Fatalf("alice's file after bob: %+v %v", f, err)
+	}
+	// Nor her workspace.
+	if p, err := e.store.GetProject(ctx, pid); err != nil || p.Name != pname || p.Instructions != instr || p.Owner != "alice" {
+		t.Fatalf("alice's project after bob: %+v %v", p, err)
+	}
+	if mem, _ := e.store.ListMemory(ctx, pid, 0); len(mem) != 1 || mem[0].Content != fact {
+		t.Fatalf("alice's memory after bob: %+v", mem)
+	}
+	if got, _ := e.store.Todos(ctx, sid); len(got) != 1 || got[0].Content != todo {
+		t.Fatalf("alice's todos after bob: %+v", got)
+	}
+	if sess.ProjectID != pid {
+		t.Fatalf("alice's session left her project: %+v", sess)
 	}
 	// And alice still reads her own.
 	if code, _ := e.do(t, "GET", "/api/v1/sessions/"+sid+"/messages", ""); code != 200 {

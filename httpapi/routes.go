@@ -33,6 +33,17 @@ func (s *server) routes() {
 	s.mux.Handle("GET /api/v1/files/{id}/content", s.pipe(user, s.handleFileContent()))
 	s.mux.Handle("DELETE /api/v1/files/{id}", s.pipe(user, s.handleDeleteFile()))
 	s.mux.Handle("GET /api/v1/sessions/{id}/files", s.pipe(user, s.handleSessionFiles()))
+	// Workspace (issue 20): todo lists, projects and their memory (workspace.go).
+	s.mux.Handle("GET /api/v1/sessions/{id}/todos", s.pipe(user, s.handleTodos()))
+	s.mux.Handle("GET /api/v1/projects", s.pipe(user, s.handleListProjects()))
+	s.mux.Handle("POST /api/v1/projects", s.pipe(policy{body: jsonBody(false, checkNewProject)}, s.handleCreateProject()))
+	s.mux.Handle("GET /api/v1/projects/{id}", s.pipe(user, s.handleGetProject()))
+	s.mux.Handle("PATCH /api/v1/projects/{id}", s.pipe(policy{body: jsonBody(false, checkProjectPatch)}, s.handlePatchProject()))
+	s.mux.Handle("DELETE /api/v1/projects/{id}", s.pipe(user, s.handleDeleteProject()))
+	s.mux.Handle("GET /api/v1/projects/{id}/memory", s.pipe(user, s.handleListMemory()))
+	s.mux.Handle("POST /api/v1/projects/{id}/memory", s.pipe(policy{body: jsonBody(false, checkMemory)}, s.handleAddMemory()))
+	s.mux.Handle("PATCH /api/v1/projects/{id}/memory/{entry}", s.pipe(policy{body: jsonBody(false, checkMemory)}, s.handlePatchMemory()))
+	s.mux.Handle("DELETE /api/v1/projects/{id}/memory/{entry}", s.pipe(user, s.handleDeleteMemory()))
 
 	chatReq := policy{body: jsonBody[chat.Request](false, s.checkChat), run: true}
 	s.mux.Handle("POST /api/v1/chat", s.pipe(chatReq, s.handleChat()))

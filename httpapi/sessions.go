@@ -57,6 +57,15 @@ func truncate(s string, n int) string {
 
 type titleBody struct {
 	Title *string `json:"title"`
+	// ProjectID puts the session into a project of the caller's; "" (PATCH) takes it out.
+	ProjectID *string `json:"project_id"`
+}
+
+func checkProjectID(b *titleBody) error {
+	if b.ProjectID != nil && *b.ProjectID != "" && !validID(*b.ProjectID) {
+		return parley.Errorf(parley.ECInvalid, "project_id: not a valid id")
+	}
+	return nil
 }
 
 func checkTitle(t string) error {
@@ -72,17 +81,28 @@ func checkTitle(t string) error {
 // checkNewTitle checks the body of POST /api/v1/sessions.
 func checkNewTitle(b *titleBody) error {
 	if b.Title != nil {
-		return checkTitle(*b.Title)
+		if err := checkTitle(*b.Title); err != nil {
+			return err
+		}
 	}
-	return nil
+	return checkProjectID(b)
 }
 
 // checkRename checks the body of PATCH /api/v1/sessions/{id}.
+// A PATCH renames the session, moves it into (or out of) a project, or both.
 func checkRename(b *titleBody) error {
-	if b.Title == nil || strings.TrimSpace(*b.Title) == "" {
-		return parley.Errorf(parley.ECInvalid, "title: required and must not be empty")
+	if b.Title == nil && b.ProjectID == nil {
+		return parley.Errorf(parley.ECInvalid, "nothing to change: give title, project_id or both")
 	}
-	return checkTitle(*b.Title)
+	if b.Title != nil {
+		if strings.TrimSpace(*b.Title) == "" {
+			return parley.Errorf(parley.ECInvalid, "title: required and must not be empty")
+		}
+		if err := checkTitle(*b.Title); err != nil {
+			return err
+		}
+	}
+	return checkProjectID(b)
 }
 
 func (s *server) handleCreateSession() http.Handler {
@@ -95,6 +115,14 @@ func (s *server) handleCreateSession() http.Handler {
 		}
 		now := time.Now().UTC().Truncate(time.Microsecond)
 		sess := &parley.Session{ID: parley.NewID(), Title: title, Owner: owner, CreatedAt: now, UpdatedAt: now}
+		if body.ProjectID != nil && *body.ProjectID != "" {
+			p, err := s.ownedProject(r, *body.ProjectID)
+			if err != nil {
+				writeError(w, err)
+				return
+			}
+			sess.ProjectID = p.ID
+		}
 		if err := s.Store.CreateSession(r.Context(), sess); err != nil {
 			writeError(w, err)
 			return
@@ -120,7 +148,12 @@ func (s *server) handleListSessions() http.Handler {
 			writeError(w, err)
 			return
 		}
-		list, next, err := s.Store.ListSessions(r.Context(), owner, parley.Page{Cursor: r.URL.Query().Get("cursor"), Limit: limit, Query: q})
+		project := r.URL.Query().Get("project_id")
+		if project != "" && !validID(project) {
+			writeError(w, parley.Errorf(parley.ECInvalid, "project_id: not a valid id"))
+			return
+		}
+		list, next, err := s.Store.ListSessions(r.Context(), owner, parley.Page{Cursor: r.URL.Query().Get("cursor"), Limit: limit, Query: q, Project: project})
 		if err != nil {
 			writeError(w, err)
 			return
@@ -173,10 +206,27 @@ func (s *server) handleRenameSession() http.Handler {
 			return
 		}
 		body := bodyOf[titleBody](r)
-		out, err := s.Store.RenameSession(r.Context(), sess.ID, strings.TrimSpace(*body.Title), time.Now().UTC().Truncate(time.Microsecond))
-		if err != nil {
-			writeError(w, err)
-			return
+		out := sess
+		if body.ProjectID != nil {
+			project := ""
+			if *body.ProjectID != "" {
+				p, err := s.ownedProject(r, *body.ProjectID)
+				if err != nil {
+					writeError(w, err)
+					return
+				}
+				project = p.ID
+			}
+			if out, err = s.Store.SetSessionProject(r.Context(), sess.ID, project); err != nil {
+				writeError(w, err)
+				return
+			}
+		}
+		if body.Title != nil {
+			if out, err = s.Store.RenameSession(r.Context(), sess.ID, strings.TrimSpace(*body.Title), time.Now().UTC().Truncate(time.Microsecond)); err != nil {
+				writeError(w, err)
+				return
+			}
 		}
 		writeJSON(w, http.StatusOK, out)
 	})

@@ -56,6 +56,7 @@ type wsUserMessage struct {
 	BinaryContent []parley.Part `json:"binary_content,omitempty"`
 	Model         string        `json:"model,omitempty"`
 	SelectedTools []string      `json:"selected_tools,omitempty"`
+	ProjectID     string        `json:"project_id,omitempty"` // the project of the session the first message creates
 }
 
 // wsControl is the data of a control frame.
@@ -529,7 +530,7 @@ func (w *wsConn) userMessage(ctx context.Context, m wsUserMessage) (map[string]a
 	if err := w.admit(ctx); err != nil {
 		return nil, err
 	}
-	req := chat.Request{Message: m.Text, BinaryContent: m.BinaryContent, FileIDs: m.FileIDs, SessionID: w.sessionID, Model: m.Model, SelectedTools: m.SelectedTools}
+	req := chat.Request{Message: m.Text, BinaryContent: m.BinaryContent, FileIDs: m.FileIDs, SessionID: w.sessionID, Model: m.Model, SelectedTools: m.SelectedTools, ProjectID: m.ProjectID}
 	if err := s.Chat.Validate(&req); err != nil {
 		return nil, err
 	}
@@ -563,7 +564,7 @@ func (w *wsConn) retry(ctx context.Context, c wsControl) (map[string]any, error)
 	return map[string]any{"action": "retry", "session_id": st.Session.ID, "run_id": st.Run.ID, "model": st.Run.Model, "message_id": st.UserMessage.ID}, nil
 }
 
-// controlFrame answers a control frame: abort, pause, resume, retry or get_history.
+// controlFrame answers a control frame: abort, pause, resume, retry, get_history or get_todos.
 func (w *wsConn) controlFrame(ctx context.Context, c wsControl) (map[string]any, error) {
 	s := w.s
 	if c.Action == "get_history" {
@@ -590,6 +591,18 @@ func (w *wsConn) controlFrame(ctx context.Context, c wsControl) (map[string]any,
 		}
 		return out, nil
 	}
+	if c.Action == "get_todos" {
+		out := map[string]any{"action": "get_todos", "session_id": w.sessionID, "todos": []parley.Todo{}}
+		if w.sessionID == "" {
+			return out, nil
+		}
+		todos, err := s.Store.Todos(ctx, w.sessionID)
+		if err != nil {
+			return nil, err
+		}
+		out["todos"] = todos
+		return out, nil
+	}
 	if c.Action == "retry" {
 		return w.retry(ctx, c)
 	}
@@ -597,7 +610,7 @@ func (w *wsConn) controlFrame(ctx context.Context, c wsControl) (map[string]any,
 		return nil, parley.Errorf(parley.ECInvalid, "model, selected_tools: only for the retry action")
 	}
 	if c.Action != "abort" && c.Action != "pause" && c.Action != "resume" {
-		return nil, parley.Errorf(parley.ECInvalid, "action: must be abort, pause, resume, retry or get_history")
+		return nil, parley.Errorf(parley.ECInvalid, "action: must be abort, pause, resume, retry, get_history or get_todos")
 	}
 	if w.sessionID == "" {
 		return nil, parley.Errorf(parley.ECConflict, "no run is active in this session")

@@ -26,84 +26,85 @@ import (
 // given as the environment variable PARLEY_<FLAG> (upper case, '-' as '_') or as a key of the
 // config file. Precedence: flag, then environment, then config file, then the default.
 type config struct {
-	Addr              string
-	MetricsAddr       string
-	DB                string
-	DatabaseURL       string
-	Migrate           bool
-	Model             string
-	OpenAIBaseURL     string
-	OpenAIAPIKey      string
-	AnthropicAPIKey   string
-	GeminiAPIKey      string
-	ProviderAttempts  int
-	ProviderRetryBase time.Duration
-	ProviderRetryMax  time.Duration
-	ProviderMaxWait   time.Duration
-	ProviderTimeout   time.Duration
-	BreakerFailures   int
-	BreakerCooldown   time.Duration
-	SystemPrompt      string
-	MaxIterations     int
-	ToolHistoryRounds int
-	HistoryCacheMB    int
-	ToolTimeout       time.Duration
-	MaxParallelTools  int
-	ToolBreakerFails  int
-	MaxToolCalls      int
-	ToolMaxString     int
-	ToolMaxDepth      int
-	InjectionGuard    string
-	ToolQuotaUser     string
-	ToolQuotaTool     string
-	ToolBreakerCool   time.Duration
-	MCPConfig         string
-	MCPStartTimeout   time.Duration
-	MCPInstallTimeout time.Duration
-	MCPRetryBase      time.Duration
-	MCPRetryMax       time.Duration
-	MaxBodyBytes      int64
-	BodyBudget        int64
-	BodyTimeout       time.Duration
-	MaxConnsPerAddr   int
-	AuthRecheck       time.Duration
-	Auth              string
-	Guests            bool
-	GuestTTL          time.Duration
-	RateLimit         string
-	GuestRateLimit    string
-	RedisURL          string
-	RealIPHeader      string
-	CORSOrigins       string
-	MaxRuns           int
-	MaxMessageChars   int
-	ShutdownGrace     time.Duration
-	RunRetain         time.Duration
-	EventRetention    time.Duration
-	PauseTimeout      time.Duration
-	InstanceID        string
-	RunLease          time.Duration
-	Heartbeat         time.Duration
-	WriteTimeout      time.Duration
-	MaxStreams        int
-	StreamIdle        time.Duration
-	StreamLifetime    time.Duration
-	MockTokenDelay    time.Duration
-	LogLevel          string
-	LogFormat         string
-	AccessLog         bool
-	TraceContent      bool
-	DataDir           string
-	BlobStore         string
-	S3Endpoint        string
-	S3Bucket          string
-	S3Region          string
-	S3Prefix          string
-	S3Insecure        bool
-	MaxFileBytes      int64
-	FileQuota         int64
-	AttachTextBytes   int
-	AttachInlineBytes int64
+	Addr               string
+	MetricsAddr        string
+	DB                 string
+	DatabaseURL        string
+	Migrate            bool
+	Model              string
+	OpenAIBaseURL      string
+	OpenAIAPIKey       string
+	AnthropicAPIKey    string
+	GeminiAPIKey       string
+	ProviderAttempts   int
+	ProviderRetryBase  time.Duration
+	ProviderRetryMax   time.Duration
+	ProviderMaxWait    time.Duration
+	ProviderTimeout    time.Duration
+	BreakerFailures    int
+	BreakerCooldown    time.Duration
+	SystemPrompt       string
+	MemoryPromptTokens int
+	MaxIterations      int
+	ToolHistoryRounds  int
+	HistoryCacheMB     int
+	ToolTimeout        time.Duration
+	MaxParallelTools   int
+	ToolBreakerFails   int
+	MaxToolCalls       int
+	ToolMaxString      int
+	ToolMaxDepth       int
+	InjectionGuard     string
+	ToolQuotaUser      string
+	ToolQuotaTool      string
+	ToolBreakerCool    time.Duration
+	MCPConfig          string
+	MCPStartTimeout    time.Duration
+	MCPInstallTimeout  time.Duration
+	MCPRetryBase       time.Duration
+	MCPRetryMax        time.Duration
+	MaxBodyBytes       int64
+	BodyBudget         int64
+	BodyTimeout        time.Duration
+	MaxConnsPerAddr    int
+	AuthRecheck        time.Duration
+	Auth               string
+	Guests             bool
+	GuestTTL           time.Duration
+	RateLimit          string
+	GuestRateLimit     string
+	RedisURL           string
+	RealIPHeader       string
+	CORSOrigins        string
+	MaxRuns            int
+	MaxMessageChars    int
+	ShutdownGrace      time.Duration
+	RunRetain          time.Duration
+	EventRetention     time.Duration
+	PauseTimeout       time.Duration
+	InstanceID         string
+	RunLease           time.Duration
+	Heartbeat          time.Duration
+	WriteTimeout       time.Duration
+	MaxStreams         int
+	StreamIdle         time.Duration
+	StreamLifetime     time.Duration
+	MockTokenDelay     time.Duration
+	LogLevel           string
+	LogFormat          string
+	AccessLog          bool
+	TraceContent       bool
+	DataDir            string
+	BlobStore          string
+	S3Endpoint         string
+	S3Bucket           string
+	S3Region           string
+	S3Prefix           string
+	S3Insecure         bool
+	MaxFileBytes       int64
+	FileQuota          int64
+	AttachTextBytes    int
+	AttachInlineBytes  int64
 
 	// From the config file only: they are structured.
 	Providers []providerConfig
@@ -138,6 +139,7 @@ func serveFlags(fs *flag.FlagSet, c *config) {
 	fs.IntVar(&c.BreakerFailures, "breaker-failures", 3, "consecutive failed model calls of a provider endpoint (5xx, connection errors, timeouts; retries count once, 429s never), or failed starts of an MCP server, that open its circuit breaker")
 	fs.DurationVar(&c.BreakerCooldown, "breaker-cooldown", 30*time.Second, "how long an open breaker refuses calls (or starts) before one trial")
 	fs.StringVar(&c.SystemPrompt, "system-prompt", "", "system prompt put before every conversation")
+	fs.IntVar(&c.MemoryPromptTokens, "memory-prompt-tokens", 2000, "token budget of what a project adds to its sessions' system prompt (instructions, then memory newest first; what does not fit is left out and counted); 0 adds only the project's name")
 	fs.IntVar(&c.MaxIterations, "max-iterations", 10, "model calls per run before it stops with a 'reached max iterations' message")
 	fs.IntVar(&c.ToolHistoryRounds, "tool-history-rounds", 10, "most recent tool rounds (one answer with all its parallel calls) sent to the model whole; older rounds are shortened")
 	fs.IntVar(&c.HistoryCacheMB, "history-cache-mb", 64, "memory for the model view of active sessions, so each model call reads only new messages (0: off)")
@@ -350,6 +352,9 @@ func (c *config) validate() error {
 	}
 	if c.MaxIterations < 1 {
 		errs = append(errs, errors.New("max-iterations must be at least 1"))
+	}
+	if c.MemoryPromptTokens < 0 {
+		errs = append(errs, errors.New("memory-prompt-tokens must not be negative"))
 	}
 	if c.ToolHistoryRounds < 0 {
 		errs = append(errs, errors.New("tool-history-rounds must not be negative"))

@@ -24,6 +24,7 @@ import (
 	"github.com/parleyhq/parley/tools"
 	"github.com/parleyhq/parley/tools/builtin"
 	guardpkg "github.com/parleyhq/parley/tools/guard"
+	"github.com/parleyhq/parley/workspace"
 )
 
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -116,6 +117,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err := builtin.Register(reg, time.Now); err != nil {
 		return err
 	}
+	if err := builtin.RegisterWorkspace(reg, store, time.Now); err != nil {
+		return err
+	}
 	mcpServers, err := startMCP(ctx, &c, reg, log)
 	if err != nil {
 		return err
@@ -163,8 +167,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		SystemPrompt:      c.SystemPrompt,
 		TraceContent:      c.TraceContent,
 		Attachments:       fileSvc,
-		Metrics:           met,
-		Log:               log,
+		SessionPrompt: func(ctx context.Context, sessionID string) (string, error) {
+			return workspace.PromptFor(ctx, store, sessionID, c.MemoryPromptTokens)
+		},
+		Metrics: met,
+		Log:     log,
 	})
 	svc := &chat.Service{
 		Store:        store,

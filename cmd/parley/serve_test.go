@@ -167,7 +167,7 @@ func TestServeAPI(t *testing.T) {
 	if code, out = do("GET", "/api/v1/models", ""); code != 200 || len(out["models"].([]any)) != 1 {
 		t.Fatalf("models: %d %v", code, out)
 	}
-	if code, out = do("GET", "/api/v1/tools", ""); code != 200 || len(out["tools"].([]any)) != 2 {
+	if code, out = do("GET", "/api/v1/tools", ""); code != 200 || len(out["tools"].([]any)) != 8 { // calculator, get_current_time, 2 todo and 4 memory tools
 		t.Fatalf("tools: %d %v", code, out)
 	}
 }
@@ -230,7 +230,7 @@ func TestValidateRejectsBadSettings(t *testing.T) {
 	rejectsEach(t, [][]string{{"--provider-attempts", "0"}, {"--breaker-failures", "0"}, {"--provider-timeout", "0s"},
 		{"--breaker-cooldown", "-1s"}, {"--provider-retry-base", "0s"}, {"--provider-max-wait", "0s"},
 		{"--max-file-bytes", "0"}, {"--file-quota-bytes", "-1"}, {"--attachment-text-bytes", "0"}, {"--attachment-inline-bytes", "0"},
-		{"--blob-store", "ftp"}, {"--blob-store", "s3", "--s3-bucket", "b"}})
+		{"--blob-store", "ftp"}, {"--blob-store", "s3", "--s3-bucket", "b"}, {"--memory-prompt-tokens", "-1"}})
 }
 
 // rejectsEach checks that validate refuses each set of serve flags with an error naming its first

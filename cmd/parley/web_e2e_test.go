@@ -83,7 +83,7 @@ func TestWebUIInABrowser(t *testing.T) {
 	if shots == "" {
 		shots, _ = filepath.Abs("../../docs/screenshots")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute) // the whole suite, on a busy machine
 	defer cancel()
 	suite := exec.CommandContext(ctx, node, filepath.Join(webDir, "e2e", "run.mjs"))
 	suite.Dir = webDir
@@ -168,12 +168,16 @@ func scriptControl(fake *llmtest.Server) http.Handler {
 			Tools  []string `json:"tools"`
 			Last   string   `json:"last"`   // the text of the request's last message
 			Images []string `json:"images"` // the image URLs of its last message
+			System string   `json:"system"` // the text of its system message ("" when none)
 		}
 		out := []req{}
 		for _, q := range fake.Requests() {
 			x := req{Model: q.Model, Tools: []string{}, Images: []string{}}
 			for _, s := range q.Tools {
 				x.Tools = append(x.Tools, s.Name)
+			}
+			if len(q.Messages) > 0 && q.Messages[0].Role == parley.RoleSystem {
+				x.System = q.Messages[0].Content.String()
 			}
 			if n := len(q.Messages); n > 0 {
 				x.Last = strings.TrimSpace(q.Messages[n-1].Content.String())

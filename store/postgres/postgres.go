@@ -159,8 +159,11 @@ func (s *Store) CreateSession(ctx context.Context, sess *parley.Session) error {
 	if sess.ID == "" || sess.CreatedAt.IsZero() || sess.UpdatedAt.IsZero() {
 		return parley.Errorf(parley.ECInvalid, "session: id, created_at and updated_at are required")
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO sessions (id, title, owner, created_at, updated_at) VALUES ($1, $2, $3, $4, $5)`,
-		sess.ID, sess.Title, sess.Owner, sess.CreatedAt.UTC(), sess.UpdatedAt.UTC())
+	_, err := s.pool.Exec(ctx, `INSERT INTO sessions (id, title, owner, created_at, updated_at, project_id) VALUES ($1, $2, $3, $4, $5, $6)`,
+		sess.ID, sess.Title, sess.Owner, sess.CreatedAt.UTC(), sess.UpdatedAt.UTC(), nullable(sess.ProjectID))
+	if isFKViolation(err) {
+		return notFound("project", sess.ProjectID)
+	}
 	if err != nil {
 		return fmt.Errorf("postgres: creating session: %w", err)
 	}
@@ -168,13 +171,13 @@ func (s *Store) CreateSession(ctx context.Context, sess *parley.Session) error {
 }
 
 const sessionCols = `id, title, owner, created_at, updated_at, prompt_tokens, completion_tokens, total_tokens,
-	reasoning_tokens, cached_tokens, cost`
+	reasoning_tokens, cached_tokens, cost, COALESCE(project_id, '')`
 
 func scanSession(r pgx.Row) (*parley.Session, error) {
 	var sess parley.Session
 	u := &sess.Usage
 	if err := r.Scan(&sess.ID, &sess.Title, &sess.Owner, &sess.CreatedAt, &sess.UpdatedAt, &u.PromptTokens,
-		&u.CompletionTokens, &u.TotalTokens, &u.ReasoningTokens, &u.CachedTokens, &u.Cost); err != nil {
+		&u.CompletionTokens, &u.TotalTokens, &u.ReasoningTokens, &u.CachedTokens, &u.Cost, &sess.ProjectID); err != nil {
 		return nil, err
 	}
 	sess.CreatedAt, sess.UpdatedAt = sess.CreatedAt.UTC(), sess.UpdatedAt.UTC()
@@ -206,6 +209,10 @@ func (s *Store) ListSessions(ctx context.Context, owner string, p parley.Page) (
 		// strpos, not LIKE: the query's % and _ are plain characters.
 		args = append(args, p.Query)
 		q += fmt.Sprintf(` AND strpos(lower(title), lower($%d)) > 0`, len(args))
+	}
+	if p.Project != "" {
+		args = append(args, p.Project)
+		q += fmt.Sprintf(` AND project_id = $%d`, len(args))
 	}
 	if p.Cursor != "" {
 		upd, id, err := rowcodec.DecodeCursor(p.Cursor)

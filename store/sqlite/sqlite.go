@@ -141,8 +141,13 @@ func (s *Store) CreateSession(ctx context.Context, sess *parley.Session) error {
 		return parley.Errorf(parley.ECInvalid, "session: id, created_at and updated_at are required")
 	}
 	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO sessions (id, title, owner, created_at, updated_at) VALUES (?, ?, ?, ?, ?)`,
-			sess.ID, sess.Title, sess.Owner, micros(sess.CreatedAt), micros(sess.UpdatedAt))
+		if sess.ProjectID != "" {
+			if err := projectExists(ctx, tx, sess.ProjectID); err != nil {
+				return err
+			}
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO sessions (id, title, owner, created_at, updated_at, project_id) VALUES (?, ?, ?, ?, ?, ?)`,
+			sess.ID, sess.Title, sess.Owner, micros(sess.CreatedAt), micros(sess.UpdatedAt), nullable(sess.ProjectID))
 		if err != nil {
 			return fmt.Errorf("sqlite: creating session: %w", err)
 		}
@@ -151,7 +156,7 @@ func (s *Store) CreateSession(ctx context.Context, sess *parley.Session) error {
 }
 
 const sessionCols = `id, title, owner, created_at, updated_at, prompt_tokens, completion_tokens, total_tokens,
-	reasoning_tokens, cached_tokens, cost`
+	reasoning_tokens, cached_tokens, cost, COALESCE(project_id, '')`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -162,7 +167,7 @@ func scanSession(r scanner) (*parley.Session, error) {
 	)
 	u := &sess.Usage
 	if err := r.Scan(&sess.ID, &sess.Title, &sess.Owner, &cre, &upd, &u.PromptTokens, &u.CompletionTokens, &u.TotalTokens,
-		&u.ReasoningTokens, &u.CachedTokens, &u.Cost); err != nil {
+		&u.ReasoningTokens, &u.CachedTokens, &u.Cost, &sess.ProjectID); err != nil {
 		return nil, err
 	}
 	sess.CreatedAt, sess.UpdatedAt = fromMicros(cre), fromMicros(upd)
@@ -194,6 +199,10 @@ func (s *Store) ListSessions(ctx context.Context, owner string, p parley.Page) (
 		// instr, not LIKE: the query's % and _ are plain characters. lower() folds ASCII only.
 		q += ` AND instr(lower(title), lower(?)) > 0`
 		args = append(args, p.Query)
+	}
+	if p.Project != "" {
+		q += ` AND project_id = ?`
+		args = append(args, p.Project)
 	}
 	if p.Cursor != "" {
 		upd, id, err := rowcodec.DecodeCursor(p.Cursor)

@@ -55,6 +55,10 @@ func Run(t *testing.T, open func(t *testing.T) parley.Store) {
 		{"Files", testFiles},
 		{"FileQuota", testFileQuota},
 		{"FileQuotaConcurrent", testFileQuotaConcurrent},
+		{"Todos", testTodos},
+		{"Projects", testProjects},
+		{"SessionProjects", testSessionProjects},
+		{"Memory", testMemory},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

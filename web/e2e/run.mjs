@@ -434,6 +434,108 @@ const cases = [
     },
   ],
   [
+    'todos: a live list on every tab',
+    async () => {
+      const todo = (items) => ({
+        ToolCalls: [{ id: 'call_todo' + Math.random().toString(36).slice(2, 8), type: 'function', function: { name: 'todo_write', arguments: JSON.stringify({ todos: items }) } }],
+      })
+      await enqueue(
+        todo([
+          { id: '1', content: 'Read the brief', status: 'in_progress' },
+          { id: '2', content: 'Write the code', status: 'pending' },
+        ]),
+        { Content: 'Planned.' },
+      )
+      const a = await newPage()
+      await a.goto(BASE + '/')
+      await send(a, 'Plan the work')
+      await a.getByText('Planned.').waitFor({ timeout: T })
+      const list = a.getByRole('region', { name: 'Todo list' })
+      await list.getByText('Write the code').waitFor({ timeout: T })
+      assert((await list.locator('[data-status=in_progress]').innerText()).includes('Read the brief'), 'the first item is in progress')
+      // A second tab on the conversation loads the list, then follows it live.
+      const b = await newPage()
+      await b.goto(a.url())
+      const listB = b.getByRole('region', { name: 'Todo list' })
+      await listB.getByText('Read the brief').waitFor({ timeout: T })
+      await enqueue(
+        todo([
+          { id: '1', content: 'Read the brief', status: 'completed' },
+          { id: '2', content: 'Write the code', status: 'in_progress' },
+          { id: '3', content: 'Ship it', status: 'pending' },
+        ]),
+        { Content: 'Working on it.' },
+      )
+      await send(a, 'Go on')
+      for (const page of [a, b]) {
+        const l = page.getByRole('region', { name: 'Todo list' })
+        await l.getByText('Ship it').waitFor({ timeout: T })
+        await l.locator('[data-status=completed]', { hasText: 'Read the brief' }).waitFor({ timeout: T })
+        assert((await l.locator('summary').innerText()).includes('1 of 3 done'), 'the count on each tab')
+      }
+      await axeCheck(b, 'todos')
+      assert(b.problems.length === 0, b.problems.join('\n'))
+      return a
+    },
+  ],
+  [
+    'projects: memory in the sidebar reaches a new chat of the project',
+    async () => {
+      const tag = 'e2e' + Date.now().toString(36)
+      const page = await newPage()
+      page.on('dialog', (d) => d.accept())
+      await page.goto(BASE + '/')
+      await page.getByRole('button', { name: '+ New project' }).click()
+      await page.getByRole('textbox', { name: 'Project name' }).fill(`Garden ${tag}`)
+      await page.getByRole('button', { name: 'Create' }).click()
+      const item = page.locator('[data-testid=project]', { hasText: `Garden ${tag}` })
+      await item.locator('summary').click()
+      await item.getByRole('textbox', { name: `A fact for Garden ${tag}` }).fill(`The soil is clay ${tag}.`)
+      await item.getByRole('button', { name: 'Save' }).click()
+      await item.locator('[data-testid=memory-entry]', { hasText: `The soil is clay ${tag}.` }).waitFor({ timeout: T })
+      await item.getByRole('button', { name: `New chat in Garden ${tag}` }).click()
+      await page.getByRole('heading', { name: `New chat in Garden ${tag}` }).waitFor({ timeout: T })
+      await enqueue(
+        { ToolCalls: [{ id: 'call_mem1', type: 'function', function: { name: 'memory_save', arguments: JSON.stringify({ content: `The beds face south ${tag}.` }) } }] },
+        { Content: 'Clay, as you told me.' },
+      )
+      await send(page, 'What soil do I have?')
+      await page.getByText('Clay, as you told me.').waitFor({ timeout: T })
+      const reqs = await control('GET', '/requests')
+      const sys = reqs[reqs.length - 2].system
+      assert(sys.includes(`The soil is clay ${tag}.`) && sys.includes(`Garden ${tag}`), 'the model got the project memory: ' + sys)
+      assert(reqs[reqs.length - 1].system.includes(`The beds face south ${tag}.`), 'the fact it saved reaches its next call')
+      // The fact the model saved shows in the sidebar without a reload.
+      await item.locator('[data-testid=memory-entry]', { hasText: `The beds face south ${tag}.` }).waitFor({ timeout: T })
+      // The conversation is listed under its project, and the header's picker names it.
+      await item.locator('.project-sessions .session-link', { hasText: 'What soil do I have?' }).waitFor({ timeout: T })
+      const picker = page.getByRole('combobox', { name: 'Project' })
+      await page.waitForFunction(() => {
+        const s = document.querySelector('select.project-picker')
+        return s && s.selectedOptions[0]?.textContent !== 'No project'
+      }, null, { timeout: T })
+      assert((await picker.locator('option:checked').innerText()) === `Garden ${tag}`, 'the picker names the project')
+      // Taken out of the project, the next answer is sent no project prompt.
+      await picker.selectOption('')
+      const id = page.url().split('/s/')[1]
+      const deadline = Date.now() + T
+      while (Date.now() < deadline && (await api('GET', '/api/v1/sessions/' + id)).body.project_id) await page.waitForTimeout(100)
+      assert(!(await api('GET', '/api/v1/sessions/' + id)).body.project_id, 'the session left the project')
+      await enqueue({ Content: 'No idea.' })
+      await send(page, 'And now?')
+      await page.getByText('No idea.').waitFor({ timeout: T })
+      const after = await control('GET', '/requests')
+      assert(!after[after.length - 1].system.includes('clay'), 'outside the project, no memory')
+      // Forget the fact, then delete the project.
+      await item.getByRole('button', { name: `Forget The soil is clay ${tag}.` }).click()
+      await item.locator('[data-testid=memory-entry]', { hasText: 'The soil is clay' }).waitFor({ state: 'detached', timeout: T })
+      await item.getByRole('button', { name: 'Delete project' }).click()
+      await item.waitFor({ state: 'detached', timeout: T })
+      await axeCheck(page, 'projects')
+      return page
+    },
+  ],
+  [
     'model and tool pickers',
     async () => {
       await control('POST', '/reset')

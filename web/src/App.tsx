@@ -2,6 +2,7 @@ import { useCallback, useEffect, useState } from 'react'
 import { ApiError, getKey, guest, me, setKey, type Me } from './api'
 import { Sidebar } from './Sidebar'
 import { ChatView } from './ChatView'
+import { Projects } from './Projects'
 
 // Client routes: "/" is a new chat, "/s/<session id>" a conversation.
 function sessionFromPath(): string | undefined {
@@ -105,14 +106,14 @@ function SignIn(props: { error: string; onKey: (k: string) => void; onGuest: () 
 function Shell(props: { who: Me; onSignOut: () => void }) {
   // view changes when the person picks another conversation; a new chat that gets its id keeps
   // its view (and its connection).
-  const [view, setView] = useState(() => ({ id: sessionFromPath(), n: 0 }))
+  const [view, setView] = useState<{ id?: string; n: number; project?: { id: string; name: string } }>(() => ({ id: sessionFromPath(), n: 0 }))
   const [current, setCurrent] = useState<string | undefined>(view.id)
   const [listVersion, setListVersion] = useState(0)
   const [sidebarOpen, setSidebarOpen] = useState(false)
 
-  const open = useCallback((id?: string) => {
+  const open = useCallback((id?: string, project?: { id: string; name: string }) => {
     history.pushState(null, '', id ? '/s/' + id : '/')
-    setView((v) => ({ id, n: v.n + 1 }))
+    setView((v) => ({ id, n: v.n + 1, project }))
     setCurrent(id)
     setSidebarOpen(false)
   }, [])
@@ -139,10 +140,19 @@ function Shell(props: { who: Me; onSignOut: () => void }) {
         }}
         onSignOut={props.onSignOut}
         onClose={() => setSidebarOpen(false)}
-      />
+      >
+        <Projects
+          current={current}
+          version={listVersion}
+          onOpen={open}
+          onNewChat={(pr) => open(undefined, { id: pr.id, name: pr.name })}
+          onChanged={() => setListVersion((v) => v + 1)}
+        />
+      </Sidebar>
       <ChatView
         key={view.n}
         sessionId={view.id}
+        project={view.project}
         onMenu={() => setSidebarOpen((o) => !o)}
         onSession={(id) => {
           history.replaceState(null, '', '/s/' + id)

@@ -5,6 +5,9 @@ import { applyFrame, initialChat, withHistory, type ChatState, type Entry, type 
 import { Conn, type ConnState } from './ws'
 import { AssistantBody, Markdown, formatUsage } from './Message'
 import { AttachmentList, FileRefView, maxFiles, uploadFiles, type Attachment } from './Files'
+import { TodoList } from './Todos'
+import { ProjectPicker } from './Projects'
+import { getTodos, type Todo } from './workspace'
 
 type Action = { t: 'history'; msgs: Parameters<typeof withHistory>[1] } | { t: 'frames'; frames: Frame[] } | { t: 'error'; code: string; message: string }
 
@@ -22,6 +25,8 @@ function reduce(s: ChatState, a: Action): ChatState {
 
 interface Props {
   sessionId?: string
+  // project: the project a new chat's first message puts its session into.
+  project?: { id: string; name: string }
   onSession: (id: string) => void
   onRunEnded: () => void
   onMenu: () => void
@@ -37,6 +42,7 @@ export function ChatView(p: Props) {
   const [tools, setTools] = useState<ToolInfo[]>([])
   const [model, setModel] = useState(() => localStorage.getItem('parley.model') ?? '')
   const [selected, setSelected] = useState<string[] | null>(null)
+  const [todos, setTodos] = useState<Todo[]>([])
   const connRef = useRef<Conn | null>(null)
   const sessionRef = useRef(p.sessionId)
   const propsRef = useRef(p)
@@ -61,6 +67,8 @@ export function ChatView(p: Props) {
           if (!alive) return
           dispatch({ t: 'frames', frames })
           for (const f of frames) {
+            if (f.type === 'todo_update') setTodos(f.data?.todos ?? [])
+            if (f.type === 'memory_update') propsRef.current.onRunEnded() // the sidebar reads the project's memory again
             if (f.data?.message?.seq) lastMsgSeq = Math.max(lastMsgSeq, f.data.message.seq)
             if (f.type === 'status' && f.data?.type === 'done') {
               refreshSession()
@@ -100,6 +108,7 @@ export function ChatView(p: Props) {
           setLoading(false)
           dispatch({ t: 'error', code: e.code ?? 'internal', message: e.message })
         })
+      getTodos(id).then((r) => alive && setTodos(r.todos), () => {})
       refreshSession()
     } else {
       start()
@@ -124,6 +133,7 @@ export function ChatView(p: Props) {
       if (fileIds.length) data.fileIds = fileIds
       if (model) data.model = model
       if (selected) data.selected_tools = selected
+      if (p.project && !sessionRef.current) data.project_id = p.project.id
       try {
         await c.request('user_message', data)
         setNotice('')
@@ -134,7 +144,7 @@ export function ChatView(p: Props) {
         return false
       }
     },
-    [model, selected],
+    [model, selected, p.project],
   )
 
   // retry asks the server to answer the failed turn again (the WebSocket control action retry):
@@ -174,7 +184,17 @@ export function ChatView(p: Props) {
         <button type="button" className="icon only-narrow" aria-label="Conversations" onClick={p.onMenu}>
           ☰
         </button>
-        <h1 className="title">{session?.title || (p.sessionId ? '' : 'New chat')}</h1>
+        <h1 className="title">{session?.title || (p.sessionId ? '' : p.project ? `New chat in ${p.project.name}` : 'New chat')}</h1>
+        {session && (
+          <ProjectPicker
+            sessionId={session.id}
+            projectId={session.project_id}
+            onMoved={(pid) => {
+              setSession((s) => (s ? { ...s, project_id: pid || undefined } : s))
+              p.onRunEnded()
+            }}
+          />
+        )}
         {sessionUsage && sessionUsage.total_tokens > 0 && (
           <span className="muted small session-usage" data-testid="session-usage">
             {formatUsage(sessionUsage)}
@@ -184,6 +204,7 @@ export function ChatView(p: Props) {
           {conn === 'reconnecting' ? 'Reconnecting…' : conn === 'connecting' ? 'Connecting…' : state.run === 'paused' ? 'Paused' : ''}
         </span>
       </header>
+      <TodoList todos={todos} />
       <Messages state={state} loading={loading} running={running} toolServers={toolServers} onRetry={retry} />
       {notice && (
         <p className="notice" role="alert">

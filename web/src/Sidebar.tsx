@@ -1,4 +1,4 @@
-import { useEffect, useRef, useState } from 'react'
+import { useEffect, useRef, useState, type ReactNode } from 'react'
 import { deleteSession, getKey, listSessions, renameSession, type Me, type Session } from './api'
 
 interface Props {
@@ -9,6 +9,7 @@ interface Props {
   onDeleted: (id: string) => void
   onSignOut: () => void
   onClose: () => void
+  children?: ReactNode // shown above the conversations (the projects)
 }
 
 // Sidebar: the caller's sessions, 30 a page, searchable by title; rename, delete, new chat.
@@ -91,6 +92,7 @@ export function Sidebar(p: Props) {
           ×
         </button>
       </div>
+      {p.children}
       <input
         type="search"
         className="search"

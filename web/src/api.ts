@@ -17,6 +17,7 @@ export interface Session {
   updated_at: string
   usage: Usage
   active_run?: string
+  project_id?: string
 }
 
 export interface ToolCall {
