@@ -6,6 +6,7 @@ replace github.com/google/pprof => github.com/google/pprof v0.0.0-20260906184651
 
 require (
 	github.com/coder/websocket v1.8.15
+	github.com/evanw/esbuild v0.28.2
 	github.com/google/jsonschema-go v0.4.3
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
