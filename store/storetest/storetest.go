@@ -52,6 +52,8 @@ func Run(t *testing.T, open func(t *testing.T) parley.Store) {
 		{"RestartClaims", testRestartClaims},
 		{"ToolCallLedger", testToolCallLedger},
 		{"OpenToolCallsOfRunningRun", testOpenToolCallsOfRunningRun},
+		{"Artifacts", testArtifacts},
+		{"SearchCosts", testSearchCosts},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
