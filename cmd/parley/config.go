@@ -92,6 +92,8 @@ type config struct {
 	LogLevel          string
 	LogFormat         string
 
+	executorConfig // artifacts, web search, fetch_url (executors.go)
+
 	// From the config file only: they are structured.
 	Providers []providerConfig
 	Fallbacks map[string][]string
@@ -172,6 +174,7 @@ func serveFlags(fs *flag.FlagSet, c *config) {
 	fs.DurationVar(&c.MockTokenDelay, "mock-token-delay", 15*time.Millisecond, "delay between chunks of the offline mock model")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
+	executorFlags(fs, &c.executorConfig)
 }
 
 // envName is the environment variable for a flag.
@@ -398,6 +401,9 @@ func (c *config) validate() error {
 	case "text", "json":
 	default:
 		errs = append(errs, fmt.Errorf("log-format must be text or json, not %q", c.LogFormat))
+	}
+	if err := c.executorConfig.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -44,7 +44,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	for _, v := range []struct {
 		dst *string
 		env string
-	}{{&c.OpenAIAPIKey, "OPENAI_API_KEY"}, {&c.OpenAIBaseURL, "OPENAI_BASE_URL"}, {&c.AnthropicAPIKey, "ANTHROPIC_API_KEY"}, {&c.GeminiAPIKey, "GEMINI_API_KEY"}} {
+	}{{&c.OpenAIAPIKey, "OPENAI_API_KEY"}, {&c.OpenAIBaseURL, "OPENAI_BASE_URL"}, {&c.AnthropicAPIKey, "ANTHROPIC_API_KEY"}, {&c.GeminiAPIKey, "GEMINI_API_KEY"},
+		{&c.TavilyAPIKey, "TAVILY_API_KEY"}, {&c.BraveAPIKey, "BRAVE_API_KEY"}} {
 		if *v.dst == "" {
 			*v.dst = getenv(v.env)
 		}
@@ -93,6 +94,16 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err := builtin.Register(reg, time.Now); err != nil {
 		return err
 	}
+	// The executor tools are built-in too: registered before the MCP servers', whose tools of the
+	// same names are then left out (and logged).
+	models, err := newRouter(&c, getenv, log)
+	if err != nil {
+		return err
+	}
+	execs, err := registerExecutors(&c.executorConfig, reg, store.Store, models.Resolve, log)
+	if err != nil {
+		return err
+	}
 	mcpServers, err := startMCP(ctx, &c, reg, log)
 	if err != nil {
 		return err
@@ -102,10 +113,6 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	stopMCP := sync.OnceFunc(func() { mcpServers.Close() })
 	defer stopMCP()
 
-	models, err := newRouter(&c, getenv, log)
-	if err != nil {
-		return err
-	}
 
 	instance := c.instanceID()
 	peers := newCluster(guard.redis, instance, log)
@@ -199,6 +206,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		StreamLifetime:    c.StreamLifetime,
 		Metrics:           met,
 		MetricsHandler:    metricsOnAPI,
+		Artifacts:         execs.artifacts,
+		ArtifactURLs:      execs.signer,
+		SearchCosts:       execs.costs,
 	})
 
 	// Listening comes before any run is taken back: an address in use touches no run.
