@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	parley "github.com/parleyhq/parley"
 )
@@ -44,6 +45,10 @@ var crossUserRoutes = map[string]struct {
 	"POST /api/v1/admin/keys":            {"POST", "/api/v1/admin/keys", `{"user":"alice"}`, 403, nil},
 	"DELETE /api/v1/admin/keys/{id}":     {"DELETE", "/api/v1/admin/keys/{K}", "", 403, nil},
 	"/api/":                              {"GET", "/api/v1/sessions/{A}/secrets", "", 404, nil},
+	// Another user's artifact is not found; its page needs the signed URL only its owner gets.
+	"GET /api/v1/sessions/{id}/artifacts": {"GET", "/api/v1/sessions/{A}/artifacts", "", 403, nil},
+	"GET /api/v1/artifacts/{id}":          {"GET", "/api/v1/artifacts/{R}?version=1", "", 404, nil},
+	"GET /api/v1/artifacts/{id}/render":   {"GET", "/api/v1/artifacts/{R}/render?version=1", "", 403, nil},
 }
 
 func zeroUsage(t *testing.T, e *env, out map[string]any) {
@@ -70,11 +75,16 @@ func TestCrossUser(t *testing.T) {
 	before, _ := e.store.History(ctx, sid)
 	aliceKey := e.key(t, "alice")
 	keys, _ := e.store.ListAPIKeys(ctx, "alice", 10)
-	secrets := []string{title, text, aliceKey, keys[0].ID, keys[0].Prefix, "Hello there"}
+	art := &parley.Artifact{ID: parley.NewID(), SessionID: sid, Type: parley.ArtifactMarkdown, Title: "alice-artifact-title",
+		Content: "alice-artifact-content", CreatedAt: time.Now().UTC().Truncate(time.Microsecond)}
+	if err := e.store.(parley.ArtifactStore).AddArtifactVersion(ctx, art); err != nil {
+		t.Fatal(err)
+	}
+	secrets := []string{title, text, aliceKey, keys[0].ID, keys[0].Prefix, "Hello there", art.Title, art.Content}
 
 	for route, c := range crossUserRoutes {
 		t.Run(route, func(t *testing.T) {
-			path := strings.NewReplacer("{A}", sid, "{K}", keys[0].ID).Replace(c.path)
+			path := strings.NewReplacer("{A}", sid, "{K}", keys[0].ID, "{R}", art.ID).Replace(c.path)
 			body := strings.ReplaceAll(c.body, "{A}", sid)
 			resp, raw := e.raw(t, c.method, path, body, "Authorization", "Bearer "+e.key(t, "bob"), "Content-Type", "application/json")
 			if resp.StatusCode != c.status {

@@ -203,7 +203,12 @@ func newHarness(t *testing.T, b websearch.Backend, rewrite ask.Model) *harness {
 	h := &harness{reg: tools.NewRegistry(), store: st, sess: sess.ID}
 	tool := websearch.Tool(websearch.Config{Backend: b, Rewrite: rewrite, Costs: st, DollarsPerCredit: 0.008,
 		Retry: websearch.Retry{Attempts: 3, Base: time.Second, Max: 8 * time.Second, Rand: func() float64 { return 0.5 },
-			Sleep: func(ctx context.Context, d time.Duration) error { h.mu.Lock(); h.sleeps = append(h.sleeps, d); h.mu.Unlock(); return nil }}})
+			Sleep: func(ctx context.Context, d time.Duration) error {
+				h.mu.Lock()
+				h.sleeps = append(h.sleeps, d)
+				h.mu.Unlock()
+				return nil
+			}}})
 	if err := h.reg.Register(tool); err != nil {
 		t.Fatal(err)
 	}

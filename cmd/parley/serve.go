@@ -113,7 +113,6 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	stopMCP := sync.OnceFunc(func() { mcpServers.Close() })
 	defer stopMCP()
 
-
 	instance := c.instanceID()
 	peers := newCluster(guard.redis, instance, log)
 	runOpts := runs.Options{Retain: c.RunRetain, Log: log, MaxActive: c.MaxRuns, Events: store, PauseTimeout: c.PauseTimeout,
