@@ -565,6 +565,55 @@ const cases = [
       return maker
     },
   ],
+  [
+    'an artifact page is sandboxed: no cookies, no storage, no API',
+    async () => {
+      // What the page tries, and writes into #out for the test to read.
+      const probe = `<pre id="out">pending</pre>
+<script>
+(async () => {
+  const r = { origin: String(self.origin) }
+  try { r.cookie = document.cookie } catch (e) { r.cookie = 'blocked: ' + e.name }
+  try { r.local = localStorage.getItem('parley.key') } catch (e) { r.local = 'blocked: ' + e.name }
+  try { r.session = sessionStorage.getItem('x') } catch (e) { r.session = 'blocked: ' + e.name }
+  try {
+    const x = await fetch('/api/v1/sessions', { credentials: 'include', headers: { Authorization: 'Bearer ' + r.local } })
+    r.api = 'status ' + x.status + ' ' + (await x.text()).slice(0, 300)
+  } catch (e) { r.api = 'blocked: ' + e.name }
+  document.getElementById('out').textContent = JSON.stringify(r)
+})()
+</script>`
+      await enqueue(
+        { ToolCalls: [{ id: 'call_art1', type: 'function', function: { name: 'create_artifact', arguments: JSON.stringify({ type: 'html', title: 'Probe', content: probe }) } }] },
+        { Content: 'Made the probe.' },
+      )
+      const chat = await api('POST', '/api/v1/chat', { message: 'Make the probe artifact' })
+      assert(chat.status === 200, 'chat: ' + JSON.stringify(chat.body))
+      const list = await api('GET', `/api/v1/sessions/${chat.body.session_id}/artifacts`)
+      assert(list.status === 200 && list.body.artifacts.length === 1, 'artifacts: ' + JSON.stringify(list.body))
+      const page = await newPage()
+      // Parley's origin holds a cookie and the UI's stored key, as a signed-in browser would.
+      await page.goto(BASE + '/')
+      await page.evaluate(() => {
+        document.cookie = 'parley_secret=cookie-s3cret; path=/'
+        localStorage.setItem('parley.key', 'sk-local-s3cret')
+      })
+      const resp = await page.goto(BASE + list.body.artifacts[0].render_url)
+      const csp = resp.headers()['content-security-policy']
+      await page.waitForFunction(() => document.getElementById('out')?.textContent !== 'pending', null, { timeout: T })
+      const raw = await page.locator('#out').innerText()
+      const r = JSON.parse(raw)
+      assert(r.origin === 'null', 'the page runs in an opaque origin: ' + raw)
+      assert(!raw.includes('s3cret'), 'the page read a secret of Parley\'s origin: ' + raw)
+      assert(r.local.startsWith('blocked') && r.session.startsWith('blocked'), 'storage is refused: ' + raw)
+      assert(r.api.startsWith('blocked'), 'the API cannot be called: ' + raw)
+      assert(r.cookie === '' || r.cookie.startsWith('blocked'), 'no cookie: ' + raw)
+      assert(csp.startsWith('sandbox allow-scripts;') && !csp.includes('allow-same-origin'), 'CSP: ' + csp)
+      // Back on Parley's own origin, both are still there: the page did not touch them.
+      await page.goto(BASE + '/')
+      assert((await page.evaluate(() => localStorage.getItem('parley.key'))) === 'sk-local-s3cret', 'the stored key is intact')
+    },
+  ],
 ]
 
 // ---- runner -----------------------------------------------------------------------------------
