@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -32,6 +33,24 @@ func fakeTavily(t *testing.T, calls *atomic.Int32) *httptest.Server {
 		io.WriteString(w, `{"query":"parley go","answer":null,"images":[],"results":[`+
 			`{"title":"Parley","url":"https://github.com/parleyhq/parley","content":"A conversation server for LLM agents.","score":0.9,"raw_content":null}],`+
 			`"response_time":"0.5","usage":{"credits":1},"request_id":"r1"}`)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// fakeSearXNG speaks a SearXNG instance's JSON API (GET /search?format=json).
+func fakeSearXNG(t *testing.T) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/search" || r.URL.Query().Get("format") != "json" {
+			w.WriteHeader(http.StatusForbidden)
+			io.WriteString(w, "<html><body>403 Forbidden</body></html>")
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"query":`+strconv.Quote(r.URL.Query().Get("q"))+`,"number_of_results":0,"results":[`+
+			`{"url":"https://github.com/parleyhq/parley","title":"Parley on GitHub","content":"A conversation server for LLM agents.","engine":"bing","score":1,"category":"general"},`+
+			`{"url":"https://example.com/parley","title":"Parley notes","content":"Notes about it.","engine":"bing","score":0.5,"category":"general"}],`+
+			`"answers":[],"corrections":[],"infoboxes":[],"suggestions":[],"unresponsive_engines":[]}`)
 	}))
 	t.Cleanup(srv.Close)
 	return srv

@@ -614,6 +614,45 @@ const cases = [
       assert((await page.evaluate(() => localStorage.getItem('parley.key'))) === 'sk-local-s3cret', 'the stored key is intact')
     },
   ],
+  [
+    'artifacts panel (a React artifact runs in its sandboxed frame) and search source cards',
+    async () => {
+      const component = "import { useState } from 'react'\nexport default function Counter() {\n  const [n, setN] = useState(0)\n  return <button onClick={() => setN(n + 1)}>clicked {n}</button>\n}\n"
+      await enqueue(
+        {
+          ToolCalls: [
+            { id: 'call_ra1', type: 'function', function: { name: 'create_artifact', arguments: JSON.stringify({ type: 'react', title: 'Counter', content: component }) } },
+            { id: 'call_ws1', type: 'function', function: { name: 'web_search', arguments: JSON.stringify({ query: 'parley', count: 2 }) } },
+          ],
+        },
+        { Content: 'Here is a counter, and what the web says.' },
+      )
+      const page = await newPage()
+      await page.goto(BASE + '/')
+      await page.getByRole('heading', { name: 'What can I help with?' }).waitFor({ timeout: T })
+      await send(page, 'Make a counter and search for parley')
+      await idle(page)
+      const frame = page.locator('[data-testid=artifact-frame]')
+      await frame.waitFor({ timeout: T })
+      assert((await frame.getAttribute('sandbox')) === 'allow-scripts', 'the frame is sandboxed without same-origin')
+      const button = page.frameLocator('[data-testid=artifact-frame]').getByRole('button')
+      await button.filter({ hasText: 'clicked 0' }).waitFor({ timeout: T })
+      await button.click()
+      await button.filter({ hasText: 'clicked 1' }).waitFor({ timeout: T })
+      if (SHOTS) await page.screenshot({ path: path.join(SHOTS, 'artifacts-light.png') })
+      await page.getByRole('button', { name: 'Code' }).click()
+      assert((await page.locator('[data-testid=artifact-code]').innerText()).includes('useState(0)'), 'the code view shows the source')
+      const cards = page.locator('[data-testid=search-sources] .source-card')
+      await cards.first().waitFor({ timeout: T })
+      assert((await cards.count()) === 2, 'two source cards')
+      assert((await cards.first().locator('a').getAttribute('href')) === 'https://github.com/parleyhq/parley', 'the card links its URL')
+      // After a reload both are still there (the panel reads the API, the cards the stored result).
+      await page.reload()
+      await page.locator('[data-testid=search-sources] .source-card').first().waitFor({ timeout: T })
+      await page.locator('[data-testid=artifacts]').waitFor({ timeout: T })
+      return page
+    },
+  ],
 ]
 
 // ---- runner -----------------------------------------------------------------------------------

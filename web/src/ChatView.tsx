@@ -4,6 +4,7 @@ import { allMessages, getKey, getSession, listModels, listTools, type ModelInfo,
 import { applyFrame, initialChat, withHistory, type ChatState, type Entry, type Frame } from './chat'
 import { Conn, type ConnState } from './ws'
 import { AssistantBody, Markdown, formatUsage } from './Message'
+import { ArtifactPanel } from './ArtifactPanel'
 
 type Action = { t: 'history'; msgs: Parameters<typeof withHistory>[1] } | { t: 'frames'; frames: Frame[] } | { t: 'error'; code: string; message: string }
 
@@ -36,6 +37,7 @@ export function ChatView(p: Props) {
   const [tools, setTools] = useState<ToolInfo[]>([])
   const [model, setModel] = useState(() => localStorage.getItem('parley.model') ?? '')
   const [selected, setSelected] = useState<string[] | null>(null)
+  const [artifactTick, setArtifactTick] = useState(0)
   const connRef = useRef<Conn | null>(null)
   const sessionRef = useRef(p.sessionId)
   const propsRef = useRef(p)
@@ -59,6 +61,7 @@ export function ChatView(p: Props) {
         onFrames: (frames) => {
           if (!alive) return
           dispatch({ t: 'frames', frames })
+          if (frames.some((f) => f.type === 'artifact')) setArtifactTick((n) => n + 1)
           for (const f of frames) {
             if (f.data?.message?.seq) lastMsgSeq = Math.max(lastMsgSeq, f.data.message.seq)
             if (f.type === 'status' && f.data?.type === 'done') {
@@ -183,7 +186,10 @@ export function ChatView(p: Props) {
           {conn === 'reconnecting' ? 'Reconnecting…' : conn === 'connecting' ? 'Connecting…' : state.run === 'paused' ? 'Paused' : ''}
         </span>
       </header>
-      <Messages state={state} loading={loading} running={running} toolServers={toolServers} onRetry={retry} />
+      <div className="chat-main">
+        <Messages state={state} loading={loading} running={running} toolServers={toolServers} onRetry={retry} />
+        <ArtifactPanel sessionId={session?.id ?? p.sessionId} tick={artifactTick} />
+      </div>
       {notice && (
         <p className="notice" role="alert">
           {notice}
