@@ -33,11 +33,26 @@ func Tools(cfg Config) []parley.Tool {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	x := &executor{cfg: cfg}
-	return []parley.Tool{
-		&tools.Func{Def: x.createSpec(), Fn: x.create},
-		&tools.Func{Def: x.updateSpec(), Fn: x.update},
+	create := &tools.Func{Def: x.createSpec(), Fn: x.create}
+	update := &tools.Func{Def: x.updateSpec(), Fn: x.update}
+	if !x.generates() {
+		return []parley.Tool{create, update}
 	}
+	// The artifact model may take longer than a tool call usually does: up to two of its calls.
+	d := cfg.Model.Timeout
+	if d <= 0 {
+		d = 2 * time.Minute
+	}
+	return []parley.Tool{timed{create, 2*d + 10*time.Second}, timed{update, 2*d + 10*time.Second}}
 }
+
+// timed gives a tool its own time limit (tools.Timed).
+type timed struct {
+	*tools.Func
+	d time.Duration
+}
+
+func (t timed) Timeout() time.Duration { return t.d }
 
 type executor struct{ cfg Config }
 

@@ -185,3 +185,18 @@ func TestArtifactModelWritesAndIsCorrected(t *testing.T) {
 		t.Fatalf("the second call does not say what was wrong: %s", retry)
 	}
 }
+
+func TestArtifactModelGetsItsOwnTimeLimit(t *testing.T) {
+	ts := artifact.Tools(artifact.Config{Model: ask.Model{Name: "x/y", Timeout: time.Minute}})
+	for _, tool := range ts {
+		tt, ok := tool.(tools.Timed)
+		if !ok || tt.Timeout() < 2*time.Minute {
+			t.Fatalf("%s: no time limit for two artifact model calls", tool.Spec().Name)
+		}
+	}
+	for _, tool := range artifact.Tools(artifact.Config{}) {
+		if _, ok := tool.(tools.Timed); ok {
+			t.Fatalf("%s: its own time limit without an artifact model", tool.Spec().Name)
+		}
+	}
+}

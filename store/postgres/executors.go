@@ -30,7 +30,7 @@ func (s *Store) AddArtifactVersion(ctx context.Context, a *parley.Artifact) erro
 			return notFound("artifact", a.ID) // another session's
 		case errors.As(err, &pe) && pe.Code == "23503":
 			return notFound("session", a.SessionID)
-		case errors.As(err, &pe) && pe.Code == "23505" && attempt < 10:
+		case errors.As(err, &pe) && pe.Code == "23505" && attempt < 50:
 			continue
 		default:
 			return fmt.Errorf("postgres: storing artifact: %w", err)

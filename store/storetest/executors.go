@@ -1,7 +1,9 @@
 package storetest
 
 import (
+	"fmt"
 	"math"
+	"sync"
 	"testing"
 
 	parley "github.com/parleyhq/parley"
@@ -63,6 +65,34 @@ func testArtifacts(t *testing.T, s parley.Store) {
 	}
 	if list, err := as.ListArtifacts(ctx, other.ID); err != nil || len(list) != 0 {
 		t.Fatalf("other session's list: %v, %v", list, err)
+	}
+
+	// Concurrent updates each get their own version.
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v := *b
+			v.Content = fmt.Sprintf("<svg>%d</svg>", i)
+			errs <- as.AddArtifactVersion(ctx, &v)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent version: %v", err)
+		}
+	}
+	if got, err := as.GetArtifact(ctx, b.ID, 0); err != nil || got.Version != 9 {
+		t.Fatalf("after 8 concurrent updates: %+v %v", got, err)
+	}
+	for v := 1; v <= 9; v++ {
+		if _, err := as.GetArtifact(ctx, b.ID, v); err != nil {
+			t.Fatalf("version %d: %v", v, err)
+		}
 	}
 
 	// An artifact belongs to its session: another session cannot add a version to it.
