@@ -248,3 +248,38 @@ func TestExecutorsEndToEnd(t *testing.T) {
 		}
 	}
 }
+
+func TestExecutorSettingsAreChecked(t *testing.T) {
+	rejectsEach(t, [][]string{
+		{"--search-backend", "google"},
+		{"--search-backend", "tavily"},
+		{"--search-backend", "brave"},
+		{"--search-backend", "searxng"},
+		{"--search-backend", "searxng", "--searxng-url", "ftp://x"},
+		{"--search-attempts", "0"},
+		{"--artifact-url-secret", "short"},
+		{"--artifact-url-ttl", "0s"},
+		{"--fetch-timeout", "0s"},
+	})
+}
+
+func TestExecutorToolsAreOffUntilConfigured(t *testing.T) {
+	names := func(base string) map[string]bool {
+		out := map[string]bool{}
+		for _, tool := range getTools(t, base).Tools {
+			out[tool.Name] = true
+		}
+		return out
+	}
+	off := names(startInProcess(t, nil))
+	for _, n := range []string{"create_artifact", "update_artifact", "web_search", "fetch_url"} {
+		if off[n] {
+			t.Errorf("%s is offered without configuration", n)
+		}
+	}
+	// The keys come from the conventional variables too.
+	on := names(startInProcess(t, map[string]string{"BRAVE_API_KEY": "BSA-x"}, "--search-backend", "brave", "--fetch-url"))
+	if !on["web_search"] || !on["fetch_url"] || on["create_artifact"] {
+		t.Errorf("tools with brave and fetch_url: %v", on)
+	}
+}
