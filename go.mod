@@ -5,6 +5,7 @@ go 1.26.8
 replace github.com/google/pprof => github.com/google/pprof v0.0.0-20260906184651-6331bc6350fe
 
 require (
+	codeberg.org/readeck/go-readability/v2 v2.1.3
 	github.com/coder/websocket v1.8.15
 	github.com/evanw/esbuild v0.28.2
 	github.com/google/jsonschema-go v0.4.3
@@ -25,7 +26,6 @@ require (
 )
 
 require (
-	codeberg.org/readeck/go-readability/v2 v2.1.3 // indirect
 	github.com/andybalholm/cascadia v1.3.3 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
