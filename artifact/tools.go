@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strings"
 	"time"
 
@@ -207,13 +208,27 @@ func (x *executor) generate(ctx context.Context, a *parley.Artifact, instruction
 		if err != nil {
 			return "", nil, err
 		}
-		content, notes, err := Process(a.Type, a.Language, ans.Content)
+		content, notes, err := Process(a.Type, a.Language, extractCode(ans.Content, a.Type))
 		if err == nil {
 			return content, notes, nil
 		}
 		lastErr = err
 	}
 	return "", nil, lastErr
+}
+
+var anyFence = regexp.MustCompile("(?s)```[A-Za-z0-9_+.-]*[ \\t]*\\n(.*?)\\n?```")
+
+// extractCode takes the artifact out of a model's answer that has prose around one fenced block
+// (the prompt asks for none; models add it anyway). Markdown keeps its own fences.
+func extractCode(answer string, t parley.ArtifactType) string {
+	if t == parley.ArtifactMarkdown {
+		return answer
+	}
+	if m := anyFence.FindAllStringSubmatch(answer, 2); len(m) == 1 {
+		return m[0][1]
+	}
+	return answer
 }
 
 func failed(format string, args ...any) *parley.ToolResult {

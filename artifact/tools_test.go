@@ -161,7 +161,7 @@ func TestArtifactModelWritesAndIsCorrected(t *testing.T) {
 	model := &scripted{answers: []string{
 		// The first answer does not parse; the model is told why and answers again, wrapped in a
 		// whole HTML page, which is stripped.
-		"```jsx\nexport default function Clock() { return <div>{new Date().toString()</div> }\n```",
+		"Here is the clock:\n```jsx\nexport default function Clock() { return <div>{new Date().toString()</div> }\n```\nEnjoy!",
 		"<!DOCTYPE html><html><head><title>x</title></head><body><div id=\"root\"></div><script type=\"text/babel\">\nexport default function Clock() { return <div>{new Date().toString()}</div> }\n</script></body></html>",
 	}}
 	f := newFixture(t, ask.Model{Name: "fake/artist", Resolve: func(m string) (parley.Provider, string, error) { return model, "artist", nil }})

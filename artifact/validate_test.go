@@ -142,3 +142,20 @@ func TestCompileBundlesReact(t *testing.T) {
 		t.Errorf("bundle is %d bytes", len(js))
 	}
 }
+
+func TestExtractCode(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		typ  parley.ArtifactType
+		want string
+	}{
+		{"Here it is:\n```jsx\nexport default () => <p/>\n```\nEnjoy.", parley.ArtifactReact, "export default () => <p/>"},
+		{"no fence at all", parley.ArtifactReact, "no fence at all"},
+		{"```a\nx\n```\nand\n```b\ny\n```", parley.ArtifactCode, "```a\nx\n```\nand\n```b\ny\n```"}, // two blocks: left whole
+		{"Intro\n```md\n# x\n```", parley.ArtifactMarkdown, "Intro\n```md\n# x\n```"},
+	} {
+		if got := extractCode(c.in, c.typ); got != c.want {
+			t.Errorf("extractCode(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
