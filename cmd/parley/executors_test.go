@@ -283,3 +283,54 @@ func TestExecutorToolsAreOffUntilConfigured(t *testing.T) {
 		t.Errorf("tools with brave and fetch_url: %v", on)
 	}
 }
+
+// The artifact model and the rewrite model are called through the provider layer, as any model.
+func TestArtifactAndRewriteModelsEndToEnd(t *testing.T) {
+	fake := llmtest.NewServer()
+	hs := httptest.NewServer(fake)
+	defer hs.Close()
+	searx := fakeSearXNG(t)
+	base := startInProcess(t, nil, "--openai-base-url", hs.URL+"/v1", "--openai-api-key", "sk-test", "--model", "openai/gpt-4o",
+		"--artifact-model", "openai/artist", "--search-backend", "searxng", "--searxng-url", searx.URL, "--search-rewrite-model", "openai/small")
+
+	fake.Enqueue(
+		llmtest.Turn{ToolCalls: []parley.ToolCall{{ID: "call_a", Type: "function", Function: parley.FunctionCall{Name: "create_artifact",
+			Arguments: `{"type":"svg","title":"Dot","instructions":"a red dot"}`}}}},
+		// The artifact model's answer: prose, a fence, and a script that is cleaned away.
+		llmtest.Turn{Content: "Here:\n```svg\n<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 10 10\"><script>alert(1)</script><circle cx=\"5\" cy=\"5\" r=\"4\" fill=\"red\"/></svg>\n```"},
+		llmtest.Turn{ToolCalls: []parley.ToolCall{{ID: "call_s", Type: "function", Function: parley.FunctionCall{Name: "web_search",
+			Arguments: `{"query":"what is that parley thing on github?"}`}}}},
+		llmtest.Turn{Content: "parley github"}, // the rewrite
+		llmtest.Turn{Content: "Done."},
+	)
+	session, answer, errs := chatTurn(t, base, "", "", "Draw a dot, then search.")
+	if len(errs) > 0 || answer != "Done." {
+		t.Fatalf("answer %q, errors %+v", answer, errs)
+	}
+	reqs := fake.Requests()
+	if len(reqs) != 5 || reqs[1].Model != "artist" || reqs[3].Model != "small" {
+		t.Fatalf("model requests: %d", len(reqs))
+	}
+	if sys := reqs[1].Messages[0].Content.String(); !strings.Contains(sys, "SVG") {
+		t.Fatalf("the artifact model's prompt: %s", sys)
+	}
+	var list struct {
+		Artifacts []parley.Artifact `json:"artifacts"`
+	}
+	if getJSON(t, base+"/api/v1/sessions/"+session+"/artifacts", &list); len(list.Artifacts) != 1 ||
+		!strings.HasPrefix(list.Artifacts[0].Content, "<svg") || strings.Contains(list.Artifacts[0].Content, "script") {
+		t.Fatalf("artifacts: %+v", list.Artifacts)
+	}
+	results := map[string]string{}
+	for _, m := range getMessages(t, base, session) {
+		if m.Role == parley.RoleTool {
+			results[m.ToolCallID] = m.Content.String()
+		}
+	}
+	if !strings.Contains(results["call_a"], "Removed as unsafe: 1 <script> element") {
+		t.Fatalf("create_artifact result: %s", results["call_a"])
+	}
+	if !strings.HasPrefix(results["call_s"], "WEB SEARCH RESULTS\nQuery: parley github\n") {
+		t.Fatalf("web_search result: %s", results["call_s"])
+	}
+}
