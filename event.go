@@ -19,6 +19,8 @@ const (
 	EventToolResult     EventType = "tool_result"      // Message: a tool message was stored
 	EventUsage          EventType = "usage"            // Usage: tokens of one model call
 	EventStatus         EventType = "status"           // State: the run paused, resumed or was taken over
+	EventArtifact       EventType = "artifact"         // Artifact: a tool stored a new artifact version
+	EventWebSearch      EventType = "web_search"       // WebSearch: a web search's query and sources
 	EventError          EventType = "error"            // Error: the run failed (a done event follows)
 	EventDone           EventType = "done"             // the run ended; FinishReason tells how; always last
 
@@ -48,8 +50,10 @@ type Event struct {
 	Iterations   int        `json:"iterations,omitempty"`
 
 	// Todos is the whole todo list of a todo_update event (an empty list is sent as []).
-	Todos  []Todo        `json:"todos,omitzero"`
-	Memory *MemoryChange `json:"memory,omitempty"`
+	Todos     []Todo         `json:"todos,omitzero"`
+	Memory    *MemoryChange  `json:"memory,omitempty"`
+	Artifact  *Artifact      `json:"artifact,omitempty"`
+	WebSearch *WebSearchInfo `json:"web_search,omitempty"`
 }
 
 // ErrorBody is the client-visible form of an error.

@@ -412,7 +412,7 @@ func (a *Agent) assistant(in Input, model string, resp *parley.Response, latency
 // each result as a tool message as soon as it is ready; the calls past the budget get an error
 // result without running. It returns only a storage error; tool failures are results.
 func (a *Agent) runTools(ctx context.Context, in Input, calls []parley.ToolCall, budget int, allowed map[string]bool, emit func(parley.Event)) error {
-	ctx = tools.WithEmit(tools.WithSession(tools.WithUser(ctx, in.User), in.SessionID), emit)
+	ctx = tools.WithRun(ctx, tools.RunInfo{SessionID: in.SessionID, RunID: in.RunID, User: in.User, Emit: emit})
 	sem := make(chan struct{}, a.cfg.MaxParallelTools)
 	var (
 		wg       sync.WaitGroup

@@ -77,6 +77,10 @@ var crossUserRoutes = map[string]struct {
 	"POST /api/v1/projects/{id}/memory":           {"POST", "/api/v1/projects/{P}/memory", `{"content":"bob was here"}`, 403, nil},
 	"PATCH /api/v1/projects/{id}/memory/{entry}":  {"PATCH", "/api/v1/projects/{P}/memory/{M}", `{"content":"pwned"}`, 403, nil},
 	"DELETE /api/v1/projects/{id}/memory/{entry}": {"DELETE", "/api/v1/projects/{P}/memory/{M}", "", 403, nil},
+	// Another user's artifact is not found; its page needs the signed URL only its owner gets.
+	"GET /api/v1/sessions/{id}/artifacts": {"GET", "/api/v1/sessions/{A}/artifacts", "", 403, nil},
+	"GET /api/v1/artifacts/{id}":          {"GET", "/api/v1/artifacts/{R}?version=1", "", 404, nil},
+	"GET /api/v1/artifacts/{id}/render":   {"GET", "/api/v1/artifacts/{R}/render?version=1", "", 403, nil},
 	// The OpenAI-compatible API: a stateful request on alice's session (named in the body here;
 	// TestOpenAIStatefulOnAnotherUsersSession names it in the X-Parley-Session header too).
 	"GET /v1/models": {"GET", "/v1/models", "", 200, nil},
@@ -144,11 +148,16 @@ func TestCrossUser(t *testing.T) {
 	before, _ := e.store.History(ctx, sid)
 	aliceKey := e.key(t, "alice")
 	keys, _ := e.store.ListAPIKeys(ctx, "alice", 10)
-	secrets := []string{title, text, aliceKey, keys[0].ID, keys[0].Prefix, "Hello there", pname, instr, fact, todo, fileName, fileText}
+	art := &parley.Artifact{ID: parley.NewID(), SessionID: sid, Type: parley.ArtifactMarkdown, Title: "alice-artifact-title",
+		Content: "alice-artifact-content", CreatedAt: time.Now().UTC().Truncate(time.Microsecond)}
+	if err := e.store.(parley.ArtifactStore).AddArtifactVersion(ctx, art); err != nil {
+		t.Fatal(err)
+	}
+	secrets := []string{title, text, aliceKey, keys[0].ID, keys[0].Prefix, "Hello there", pname, instr, fact, todo, fileName, fileText, art.Title, art.Content}
 
 	for route, c := range crossUserRoutes {
 		t.Run(route, func(t *testing.T) {
-			path := strings.NewReplacer("{A}", sid, "{K}", keys[0].ID, "{P}", pid, "{M}", mid, "{F}", fid).Replace(c.path)
+			path := strings.NewReplacer("{A}", sid, "{K}", keys[0].ID, "{P}", pid, "{M}", mid, "{F}", fid, "{R}", art.ID).Replace(c.path)
 			body := strings.ReplaceAll(c.body, "{A}", sid)
 			resp, raw := e.raw(t, c.method, path, body, "Authorization", "Bearer "+e.key(t, "bob"), "Content-Type", "application/json")
 			if resp.StatusCode != c.status {

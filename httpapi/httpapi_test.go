@@ -18,6 +18,7 @@ import (
 
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/agent"
+	"github.com/parleyhq/parley/artifact"
 	"github.com/parleyhq/parley/auth"
 	"github.com/parleyhq/parley/blob/disk"
 	"github.com/parleyhq/parley/chat"
@@ -143,6 +144,12 @@ func newEnvOn(t *testing.T, st testStore, ro runs.Options, mod func(*httpapi.Dep
 		Store: st, Chat: svc, Runs: mgr, MaxBodyBytes: 4096,
 		Auth:  &auth.Authenticator{Store: st},
 		Files: fsvc,
+	}
+	if as, ok := st.(parley.ArtifactStore); ok {
+		d.Artifacts, d.ArtifactURLs = as, &artifact.Signer{Key: []byte("test-artifact-url-secret-0123456789")}
+	}
+	if cs, ok := st.(parley.SearchCostStore); ok {
+		d.SearchCosts = cs
 	}
 	if mod != nil {
 		mod(&d)

@@ -57,6 +57,13 @@ func (s *server) routes() {
 	s.mux.Handle("GET /api/v1/models", s.pipe(user, s.handleModels()))
 	s.mux.Handle("GET /api/v1/tools", s.pipe(user, s.handleTools()))
 
+	if s.Artifacts != nil && s.ArtifactURLs != nil {
+		s.mux.Handle("GET /api/v1/sessions/{id}/artifacts", s.pipe(user, s.handleListArtifacts()))
+		s.mux.Handle("GET /api/v1/artifacts/{id}", s.pipe(user, s.handleGetArtifact()))
+		// Authorized by its signed URL, not a key: an iframe sends none.
+		s.mux.Handle("GET /api/v1/artifacts/{id}/render", s.pipe(policy{open: true}, s.handleRenderArtifact()))
+	}
+
 	s.mux.Handle("GET /api/v1/me", s.pipe(user, s.handleMe()))
 	s.mux.Handle("POST /api/v1/auth/guest", s.pipe(policy{open: true}, s.handleGuest()))
 	admin := policy{admin: true}

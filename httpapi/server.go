@@ -11,6 +11,7 @@ import (
 	"time"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/artifact"
 	"github.com/parleyhq/parley/auth"
 	"github.com/parleyhq/parley/chat"
 	"github.com/parleyhq/parley/files"
@@ -130,6 +131,12 @@ type Deps struct {
 	// AuthRecheck is how often an open stream (SSE or WebSocket) checks that its key is still
 	// valid, through Auth's cache (default 5s); a revoked or expired key ends it.
 	AuthRecheck time.Duration
+	// Artifacts, when set, serves the artifacts of sessions (GET /api/v1/sessions/{id}/artifacts,
+	// GET /api/v1/artifacts/{id}) and their pages, reached by URLs ArtifactURLs signs.
+	Artifacts    parley.ArtifactStore
+	ArtifactURLs *artifact.Signer
+	// SearchCosts, when set, adds the caller's web search costs to GET /api/v1/usage.
+	SearchCosts parley.SearchCostStore
 }
 
 // Metrics is what the API reports to the metrics package.
@@ -146,6 +153,7 @@ type server struct {
 	slots     streamSlots
 	bodies    *bodyBudget
 	wsOrigins []string // origins (host patterns) whose pages may open a WebSocket
+	pages     pageCache
 }
 
 // NewServer returns the API handler.

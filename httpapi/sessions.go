@@ -174,7 +174,16 @@ func (s *server) handleUsage() http.Handler {
 			writeError(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"owner": owner, "usage": u})
+		out := map[string]any{"owner": owner, "usage": u}
+		if s.SearchCosts != nil {
+			su, err := s.SearchCosts.OwnerSearchUsage(r.Context(), owner)
+			if err != nil {
+				writeError(w, err)
+				return
+			}
+			out["search"] = su
+		}
+		writeJSON(w, http.StatusOK, out)
 	})
 }
 

@@ -296,7 +296,7 @@ func (r *Registry) Call(ctx context.Context, call parley.ToolCall, allowed map[s
 		}
 		return out
 	}
-	out, ran := r.call(ctx, e, call)
+	out, ran := r.call(withCallID(ctx, call.ID), e, call)
 	if s, ok := e.tool.(Sourced); ok {
 		out.Server = s.Server()
 	}

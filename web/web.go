@@ -14,10 +14,11 @@ import (
 
 // CSP is the Content-Security-Policy of every UI response: scripts and styles from this origin
 // only (no inline script, no eval), connections to this origin only (the API and its WebSocket),
-// images from this origin and data: URLs (pasted images), no plugins, no framing.
+// images from this origin and data: URLs (pasted images), no plugins, no framing of the UI; frames
+// from this origin only: the artifact pages, each sandboxed by its own policy.
 const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; " +
 	"font-src 'self'; connect-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'self'; " +
-	"frame-ancestors 'none'; object-src 'none'"
+	"frame-src 'self'; frame-ancestors 'none'; object-src 'none'"
 
 // Embedded reports whether this binary carries the UI (false when built with -tags no_ui).
 func Embedded() bool { return embedded }

@@ -106,6 +106,8 @@ type config struct {
 	AttachTextBytes    int
 	AttachInlineBytes  int64
 
+	executorConfig // artifacts, web search, fetch_url (executors.go)
+
 	// From the config file only: they are structured.
 	Providers []providerConfig
 	Fallbacks map[string][]string
@@ -200,6 +202,7 @@ func serveFlags(fs *flag.FlagSet, c *config) {
 	fs.Int64Var(&c.FileQuota, "file-quota-bytes", 1<<30, "bytes of uploaded files each user may keep, all files together; an upload past it gets 413 (0: no quota)")
 	fs.IntVar(&c.AttachTextBytes, "attachment-text-bytes", 100_000, "bytes of an attached text file, or of a PDF's extracted text, a model is given; the rest is cut, with a note saying so")
 	fs.Int64Var(&c.AttachInlineBytes, "attachment-inline-bytes", 20<<20, "largest attached image or PDF sent to a model inline; a larger PDF is sent as its text, a larger image as a note")
+	executorFlags(fs, &c.executorConfig)
 }
 
 // envName is the environment variable for a flag.
@@ -441,6 +444,9 @@ func (c *config) validate() error {
 	case "text", "json":
 	default:
 		errs = append(errs, fmt.Errorf("log-format must be text or json, not %q", c.LogFormat))
+	}
+	if err := c.executorConfig.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -47,7 +47,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	for _, v := range []struct {
 		dst *string
 		env string
-	}{{&c.OpenAIAPIKey, "OPENAI_API_KEY"}, {&c.OpenAIBaseURL, "OPENAI_BASE_URL"}, {&c.AnthropicAPIKey, "ANTHROPIC_API_KEY"}, {&c.GeminiAPIKey, "GEMINI_API_KEY"}} {
+	}{{&c.OpenAIAPIKey, "OPENAI_API_KEY"}, {&c.OpenAIBaseURL, "OPENAI_BASE_URL"}, {&c.AnthropicAPIKey, "ANTHROPIC_API_KEY"}, {&c.GeminiAPIKey, "GEMINI_API_KEY"},
+		{&c.TavilyAPIKey, "TAVILY_API_KEY"}, {&c.BraveAPIKey, "BRAVE_API_KEY"}} {
 		if *v.dst == "" {
 			*v.dst = getenv(v.env)
 		}
@@ -120,6 +121,16 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err := builtin.RegisterWorkspace(reg, store, time.Now); err != nil {
 		return err
 	}
+	// The executor tools are built-in too: registered before the MCP servers', whose tools of the
+	// same names are then left out (and logged).
+	models, err := newRouter(&c, getenv, log)
+	if err != nil {
+		return err
+	}
+	execs, err := registerExecutors(&c.executorConfig, reg, store.Store, models.Resolve, log)
+	if err != nil {
+		return err
+	}
 	mcpServers, err := startMCP(ctx, &c, reg, log)
 	if err != nil {
 		return err
@@ -128,11 +139,6 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	// a signal stops them before the HTTP server, every other way out here.
 	stopMCP := sync.OnceFunc(func() { mcpServers.Close() })
 	defer stopMCP()
-
-	models, err := newRouter(&c, getenv, log)
-	if err != nil {
-		return err
-	}
 
 	peers := newCluster(guard.redis, instance, log, met.RelayLag)
 	runOpts := runs.Options{Retain: c.RunRetain, Log: log, MaxActive: c.MaxRuns, Events: store, PauseTimeout: c.PauseTimeout,
@@ -235,6 +241,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		AccessLog:         c.AccessLog,
 		OpenAI: &openaiapi.Backend{Agent: ag, Resolve: models.Resolve, ModelTimeout: c.ProviderTimeout,
 			MaxInline: c.MaxRuns, Metrics: met},
+		Artifacts:    execs.artifacts,
+		ArtifactURLs: execs.signer,
+		SearchCosts:  execs.costs,
 	})
 
 	// Listening comes before any run is taken back: an address in use touches no run.

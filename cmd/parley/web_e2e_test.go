@@ -73,7 +73,9 @@ func TestWebUIInABrowser(t *testing.T) {
 	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	common := []string{"--config", cfgPath, "--rate-limit", "off", "--provider-attempts", "1", "--breaker-failures", "1000"}
+	searx := fakeSearXNG(t)
+	common := []string{"--config", cfgPath, "--rate-limit", "off", "--provider-attempts", "1", "--breaker-failures", "1000", "--artifacts",
+		"--search-backend", "searxng", "--searxng-url", searx.URL}
 	dbPath := filepath.Join(t.TempDir(), "ui.db")
 	base := startInProcess(t, nil, append(common, "--db", dbPath)...)
 	big := bigSession(t, dbPath, 5000)

@@ -59,6 +59,8 @@ func Run(t *testing.T, open func(t *testing.T) parley.Store) {
 		{"Projects", testProjects},
 		{"SessionProjects", testSessionProjects},
 		{"Memory", testMemory},
+		{"Artifacts", testArtifacts},
+		{"SearchCosts", testSearchCosts},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -46,11 +46,11 @@ func (f *wsFixture) session(t *testing.T, project string) string {
 
 // call runs one call of the tool as the run of session sid would.
 func (f *wsFixture) call(sid, name, args string) tools.Outcome {
-	ctx := tools.WithEmit(tools.WithSession(tools.WithUser(context.Background(), "alice"), sid), func(ev parley.Event) {
+	ctx := tools.WithRun(context.Background(), tools.RunInfo{SessionID: sid, User: "alice", Emit: func(ev parley.Event) {
 		f.mu.Lock()
 		f.evs = append(f.evs, ev)
 		f.mu.Unlock()
-	})
+	}})
 	return f.reg.Call(ctx, parley.ToolCall{ID: "c", Type: "function", Function: parley.FunctionCall{Name: name, Arguments: args}}, nil)
 }
 

@@ -671,6 +671,94 @@ const cases = [
       return maker
     },
   ],
+  [
+    'an artifact page is sandboxed: no cookies, no storage, no API',
+    async () => {
+      // What the page tries, and writes into #out for the test to read.
+      const probe = `<pre id="out">pending</pre>
+<script>
+(async () => {
+  const r = { origin: String(self.origin) }
+  try { r.cookie = document.cookie } catch (e) { r.cookie = 'blocked: ' + e.name }
+  try { r.local = localStorage.getItem('parley.key') } catch (e) { r.local = 'blocked: ' + e.name }
+  try { r.session = sessionStorage.getItem('x') } catch (e) { r.session = 'blocked: ' + e.name }
+  try {
+    const x = await fetch('/api/v1/sessions', { credentials: 'include', headers: { Authorization: 'Bearer ' + r.local } })
+    r.api = 'status ' + x.status + ' ' + (await x.text()).slice(0, 300)
+  } catch (e) { r.api = 'blocked: ' + e.name }
+  document.getElementById('out').textContent = JSON.stringify(r)
+})()
+</script>`
+      await enqueue(
+        { ToolCalls: [{ id: 'call_art1', type: 'function', function: { name: 'create_artifact', arguments: JSON.stringify({ type: 'html', title: 'Probe', content: probe }) } }] },
+        { Content: 'Made the probe.' },
+      )
+      const chat = await api('POST', '/api/v1/chat', { message: 'Make the probe artifact' })
+      assert(chat.status === 200, 'chat: ' + JSON.stringify(chat.body))
+      const list = await api('GET', `/api/v1/sessions/${chat.body.session_id}/artifacts`)
+      assert(list.status === 200 && list.body.artifacts.length === 1, 'artifacts: ' + JSON.stringify(list.body))
+      const page = await newPage()
+      // Parley's origin holds a cookie and the UI's stored key, as a signed-in browser would.
+      await page.goto(BASE + '/')
+      await page.evaluate(() => {
+        document.cookie = 'parley_secret=cookie-s3cret; path=/'
+        localStorage.setItem('parley.key', 'sk-local-s3cret')
+      })
+      const resp = await page.goto(BASE + list.body.artifacts[0].render_url)
+      const csp = resp.headers()['content-security-policy']
+      await page.waitForFunction(() => document.getElementById('out')?.textContent !== 'pending', null, { timeout: T })
+      const raw = await page.locator('#out').innerText()
+      const r = JSON.parse(raw)
+      assert(r.origin === 'null', 'the page runs in an opaque origin: ' + raw)
+      assert(!raw.includes('s3cret'), 'the page read a secret of Parley\'s origin: ' + raw)
+      assert(r.local.startsWith('blocked') && r.session.startsWith('blocked'), 'storage is refused: ' + raw)
+      assert(r.api.startsWith('blocked'), 'the API cannot be called: ' + raw)
+      assert(r.cookie === '' || r.cookie.startsWith('blocked'), 'no cookie: ' + raw)
+      assert(csp.startsWith('sandbox allow-scripts;') && !csp.includes('allow-same-origin'), 'CSP: ' + csp)
+      // Back on Parley's own origin, both are still there: the page did not touch them.
+      await page.goto(BASE + '/')
+      assert((await page.evaluate(() => localStorage.getItem('parley.key'))) === 'sk-local-s3cret', 'the stored key is intact')
+    },
+  ],
+  [
+    'artifacts panel (a React artifact runs in its sandboxed frame) and search source cards',
+    async () => {
+      const component = "import { useState } from 'react'\nexport default function Counter() {\n  const [n, setN] = useState(0)\n  return <button onClick={() => setN(n + 1)}>clicked {n}</button>\n}\n"
+      await enqueue(
+        {
+          ToolCalls: [
+            { id: 'call_ra1', type: 'function', function: { name: 'create_artifact', arguments: JSON.stringify({ type: 'react', title: 'Counter', content: component }) } },
+            { id: 'call_ws1', type: 'function', function: { name: 'web_search', arguments: JSON.stringify({ query: 'parley', count: 2 }) } },
+          ],
+        },
+        { Content: 'Here is a counter, and what the web says.' },
+      )
+      const page = await newPage()
+      await page.goto(BASE + '/')
+      await page.getByRole('heading', { name: 'What can I help with?' }).waitFor({ timeout: T })
+      await send(page, 'Make a counter and search for parley')
+      await idle(page)
+      const frame = page.locator('[data-testid=artifact-frame]')
+      await frame.waitFor({ timeout: T })
+      assert((await frame.getAttribute('sandbox')) === 'allow-scripts', 'the frame is sandboxed without same-origin')
+      const button = page.frameLocator('[data-testid=artifact-frame]').getByRole('button')
+      await button.filter({ hasText: 'clicked 0' }).waitFor({ timeout: T })
+      await button.click()
+      await button.filter({ hasText: 'clicked 1' }).waitFor({ timeout: T })
+      if (SHOTS) await page.screenshot({ path: path.join(SHOTS, 'artifacts-light.png') })
+      await page.getByRole('button', { name: 'Code' }).click()
+      assert((await page.locator('[data-testid=artifact-code]').innerText()).includes('useState(0)'), 'the code view shows the source')
+      const cards = page.locator('[data-testid=search-sources] .source-card')
+      await cards.first().waitFor({ timeout: T })
+      assert((await cards.count()) === 2, 'two source cards')
+      assert((await cards.first().locator('a').getAttribute('href')) === 'https://github.com/parleyhq/parley', 'the card links its URL')
+      // After a reload both are still there (the panel reads the API, the cards the stored result).
+      await page.reload()
+      await page.locator('[data-testid=search-sources] .source-card').first().waitFor({ timeout: T })
+      await page.locator('[data-testid=artifacts]').waitFor({ timeout: T })
+      return page
+    },
+  ],
 ]
 
 // ---- runner -----------------------------------------------------------------------------------

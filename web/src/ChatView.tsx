@@ -8,6 +8,7 @@ import { AttachmentList, FileRefView, maxFiles, uploadFiles, type Attachment } f
 import { TodoList } from './Todos'
 import { ProjectPicker } from './Projects'
 import { getTodos, type Todo } from './workspace'
+import { ArtifactPanel } from './ArtifactPanel'
 
 type Action = { t: 'history'; msgs: Parameters<typeof withHistory>[1] } | { t: 'frames'; frames: Frame[] } | { t: 'error'; code: string; message: string }
 
@@ -43,6 +44,7 @@ export function ChatView(p: Props) {
   const [model, setModel] = useState(() => localStorage.getItem('parley.model') ?? '')
   const [selected, setSelected] = useState<string[] | null>(null)
   const [todos, setTodos] = useState<Todo[]>([])
+  const [artifactTick, setArtifactTick] = useState(0)
   const connRef = useRef<Conn | null>(null)
   const sessionRef = useRef(p.sessionId)
   const propsRef = useRef(p)
@@ -66,6 +68,7 @@ export function ChatView(p: Props) {
         onFrames: (frames) => {
           if (!alive) return
           dispatch({ t: 'frames', frames })
+          if (frames.some((f) => f.type === 'artifact')) setArtifactTick((n) => n + 1)
           for (const f of frames) {
             if (f.type === 'todo_update') setTodos(f.data?.todos ?? [])
             if (f.type === 'memory_update') propsRef.current.onRunEnded() // the sidebar reads the project's memory again
@@ -205,7 +208,10 @@ export function ChatView(p: Props) {
         </span>
       </header>
       <TodoList todos={todos} />
-      <Messages state={state} loading={loading} running={running} toolServers={toolServers} onRetry={retry} />
+      <div className="chat-main">
+        <Messages state={state} loading={loading} running={running} toolServers={toolServers} onRetry={retry} />
+        <ArtifactPanel sessionId={session?.id ?? p.sessionId} tick={artifactTick} />
+      </div>
       {notice && (
         <p className="notice" role="alert">
           {notice}

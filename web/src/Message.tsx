@@ -1,7 +1,8 @@
-import { memo, useEffect, useState } from 'react'
+import { Fragment, memo, useEffect, useState } from 'react'
 import type { ToolCall, Usage } from './api'
 import type { ChatState, Draft, Entry } from './chat'
 import { renderMarkdown } from './markdown'
+import { SearchSources } from './SearchSources'
 
 export function formatUsage(u: Usage): string {
   let s = `${u.total_tokens.toLocaleString('en')} tokens`
@@ -98,7 +99,12 @@ export function AssistantBody(props: { entry: Extract<Entry, { kind: 'assistant'
       {e.reasoning && <Reasoning text={e.reasoning} streaming={props.streaming} ms={e.thoughtMs} draft={props.draft} />}
       {e.text ? <Markdown text={e.text} /> : props.streaming && !e.reasoning ? <span className="typing" aria-label="The model is answering" /> : null}
       {e.toolCalls.map((c) => (
-        <ToolCard key={c.id} call={c} state={props.state} toolServers={props.toolServers} />
+        <Fragment key={c.id}>
+          <ToolCard call={c} state={props.state} toolServers={props.toolServers} />
+          {c.function.name === 'web_search' && props.state.results[c.id]?.success !== false && props.state.results[c.id] && (
+            <SearchSources content={props.state.results[c.id].content} />
+          )}
+        </Fragment>
       ))}
       {(u || e.partial) && (
         <div className="meta muted small" data-testid="answer-usage">
