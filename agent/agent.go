@@ -138,6 +138,9 @@ func New(cfg Config) *Agent {
 func (a *Agent) WithStore(st parley.Store) *Agent {
 	cfg := a.cfg
 	cfg.Store, cfg.History = st, st
+	// A conversation outside the store belongs to no project and names no stored file: nothing
+	// of the workspace is read for it (and another user's file could not be named through it).
+	cfg.SessionPrompt, cfg.Attachments = nil, nil
 	return &Agent{cfg: cfg}
 }
 
