@@ -360,3 +360,41 @@ func TestOpenAIStatefulHeartbeat(t *testing.T) {
 		t.Fatalf("the stream did not end with [DONE]: %s", rest)
 	}
 }
+
+// TestOpenAIStatelessHeartbeat: a stateless stream whose model is quiet gets keep-alive comments,
+// then the answer; the loop runs on the request's messages and stores nothing.
+func TestOpenAIStatelessHeartbeat(t *testing.T) {
+	prov := &heldProvider{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	ag := agent.New(agent.Config{Resolve: func(string) (parley.Provider, string, error) { return prov, "m", nil }})
+	e := newEnv(t, func(d *httpapi.Deps) {
+		d.Heartbeat = 20 * time.Millisecond
+		d.OpenAI = &openaiapi.Backend{Agent: ag}
+	})
+	req, _ := http.NewRequest("POST", e.url+"/v1/chat/completions",
+		strings.NewReader(`{"model":"mock","stream":true,"messages":[{"role":"user","content":"Hi"}]}`))
+	req.Header.Set("Authorization", "Bearer "+e.key(t, "alice"))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("stateless stream: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	<-prov.entered
+	br := bufio.NewReader(resp.Body)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("the stream ended before a keep-alive: %v", err)
+		}
+		if line == ": ping\n" {
+			break
+		}
+	}
+	close(prov.release)
+	rest, _ := io.ReadAll(br)
+	if !strings.Contains(string(rest), `"delta":{"content":"ok"}`) || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
+		t.Fatalf("after the keep-alives: %s", rest)
+	}
+	if list, _, _ := e.store.ListSessions(context.Background(), "alice", parley.Page{Limit: 5}); len(list) != 0 {
+		t.Fatalf("a stateless request left %d sessions", len(list))
+	}
+}

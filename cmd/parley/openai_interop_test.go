@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http/httptest"
 	"os"
@@ -108,4 +109,37 @@ func startServe(t testing.TB, env map[string]string, args ...string) string {
 		})
 	})
 	return url
+}
+
+// TestReadmeOpenAICurl runs README's /v1 example, as written but for the host, against a server
+// started the way README's first command starts it (defaults, offline mock model): Parley's own
+// calculator answers it in Parley's loop.
+func TestReadmeOpenAICurl(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("curl is not installed")
+	}
+	url := startInProcess(t, nil)
+	script := readmeBlock(t, "example:openai")
+	if !strings.Contains(script, "http://localhost:8080") {
+		t.Fatal("README's example no longer targets http://localhost:8080")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", strings.ReplaceAll(script, "http://localhost:8080", url)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("README example failed: %v\n%s", err, out)
+	}
+	var c struct {
+		Object  string `json:"object"`
+		Choices []struct {
+			Message struct {
+				Content string `json:"content"`
+			} `json:"message"`
+			FinishReason string `json:"finish_reason"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(out, &c); err != nil || c.Object != "chat.completion" || len(c.Choices) != 1 ||
+		c.Choices[0].Message.Content != "12*(3+4) = 84." || c.Choices[0].FinishReason != "stop" {
+		t.Fatalf("README example output: %s", out)
+	}
 }

@@ -40,8 +40,8 @@ type Backend struct {
 	// MaxInline bounds the stateless and gateway requests served at once (they run in their
 	// request, outside the run manager's budget); past it: 503 + Retry-After. Default 64.
 	MaxInline int
-	// Heartbeat is how long a stateful stream may be quiet before a keep-alive comment is sent
-	// (default 15s).
+	// Heartbeat is how long a stream of Parley's loop (stateless or stateful) may be quiet before
+	// a keep-alive comment is sent (default 15s).
 	Heartbeat time.Duration
 	// WriteTimeout bounds each write of a stream (default 10s): a client that cannot take a chunk
 	// in time is dropped.
@@ -215,11 +215,51 @@ func (b *Backend) stateless(w http.ResponseWriter, r *http.Request, owner string
 	if req.Parley != nil {
 		in.SelectedTools = req.Parley.Tools
 	}
-	res, err := b.Agent.WithStore(newMemConversation(id, req.messages())).Run(ctx, in, out.event)
-	if res != nil {
-		out.info.FinishReason = res.FinishReason
+	// The loop runs in its own goroutine, owned by this handler, which waits for it on every
+	// path; its events come through a bounded queue (a slow client holds the loop back, within
+	// WriteTimeout per write), so that this goroutine alone writes, and can send keep-alives
+	// while the loop is quiet (a slow model, a long tool call).
+	type ended struct {
+		res *agent.Result
+		err error
 	}
-	out.end(err)
+	events := make(chan parley.Event, 64)
+	done := make(chan ended, 1)
+	ag := b.Agent.WithStore(newMemConversation(id, req.messages()))
+	go func() {
+		res, err := ag.Run(ctx, in, func(ev parley.Event) {
+			select {
+			case events <- ev:
+			case <-ctx.Done():
+			}
+		})
+		done <- ended{res, err}
+	}()
+	quiet := time.NewTimer(b.Heartbeat)
+	defer quiet.Stop()
+	for {
+		select {
+		case ev := <-events:
+			out.event(ev)
+			quiet.Reset(b.Heartbeat)
+		case <-quiet.C:
+			if out.stream {
+				out.start()
+				out.comment("ping")
+			}
+			quiet.Reset(b.Heartbeat)
+		case e := <-done:
+			// Every event was queued before Run returned.
+			for len(events) > 0 {
+				out.event(<-events)
+			}
+			if e.res != nil {
+				out.info.FinishReason = e.res.FinishReason
+			}
+			out.end(e.err)
+			return
+		}
+	}
 }
 
 // gateway sends the request to the model as it is and returns its answer, tool calls included.
