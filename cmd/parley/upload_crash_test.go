@@ -29,11 +29,11 @@ import (
 // partial blob under a real name) and belongs to a file (the restart collects the blobs of uploads
 // the kill cut before their row), with no temporary file left.
 //
-// PARLEY_CRASH_KILLS sets the number of kills (default 5; 3 with -short); PARLEY_CRASH_SEED replays.
+// PARLEY_CRASH_KILLS sets the number of kills (default 4; 2 with -short); PARLEY_CRASH_SEED replays.
 func TestSIGKILLDuringUploads(t *testing.T) {
-	kills := 5
+	kills := 4
 	if testing.Short() {
-		kills = 3
+		kills = 2
 	}
 	if v, err := strconv.Atoi(os.Getenv("PARLEY_CRASH_KILLS")); err == nil && v > 0 {
 		kills = v
@@ -54,7 +54,7 @@ func TestSIGKILLDuringUploads(t *testing.T) {
 	// A few shared contents, so that concurrent uploads of the same bytes meet.
 	shared := make([][]byte, 3)
 	for i := range shared {
-		shared[i] = randomBytes(rng, 1<<20+rng.IntN(1<<20))
+		shared[i] = randomBytes(rng, 256<<10+rng.IntN(256<<10))
 	}
 	acked := map[string][]byte{} // file id → bytes
 	var mu sync.Mutex
@@ -67,7 +67,7 @@ func TestSIGKILLDuringUploads(t *testing.T) {
 				if rng.IntN(3) == 0 {
 					contents[i] = shared[rng.IntN(len(shared))]
 				} else {
-					contents[i] = randomBytes(rng, 64<<10+rng.IntN(3<<20))
+					contents[i] = randomBytes(rng, 32<<10+rng.IntN(768<<10))
 				}
 			}
 			wg.Add(1)
@@ -84,7 +84,7 @@ func TestSIGKILLDuringUploads(t *testing.T) {
 				}
 			}()
 		}
-		time.Sleep(time.Duration(20+rng.IntN(400)) * time.Millisecond) // when to kill: random, not a synchronization
+		time.Sleep(time.Duration(20+rng.IntN(300)) * time.Millisecond) // when to kill: random, not a synchronization
 		srv.kill(t)
 		wg.Wait()
 		cancel()
@@ -99,13 +99,15 @@ func TestSIGKILLDuringUploads(t *testing.T) {
 }
 
 func randomBytes(rng *rand.Rand, n int) []byte {
-	b := make([]byte, n)
-	for i := 0; i+8 <= n; i += 8 {
+	var seed [32]byte
+	for i := range 4 {
 		v := rng.Uint64()
-		for j := 0; j < 8; j++ {
-			b[i+j] = byte(v >> (8 * j))
+		for j := range 8 {
+			seed[i*8+j] = byte(v >> (8 * j))
 		}
 	}
+	b := make([]byte, n)
+	rand.NewChaCha8(seed).Read(b)
 	return b
 }
 
