@@ -350,3 +350,29 @@ func TestUIChatFirstMessagesAtOnce(t *testing.T) {
 		}
 	})
 }
+
+// TestUIChatAfterDelete: deleting a chat's session (by the id X-Parley-Session names) and using
+// the chat id again starts an empty chat, whose stream and history hold only the new turn.
+func TestUIChatAfterDelete(t *testing.T) {
+	e := newEnv(t, nil)
+	const chat = "chatDeleted01"
+	resp, raw := e.ui(t, "alice", "POST", "/api/v1/ui/chat", uiBody(chat, "before", "submit-message", ""))
+	sid := resp.Header.Get("X-Parley-Session")
+	if sid != uistream.SessionID("alice", chat) {
+		t.Fatalf("X-Parley-Session %q", sid)
+	}
+	first := uiChunks(t, raw)[0].MessageID
+	if code, out := e.do(t, "DELETE", "/api/v1/sessions/"+sid, ""); code != 204 {
+		t.Fatalf("delete: %d %v", code, out)
+	}
+	_, raw = e.ui(t, "alice", "POST", "/api/v1/ui/chat", uiBody(chat, "after", "submit-message", ""))
+	chunks := uiChunks(t, raw)
+	if chunks[0].MessageID == first || strings.Count(raw, `"type":"start"`) != 1 {
+		t.Fatalf("the new chat's stream: %s", raw)
+	}
+	_, raw = e.ui(t, "alice", "GET", "/api/v1/ui/chat/"+chat+"/messages", "")
+	msgs := uiMessages(t, raw)
+	if len(msgs) != 2 || *msgs[0].Parts[0].Text != "after" || msgs[1].ID != chunks[0].MessageID {
+		t.Fatalf("the new chat's history: %s", raw)
+	}
+}
