@@ -107,6 +107,9 @@ type Result struct {
 // Agent runs chat turns. It is safe for concurrent use.
 type Agent struct {
 	cfg Config
+	// sessionless: the conversation is held outside the store (WithStore), so the tools that
+	// keep state of a stored session are not offered.
+	sessionless bool
 }
 
 // New returns an Agent; zero Config fields take their defaults.
@@ -141,7 +144,7 @@ func (a *Agent) WithStore(st parley.Store) *Agent {
 	// A conversation outside the store belongs to no project and names no stored file: nothing
 	// of the workspace is read for it (and another user's file could not be named through it).
 	cfg.SessionPrompt, cfg.Attachments = nil, nil
-	return &Agent{cfg: cfg}
+	return &Agent{cfg: cfg, sessionless: true}
 }
 
 // MaxIterationsText is the answer stored when the loop stops at MaxIterations.
@@ -185,11 +188,33 @@ func (a *Agent) prepare(in Input, emit func(parley.Event)) (*turn, error) {
 	if t.specs, err = a.cfg.Tools.Specs(in.SelectedTools); err != nil {
 		return nil, err
 	}
+	if a.sessionless {
+		if t.specs, err = withoutSessionTools(a.cfg.Tools, t.specs, in.SelectedTools != nil); err != nil {
+			return nil, err
+		}
+	}
 	t.allowed = make(map[string]bool, len(t.specs))
 	for _, s := range t.specs {
 		t.allowed[s.Name] = true
 	}
 	return t, nil
+}
+
+// withoutSessionTools drops the tools that keep state of a stored session (todos, memory,
+// artifacts) from specs: a conversation held outside the store has no session for them. Named
+// explicitly (named is true), such a tool is an ECInvalid error saying why.
+func withoutSessionTools(reg *tools.Registry, specs []parley.ToolSpec, named bool) ([]parley.ToolSpec, error) {
+	out := specs[:0:0]
+	for _, s := range specs {
+		if !reg.NeedsSession(s.Name) {
+			out = append(out, s)
+			continue
+		}
+		if named {
+			return nil, parley.Errorf(parley.ECInvalid, "tool %q keeps state of a stored session: name a session to use it", s.Name)
+		}
+	}
+	return out, nil
 }
 
 // loop calls the model and runs the tools it asks for until it answers, from the history as the

@@ -848,3 +848,42 @@ func TestGateBeforeEachStep(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A conversation held outside the store (WithStore, the OpenAI-compatible API's stateless
+// requests) is not offered the tools that keep state of a stored session, cannot call them, and
+// cannot name them; the agent on the store offers them.
+func TestSessionToolsNeedAStoredSession(t *testing.T) {
+	f := newFixture(t)
+	f.tool(t, "echo", echoTool)
+	err := f.reg.Register(&tools.Func{Def: parley.ToolSpec{Name: "todo", Description: "todo", Parameters: json.RawMessage(`{"type":"object"}`)},
+		Session: true, Fn: func(ctx context.Context, args json.RawMessage) (*parley.ToolResult, error) {
+			t.Error("a session tool ran for a conversation outside the store")
+			return nil, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stateless := f.agent(nil).WithStore(f.store)
+	f.prov.steps = append(f.prov.steps, callTools("", [2]string{"todo", `{}`}), say("ok"))
+	if _, err := f.run(t, context.Background(), stateless, "go", nil); err != nil {
+		t.Fatal(err)
+	}
+	if offered := f.prov.requests()[0].Tools; len(offered) != 1 || offered[0].Name != "echo" {
+		t.Fatalf("offered: %+v", offered)
+	}
+	if h := f.history(t); h[2].Role != parley.RoleTool || *h[2].Success || !strings.Contains(h[2].Content.String(), `unknown tool "todo"`) {
+		t.Fatalf("call to a session tool: %+v", h[2])
+	}
+	_, err = stateless.Run(context.Background(), Input{SessionID: f.sess, SelectedTools: []string{"echo", "todo"}}, func(parley.Event) {})
+	if parley.CodeOf(err) != parley.ECInvalid || !strings.Contains(err.Error(), `"todo"`) {
+		t.Fatalf("naming a session tool: %v", err)
+	}
+
+	f.prov.steps = []func(*parley.ChatRequest) ([]parley.StreamEvent, error){say("plain")}
+	if _, err := f.run(t, context.Background(), f.agent(nil), "go", nil); err != nil {
+		t.Fatal(err)
+	}
+	if reqs := f.prov.requests(); len(reqs[len(reqs)-1].Tools) != 2 {
+		t.Fatalf("the agent on the store offered %+v", reqs[len(reqs)-1].Tools)
+	}
+}

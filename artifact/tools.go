@@ -34,8 +34,8 @@ func Tools(cfg Config) []parley.Tool {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	x := &executor{cfg: cfg}
-	create := &tools.Func{Def: x.createSpec(), Fn: x.create}
-	update := &tools.Func{Def: x.updateSpec(), Fn: x.update}
+	create := &tools.Func{Def: x.createSpec(), Fn: x.create, Session: true}
+	update := &tools.Func{Def: x.updateSpec(), Fn: x.update, Session: true}
 	if !x.generates() {
 		return []parley.Tool{create, update}
 	}

@@ -227,6 +227,24 @@ func (r *Registry) Entries() []Entry {
 	return out
 }
 
+// SessionBound is implemented by tools that keep state of the run's stored session.
+type SessionBound interface {
+	NeedsSession() bool
+}
+
+// NeedsSession reports whether the tool called name keeps state of a stored session (false for
+// an unknown name).
+func (r *Registry) NeedsSession(name string) bool {
+	r.mu.RLock()
+	e, ok := r.tools[name]
+	r.mu.RUnlock()
+	if !ok {
+		return false
+	}
+	sb, ok := e.tool.(SessionBound)
+	return ok && sb.NeedsSession()
+}
+
 // List returns the specs of every tool, sorted by name.
 func (r *Registry) List() []parley.ToolSpec {
 	r.mu.RLock()
@@ -473,7 +491,14 @@ type Func struct {
 	Fn  func(ctx context.Context, args json.RawMessage) (*parley.ToolResult, error)
 	// Idempotent says that a call may run again, after a crash left it in doubt, with no harm.
 	Idempotent bool
+	// Session says that the tool keeps state of the run's stored session (its todo list, its
+	// project's memory, its artifacts): it is not offered to a conversation held outside the
+	// store (the OpenAI-compatible API's stateless requests).
+	Session bool
 }
+
+// NeedsSession reports Session.
+func (f *Func) NeedsSession() bool { return f.Session }
 
 // RerunSafe reports Idempotent.
 func (f *Func) RerunSafe() bool { return f.Idempotent }

@@ -44,7 +44,7 @@ const todoItemSchema = `{"type":"object","properties":{` +
 	`"required":["id","content","status"],"additionalProperties":false}`
 
 func (w *ws) todoWrite() parley.Tool {
-	return &tools.Func{
+	return &tools.Func{Session: true,
 		Def: parley.ToolSpec{
 			Name: "todo_write",
 			Description: "Replaces this conversation's todo list with the given items (send the whole list every time). " +
@@ -97,7 +97,7 @@ func summary(todos []parley.Todo) string {
 }
 
 func (w *ws) todoRead() parley.Tool {
-	return &tools.Func{
+	return &tools.Func{Session: true,
 		Def: parley.ToolSpec{
 			Name:        "todo_read",
 			Description: "Returns this conversation's todo list: its items with id, content and status, in order.",
@@ -137,7 +137,7 @@ func (w *ws) project(ctx context.Context, tool string) (*parley.Project, *parley
 }
 
 func (w *ws) memorySave() parley.Tool {
-	return &tools.Func{
+	return &tools.Func{Session: true,
 		Def: parley.ToolSpec{
 			Name: "memory_save",
 			Description: "Saves a fact to the memory of this conversation's project, which every conversation of the project " +
@@ -189,7 +189,7 @@ func views(es []parley.MemoryEntry) []memoryView {
 }
 
 func (w *ws) memoryList() parley.Tool {
-	return &tools.Func{
+	return &tools.Func{Session: true,
 		Def: parley.ToolSpec{
 			Name:        "memory_list",
 			Description: "Lists the facts in the memory of this conversation's project, newest first.",
@@ -223,7 +223,7 @@ func (w *ws) memoryList() parley.Tool {
 }
 
 func (w *ws) memorySearch() parley.Tool {
-	return &tools.Func{
+	return &tools.Func{Session: true,
 		Def: parley.ToolSpec{
 			Name:        "memory_search",
 			Description: "Finds the facts in the memory of this conversation's project that contain every word of the query (ignoring case), newest first.",
@@ -257,7 +257,7 @@ func (w *ws) memorySearch() parley.Tool {
 }
 
 func (w *ws) memoryDelete() parley.Tool {
-	return &tools.Func{
+	return &tools.Func{Session: true,
 		Def: parley.ToolSpec{
 			Name:        "memory_delete",
 			Description: "Deletes a fact from the memory of this conversation's project, by its id (memory_list and memory_search show ids).",
