@@ -313,3 +313,13 @@ func (s *Service) Attach(ctx context.Context, sessionID string, fs []*parley.Fil
 func Part(f *parley.File) parley.Part {
 	return parley.Part{Type: "file", File: &parley.FileRef{FileID: f.ID, Filename: f.Name}}
 }
+
+// Lookup returns file id whoever owns it, for a route whose signed URL is its authorization
+// (GET /api/v1/images/{id}); an unknown one is ECNotFound.
+func (s *Service) Lookup(ctx context.Context, id string) (*parley.File, error) {
+	f, err := s.cfg.Store.GetFile(ctx, id)
+	if parley.CodeOf(err) == parley.ECNotFound {
+		return nil, parley.Errorf(parley.ECNotFound, "file %q not found", id)
+	}
+	return f, err
+}

@@ -160,11 +160,10 @@ func (x *executor) edit(ctx context.Context, raw json.RawMessage) (*parley.ToolR
 // input reads an image the run's user owns, of this conversation or of none.
 func (x *executor) input(ctx context.Context, ri tools.RunInfo, field, id string) (*Input, *parley.ToolResult, error) {
 	f, err := x.cfg.Files.Get(ctx, ri.User, id)
-	switch parley.CodeOf(err) {
-	case "":
-	case parley.ECNotFound, parley.ECForbidden:
-		return nil, failed("%s: there is no file %q of yours; use the id of an uploaded or generated image", field, truncate(id, 80)), nil
-	default:
+	if err != nil {
+		if c := parley.CodeOf(err); c == parley.ECNotFound || c == parley.ECForbidden {
+			return nil, failed("%s: there is no file %q of yours; use the id of an uploaded or generated image", field, truncate(id, 80)), nil
+		}
 		return nil, nil, err
 	}
 	if f.SessionID != "" && f.SessionID != ri.SessionID {
