@@ -93,3 +93,10 @@ func (s *Signer) Check(purpose, id string, q url.Values) error {
 	}
 	return nil
 }
+
+// Authentic reports whether a query Sign made for purpose and id carries Parley's signature,
+// expired or not: proof that Parley issued it for id, without granting access by itself.
+func (s *Signer) Authentic(purpose, id string, q url.Values) bool {
+	exp, err := strconv.ParseInt(q.Get("exp"), 10, 64)
+	return err == nil && hmac.Equal([]byte(q.Get("sig")), []byte(s.macFor(purpose, id, exp)))
+}

@@ -49,6 +49,71 @@ func (s *Service) Expand(ctx context.Context, msgs []parley.Message) ([]parley.M
 		}
 		out[i].Content = parley.Parts(parts...)
 	}
+	if s.resultImages != nil {
+		return s.expandResultImages(ctx, out)
+	}
+	return out, nil
+}
+
+// MaxResultImages bounds the images of tool results given back to the model in one request.
+const MaxResultImages = 8
+
+// expandResultImages inserts, after each group of consecutive tool messages whose results name
+// image files (generate_image, edit_image), a user message showing the model those images. The
+// tool messages stay text, as OpenAI requires of tool messages; the stored history is not
+// changed.
+func (s *Service) expandResultImages(ctx context.Context, msgs []parley.Message) ([]parley.Message, error) {
+	var (
+		out     []parley.Message
+		pending []string
+	)
+	flush := func() error {
+		if len(pending) == 0 {
+			return nil
+		}
+		parts := []parley.Part{textPart("[The images the tool calls above made, shown to you by the system; the user sees them already.]")}
+		for _, id := range pending {
+			ps, err := s.expandOne(ctx, &parley.FileRef{FileID: id, Filename: id})
+			if err != nil {
+				return err
+			}
+			parts = append(parts, ps...)
+		}
+		out = append(out, parley.Message{Role: parley.RoleUser, Content: parley.Parts(parts...)})
+		pending = nil
+		return nil
+	}
+	// Only the most recent MaxResultImages images are shown: a long conversation full of images
+	// must not grow every request without bound.
+	total := 0
+	for _, m := range msgs {
+		if m.Role == parley.RoleTool {
+			total += len(s.resultImages(m))
+		}
+	}
+	if total == 0 {
+		return msgs, nil
+	}
+	skip := max(total-MaxResultImages, 0)
+	for _, m := range msgs {
+		if m.Role != parley.RoleTool {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		} else {
+			for _, id := range s.resultImages(m) {
+				if skip > 0 {
+					skip--
+					continue
+				}
+				pending = append(pending, id)
+			}
+		}
+		out = append(out, m)
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 

@@ -94,3 +94,55 @@ func TestExpandLargePDFAsText(t *testing.T) {
 		t.Fatalf("%+v", parts)
 	}
 }
+
+// Images that tool results name are shown after each group of tool messages, in a user message;
+// the most recent MaxResultImages only.
+func TestExpandResultImages(t *testing.T) {
+	fx := newFixture(t, Config{})
+	png := filestest.PNG(2, 2)
+	var ids []string
+	for i := 0; i < MaxResultImages+2; i++ {
+		f, err := fx.svc.Upload(ctx, "alice", "", "img.png", bytes.NewReader(png))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, f.ID)
+	}
+	fx.svc.SetResultImages(func(m parley.Message) []string {
+		if m.Name == "img" {
+			return []string{m.Content.String()}
+		}
+		return nil
+	})
+	tool := func(name, text string) parley.Message {
+		return parley.Message{Role: parley.RoleTool, Name: name, Content: parley.Text(text)}
+	}
+	msgs := []parley.Message{{Role: parley.RoleUser, Content: parley.Text("draw")}, {Role: parley.RoleAssistant}}
+	for _, id := range ids[:len(ids)-1] {
+		msgs = append(msgs, tool("img", id))
+	}
+	msgs = append(msgs, tool("other", "x"), parley.Message{Role: parley.RoleAssistant, Content: parley.Text("ok")}, tool("img", ids[len(ids)-1]))
+	out, err := fx.svc.Expand(ctx, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != len(msgs)+2 {
+		t.Fatalf("%d messages, want %d", len(out), len(msgs)+2)
+	}
+	count := func(m parley.Message) int {
+		n := 0
+		for _, p := range m.Content.Parts() {
+			if p.Type == "image_url" && strings.HasPrefix(p.ImageURL.URL, "data:image/png;base64,") {
+				n++
+			}
+		}
+		return n
+	}
+	first, last := out[len(msgs)-2], out[len(out)-1]
+	if first.Role != parley.RoleUser || count(first) != MaxResultImages-1 || last.Role != parley.RoleUser || count(last) != 1 {
+		t.Fatalf("image messages: %+v / %+v", first, last)
+	}
+	if out[len(msgs)-1].Role != parley.RoleAssistant || msgs[2].Content.IsParts() {
+		t.Fatal("the tool messages or their order changed")
+	}
+}

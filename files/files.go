@@ -63,7 +63,14 @@ type Service struct {
 	// afterPut, in tests, runs between an upload's Put and its row (the window a collection of
 	// the same bytes may fall in).
 	afterPut func(key string)
+	// resultImages, when set, names the image files a tool message refers to (SetResultImages).
+	resultImages func(parley.Message) []string
 }
+
+// SetResultImages makes Expand give the model, after each group of tool results, the images
+// those results name: fn returns the ids of the image files a tool message refers to (only
+// ones it vouches for; images.ResultFiles). Call it before the Service is used.
+func (s *Service) SetResultImages(fn func(parley.Message) []string) { s.resultImages = fn }
 
 // New returns a Service; zero Config fields take their defaults.
 func New(cfg Config) *Service {
