@@ -63,17 +63,22 @@ const MaxResultImages = 8
 // tool messages stay text, as OpenAI requires of tool messages; the stored history is not
 // changed.
 func (s *Service) expandResultImages(ctx context.Context, msgs []parley.Message) ([]parley.Message, error) {
+	type image struct{ fileID, dataURL string }
 	var (
 		out     []parley.Message
-		pending []string
+		pending []image
 	)
 	flush := func() error {
 		if len(pending) == 0 {
 			return nil
 		}
 		parts := []parley.Part{textPart("[The images the tool calls above made, shown to you by the system; the user sees them already.]")}
-		for _, id := range pending {
-			ps, err := s.expandOne(ctx, &parley.FileRef{FileID: id, Filename: id})
+		for _, im := range pending {
+			if im.dataURL != "" {
+				parts = append(parts, textPart("An image that could not be stored:"), parley.Part{Type: "image_url", ImageURL: &parley.ImageURL{URL: im.dataURL}})
+				continue
+			}
+			ps, err := s.expandOne(ctx, &parley.FileRef{FileID: im.fileID, Filename: im.fileID})
 			if err != nil {
 				return err
 			}
@@ -85,28 +90,41 @@ func (s *Service) expandResultImages(ctx context.Context, msgs []parley.Message)
 	}
 	// Only the most recent MaxResultImages images are shown: a long conversation full of images
 	// must not grow every request without bound.
+	found := make([]ResultImages, len(msgs))
 	total := 0
-	for _, m := range msgs {
+	for i, m := range msgs {
 		if m.Role == parley.RoleTool {
-			total += len(s.resultImages(m))
+			found[i] = s.resultImages(m)
+			total += found[i].count()
 		}
 	}
 	if total == 0 {
 		return msgs, nil
 	}
 	skip := max(total-MaxResultImages, 0)
-	for _, m := range msgs {
+	for i, m := range msgs {
 		if m.Role != parley.RoleTool {
 			if err := flush(); err != nil {
 				return nil, err
 			}
 		} else {
-			for _, id := range s.resultImages(m) {
+			r := found[i]
+			if r.Content != nil {
+				m.Content = *r.Content
+			}
+			for _, id := range r.FileIDs {
 				if skip > 0 {
 					skip--
 					continue
 				}
-				pending = append(pending, id)
+				pending = append(pending, image{fileID: id})
+			}
+			for _, u := range r.Inline {
+				if skip > 0 {
+					skip--
+					continue
+				}
+				pending = append(pending, image{dataURL: u})
 			}
 		}
 		out = append(out, m)

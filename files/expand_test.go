@@ -108,11 +108,11 @@ func TestExpandResultImages(t *testing.T) {
 		}
 		ids = append(ids, f.ID)
 	}
-	fx.svc.SetResultImages(func(m parley.Message) []string {
+	fx.svc.SetResultImages(func(m parley.Message) ResultImages {
 		if m.Name == "img" {
-			return []string{m.Content.String()}
+			return ResultImages{FileIDs: []string{m.Content.String()}}
 		}
-		return nil
+		return ResultImages{}
 	})
 	tool := func(name, text string) parley.Message {
 		return parley.Message{Role: parley.RoleTool, Name: name, Content: parley.Text(text)}
@@ -144,5 +144,27 @@ func TestExpandResultImages(t *testing.T) {
 	}
 	if out[len(msgs)-1].Role != parley.RoleAssistant || msgs[2].Content.IsParts() {
 		t.Fatal("the tool messages or their order changed")
+	}
+}
+
+// A result's inline images (degraded mode) come as image parts, and its text is what the hook
+// says (without the base64).
+func TestExpandResultInlineImages(t *testing.T) {
+	fx := newFixture(t, Config{})
+	short := parley.Text(`{"images":[{"degraded":true}]}`)
+	fx.svc.SetResultImages(func(m parley.Message) ResultImages {
+		return ResultImages{Inline: []string{"data:image/png;base64,AAAA"}, Content: &short}
+	})
+	msgs := []parley.Message{{Role: parley.RoleAssistant}, {Role: parley.RoleTool, Name: "generate_image", Content: parley.Text(`{"images":[{"degraded":true,"b64_json":"AAAA"}]}`)}}
+	out, err := fx.svc.Expand(ctx, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != 3 || out[1].Content.String() != short.String() || !strings.Contains(msgs[1].Content.String(), "AAAA") {
+		t.Fatalf("%+v", out)
+	}
+	parts := out[2].Content.Parts()
+	if out[2].Role != parley.RoleUser || len(parts) != 3 || parts[2].ImageURL == nil || parts[2].ImageURL.URL != "data:image/png;base64,AAAA" {
+		t.Fatalf("%+v", out[2])
 	}
 }

@@ -63,14 +63,27 @@ type Service struct {
 	// afterPut, in tests, runs between an upload's Put and its row (the window a collection of
 	// the same bytes may fall in).
 	afterPut func(key string)
-	// resultImages, when set, names the image files a tool message refers to (SetResultImages).
-	resultImages func(parley.Message) []string
+	// resultImages, when set, says what images a tool message shows (SetResultImages).
+	resultImages func(parley.Message) ResultImages
 }
 
+// ResultImages is what a tool message's result shows of images.
+type ResultImages struct {
+	// FileIDs are stored image files the result names (only ones the hook vouches for).
+	FileIDs []string
+	// Inline are data: URLs of images the result carries itself (not stored).
+	Inline []string
+	// Content, when set, is what the model is sent instead of the message's content (the result
+	// without its inline images, which come as image parts instead).
+	Content *parley.Content
+}
+
+func (r ResultImages) count() int { return len(r.FileIDs) + len(r.Inline) }
+
 // SetResultImages makes Expand give the model, after each group of tool results, the images
-// those results name: fn returns the ids of the image files a tool message refers to (only
-// ones it vouches for; images.ResultFiles). Call it before the Service is used.
-func (s *Service) SetResultImages(fn func(parley.Message) []string) { s.resultImages = fn }
+// those results show: fn tells them for one tool message (images.ResultFiles). Call it before
+// the Service is used.
+func (s *Service) SetResultImages(fn func(parley.Message) ResultImages) { s.resultImages = fn }
 
 // New returns a Service; zero Config fields take their defaults.
 func New(cfg Config) *Service {

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/files"
 )
 
 // Verifier tells an image URL Parley signed from any other (artifact.Signer).
@@ -19,22 +20,33 @@ type Verifier interface {
 // A tool result stays text in the stored history (OpenAI allows only text in tool messages); the
 // images it names are found in its JSON. Only a stored image whose URL carries Parley's
 // signature for that file id counts (expired or not): a history a client supplies (the
-// stateless OpenAI-compatible API) cannot name another user's file and have it read.
-func ResultFiles(v Verifier) func(m parley.Message) []string {
-	return func(m parley.Message) []string {
+// stateless OpenAI-compatible API) cannot name another user's file and have it read. An image
+// of degraded mode, inline in the result, is taken out of the text the model is sent (base64
+// as text would cost a token per few bytes) and shown as an image part instead.
+func ResultFiles(v Verifier) func(m parley.Message) files.ResultImages {
+	return func(m parley.Message) files.ResultImages {
+		var out files.ResultImages
 		if m.Role != parley.RoleTool || (m.Name != "generate_image" && m.Name != "edit_image") {
-			return nil
+			return out
 		}
 		text := strings.TrimSpace(m.Content.String())
 		if !strings.HasPrefix(text, "{") {
-			return nil
+			return out
 		}
 		var r Result
 		if json.Unmarshal([]byte(text), &r) != nil {
-			return nil
+			return out
 		}
-		var ids []string
-		for _, im := range r.Images {
+		inline := false
+		for i, im := range r.Images {
+			if im.Degraded && im.B64JSON != "" {
+				if inlineTypes[im.MediaType] {
+					out.Inline = append(out.Inline, "data:"+im.MediaType+";base64,"+im.B64JSON)
+				}
+				r.Images[i].B64JSON = ""
+				inline = true
+				continue
+			}
 			if im.FileID == "" || im.URL == "" {
 				continue
 			}
@@ -42,8 +54,17 @@ func ResultFiles(v Verifier) func(m parley.Message) []string {
 			if err != nil || u.Path != "/api/v1/images/"+url.PathEscape(im.FileID) || !v.Authentic(Purpose, im.FileID, u.Query()) {
 				continue
 			}
-			ids = append(ids, im.FileID)
+			out.FileIDs = append(out.FileIDs, im.FileID)
 		}
-		return ids
+		if inline {
+			r.Note += " (The inline image data is left out here; the images are shown to you after the tool results.)"
+			b, _ := json.Marshal(r)
+			c := parley.Text(string(b))
+			out.Content = &c
+		}
+		return out
 	}
 }
+
+// inlineTypes are the image types a degraded result may show the model inline.
+var inlineTypes = map[string]bool{"image/png": true, "image/jpeg": true, "image/webp": true, "image/gif": true}

@@ -31,13 +31,21 @@ func TestResultFilesTrustsOnlySignedURLs(t *testing.T) {
 		Output{FileID: "f5", URL: "/api/v1/images/f5"},                                         // unsigned
 		Output{MediaType: "image/png", Degraded: true, B64JSON: "AAAA"},                        // inline: nothing stored
 	))
-	if strings.Join(got, ",") != "f1,f2" {
-		t.Fatalf("trusted %v, want f1,f2", got)
+	if strings.Join(got.FileIDs, ",") != "f1,f2" {
+		t.Fatalf("trusted %v, want f1,f2", got.FileIDs)
 	}
-	if ids := fn(msg("my_mcp_tool", Output{FileID: "f1", URL: URL(s, "f1", time.Hour)})); ids != nil {
-		t.Fatalf("another tool's result: %v", ids)
+	// The degraded image is shown as an image part, and left out of the text the model is sent.
+	if len(got.Inline) != 1 || got.Inline[0] != "data:image/png;base64,AAAA" || got.Content == nil ||
+		strings.Contains(got.Content.String(), "AAAA") || !strings.Contains(got.Content.String(), `"degraded":true`) {
+		t.Fatalf("inline %v, content %v", got.Inline, got.Content)
 	}
-	if ids := fn(parley.Message{Role: parley.RoleTool, Name: "edit_image", Content: parley.Text("error: rate limited")}); ids != nil {
-		t.Fatalf("a failed result: %v", ids)
+	if r := fn(msg("my_mcp_tool", Output{FileID: "f1", URL: URL(s, "f1", time.Hour)})); r.FileIDs != nil || r.Content != nil {
+		t.Fatalf("another tool's result: %+v", r)
+	}
+	if r := fn(parley.Message{Role: parley.RoleTool, Name: "edit_image", Content: parley.Text("error: rate limited")}); r.FileIDs != nil {
+		t.Fatalf("a failed result: %+v", r)
+	}
+	if r := fn(msg("generate_image", Output{FileID: "f1", URL: URL(s, "f1", time.Hour)})); r.Content != nil {
+		t.Fatal("a result without inline images was rewritten")
 	}
 }
