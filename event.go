@@ -21,6 +21,7 @@ const (
 	EventStatus         EventType = "status"           // State: the run paused, resumed or was taken over
 	EventArtifact       EventType = "artifact"         // Artifact: a tool stored a new artifact version
 	EventWebSearch      EventType = "web_search"       // WebSearch: a web search's query and sources
+	EventImage          EventType = "image"            // Image: a tool made an image (stored, or inline when degraded)
 	EventError          EventType = "error"            // Error: the run failed (a done event follows)
 	EventDone           EventType = "done"             // the run ended; FinishReason tells how; always last
 
@@ -54,6 +55,7 @@ type Event struct {
 	Memory    *MemoryChange  `json:"memory,omitempty"`
 	Artifact  *Artifact      `json:"artifact,omitempty"`
 	WebSearch *WebSearchInfo `json:"web_search,omitempty"`
+	Image     *ImageInfo     `json:"image,omitempty"`
 }
 
 // ErrorBody is the client-visible form of an error.

@@ -103,3 +103,18 @@ type SearchSource struct {
 	Snippet   string `json:"snippet"`
 	Published string `json:"published,omitempty"`
 }
+
+// ImageInfo is the payload of an image event: one image generate_image or edit_image made.
+type ImageInfo struct {
+	ToolCallID string `json:"tool_call_id,omitempty"`
+	Tool       string `json:"tool"`
+	// FileID and URL (signed, expiring; GET needs no API key) of the stored image; empty in
+	// degraded mode.
+	FileID    string `json:"file_id,omitempty"`
+	URL       string `json:"url,omitempty"`
+	MediaType string `json:"media_type"`
+	// Degraded: the image could not be stored; Data holds it as base64.
+	Degraded bool   `json:"degraded,omitempty"`
+	Data     string `json:"data,omitempty"`
+	Prompt   string `json:"prompt"`
+}

@@ -62,3 +62,41 @@ func (s *Signer) Verify(id string, q url.Values) (int, error) {
 	}
 	return version, nil
 }
+
+// The Signer is general: besides artifact pages it signs any resource Parley serves without an
+// API key (generated images: package images). Each kind of resource signs under its own purpose,
+// so a signature for one never verifies for another.
+
+func (s *Signer) macFor(purpose, id string, exp int64) string {
+	m := hmac.New(sha256.New, s.Key)
+	fmt.Fprintf(m, "signed-url\x00%s\x00%s\x00%d", purpose, id, exp)
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// Sign returns the query (exp and sig) that authorizes purpose on id until now+ttl.
+func (s *Signer) Sign(purpose, id string, ttl time.Duration) url.Values {
+	exp := s.now().Add(ttl).Unix()
+	return url.Values{"exp": {strconv.FormatInt(exp, 10)}, "sig": {s.macFor(purpose, id, exp)}}
+}
+
+// Check verifies a query Sign made for purpose and id: nil, or why it does not authorize.
+func (s *Signer) Check(purpose, id string, q url.Values) error {
+	exp, err := strconv.ParseInt(q.Get("exp"), 10, 64)
+	if err != nil {
+		return fmt.Errorf("exp: want the expiry of the signed URL")
+	}
+	if !hmac.Equal([]byte(q.Get("sig")), []byte(s.macFor(purpose, id, exp))) {
+		return fmt.Errorf("the signature does not match")
+	}
+	if s.now().Unix() > exp {
+		return fmt.Errorf("the signed URL has expired")
+	}
+	return nil
+}
+
+// Authentic reports whether a query Sign made for purpose and id carries Parley's signature,
+// expired or not: proof that Parley issued it for id, without granting access by itself.
+func (s *Signer) Authentic(purpose, id string, q url.Values) bool {
+	exp, err := strconv.ParseInt(q.Get("exp"), 10, 64)
+	return err == nil && hmac.Equal([]byte(q.Get("sig")), []byte(s.macFor(purpose, id, exp)))
+}

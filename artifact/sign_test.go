@@ -58,3 +58,34 @@ func TestRenderPolicies(t *testing.T) {
 		}
 	}
 }
+
+func TestSignCheck(t *testing.T) {
+	now := time.Date(2026, 11, 24, 6, 0, 0, 0, time.UTC)
+	s := &Signer{Key: []byte("k-0123456789abcdef0123456789abcdef"), Now: func() time.Time { return now }}
+	q := s.Sign("image", "f1", 7*24*time.Hour)
+	if err := s.Check("image", "f1", q); err != nil {
+		t.Fatalf("fresh: %v", err)
+	}
+	for name, c := range map[string]struct {
+		purpose, id string
+		q           url.Values
+	}{
+		"other id":        {"image", "f2", q},
+		"other purpose":   {"other", "f1", q},
+		"altered sig":     {"image", "f1", url.Values{"exp": q["exp"], "sig": {"A" + q.Get("sig")[1:]}}},
+		"extended expiry": {"image", "f1", url.Values{"exp": {"99999999999"}, "sig": q["sig"]}},
+		"no sig":          {"image", "f1", url.Values{"exp": q["exp"]}},
+	} {
+		if err := s.Check(c.purpose, c.id, c.q); err == nil || !strings.Contains(err.Error(), "signature") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	// An artifact render signature is not an image signature, and the other way round.
+	if _, err := s.Verify("f1", url.Values{"version": {"1"}, "exp": q["exp"], "sig": q["sig"]}); err == nil {
+		t.Error("an image signature opened an artifact page")
+	}
+	now = now.Add(7*24*time.Hour + time.Second)
+	if err := s.Check("image", "f1", q); err == nil || !strings.Contains(err.Error(), "expired") {
+		t.Fatalf("expired: %v", err)
+	}
+}

@@ -49,6 +49,89 @@ func (s *Service) Expand(ctx context.Context, msgs []parley.Message) ([]parley.M
 		}
 		out[i].Content = parley.Parts(parts...)
 	}
+	if s.resultImages != nil {
+		return s.expandResultImages(ctx, out)
+	}
+	return out, nil
+}
+
+// MaxResultImages bounds the images of tool results given back to the model in one request.
+const MaxResultImages = 8
+
+// expandResultImages inserts, after each group of consecutive tool messages whose results name
+// image files (generate_image, edit_image), a user message showing the model those images. The
+// tool messages stay text, as OpenAI requires of tool messages; the stored history is not
+// changed.
+func (s *Service) expandResultImages(ctx context.Context, msgs []parley.Message) ([]parley.Message, error) {
+	type image struct{ fileID, dataURL string }
+	var (
+		out     []parley.Message
+		pending []image
+	)
+	flush := func() error {
+		if len(pending) == 0 {
+			return nil
+		}
+		parts := []parley.Part{textPart("[The images the tool calls above made, shown to you by the system; the user sees them already.]")}
+		for _, im := range pending {
+			if im.dataURL != "" {
+				parts = append(parts, textPart("An image that could not be stored:"), parley.Part{Type: "image_url", ImageURL: &parley.ImageURL{URL: im.dataURL}})
+				continue
+			}
+			ps, err := s.expandOne(ctx, &parley.FileRef{FileID: im.fileID, Filename: im.fileID})
+			if err != nil {
+				return err
+			}
+			parts = append(parts, ps...)
+		}
+		out = append(out, parley.Message{Role: parley.RoleUser, Content: parley.Parts(parts...)})
+		pending = nil
+		return nil
+	}
+	// Only the most recent MaxResultImages images are shown: a long conversation full of images
+	// must not grow every request without bound.
+	found := make([]ResultImages, len(msgs))
+	total := 0
+	for i, m := range msgs {
+		if m.Role == parley.RoleTool {
+			found[i] = s.resultImages(m)
+			total += found[i].count()
+		}
+	}
+	if total == 0 {
+		return msgs, nil
+	}
+	skip := max(total-MaxResultImages, 0)
+	for i, m := range msgs {
+		if m.Role != parley.RoleTool {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		} else {
+			r := found[i]
+			if r.Content != nil {
+				m.Content = *r.Content
+			}
+			for _, id := range r.FileIDs {
+				if skip > 0 {
+					skip--
+					continue
+				}
+				pending = append(pending, image{fileID: id})
+			}
+			for _, u := range r.Inline {
+				if skip > 0 {
+					skip--
+					continue
+				}
+				pending = append(pending, image{dataURL: u})
+			}
+		}
+		out = append(out, m)
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 

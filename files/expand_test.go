@@ -94,3 +94,77 @@ func TestExpandLargePDFAsText(t *testing.T) {
 		t.Fatalf("%+v", parts)
 	}
 }
+
+// Images that tool results name are shown after each group of tool messages, in a user message;
+// the most recent MaxResultImages only.
+func TestExpandResultImages(t *testing.T) {
+	fx := newFixture(t, Config{})
+	png := filestest.PNG(2, 2)
+	var ids []string
+	for i := 0; i < MaxResultImages+2; i++ {
+		f, err := fx.svc.Upload(ctx, "alice", "", "img.png", bytes.NewReader(png))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, f.ID)
+	}
+	fx.svc.SetResultImages(func(m parley.Message) ResultImages {
+		if m.Name == "img" {
+			return ResultImages{FileIDs: []string{m.Content.String()}}
+		}
+		return ResultImages{}
+	})
+	tool := func(name, text string) parley.Message {
+		return parley.Message{Role: parley.RoleTool, Name: name, Content: parley.Text(text)}
+	}
+	msgs := []parley.Message{{Role: parley.RoleUser, Content: parley.Text("draw")}, {Role: parley.RoleAssistant}}
+	for _, id := range ids[:len(ids)-1] {
+		msgs = append(msgs, tool("img", id))
+	}
+	msgs = append(msgs, tool("other", "x"), parley.Message{Role: parley.RoleAssistant, Content: parley.Text("ok")}, tool("img", ids[len(ids)-1]))
+	out, err := fx.svc.Expand(ctx, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != len(msgs)+2 {
+		t.Fatalf("%d messages, want %d", len(out), len(msgs)+2)
+	}
+	count := func(m parley.Message) int {
+		n := 0
+		for _, p := range m.Content.Parts() {
+			if p.Type == "image_url" && strings.HasPrefix(p.ImageURL.URL, "data:image/png;base64,") {
+				n++
+			}
+		}
+		return n
+	}
+	first, last := out[len(msgs)-2], out[len(out)-1]
+	if first.Role != parley.RoleUser || count(first) != MaxResultImages-1 || last.Role != parley.RoleUser || count(last) != 1 {
+		t.Fatalf("image messages: %+v / %+v", first, last)
+	}
+	if out[len(msgs)-1].Role != parley.RoleAssistant || msgs[2].Content.IsParts() {
+		t.Fatal("the tool messages or their order changed")
+	}
+}
+
+// A result's inline images (degraded mode) come as image parts, and its text is what the hook
+// says (without the base64).
+func TestExpandResultInlineImages(t *testing.T) {
+	fx := newFixture(t, Config{})
+	short := parley.Text(`{"images":[{"degraded":true}]}`)
+	fx.svc.SetResultImages(func(m parley.Message) ResultImages {
+		return ResultImages{Inline: []string{"data:image/png;base64,AAAA"}, Content: &short}
+	})
+	msgs := []parley.Message{{Role: parley.RoleAssistant}, {Role: parley.RoleTool, Name: "generate_image", Content: parley.Text(`{"images":[{"degraded":true,"b64_json":"AAAA"}]}`)}}
+	out, err := fx.svc.Expand(ctx, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != 3 || out[1].Content.String() != short.String() || !strings.Contains(msgs[1].Content.String(), "AAAA") {
+		t.Fatalf("%+v", out)
+	}
+	parts := out[2].Content.Parts()
+	if out[2].Role != parley.RoleUser || len(parts) != 3 || parts[2].ImageURL == nil || parts[2].ImageURL.URL != "data:image/png;base64,AAAA" {
+		t.Fatalf("%+v", out[2])
+	}
+}

@@ -63,7 +63,27 @@ type Service struct {
 	// afterPut, in tests, runs between an upload's Put and its row (the window a collection of
 	// the same bytes may fall in).
 	afterPut func(key string)
+	// resultImages, when set, says what images a tool message shows (SetResultImages).
+	resultImages func(parley.Message) ResultImages
 }
+
+// ResultImages is what a tool message's result shows of images.
+type ResultImages struct {
+	// FileIDs are stored image files the result names (only ones the hook vouches for).
+	FileIDs []string
+	// Inline are data: URLs of images the result carries itself (not stored).
+	Inline []string
+	// Content, when set, is what the model is sent instead of the message's content (the result
+	// without its inline images, which come as image parts instead).
+	Content *parley.Content
+}
+
+func (r ResultImages) count() int { return len(r.FileIDs) + len(r.Inline) }
+
+// SetResultImages makes Expand give the model, after each group of tool results, the images
+// those results show: fn tells them for one tool message (images.ResultFiles). Call it before
+// the Service is used.
+func (s *Service) SetResultImages(fn func(parley.Message) ResultImages) { s.resultImages = fn }
 
 // New returns a Service; zero Config fields take their defaults.
 func New(cfg Config) *Service {
@@ -312,4 +332,14 @@ func (s *Service) Attach(ctx context.Context, sessionID string, fs []*parley.Fil
 // Part is the stored reference to f in a message: an OpenAI "file" content part naming it.
 func Part(f *parley.File) parley.Part {
 	return parley.Part{Type: "file", File: &parley.FileRef{FileID: f.ID, Filename: f.Name}}
+}
+
+// Lookup returns file id whoever owns it, for a route whose signed URL is its authorization
+// (GET /api/v1/images/{id}); an unknown one is ECNotFound.
+func (s *Service) Lookup(ctx context.Context, id string) (*parley.File, error) {
+	f, err := s.cfg.Store.GetFile(ctx, id)
+	if parley.CodeOf(err) == parley.ECNotFound {
+		return nil, parley.Errorf(parley.ECNotFound, "file %q not found", id)
+	}
+	return f, err
 }

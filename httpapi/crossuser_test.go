@@ -50,6 +50,8 @@ var crossUserRoutes = map[string]struct {
 	"GET /api/v1/files/{id}/content":     {"GET", "/api/v1/files/{F}/content", "", 403, nil},
 	"DELETE /api/v1/files/{id}":          {"DELETE", "/api/v1/files/{F}", "", 403, nil},
 	"GET /api/v1/sessions/{id}/files":    {"GET", "/api/v1/sessions/{A}/files", "", 403, nil},
+	// A generated image is reached by its signed URL only (images.go): bob has none.
+	"GET /api/v1/images/{id}": {"GET", "/api/v1/images/{F}", "", 403, nil},
 	"POST /api/v1/ui/chat": {"POST", "/api/v1/ui/chat",
 		`{"id":"{A}","messages":[{"id":"m1","role":"user","parts":[{"type":"text","text":"mine now"}]}],"trigger":"submit-message"}`, 403, nil},
 	"GET /api/v1/ui/chat/{id}/stream":   {"GET", "/api/v1/ui/chat/{A}/stream", "", 403, nil},

@@ -63,6 +63,10 @@ func (s *server) routes() {
 		// Authorized by its signed URL, not a key: an iframe sends none.
 		s.mux.Handle("GET /api/v1/artifacts/{id}/render", s.pipe(policy{open: true}, s.handleRenderArtifact()))
 	}
+	if s.Files != nil && s.ArtifactURLs != nil {
+		// Images the image tools stored: authorized by their signed URL (images.go).
+		s.mux.Handle("GET /api/v1/images/{id}", s.pipe(policy{open: true}, s.handleSignedImage()))
+	}
 
 	s.mux.Handle("GET /api/v1/me", s.pipe(user, s.handleMe()))
 	s.mux.Handle("POST /api/v1/auth/guest", s.pipe(policy{open: true}, s.handleGuest()))

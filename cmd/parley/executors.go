@@ -14,6 +14,8 @@ import (
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/artifact"
 	"github.com/parleyhq/parley/fetchurl"
+	"github.com/parleyhq/parley/files"
+	"github.com/parleyhq/parley/images"
 	"github.com/parleyhq/parley/internal/ask"
 	"github.com/parleyhq/parley/tools"
 	"github.com/parleyhq/parley/websearch"
@@ -42,6 +44,13 @@ type executorConfig struct {
 	FetchURL      bool
 	FetchMaxBytes int64
 	FetchTimeout  time.Duration
+
+	ImageBackend   string
+	ImageModel     string
+	ImageAPIKeyEnv string
+	ImageBaseURL   string
+	ImageTimeout   time.Duration
+	ImageURLTTL    time.Duration
 }
 
 func executorFlags(fs *flag.FlagSet, c *executorConfig) {
@@ -63,6 +72,12 @@ func executorFlags(fs *flag.FlagSet, c *executorConfig) {
 	fs.BoolVar(&c.FetchURL, "fetch-url", false, "offer the fetch_url tool: reads one public web page as text (loopback, private, link-local and metadata addresses are refused)")
 	fs.Int64Var(&c.FetchMaxBytes, "fetch-max-bytes", 2<<20, "largest page fetch_url reads; a longer one is cut")
 	fs.DurationVar(&c.FetchTimeout, "fetch-timeout", 20*time.Second, "time limit of one fetch_url page, redirects included")
+	fs.StringVar(&c.ImageBackend, "image-backend", "", "image API of the generate_image and edit_image tools: openai (images API), gemini (image output) or openrouter (chat completions with image output); empty: no image tools")
+	fs.StringVar(&c.ImageModel, "image-model", "", "model of the image API (e.g. gpt-image-1, gemini-2.5-flash-image, google/gemini-2.5-flash-image)")
+	fs.StringVar(&c.ImageAPIKeyEnv, "image-api-key-env", "", "name of the environment variable holding the image API's key (default OPENAI_API_KEY, GEMINI_API_KEY or OPENROUTER_API_KEY by backend)")
+	fs.StringVar(&c.ImageBaseURL, "image-base-url", "", "endpoint of the image API (default https://api.openai.com/v1, https://generativelanguage.googleapis.com or https://openrouter.ai/api/v1 by backend)")
+	fs.DurationVar(&c.ImageTimeout, "image-timeout", images.DefaultTimeout, "time limit of one call of the image API")
+	fs.DurationVar(&c.ImageURLTTL, "image-url-ttl", images.DefaultURLTTL, "how long the signed URL of a generated image is valid (signed with --artifact-url-secret)")
 }
 
 func (c *executorConfig) validate() error {
@@ -93,6 +108,18 @@ func (c *executorConfig) validate() error {
 	if c.ArtifactURLTTL <= 0 {
 		errs = append(errs, errors.New("artifact-url-ttl must be positive"))
 	}
+	switch c.ImageBackend {
+	case "":
+	case "openai", "gemini", "openrouter":
+		if c.ImageModel == "" {
+			errs = append(errs, fmt.Errorf("image-backend %s needs --image-model", c.ImageBackend))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("image-backend: %q is not openai, gemini or openrouter", c.ImageBackend))
+	}
+	if c.ImageTimeout <= 0 || c.ImageURLTTL <= 0 {
+		errs = append(errs, errors.New("image-timeout and image-url-ttl must be positive"))
+	}
 	if c.FetchMaxBytes <= 0 || c.FetchTimeout <= 0 {
 		errs = append(errs, errors.New("fetch-max-bytes and fetch-timeout must be positive"))
 	}
@@ -107,7 +134,7 @@ type executors struct {
 	costs     parley.SearchCostStore
 }
 
-func registerExecutors(c *executorConfig, reg *tools.Registry, st parley.Store, resolve ask.Resolver, log *slog.Logger) (*executors, error) {
+func registerExecutors(c *executorConfig, reg *tools.Registry, st parley.Store, resolve ask.Resolver, fileSvc *files.Service, getenv func(string) string, log *slog.Logger) (*executors, error) {
 	x := &executors{}
 	as, _ := st.(parley.ArtifactStore)
 	if as != nil {
@@ -170,11 +197,29 @@ func registerExecutors(c *executorConfig, reg *tools.Registry, st parley.Store, 
 			return nil, err
 		}
 	}
+	if x.signer != nil && fileSvc != nil {
+		// Images the image tools stored go back to the model on later calls.
+		fileSvc.SetResultImages(images.ResultFiles(x.signer))
+	}
+	if c.ImageBackend != "" {
+		if x.signer == nil || fileSvc == nil {
+			return nil, errors.New("image-backend: the image tools need the files service and a store that keeps artifacts (for the URL signer)")
+		}
+		b, err := imageBackend(c, getenv)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range images.Tools(images.Config{Backend: b, Files: fileSvc, Signer: x.signer, Timeout: c.ImageTimeout, URLTTL: c.ImageURLTTL, Log: log}) {
+			if err := reg.Register(t); err != nil {
+				return nil, err
+			}
+		}
+	}
 	var on []string
 	for _, n := range []struct {
 		name string
 		on   bool
-	}{{"artifacts", c.Artifacts || c.ArtifactModel != ""}, {"web_search:" + c.SearchBackend, c.SearchBackend != ""}, {"fetch_url", c.FetchURL}} {
+	}{{"artifacts", c.Artifacts || c.ArtifactModel != ""}, {"web_search:" + c.SearchBackend, c.SearchBackend != ""}, {"fetch_url", c.FetchURL}, {"images:" + c.ImageBackend, c.ImageBackend != ""}} {
 		if n.on {
 			on = append(on, n.name)
 		}
@@ -183,4 +228,25 @@ func registerExecutors(c *executorConfig, reg *tools.Registry, st parley.Store, 
 		log.Info("executor tools", "on", strings.Join(on, ","))
 	}
 	return x, nil
+}
+
+// imageBackend is the configured image API.
+func imageBackend(c *executorConfig, getenv func(string) string) (images.Backend, error) {
+	env := c.ImageAPIKeyEnv
+	if env == "" {
+		env = map[string]string{"openai": "OPENAI_API_KEY", "gemini": "GEMINI_API_KEY", "openrouter": "OPENROUTER_API_KEY"}[c.ImageBackend]
+	}
+	key := getenv(env)
+	if key == "" {
+		return nil, fmt.Errorf("image-backend %s: the environment variable %s (--image-api-key-env) holds no API key", c.ImageBackend, env)
+	}
+	switch c.ImageBackend {
+	case "openai":
+		// gpt-image models always answer base64 and refuse response_format.
+		return &images.OpenAI{BaseURL: c.ImageBaseURL, APIKey: key, Model: c.ImageModel, NoResponseFormat: strings.HasPrefix(c.ImageModel, "gpt-image")}, nil
+	case "gemini":
+		return &images.Gemini{BaseURL: c.ImageBaseURL, APIKey: key, Model: c.ImageModel}, nil
+	default:
+		return &images.OpenRouter{BaseURL: c.ImageBaseURL, APIKey: key, Model: c.ImageModel}, nil
+	}
 }

@@ -127,7 +127,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return err
 	}
-	execs, err := registerExecutors(&c.executorConfig, reg, store.Store, models.Resolve, log)
+	execs, err := registerExecutors(&c.executorConfig, reg, store.Store, models.Resolve, fileSvc, getenv, log)
 	if err != nil {
 		return err
 	}

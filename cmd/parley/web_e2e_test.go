@@ -15,6 +15,7 @@ import (
 	"time"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/files/filestest"
 	"github.com/parleyhq/parley/provider/llmtest"
 	"github.com/parleyhq/parley/store/sqlite"
 	"github.com/parleyhq/parley/tools/mcp/mcptest"
@@ -74,12 +75,15 @@ func TestWebUIInABrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	searx := fakeSearXNG(t)
+	imgs := fakeOpenAIImages(t, filestest.PNG(40, 30))
 	common := []string{"--config", cfgPath, "--rate-limit", "off", "--provider-attempts", "1", "--breaker-failures", "1000", "--artifacts",
-		"--search-backend", "searxng", "--searxng-url", searx.URL}
+		"--search-backend", "searxng", "--searxng-url", searx.URL,
+		"--image-backend", "openai", "--image-model", "dall-e-2", "--image-base-url", imgs.URL + "/v1", "--image-api-key-env", "IMG_KEY"}
+	imgEnv := map[string]string{"IMG_KEY": "sk-img"}
 	dbPath := filepath.Join(t.TempDir(), "ui.db")
-	base := startInProcess(t, nil, append(common, "--db", dbPath)...)
+	base := startInProcess(t, imgEnv, append(common, "--db", dbPath)...)
 	big := bigSession(t, dbPath, 5000)
-	withKeys := startInProcess(t, nil, append(common, "--auth", "keys", "--guests", "--guest-rate-limit", "off")...)
+	withKeys := startInProcess(t, imgEnv, append(common, "--auth", "keys", "--guests", "--guest-rate-limit", "off")...)
 
 	shots := os.Getenv("PARLEY_SCREENSHOTS")
 	if shots == "" {

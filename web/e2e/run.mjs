@@ -759,6 +759,32 @@ const cases = [
       return page
     },
   ],
+  [
+    'a generated image is shown from its signed URL, also after a reload',
+    async () => {
+      await enqueue(
+        { ToolCalls: [{ id: 'call_img1', type: 'function', function: { name: 'generate_image', arguments: JSON.stringify({ prompt: 'a small red square' }) } }] },
+        { Content: 'Here is your square.' },
+      )
+      const page = await newPage()
+      await page.goto(BASE + '/')
+      await page.getByRole('heading', { name: 'What can I help with?' }).waitFor({ timeout: T })
+      await send(page, 'Draw a red square')
+      await idle(page)
+      for (let round = 0; round < 2; round++) {
+        const img = page.locator('[data-testid=generated-images] img')
+        await img.first().waitFor({ timeout: T })
+        const src = await img.first().getAttribute('src')
+        assert(src && src.startsWith('/api/v1/images/') && src.includes('sig='), 'the image comes from its signed URL: ' + src)
+        await page.waitForFunction(() => {
+          const el = document.querySelector('[data-testid=generated-images] img')
+          return el instanceof HTMLImageElement && el.complete && el.naturalWidth === 40
+        }, null, { timeout: T })
+        if (round === 0) await page.reload()
+      }
+      return page
+    },
+  ],
 ]
 
 // ---- runner -----------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ import type { ToolCall, Usage } from './api'
 import type { ChatState, Draft, Entry } from './chat'
 import { renderMarkdown } from './markdown'
 import { SearchSources } from './SearchSources'
+import { GeneratedImages } from './GeneratedImages'
 
 export function formatUsage(u: Usage): string {
   let s = `${u.total_tokens.toLocaleString('en')} tokens`
@@ -103,6 +104,9 @@ export function AssistantBody(props: { entry: Extract<Entry, { kind: 'assistant'
           <ToolCard call={c} state={props.state} toolServers={props.toolServers} />
           {c.function.name === 'web_search' && props.state.results[c.id]?.success !== false && props.state.results[c.id] && (
             <SearchSources content={props.state.results[c.id].content} />
+          )}
+          {(c.function.name === 'generate_image' || c.function.name === 'edit_image') && props.state.results[c.id]?.success !== false && props.state.results[c.id] && (
+            <GeneratedImages content={props.state.results[c.id].content} />
           )}
         </Fragment>
       ))}
