@@ -72,8 +72,10 @@ func Tools(cfg Config) []parley.Tool {
 	// The tool's own limit: the API's, and time to read the input and store the images.
 	d := cfg.Timeout + 15*time.Second
 	return []parley.Tool{
-		timed{&tools.Func{Def: x.generateSpec(), Fn: x.generate}, d},
-		timed{&tools.Func{Def: x.editSpec(), Fn: x.edit}, d},
+		// Session: the images are files of the run's stored session (not offered to a stateless
+		// /v1 conversation, like the artifact tools).
+		timed{&tools.Func{Def: x.generateSpec(), Fn: x.generate, Session: true}, d},
+		timed{&tools.Func{Def: x.editSpec(), Fn: x.edit, Session: true}, d},
 	}
 }
 

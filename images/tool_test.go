@@ -270,3 +270,13 @@ func TestUpstreamFailuresAndTimeout(t *testing.T) {
 		t.Fatalf("default timeout %s", d)
 	}
 }
+
+// The images are files of a stored session: the tools are not offered to a stateless /v1
+// conversation.
+func TestToolsNeedASession(t *testing.T) {
+	for _, tl := range Tools(Config{Backend: &OpenAI{}}) {
+		if sb, ok := tl.(tools.SessionBound); !ok || !sb.NeedsSession() {
+			t.Errorf("%s is not session-bound", tl.Spec().Name)
+		}
+	}
+}
