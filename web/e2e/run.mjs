@@ -273,6 +273,84 @@ const cases = [
     },
   ],
   [
+    'no layout jumps while an answer streams (layout-shift, positions of earlier messages)',
+    async () => {
+      // A first exchange that fills the viewport, so that the page scrolls from the start.
+      const first = 'A first answer. ' + Array.from({ length: 8 }, (_, i) => words(40, `f${i}x`)).join('\n\n')
+      await enqueue({ Content: first })
+      const page = await newPage()
+      // Count layout shifts from the start (hadRecentInput false only: typing and Enter are input).
+      await page.addInitScript(() => {
+        window.__shifts = []
+        new PerformanceObserver((l) => {
+          for (const e of l.getEntries()) if (!e.hadRecentInput) window.__shifts.push({ t: e.startTime, v: e.value })
+        }).observe({ type: 'layout-shift', buffered: true })
+      })
+      await page.goto(BASE + '/')
+      await send(page, 'First, something long')
+      await page.locator('[data-testid=assistant-message]', { hasText: 'f7x39' }).waitFor({ timeout: T })
+      await idle(page)
+      // The answer: a tool card, then reasoning, then many chunks of Markdown (paragraphs, a list,
+      // code), slowly, so that it grows past the viewport while the page follows the end.
+      const long = Array.from({ length: 14 }, (_, i) => `Paragraph ${i}: ` + words(18, `p${i}x`) + (i % 4 === 3 ? '\n\n- one\n- two\n\n```go\nfmt.Println("x")\n```' : '')).join('\n\n')
+      await enqueue(
+        { ToolCalls: [{ id: 'call_cls1', type: 'function', function: { name: 't__echo', arguments: '{"text":"steady"}' } }] },
+        { Reasoning: 'Thinking about a steady page. '.repeat(4), Content: long, Delay: ms(6) },
+      )
+      // Sample, every frame, where the earlier messages sit in the scrolled content (the page
+      // follows the end as the answer grows: positions are measured relative to the scroll
+      // container's content, not the viewport).
+      await page.evaluate(() => {
+        const s = (window.__stab = { t0: performance.now(), moves: [], frames: 0, base: new Map(), view: new Map(), done: false, followed: 0 })
+        const pos = (el) => {
+          const sc = document.querySelector('.messages')
+          return Math.round(el.getBoundingClientRect().top - sc.getBoundingClientRect().top + sc.scrollTop)
+        }
+        const tick = () => {
+          if (s.done) return
+          s.frames++
+          const sc = document.querySelector('.messages')
+          if (sc.scrollHeight - sc.scrollTop - sc.clientHeight < 2) s.followed++
+          const els = [...document.querySelectorAll('[data-testid=user-message], [data-testid=assistant-message]')]
+          for (const el of els) {
+            const key = el.innerText.slice(0, 40)
+            const y = pos(el)
+            if (!s.base.has(key)) s.base.set(key, y)
+            else if (Math.abs(s.base.get(key) - y) > 1) s.moves.push(`${key}: ${s.base.get(key)} → ${y} in the content`)
+            // On screen, following a growing answer moves earlier messages up, never down: a
+            // move down is content above the end shrinking (a panel collapsing, a row remeasured).
+            const top = Math.round(el.getBoundingClientRect().top)
+            if (s.view.has(key) && top > s.view.get(key) + 1) s.moves.push(`${key}: down from ${s.view.get(key)} to ${top} on screen`)
+            s.view.set(key, top)
+          }
+          requestAnimationFrame(tick)
+        }
+        requestAnimationFrame(tick)
+      })
+      await send(page, 'Now a long answer, please')
+      await page.locator('[data-testid=draft-message]', { hasText: 'p2x5' }).waitFor({ timeout: T })
+      await page.locator('[data-testid=assistant-message]', { hasText: 'p13x17' }).waitFor({ timeout: T })
+      await idle(page)
+      // A few frames more: the stored message has replaced the draft and been measured.
+      await page.evaluate(() => new Promise((r) => setTimeout(r, 500)))
+      const res = await page.evaluate(() => {
+        const s = window.__stab
+        s.done = true
+        const cls = window.__shifts.filter((e) => e.t >= s.t0).reduce((a, e) => a + e.v, 0)
+        return { cls, moves: s.moves, frames: s.frames, followed: s.followed, tracked: [...s.base.keys()] }
+      })
+      console.log(`    CLS while streaming ${res.cls.toFixed(4)}, ${res.frames} frames sampled, at the end in ${res.followed}`)
+      assert(res.tracked.some((k) => k.startsWith('First, something long')) && res.tracked.some((k) => k.startsWith('Now a long answer')), 'both questions were tracked: ' + res.tracked.join(' | '))
+      assert(res.frames > 30, 'sampled while streaming: ' + res.frames + ' frames')
+      assert((await page.locator('[data-testid=tool-card]').count()) > 0, 'the answer has its tool card')
+      assert(res.moves.length === 0, `earlier messages moved while the answer streamed (${res.moves.length}): ${res.moves.slice(0, 6).join('; ')}`)
+      assert(res.cls < 0.05, 'cumulative layout shift while streaming: ' + res.cls)
+      const box = await page.locator('.messages').evaluate((sc) => sc.scrollHeight - sc.scrollTop - sc.clientHeight)
+      assert(box < 2, 'the page followed the end of the answer: ' + box + ' px left below')
+      return page
+    },
+  ],
+  [
     'two pages on one session see the same run',
     async () => {
       await enqueue({ Content: 'First answer.' })
