@@ -2,7 +2,10 @@
 // started by cmd/parley's TestWebUIInABrowser, which passes:
 //   PARLEY_URL          a server in single-user mode (auth off on loopback)
 //   PARLEY_AUTH_URL     a server with --auth keys --guests
-//   PARLEY_CONTROL_URL  scripts the fake model: POST /enqueue [Turn…], POST /reset, GET /requests
+//   PARLEY_CONTROL_URL  scripts the fake model: POST /enqueue [Turn…], POST /reset, GET /requests;
+//                       POST /crash-restart SIGKILLs the PARLEY_CRASH_URL server and starts it again
+//   PARLEY_CRASH_URL    a server in a process of its own (same database, port and instance id after
+//                       a restart, so that it takes over the run the killed process left)
 //   PARLEY_CHROMIUM     the browser binary
 //   PARLEY_SCREENSHOTS  where the README's screenshots are written
 //   PARLEY_E2E_ONLY     optional: run only the cases whose name contains it
@@ -17,6 +20,7 @@ const here = path.dirname(fileURLToPath(import.meta.url))
 const BASE = process.env.PARLEY_URL
 const AUTH = process.env.PARLEY_AUTH_URL
 const CONTROL = process.env.PARLEY_CONTROL_URL
+const CRASH = process.env.PARLEY_CRASH_URL
 const SHOTS = process.env.PARLEY_SCREENSHOTS
 const ONLY = process.env.PARLEY_E2E_ONLY ?? ''
 if (!BASE || !CONTROL) {
@@ -347,6 +351,58 @@ const cases = [
       assert(res.cls < 0.05, 'cumulative layout shift while streaming: ' + res.cls)
       const box = await page.locator('.messages').evaluate((sc) => sc.scrollHeight - sc.scrollTop - sc.clientHeight)
       assert(box < 2, 'the page followed the end of the answer: ' + box + ' px left below')
+      return page
+    },
+  ],
+  [
+    'a run taken over after its server is killed shows its text once (recovered)',
+    async () => {
+      assert(CRASH, 'PARLEY_CRASH_URL is set')
+      const text = words(150, 'rc')
+      // The first process streams the answer slowly and is killed mid-answer; the process that
+      // takes the run over asks the model again, which answers the same text (faster).
+      await enqueue({ Content: text, Delay: ms(40) }, { Content: text, Delay: ms(10) })
+      const page = await newPage()
+      const frames = []
+      page.on('websocket', (ws) => ws.on('framereceived', (f) => typeof f.payload === 'string' && frames.push(f.payload)))
+      await page.goto(CRASH + '/')
+      await page.getByRole('heading', { name: 'What can I help with?' }).waitFor({ timeout: T })
+      await send(page, 'Count through a crash')
+      await page.locator('[data-testid=draft-message]', { hasText: 'rc20 ' }).waitFor({ timeout: T })
+      // From here on, every frame: what the draft shows (it must always be the start of the
+      // answer: never its beginning twice).
+      await page.evaluate(() => {
+        const s = (window.__drafts = { seen: [], done: false })
+        const tick = () => {
+          if (s.done) return
+          const d = document.querySelector('[data-testid=draft-message] .md')
+          if (d) s.seen.push(d.innerText.replace(/\s+/g, ' ').trim())
+          requestAnimationFrame(tick)
+        }
+        requestAnimationFrame(tick)
+      })
+      await control('POST', '/crash-restart') // SIGKILL, then the same server again
+      await page.locator('[data-testid=assistant-message]', { hasText: 'rc149' }).waitFor({ timeout: T })
+      await idle(page)
+      const seen = await page.evaluate(() => {
+        window.__drafts.done = true
+        return window.__drafts.seen
+      })
+      const recovered = frames.filter((f) => /"type":"status"/.test(f) && /"state":"recovered"/.test(f))
+      assert(recovered.length === 1, 'the page received the run\'s recovered status once: ' + recovered.length)
+      const at = frames.indexOf(recovered[0])
+      assert(frames.slice(0, at).some((f) => f.includes('"llm_chunk"')), 'the killed process had streamed part of the answer')
+      assert(frames.slice(at).filter((f) => f.includes('"llm_chunk"')).length > 10, 'the new process streamed the regenerated answer')
+      const bad = seen.filter((d) => !text.startsWith(d))
+      assert(bad.length === 0, `the draft showed text twice (${bad.length} frames of ${seen.length}), e.g. ${JSON.stringify(bad[0]?.slice(0, 160))}`)
+      assert(seen.some((d) => d.length > 0), 'the draft was sampled after the takeover: ' + seen.length)
+      const id = page.url().split('/s/')[1]
+      const stored = (await api('GET', `/api/v1/sessions/${id}/messages`, undefined, CRASH)).body.messages.filter((m) => m.role === 'assistant')
+      assert(stored.length === 1 && stored[0].content.trim() === text, 'one stored answer, the whole text: ' + JSON.stringify(stored.map((m) => m.content.slice(0, 40))))
+      assert((await lastAnswer(page)).trim() === text, 'the page shows the stored answer')
+      const all = await page.locator('.messages').innerText()
+      assert(count(all, 'rc5 ') === 1 && count(all, 'rc149') === 1, 'no text twice')
+      assert(count(all, 'Count through a crash') === 1, 'the question once')
       return page
     },
   ],
