@@ -927,6 +927,15 @@ for (const [name, fn] of cases) {
   } catch (e) {
     failed++
     console.log(`FAIL ${name}: ${e.stack ?? e}`)
+    // What the case's pages showed, to tell a slow or lost answer from a page that drew it wrong.
+    for (const c of contexts)
+      for (const p of c.pages()) {
+        const shown = await p
+          .evaluate(() => ({ url: location.href, conn: document.querySelector('.conn')?.textContent ?? '', text: document.querySelector('.messages')?.innerText ?? '' }))
+          .catch((err) => ({ error: String(err) }))
+        console.log(`     page: ${JSON.stringify(shown).slice(0, 1500)}`)
+        if (p.problems?.length) console.log(`     problems: ${p.problems.join(' | ')}`)
+      }
   }
   for (const c of contexts.splice(0)) await c.close().catch(() => {})
 }
