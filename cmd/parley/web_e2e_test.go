@@ -11,11 +11,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/files/filestest"
+	"github.com/parleyhq/parley/internal/testlog"
 	"github.com/parleyhq/parley/provider/llmtest"
 	"github.com/parleyhq/parley/store/sqlite"
 	"github.com/parleyhq/parley/tools/mcp/mcptest"
@@ -59,7 +62,9 @@ func TestWebUIInABrowser(t *testing.T) {
 	fake := llmtest.NewServer()
 	upstream := httptest.NewServer(fake)
 	defer upstream.Close()
-	control := httptest.NewServer(scriptControl(fake))
+	controls := http.NewServeMux()
+	controls.Handle("/", scriptControl(fake))
+	control := httptest.NewServer(controls)
 	defer control.Close()
 
 	cmd, args, env := mcptest.Command(mcptest.Options{})
@@ -84,7 +89,9 @@ func TestWebUIInABrowser(t *testing.T) {
 	base := startInProcess(t, imgEnv, append(common, "--db", dbPath)...)
 	big := bigSession(t, dbPath, 5000)
 	withKeys := startInProcess(t, imgEnv, append(common, "--auth", "keys", "--guests", "--guest-rate-limit", "off")...)
+	crashable := startCrashable(t, upstream.URL)
 
+	controls.HandleFunc("POST /crash-restart", crashable.crashRestart)
 	shots := os.Getenv("PARLEY_SCREENSHOTS")
 	if shots == "" {
 		shots, _ = filepath.Abs("../../docs/screenshots")
@@ -94,7 +101,7 @@ func TestWebUIInABrowser(t *testing.T) {
 	suite := exec.CommandContext(ctx, node, filepath.Join(webDir, "e2e", "run.mjs"))
 	suite.Dir = webDir
 	suite.Env = append(os.Environ(), "PARLEY_URL="+base, "PARLEY_AUTH_URL="+withKeys, "PARLEY_CONTROL_URL="+control.URL,
-		"PARLEY_CHROMIUM="+chromium, "PARLEY_SCREENSHOTS="+shots, "PARLEY_BIG_SESSION="+big)
+		"PARLEY_CRASH_URL="+crashable.url, "PARLEY_CHROMIUM="+chromium, "PARLEY_SCREENSHOTS="+shots, "PARLEY_BIG_SESSION="+big)
 	if only := os.Getenv("PARLEY_E2E_ONLY"); only != "" {
 		suite.Env = append(suite.Env, "PARLEY_E2E_ONLY="+only)
 	}
@@ -199,4 +206,101 @@ func scriptControl(fake *llmtest.Server) http.Handler {
 		_ = json.NewEncoder(w).Encode(out)
 	})
 	return mux
+}
+
+// crashableServer is a Parley server in a process of its own (the test binary as a child, see
+// TestMain) that the browser suite can SIGKILL mid-run and start again on the same database, port
+// and --instance-id (POST /crash-restart on the control server), so that the new process takes the
+// run over (a `recovered` run) while the page stays on the same origin.
+type crashableServer struct {
+	mu   sync.Mutex
+	args []string
+	url  string
+	cmd  *exec.Cmd
+	logs *testlog.Buffer
+}
+
+func startCrashable(t *testing.T, upstreamURL string) *crashableServer {
+	t.Helper()
+	cfg := map[string]any{"providers": []map[string]any{{"name": "oa", "kind": "openai", "base_url": upstreamURL + "/v1",
+		"api_key": "sk-test", "models": []string{"gpt-4o"}}}}
+	b, _ := json.Marshal(cfg)
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "crash.yaml")
+	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := &crashableServer{args: []string{"serve", "--log-format", "json", "--config", cfgPath, "--db", filepath.Join(dir, "crash.db"),
+		"--data-dir", filepath.Join(dir, "data"), "--instance-id", "e2e-crash", "--rate-limit", "off", "--provider-attempts", "1"}}
+	t.Cleanup(func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.stop()
+	})
+	if err := c.start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// start runs the server on addr and waits (at most 30 s) until it listens.
+func (c *crashableServer) start(addr string) error {
+	a, _ := json.Marshal(append(append([]string{}, c.args...), "--addr", addr))
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "PARLEY_E2E_CHILD=1", "PARLEY_E2E_ARGS="+string(a), "OPENAI_API_KEY=", "OPENAI_BASE_URL=")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	c.cmd, c.logs = cmd, &testlog.Buffer{}
+	found := make(chan string, 1)
+	go func() { // owned by the child: ends when its stderr closes, at its exit
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		sent := false
+		for sc.Scan() {
+			c.logs.Write([]byte(sc.Text() + "\n"))
+			if m := listenRE.FindStringSubmatch(sc.Text()); m != nil && !sent {
+				found <- m[1]
+				sent = true
+			}
+		}
+		if !sent {
+			close(found)
+		}
+	}()
+	select {
+	case got, ok := <-found:
+		if !ok {
+			c.stop()
+			return fmt.Errorf("the crashable server exited before listening:\n%s", c.logs)
+		}
+		c.url = "http://" + got
+		return nil
+	case <-time.After(30 * time.Second):
+		c.stop()
+		return fmt.Errorf("the crashable server did not listen within 30 s:\n%s", c.logs)
+	}
+}
+
+func (c *crashableServer) stop() {
+	if c.cmd != nil && c.cmd.ProcessState == nil {
+		_ = c.cmd.Process.Signal(syscall.SIGKILL)
+		_ = c.cmd.Wait()
+	}
+}
+
+// crashRestart SIGKILLs the server and starts it again on the same port.
+func (c *crashableServer) crashRestart(w http.ResponseWriter, r *http.Request) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stop()
+	if err := c.start(strings.TrimPrefix(c.url, "http://")); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }

@@ -2,7 +2,10 @@
 // started by cmd/parley's TestWebUIInABrowser, which passes:
 //   PARLEY_URL          a server in single-user mode (auth off on loopback)
 //   PARLEY_AUTH_URL     a server with --auth keys --guests
-//   PARLEY_CONTROL_URL  scripts the fake model: POST /enqueue [Turn…], POST /reset, GET /requests
+//   PARLEY_CONTROL_URL  scripts the fake model: POST /enqueue [Turn…], POST /reset, GET /requests;
+//                       POST /crash-restart SIGKILLs the PARLEY_CRASH_URL server and starts it again
+//   PARLEY_CRASH_URL    a server in a process of its own (same database, port and instance id after
+//                       a restart, so that it takes over the run the killed process left)
 //   PARLEY_CHROMIUM     the browser binary
 //   PARLEY_SCREENSHOTS  where the README's screenshots are written
 //   PARLEY_E2E_ONLY     optional: run only the cases whose name contains it
@@ -17,6 +20,7 @@ const here = path.dirname(fileURLToPath(import.meta.url))
 const BASE = process.env.PARLEY_URL
 const AUTH = process.env.PARLEY_AUTH_URL
 const CONTROL = process.env.PARLEY_CONTROL_URL
+const CRASH = process.env.PARLEY_CRASH_URL
 const SHOTS = process.env.PARLEY_SCREENSHOTS
 const ONLY = process.env.PARLEY_E2E_ONLY ?? ''
 if (!BASE || !CONTROL) {
@@ -269,6 +273,136 @@ const cases = [
       await send(page, 'While reconnecting')
       await page.getByText('Sent after the drop.').waitFor({ timeout: T })
       assert(count(await page.locator('.messages').innerText(), 'While reconnecting') === 1, 'the message was sent once')
+      return page
+    },
+  ],
+  [
+    'no layout jumps while an answer streams (layout-shift, positions of earlier messages)',
+    async () => {
+      // A first exchange that fills the viewport, so that the page scrolls from the start.
+      const first = 'A first answer. ' + Array.from({ length: 8 }, (_, i) => words(40, `f${i}x`)).join('\n\n')
+      await enqueue({ Content: first })
+      const page = await newPage()
+      // Count layout shifts from the start (hadRecentInput false only: typing and Enter are input).
+      await page.addInitScript(() => {
+        window.__shifts = []
+        new PerformanceObserver((l) => {
+          for (const e of l.getEntries()) if (!e.hadRecentInput) window.__shifts.push({ t: e.startTime, v: e.value })
+        }).observe({ type: 'layout-shift', buffered: true })
+      })
+      await page.goto(BASE + '/')
+      await send(page, 'First, something long')
+      await page.locator('[data-testid=assistant-message]', { hasText: 'f7x39' }).waitFor({ timeout: T })
+      await idle(page)
+      // The answer: a tool card, then reasoning, then many chunks of Markdown (paragraphs, a list,
+      // code), slowly, so that it grows past the viewport while the page follows the end.
+      const long = Array.from({ length: 14 }, (_, i) => `Paragraph ${i}: ` + words(18, `p${i}x`) + (i % 4 === 3 ? '\n\n- one\n- two\n\n```go\nfmt.Println("x")\n```' : '')).join('\n\n')
+      await enqueue(
+        { ToolCalls: [{ id: 'call_cls1', type: 'function', function: { name: 't__echo', arguments: '{"text":"steady"}' } }] },
+        { Reasoning: 'Thinking about a steady page. '.repeat(4), Content: long, Delay: ms(6) },
+      )
+      // Sample, every frame, where the earlier messages sit in the scrolled content (the page
+      // follows the end as the answer grows: positions are measured relative to the scroll
+      // container's content, not the viewport).
+      await page.evaluate(() => {
+        const s = (window.__stab = { t0: performance.now(), moves: [], frames: 0, base: new Map(), view: new Map(), done: false, followed: 0 })
+        const pos = (el) => {
+          const sc = document.querySelector('.messages')
+          return Math.round(el.getBoundingClientRect().top - sc.getBoundingClientRect().top + sc.scrollTop)
+        }
+        const tick = () => {
+          if (s.done) return
+          s.frames++
+          const sc = document.querySelector('.messages')
+          if (sc.scrollHeight - sc.scrollTop - sc.clientHeight < 2) s.followed++
+          const els = [...document.querySelectorAll('[data-testid=user-message], [data-testid=assistant-message]')]
+          for (const el of els) {
+            const key = el.innerText.slice(0, 40)
+            const y = pos(el)
+            if (!s.base.has(key)) s.base.set(key, y)
+            else if (Math.abs(s.base.get(key) - y) > 1) s.moves.push(`${key}: ${s.base.get(key)} → ${y} in the content`)
+            // On screen, following a growing answer moves earlier messages up, never down: a
+            // move down is content above the end shrinking (a panel collapsing, a row remeasured).
+            const top = Math.round(el.getBoundingClientRect().top)
+            if (s.view.has(key) && top > s.view.get(key) + 1) s.moves.push(`${key}: down from ${s.view.get(key)} to ${top} on screen`)
+            s.view.set(key, top)
+          }
+          requestAnimationFrame(tick)
+        }
+        requestAnimationFrame(tick)
+      })
+      await send(page, 'Now a long answer, please')
+      await page.locator('[data-testid=draft-message]', { hasText: 'p2x5' }).waitFor({ timeout: T })
+      await page.locator('[data-testid=assistant-message]', { hasText: 'p13x17' }).waitFor({ timeout: T })
+      await idle(page)
+      // A few frames more: the stored message has replaced the draft and been measured.
+      await page.evaluate(() => new Promise((r) => setTimeout(r, 500)))
+      const res = await page.evaluate(() => {
+        const s = window.__stab
+        s.done = true
+        const cls = window.__shifts.filter((e) => e.t >= s.t0).reduce((a, e) => a + e.v, 0)
+        return { cls, moves: s.moves, frames: s.frames, followed: s.followed, tracked: [...s.base.keys()] }
+      })
+      console.log(`    CLS while streaming ${res.cls.toFixed(4)}, ${res.frames} frames sampled, at the end in ${res.followed}`)
+      assert(res.tracked.some((k) => k.startsWith('First, something long')) && res.tracked.some((k) => k.startsWith('Now a long answer')), 'both questions were tracked: ' + res.tracked.join(' | '))
+      assert(res.frames > 30, 'sampled while streaming: ' + res.frames + ' frames')
+      assert((await page.locator('[data-testid=tool-card]').count()) > 0, 'the answer has its tool card')
+      assert(res.moves.length === 0, `earlier messages moved while the answer streamed (${res.moves.length}): ${res.moves.slice(0, 6).join('; ')}`)
+      assert(res.cls < 0.05, 'cumulative layout shift while streaming: ' + res.cls)
+      const box = await page.locator('.messages').evaluate((sc) => sc.scrollHeight - sc.scrollTop - sc.clientHeight)
+      assert(box < 2, 'the page followed the end of the answer: ' + box + ' px left below')
+      return page
+    },
+  ],
+  [
+    'a run taken over after its server is killed shows its text once (recovered)',
+    async () => {
+      assert(CRASH, 'PARLEY_CRASH_URL is set')
+      const text = words(150, 'rc')
+      // The first process streams the answer slowly and is killed mid-answer; the process that
+      // takes the run over asks the model again, which answers the same text (faster).
+      await enqueue({ Content: text, Delay: ms(40) }, { Content: text, Delay: ms(10) })
+      const page = await newPage()
+      const frames = []
+      page.on('websocket', (ws) => ws.on('framereceived', (f) => typeof f.payload === 'string' && frames.push(f.payload)))
+      await page.goto(CRASH + '/')
+      await page.getByRole('heading', { name: 'What can I help with?' }).waitFor({ timeout: T })
+      await send(page, 'Count through a crash')
+      await page.locator('[data-testid=draft-message]', { hasText: 'rc20 ' }).waitFor({ timeout: T })
+      // From here on, every frame: what the draft shows (it must always be the start of the
+      // answer: never its beginning twice).
+      await page.evaluate(() => {
+        const s = (window.__drafts = { seen: [], done: false })
+        const tick = () => {
+          if (s.done) return
+          const d = document.querySelector('[data-testid=draft-message] .md')
+          if (d) s.seen.push(d.innerText.replace(/\s+/g, ' ').trim())
+          requestAnimationFrame(tick)
+        }
+        requestAnimationFrame(tick)
+      })
+      await control('POST', '/crash-restart') // SIGKILL, then the same server again
+      await page.locator('[data-testid=assistant-message]', { hasText: 'rc149' }).waitFor({ timeout: T })
+      await idle(page)
+      const seen = await page.evaluate(() => {
+        window.__drafts.done = true
+        return window.__drafts.seen
+      })
+      const recovered = frames.filter((f) => /"type":"status"/.test(f) && /"state":"recovered"/.test(f))
+      assert(recovered.length === 1, 'the page received the run\'s recovered status once: ' + recovered.length)
+      const at = frames.indexOf(recovered[0])
+      assert(frames.slice(0, at).some((f) => f.includes('"llm_chunk"')), 'the killed process had streamed part of the answer')
+      assert(frames.slice(at).filter((f) => f.includes('"llm_chunk"')).length > 10, 'the new process streamed the regenerated answer')
+      const bad = seen.filter((d) => !text.startsWith(d))
+      assert(bad.length === 0, `the draft showed text twice (${bad.length} frames of ${seen.length}), e.g. ${JSON.stringify(bad[0]?.slice(0, 160))}`)
+      assert(seen.some((d) => d.length > 0), 'the draft was sampled after the takeover: ' + seen.length)
+      const id = page.url().split('/s/')[1]
+      const stored = (await api('GET', `/api/v1/sessions/${id}/messages`, undefined, CRASH)).body.messages.filter((m) => m.role === 'assistant')
+      assert(stored.length === 1 && stored[0].content.trim() === text, 'one stored answer, the whole text: ' + JSON.stringify(stored.map((m) => m.content.slice(0, 40))))
+      assert((await lastAnswer(page)).trim() === text, 'the page shows the stored answer')
+      const all = await page.locator('.messages').innerText()
+      assert(count(all, 'rc5 ') === 1 && count(all, 'rc149') === 1, 'no text twice')
+      assert(count(all, 'Count through a crash') === 1, 'the question once')
       return page
     },
   ],
@@ -819,6 +953,15 @@ for (const [name, fn] of cases) {
   } catch (e) {
     failed++
     console.log(`FAIL ${name}: ${e.stack ?? e}`)
+    // What the case's pages showed, to tell a slow or lost answer from a page that drew it wrong.
+    for (const c of contexts)
+      for (const p of c.pages()) {
+        const shown = await p
+          .evaluate(() => ({ url: location.href, conn: document.querySelector('.conn')?.textContent ?? '', text: document.querySelector('.messages')?.innerText ?? '' }))
+          .catch((err) => ({ error: String(err) }))
+        console.log(`     page: ${JSON.stringify(shown).slice(0, 1500)}`)
+        if (p.problems?.length) console.log(`     problems: ${p.problems.join(' | ')}`)
+      }
   }
   for (const c of contexts.splice(0)) await c.close().catch(() => {})
 }

@@ -238,13 +238,25 @@ export function ChatView(p: Props) {
   )
 }
 
-type Row = Entry | { kind: 'draft'; id: 'draft' }
+type Row = Entry | { kind: 'draft'; id: string }
+
+// No layout jumps while text streams: the list follows the end, so content that grows moves what
+// is above it up, as intended, but content that shrinks (a row first drawn at an estimate larger
+// than it turns out, a size cached for another row) moves it down, a jump. So estimates of the
+// rows that appear at the end err low, each draft is a row of its own (a key of its own, never a
+// size cached from the previous answer's draft), the stored answer that replaces a draft is first
+// estimated at the draft's size, and the "answering" row goes once the final answer is stored.
+const estimate = { draft: 32, user: 56, error: 56, assistant: 120 }
 
 function Messages(props: { state: ChatState; loading: boolean; running: boolean; toolServers: Record<string, string>; onRetry: () => void }) {
   const { state } = props
   const rows: Row[] = useMemo(() => {
     const r: Row[] = [...state.entries]
-    if (props.running || state.draft.text || state.draft.reasoning) r.push({ kind: 'draft', id: 'draft' })
+    const last = state.entries[state.entries.length - 1]
+    // A final answer (an assistant message without tool calls) ends the run: no "answering" row
+    // after it while the run's `done` is on its way.
+    const answered = last?.kind === 'assistant' && last.toolCalls.length === 0 && !last.partial
+    if ((props.running && !answered) || state.draft.text || state.draft.reasoning) r.push({ kind: 'draft', id: 'draft-' + state.entries.length })
     return r
   }, [state.entries, state.draft, props.running])
   const lastError = useMemo(() => {
@@ -254,10 +266,15 @@ function Messages(props: { state: ChatState; loading: boolean; running: boolean;
 
   const scroller = useRef<HTMLDivElement>(null)
   const atBottom = useRef(true)
+  const draftSize = useRef(0) // the height of the latest draft row, as measured
   const v = useVirtualizer({
     count: rows.length,
     getScrollElement: () => scroller.current,
-    estimateSize: () => 120,
+    estimateSize: (i) => {
+      const row = rows[i]
+      if (row.kind === 'assistant' && i === state.entries.length - 1 && draftSize.current) return draftSize.current
+      return estimate[row.kind]
+    },
     overscan: 6,
     getItemKey: (i) => rows[i].id,
   })
@@ -296,7 +313,15 @@ function Messages(props: { state: ChatState; loading: boolean; running: boolean;
           {items.map((it) => {
             const row = rows[it.index]
             return (
-              <div key={it.key} data-index={it.index} ref={v.measureElement} className="row">
+              <div
+                key={it.key}
+                data-index={it.index}
+                ref={(el) => {
+                  v.measureElement(el)
+                  if (el && row.kind === 'draft') draftSize.current = el.getBoundingClientRect().height
+                }}
+                className="row"
+              >
                 <RowView row={row} state={state} toolServers={props.toolServers} canRetry={row.id === lastError} onRetry={props.onRetry} />
               </div>
             )
