@@ -886,6 +886,27 @@ const cases = [
       await cards.first().waitFor({ timeout: T })
       assert((await cards.count()) === 2, 'two source cards')
       assert((await cards.first().locator('a').getAttribute('href')) === 'https://github.com/parleyhq/parley', 'the card links its URL')
+      // An update is a new version: the panel shows it, lists both versions, shows the older one
+      // on request, and downloads the version shown.
+      const sid = /\/s\/([0-9a-fA-F-]+)/.exec(page.url())[1]
+      const art = (await api('GET', `/api/v1/sessions/${sid}/artifacts`)).body.artifacts[0]
+      await enqueue(
+        { ToolCalls: [{ id: 'call_ra2', type: 'function', function: { name: 'update_artifact', arguments: JSON.stringify({ id: art.id, content: component.replace('clicked', 'pressed') }) } }] },
+        { Content: 'Updated the counter.' },
+      )
+      await send(page, 'Say pressed instead')
+      await page.getByText('Updated the counter.').waitFor({ timeout: T })
+      const codeView = page.locator('[data-testid=artifact-code]')
+      await page.waitForFunction(() => document.querySelector('[data-testid=artifact-code]')?.textContent?.includes('pressed {n}'), null, { timeout: T })
+      const versions = page.getByRole('combobox', { name: 'Version' })
+      assert((await versions.locator('option').allInnerTexts()).join('|') === 'v2 (latest)|v1', 'both versions are listed, newest first')
+      await versions.selectOption('1')
+      await page.waitForFunction(() => document.querySelector('[data-testid=artifact-code]')?.textContent?.includes('clicked {n}'), null, { timeout: T })
+      const [dl] = await Promise.all([page.waitForEvent('download', { timeout: T }), page.getByRole('button', { name: 'Download' }).click()])
+      assert(dl.suggestedFilename() === 'Counter-v1.jsx', `download name ${dl.suggestedFilename()}`)
+      const saved = fs.readFileSync(await dl.path(), 'utf8')
+      assert(saved === component, 'the download holds the version shown')
+      assert((await codeView.innerText()).includes('clicked {n}'), 'the older version stays shown')
       // After a reload both are still there (the panel reads the API, the cards the stored result).
       await page.reload()
       await page.locator('[data-testid=search-sources] .source-card').first().waitFor({ timeout: T })

@@ -3,6 +3,7 @@
 // render URL, or as its code.
 import { useEffect, useState } from 'react'
 import { api } from './api'
+import { fileName } from './artifactFile'
 
 export interface Artifact {
   id: string
@@ -16,6 +17,18 @@ export interface Artifact {
 }
 
 export const listArtifacts = (session: string) => api<{ artifacts: Artifact[] }>('GET', `/api/v1/sessions/${session}/artifacts`)
+export const getArtifact = (id: string, version: number) => api<Artifact>('GET', `/api/v1/artifacts/${id}?version=${version}`)
+
+function download(a: Artifact) {
+  const url = URL.createObjectURL(new Blob([a.content], { type: 'text/plain;charset=utf-8' }))
+  const link = document.createElement('a')
+  link.href = url
+  link.download = fileName(a)
+  document.body.appendChild(link)
+  link.click()
+  link.remove()
+  setTimeout(() => URL.revokeObjectURL(url), 10_000)
+}
 
 // ArtifactPanel lists the session's artifacts; tick changes when an artifact event arrives.
 export function ArtifactPanel(props: { sessionId?: string; tick: number }) {
@@ -23,6 +36,8 @@ export function ArtifactPanel(props: { sessionId?: string; tick: number }) {
   const [current, setCurrent] = useState<string>('')
   const [code, setCode] = useState(false)
   const [open, setOpen] = useState(true)
+  // An older version picked in the version list (null: the latest).
+  const [older, setOlder] = useState<Artifact | null>(null)
 
   useEffect(() => {
     let alive = true
@@ -48,8 +63,15 @@ export function ArtifactPanel(props: { sessionId?: string; tick: number }) {
     }
   }, [props.sessionId, props.tick])
 
+  useEffect(() => setOlder(null), [current, props.tick])
+
   if (items.length === 0) return null
-  const a = items.find((x) => x.id === current) ?? items[items.length - 1]
+  const latest = items.find((x) => x.id === current) ?? items[items.length - 1]
+  const a = older && older.id === latest.id ? older : latest
+  const pickVersion = (v: number) => {
+    if (v === latest.version) return setOlder(null)
+    getArtifact(latest.id, v).then(setOlder, () => {})
+  }
   const shownAsCode = code || !['react', 'html', 'svg'].includes(a.type)
   return (
     <aside className={'artifacts' + (open ? '' : ' closed')} data-testid="artifacts" aria-label="Artifacts">
@@ -62,10 +84,21 @@ export function ArtifactPanel(props: { sessionId?: string; tick: number }) {
             <select aria-label="Artifact" value={a.id} onChange={(e) => setCurrent(e.target.value)}>
               {items.map((x) => (
                 <option key={x.id} value={x.id}>
-                  {x.title} (v{x.version})
+                  {x.title}
                 </option>
               ))}
             </select>
+            <select aria-label="Version" value={a.version} onChange={(e) => pickVersion(Number(e.target.value))}>
+              {Array.from({ length: latest.version }, (_, i) => latest.version - i).map((v) => (
+                <option key={v} value={v}>
+                  v{v}
+                  {v === latest.version ? ' (latest)' : ''}
+                </option>
+              ))}
+            </select>
+            <button type="button" onClick={() => download(a)}>
+              Download
+            </button>
             {['react', 'html', 'svg'].includes(a.type) && (
               <button type="button" aria-pressed={code} onClick={() => setCode(!code)}>
                 {code ? 'Preview' : 'Code'}
