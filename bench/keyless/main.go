@@ -9,10 +9,8 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -26,6 +24,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/parleyhq/parley/bench/internal/benchproc"
 )
 
 func main() {
@@ -86,12 +86,12 @@ func run() error {
 	if o.extra != "" {
 		args = append(args, strings.Fields(o.extra)...)
 	}
-	srv, err := start(ctx, o.parley, args...)
+	srv, err := benchproc.Start(ctx, o.parley, args...)
 	if err != nil {
 		return err
 	}
-	defer srv.stop()
-	base, err := rss(srv.cmd.Process.Pid, "VmRSS:")
+	defer srv.Stop()
+	base, err := benchproc.RSS(srv.Cmd.Process.Pid, "VmRSS:")
 	if err != nil {
 		return err
 	}
@@ -108,13 +108,13 @@ func run() error {
 	t0 := time.Now()
 	stopProbe := make(chan struct{})
 	probes := make(chan []time.Duration, 1)
-	go func() { probes <- probe(ctx, srv.url, stopProbe) }()
+	go func() { probes <- probe(ctx, srv.URL, stopProbe) }()
 	for range o.n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for range o.rounds {
-				st := post(ctx, client, srv.url+"/api/v1/chat", body, key)
+				st := post(ctx, client, srv.URL+"/api/v1/chat", body, key)
 				mu.Lock()
 				statuses[st]++
 				mu.Unlock()
@@ -125,7 +125,7 @@ func run() error {
 	elapsed := time.Since(t0)
 	close(stopProbe)
 	lat := <-probes
-	peak, err := rss(srv.cmd.Process.Pid, "VmHWM:")
+	peak, err := benchproc.RSS(srv.Cmd.Process.Pid, "VmHWM:")
 	if err != nil {
 		return err
 	}
@@ -197,69 +197,4 @@ func probe(ctx context.Context, base string, stop <-chan struct{}) []time.Durati
 			out = append(out, time.Since(t0))
 		}
 	}
-}
-
-// proc is a child process that announced its listening address.
-type proc struct {
-	cmd *exec.Cmd
-	url string
-}
-
-var listenRE = regexp.MustCompile(`msg=listening.*?addr=([0-9.]+:[0-9]+)`)
-
-func start(ctx context.Context, bin string, args ...string) (*proc, error) {
-	cmd := exec.CommandContext(ctx, bin, args...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if m := listenRE.FindStringSubmatch(sc.Text()); m != nil {
-				select {
-				case found <- m[1]:
-				default:
-				}
-			}
-		}
-	}()
-	select {
-	case addr := <-found:
-		return &proc{cmd: cmd, url: "http://" + addr}, nil
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		return nil, fmt.Errorf("%s %s did not start", bin, args[0])
-	}
-}
-
-func (p *proc) stop() {
-	_ = p.cmd.Process.Signal(os.Interrupt)
-	done := make(chan struct{})
-	go func() { _ = p.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-	}
-}
-
-// rss reads one of the process's memory figures (VmRSS:, VmHWM:) from /proc.
-func rss(pid int, field string) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, field) {
-			f := strings.Fields(line)
-			kb, err := strconv.ParseInt(f[1], 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, errors.New(field + " not found")
 }

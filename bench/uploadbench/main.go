@@ -9,12 +9,10 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"hash"
@@ -25,12 +23,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/parleyhq/parley/bench/internal/benchproc"
 )
 
 func main() {
@@ -77,13 +76,13 @@ func run() error {
 			return err
 		}
 		db := filepath.Join(dir, fmt.Sprintf("u%d.db", i))
-		srv, err := start(ctx, *bin, "serve", "--addr", "127.0.0.1:0", "--db", db, "--max-file-bytes", strconv.FormatInt(size+1, 10),
+		srv, err := benchproc.Start(ctx, *bin, "serve", "--addr", "127.0.0.1:0", "--db", db, "--max-file-bytes", strconv.FormatInt(size+1, 10),
 			"--file-quota-bytes", "0")
 		if err != nil {
 			return err
 		}
 		r, err := measure(srv, size)
-		srv.stop()
+		srv.Stop()
 		os.RemoveAll(db + ".data")
 		if err != nil {
 			return err
@@ -148,11 +147,11 @@ func (s *source) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func measure(srv *proc, size int64) (result, error) {
+func measure(srv *benchproc.Proc, size int64) (result, error) {
 	r := result{size: size}
-	pid := srv.cmd.Process.Pid
+	pid := srv.Cmd.Process.Pid
 	var err error
-	if r.before, err = rss(pid, "VmRSS:"); err != nil {
+	if r.before, err = benchproc.RSS(pid, "VmRSS:"); err != nil {
 		return r, err
 	}
 	var sent atomic.Int64
@@ -185,7 +184,7 @@ func measure(srv *proc, size int64) (result, error) {
 				return
 			case <-tick.C:
 			}
-			v, err := rss(pid, "VmRSS:")
+			v, err := benchproc.RSS(pid, "VmRSS:")
 			if err != nil {
 				continue
 			}
@@ -197,7 +196,7 @@ func measure(srv *proc, size int64) (result, error) {
 		}
 	}()
 	t0 := time.Now()
-	req, _ := http.NewRequest("POST", srv.url+"/api/v1/files", pr)
+	req, _ := http.NewRequest("POST", srv.URL+"/api/v1/files", pr)
 	req.Header.Set("Content-Type", mw.FormDataContentType())
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -224,73 +223,8 @@ func measure(srv *proc, size int64) (result, error) {
 	}
 	r.serverSHA, r.localSHA = out.Files[0].SHA256, hex.EncodeToString(src.h.Sum(nil))
 	if r.quarters[3] == 0 { // the last quarter ended between samples
-		r.quarters[3], _ = rss(pid, "VmRSS:")
+		r.quarters[3], _ = benchproc.RSS(pid, "VmRSS:")
 	}
-	r.hwm, err = rss(pid, "VmHWM:")
+	r.hwm, err = benchproc.RSS(pid, "VmHWM:")
 	return r, err
-}
-
-// proc is a child process that announced its listening address.
-type proc struct {
-	cmd *exec.Cmd
-	url string
-}
-
-var listenRE = regexp.MustCompile(`msg=listening.*?addr=([0-9.]+:[0-9]+)`)
-
-func start(ctx context.Context, bin string, args ...string) (*proc, error) {
-	cmd := exec.CommandContext(ctx, bin, args...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if m := listenRE.FindStringSubmatch(sc.Text()); m != nil {
-				select {
-				case found <- m[1]:
-				default:
-				}
-			}
-		}
-	}()
-	select {
-	case addr := <-found:
-		return &proc{cmd: cmd, url: "http://" + addr}, nil
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		return nil, fmt.Errorf("%s %s did not start", bin, args[0])
-	}
-}
-
-func (p *proc) stop() {
-	_ = p.cmd.Process.Signal(os.Interrupt)
-	done := make(chan struct{})
-	go func() { _ = p.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-	}
-}
-
-// rss reads one of the process's memory figures (VmRSS:, VmHWM:) from /proc.
-func rss(pid int, field string) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, field) {
-			f := strings.Fields(line)
-			kb, err := strconv.ParseInt(f[1], 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, errors.New(field + " not found")
 }
