@@ -1,0 +1,321 @@
+// Package stream carries each session's stream of run events from the run that produces them to
+// the store, to the other instances (a relay) and to any number of readers on this instance.
+//
+// A producer (a run) opens a Writer on its session, appends events and closes it; the Writer
+// numbers the events (reserving sequence numbers in blocks, so that a restart never gives a number
+// twice), encodes each to JSON once, keeps the latest in the session's ring, writes them to the
+// store in batches and publishes them to the relay. A reader subscribes after a sequence number
+// and gets every later event once, in order: from the ring when it holds them, otherwise (it fell
+// behind the ring, or joined late) from the store, then the relay, until it reaches the ring again.
+//
+// The ring is bounded in events and in bytes, so a run's memory does not grow with its answer; it
+// never drops an event the store has not taken (a producer that outruns the store waits for it, up
+// to a bound), so a reader that falls behind can always catch up from the store. Every reader of a
+// session shares the ring's frames: an event is encoded once however many read it.
+package stream
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	parley "github.com/parleyhq/parley"
+)
+
+// Join, as a subscription's starting point, joins a session as it is: from the first event of its
+// active run (what it has produced so far, then live), or from the next run it begins.
+const Join int64 = -1
+
+// Defaults of Options.
+const (
+	DefaultRingEvents = 4096
+	DefaultRingBytes  = 64 << 10
+	DefaultBlock      = 1024
+	DefaultFlushEvery = 100 * time.Millisecond
+)
+
+// storeTimeout bounds each store or relay call.
+const storeTimeout = 10 * time.Second
+
+// backpressureWait bounds how long a producer waits for the store to take the events its ring
+// holds; past it the ring drops them anyway (they are then lost to a reader that falls behind).
+const backpressureWait = 30 * time.Second
+
+// readBatch bounds the events read from the store or the relay at a time, and handed out by one
+// Next.
+const readBatch = 256
+
+// writeBatch bounds the events of one store write or relay publish.
+const writeBatch = 512
+
+// Numbers reserves a session's sequence numbers. parley.EventStore implements it.
+type Numbers interface {
+	// ReserveEventSeqs reserves n numbers and returns the first; a reservation survives a crash.
+	ReserveEventSeqs(ctx context.Context, sessionID string, n int64) (first int64, err error)
+	// ReleaseEventSeqs gives back the numbers after last when limit is still the last reserved.
+	ReleaseEventSeqs(ctx context.Context, sessionID string, limit, last int64) error
+}
+
+// Relay carries a session's events between instances.
+type Relay interface {
+	// Publish hands the session's events (in order) to the other instances.
+	Publish(ctx context.Context, sessionID string, evs []parley.Event) error
+	// Range returns up to max of the session's published events with Seq > after, in order.
+	Range(ctx context.Context, sessionID string, after int64, max int) ([]parley.Event, error)
+	// Watch ticks its channel when the session may have new events; stop ends it.
+	Watch(sessionID string) (tick <-chan struct{}, stop func())
+}
+
+// FramePublisher is a Relay that takes the frames' JSON as it is, rather than encoding each
+// event again.
+type FramePublisher interface {
+	PublishFrames(ctx context.Context, sessionID string, frames []*Frame) error
+}
+
+// Metrics records the store's and the relay's batches and readers that fall behind.
+type Metrics interface {
+	// SubscriberDetached: a reader fell behind the ring and reads on its own; SubscriberCaughtUp:
+	// it reached the ring again.
+	SubscriberDetached()
+	SubscriberCaughtUp()
+	// StoreAppend: one AppendEvents call took d; RelayPublish: one Publish took d.
+	StoreAppend(d time.Duration, failed bool)
+	RelayPublish(d time.Duration, failed bool)
+}
+
+// Options configure a Hub.
+type Options struct {
+	// Store keeps the events (each Writer writes its own in batches) and is where a reader that
+	// fell behind the ring catches up. Nil: events live in memory only.
+	Store parley.EventStore
+	// Numbers reserves sequence numbers; nil: Store, or (no Store) numbers kept in memory.
+	Numbers Numbers
+	// Relay carries the events to and from other instances; nil: one instance.
+	Relay Relay
+	// RemoteRun returns the first sequence number of the session's run active on another
+	// instance, or 0 (nil: none). A reader joining a session uses it.
+	RemoteRun func(ctx context.Context, sessionID string) int64
+	// RingEvents and RingBytes bound each session's ring (defaults DefaultRingEvents and
+	// DefaultRingBytes). Events the store has not taken stay in the ring past the bound.
+	RingEvents int
+	RingBytes  int
+	// Block is how many sequence numbers a Writer reserves at a time (default DefaultBlock).
+	Block int64
+	// FlushEvery is how long events wait to be written to the store, so that a stream of small
+	// chunks costs a few writes a second (default DefaultFlushEvery).
+	FlushEvery time.Duration
+	Log        *slog.Logger
+	Metrics    Metrics
+}
+
+// Hub holds the streams of the sessions this instance writes or reads.
+type Hub struct {
+	opts Options
+	ctx  context.Context
+
+	mu       sync.Mutex
+	sessions map[string]*session
+	memSeq   map[string]int64 // the last number reserved per session, without Numbers
+}
+
+// New returns a Hub.
+func New(opts Options) *Hub {
+	if opts.RingEvents <= 0 {
+		opts.RingEvents = DefaultRingEvents
+	}
+	if opts.RingBytes <= 0 {
+		opts.RingBytes = DefaultRingBytes
+	}
+	if opts.Block <= 0 {
+		opts.Block = DefaultBlock
+	}
+	if opts.FlushEvery <= 0 {
+		opts.FlushEvery = DefaultFlushEvery
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Numbers == nil && opts.Store != nil {
+		opts.Numbers = opts.Store
+	}
+	return &Hub{opts: opts, ctx: context.Background(), sessions: map[string]*session{}, memSeq: map[string]int64{}}
+}
+
+// Frame is one event of a session's stream with its JSON encoding, made once and shared by every
+// reader: read it, never change it.
+type Frame struct {
+	parley.Event
+	JSON []byte
+}
+
+// frameOverhead is what a frame costs beyond its JSON and the event's strings: the Frame itself
+// and the ring's pointer to it.
+const frameOverhead = 320
+
+// size is the memory a frame holds, about: the event's strings are about as long as its JSON.
+func (f *Frame) size() int { return frameOverhead + 2*len(f.JSON) }
+
+// Encode makes the frames of events. An event that cannot be encoded (a bug) is logged and left
+// out: no client could read it.
+func (h *Hub) encode(evs []parley.Event) []*Frame {
+	frames := make([]*Frame, 0, len(evs))
+	for i := range evs {
+		if f := h.frame(evs[i]); f != nil {
+			frames = append(frames, f)
+		}
+	}
+	return frames
+}
+
+func (h *Hub) frame(ev parley.Event) *Frame {
+	f := &Frame{Event: ev}
+	b, err := json.Marshal(&f.Event)
+	if err != nil {
+		h.opts.Log.Error("could not encode an event", "session", ev.SessionID, "seq", ev.Seq, "err", err)
+		return nil
+	}
+	f.JSON = b
+	return f
+}
+
+// ring is a bounded FIFO of frames in increasing Seq. Pushing and popping cost O(1) (the buffer
+// doubles when full, which is amortized O(1), and never shrinks while the session lives).
+type ring struct {
+	buf   []*Frame
+	head  int
+	n     int
+	bytes int
+}
+
+func (r *ring) push(f *Frame) {
+	if r.n == len(r.buf) {
+		nb := make([]*Frame, max(16, 2*len(r.buf)))
+		for i := range r.n {
+			nb[i] = r.at(i)
+		}
+		r.buf, r.head = nb, 0
+	}
+	r.buf[(r.head+r.n)%len(r.buf)] = f
+	r.n++
+	r.bytes += f.size()
+}
+
+func (r *ring) pop() *Frame {
+	f := r.buf[r.head]
+	r.buf[r.head] = nil
+	r.head = (r.head + 1) % len(r.buf)
+	r.n--
+	r.bytes -= f.size()
+	return f
+}
+
+func (r *ring) at(i int) *Frame { return r.buf[(r.head+i)%len(r.buf)] }
+
+// after returns the position of the first frame with Seq > seq (r.n when none).
+func (r *ring) after(seq int64) int {
+	if r.n == 0 || r.at(0).Seq > seq {
+		return 0
+	}
+	// Most rings are gapless: try the direct position first.
+	if i := int(seq - r.at(0).Seq + 1); i >= 0 && i < r.n && r.at(i).Seq == seq+1 && r.at(i-1).Seq == seq {
+		return i
+	}
+	return sort.Search(r.n, func(i int) bool { return r.at(i).Seq > seq })
+}
+
+func (r *ring) clear() {
+	clear(r.buf)
+	r.head, r.n, r.bytes = 0, 0, 0
+}
+
+// session is one session's stream on this instance: its ring, its writer (a run of this
+// instance) if any, its readers, and its feeder (the relay's events of a run on another instance).
+type session struct {
+	h  *Hub
+	id string
+
+	refs int // writers and subscriptions holding it, under h.mu
+
+	mu sync.Mutex
+	// The ring holds every existing event with Seq in (from, last]; from is Join while nothing
+	// placed the ring yet (no run seen).
+	ring       ring
+	from, last int64
+	// joinFrom is where a reader that joined before any run was seen starts: the first run's.
+	joinFrom int64
+	// stored: with a store and a writer, the events up to stored are written (or given up on);
+	// the ring drops nothing after it.
+	stored int64
+	w      *Writer
+	// active is the first Seq of the run in progress, here (w) or on another instance (seen by
+	// the feeder); 0 when none is.
+	active int64
+	subs   int           // open subscriptions, under h.mu
+	wake   chan struct{} // closed and replaced whenever the ring changes or a run opens
+	gen    int64         // counts the wakes
+	// progress is closed and replaced when the store writer has stored a batch.
+	progress chan struct{}
+
+	feedCancel context.CancelFunc // the feeder's, while it runs
+	feedDone   chan struct{}
+}
+
+// get returns the session's stream, created if needed, holding one more reference.
+func (h *Hub) get(sessionID string) *session {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.sessions[sessionID]
+	if s == nil {
+		s = &session{h: h, id: sessionID, from: Join, last: Join, joinFrom: Join, stored: Join,
+			wake: make(chan struct{}), progress: make(chan struct{})}
+		h.sessions[sessionID] = s
+	}
+	s.refs++
+	return s
+}
+
+// put drops a reference; the last one forgets the session's stream.
+func (h *Hub) put(s *session) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s.refs--; s.refs <= 0 && h.sessions[s.id] == s {
+		delete(h.sessions, s.id)
+	}
+}
+
+// wakeLocked wakes every reader waiting on the session. Call with s.mu held.
+func (s *session) wakeLocked() {
+	close(s.wake)
+	s.wake = make(chan struct{})
+	s.gen++
+}
+
+// trimLocked drops the oldest frames past the ring's bounds, but none the store has not taken.
+// It reports whether frames are left past the bounds for want of the store. Call with s.mu held.
+func (s *session) trimLocked() (blocked bool) {
+	o := &s.h.opts
+	for s.ring.n > 0 && (s.ring.n > o.RingEvents || s.ring.bytes > o.RingBytes) {
+		if s.w != nil && o.Store != nil && s.ring.at(0).Seq > s.stored {
+			return true
+		}
+		s.from = s.ring.pop().Seq
+	}
+	return false
+}
+
+// overLocked reports whether the ring holds so much the store has not taken that its producer
+// must wait: four times its bounds.
+func (s *session) overLocked() bool {
+	o := &s.h.opts
+	return s.ring.n > 4*o.RingEvents || s.ring.bytes > 4*o.RingBytes
+}
+
+// Sessions returns how many sessions' streams the hub holds (tests, metrics).
+func (h *Hub) Sessions() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.sessions)
+}

@@ -1,0 +1,358 @@
+package stream
+
+import (
+	"context"
+	"time"
+
+	parley "github.com/parleyhq/parley"
+)
+
+// Writer is the producer of one run's events in its session's stream. Append, GiveBack and Next
+// are called by one goroutine at a time (the run's emitter); Close by its owner once.
+type Writer struct {
+	h     *Hub
+	s     *session
+	first int64
+	next  int64 // the Seq the next Append gets
+	limit int64 // the last number reserved
+
+	closed  bool          // under s.mu: nothing more is appended
+	closing chan struct{} // closed by Close: the store writer and the relay publisher drain and stop
+	urge    chan struct{} // the producer waits for the store: write now
+	written chan struct{} // closed when the store writer has stopped
+	relayed chan struct{} // closed when the relay publisher has stopped
+	dropped bool
+}
+
+// Open reserves the first block of sequence numbers of a new run of the session and returns its
+// Writer: the session's readers see the run from now (a reader joining the session starts at its
+// first event). The caller must Close (or Abandon) it, then Drop it.
+func (h *Hub) Open(ctx context.Context, sessionID string) (*Writer, error) {
+	first, err := h.reserve(ctx, sessionID, h.opts.Block)
+	if err != nil {
+		return nil, err
+	}
+	s := h.get(sessionID)
+	w := &Writer{h: h, s: s, first: first, next: first, limit: first + h.opts.Block - 1,
+		closing: make(chan struct{}), urge: make(chan struct{}, 1), written: make(chan struct{}), relayed: make(chan struct{})}
+	s.mu.Lock()
+	s.w = w
+	if s.last != first-1 {
+		// The first run seen here, or the session's runs went on elsewhere meanwhile: the ring
+		// starts again at this run; a reader before it catches up from the store.
+		s.ring.clear()
+		s.from, s.last = first-1, first-1
+	}
+	if s.joinFrom == Join {
+		s.joinFrom = first - 1
+	}
+	s.active = first
+	s.stored = first - 1
+	s.wakeLocked()
+	s.mu.Unlock()
+	if h.opts.Store != nil {
+		go w.writeStore()
+	} else {
+		close(w.written)
+	}
+	if h.opts.Relay != nil {
+		go w.publish()
+	} else {
+		close(w.relayed)
+	}
+	return w, nil
+}
+
+// FirstSeq is the Seq of the run's first event: its readers start after FirstSeq()-1.
+func (w *Writer) FirstSeq() int64 { return w.first }
+
+// Next returns the Seq the next Append gets.
+func (w *Writer) Next() int64 { return w.next }
+
+// Append stamps ev with the next sequence number (reserving another block when the run has used
+// its numbers), encodes it, and hands it to the session's readers, the store and the relay. It
+// returns ev as stamped. When the ring holds four times its bounds of events the store has not
+// taken, Append waits for the store (up to a bound). Appending after Close does nothing and
+// returns ev with Seq 0.
+func (w *Writer) Append(ev parley.Event) parley.Event {
+	s, h := w.s, w.h
+	if w.next > w.limit {
+		first, err := h.reserve(h.ctx, s.id, h.opts.Block)
+		switch {
+		case err != nil:
+			// Numbering goes on; only a crash of this process could now reuse numbers.
+			h.opts.Log.Error("could not reserve event numbers", "session", s.id, "err", err)
+		case first != w.next:
+			h.opts.Log.Error("event numbers reserved out of order", "session", s.id, "want", w.next, "got", first)
+		default:
+			w.limit = first + h.opts.Block - 1
+		}
+	}
+	ev.Seq = w.next
+	f := h.frame(ev)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w.closed {
+		ev.Seq = 0
+		return ev
+	}
+	w.next++
+	if f == nil {
+		return ev
+	}
+	s.ring.push(f)
+	s.last = f.Seq
+	blocked := s.trimLocked()
+	s.wakeLocked()
+	if blocked && s.overLocked() {
+		w.waitForStoreLocked()
+	}
+	return ev
+}
+
+// waitForStoreLocked waits, with s.mu held (released while waiting), until the store has taken
+// enough of the ring's events for it to be within four times its bounds, or backpressureWait
+// has passed: then the ring drops the oldest events anyway.
+func (w *Writer) waitForStoreLocked() {
+	s := w.s
+	deadline := time.Now().Add(backpressureWait)
+	for s.overLocked() && s.trimLocked() {
+		left := time.Until(deadline)
+		if left <= 0 {
+			w.h.opts.Log.Error("the store did not take a run's events in time: dropped from memory before they were stored",
+				"session", s.id, "from", s.ring.at(0).Seq, "stored", s.stored)
+			for s.overLocked() {
+				s.from = s.ring.pop().Seq
+			}
+			return
+		}
+		p := s.progress
+		s.mu.Unlock()
+		select {
+		case w.urge <- struct{}{}:
+		default:
+		}
+		t := time.NewTimer(left)
+		select {
+		case <-p:
+		case <-t.C:
+		}
+		t.Stop()
+		s.mu.Lock()
+	}
+}
+
+// GiveBack gives back the reserved numbers after last (at least Next()-1), so that the session's
+// next run goes on from last+1.
+func (w *Writer) GiveBack(last int64) {
+	last = max(last, w.next-1)
+	w.h.release(w.s.id, w.limit, last)
+	w.limit = last
+}
+
+// Close marks the run's events complete and waits until the store and the relay have them. The
+// ring keeps them for the session's readers until Drop.
+func (w *Writer) Close() {
+	s := w.s
+	s.mu.Lock()
+	if w.closed {
+		s.mu.Unlock()
+		return
+	}
+	w.closed = true
+	s.wakeLocked()
+	s.mu.Unlock()
+	close(w.closing)
+	<-w.written
+	<-w.relayed
+	s.mu.Lock()
+	if s.w == w {
+		s.w = nil
+		s.active = 0
+		s.trimLocked()
+	}
+	s.mu.Unlock()
+}
+
+// Abandon gives back every number of a run that never started and closes its Writer.
+func (w *Writer) Abandon() {
+	w.GiveBack(w.first - 1)
+	w.Close()
+}
+
+// Drop lets the session's stream forget the run once nothing else holds it (the store has its
+// events). Call it after Close; a second call does nothing.
+func (w *Writer) Drop() {
+	if w.dropped {
+		return
+	}
+	w.dropped = true
+	w.h.put(w.s)
+}
+
+// pending returns up to n of the events after `after` the ring holds, whether the Writer was
+// closed when they were read, and the ring's start (events up to it are gone).
+func (w *Writer) pending(after int64, n int) (frames []*Frame, closed bool, wake <-chan struct{}, from int64) {
+	s := w.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := s.ring.after(after)
+	k := min(s.ring.n-i, n)
+	if k > 0 {
+		frames = make([]*Frame, k)
+		for j := range k {
+			frames[j] = s.ring.at(i + j)
+		}
+	}
+	return frames, w.closed, s.wake, s.from
+}
+
+// writeStore writes the run's events to the store a batch at a time, letting them gather for
+// FlushEvery (unless the run ends or its producer waits for the store), until the Writer closes.
+func (w *Writer) writeStore() {
+	defer close(w.written)
+	h, s := w.h, w.s
+	after := w.first - 1
+	for {
+		frames, closed, wake, from := w.pending(after, writeBatch)
+		if from > after && (len(frames) == 0 || frames[0].Seq > after+1) {
+			h.opts.Log.Error("run events lost before they were stored", "session", s.id, "after", after, "from", from)
+		}
+		if len(frames) > 0 {
+			evs := make([]parley.Event, len(frames))
+			for i, f := range frames {
+				evs[i] = f.Event
+			}
+			w.store(evs)
+			after = evs[len(evs)-1].Seq
+			s.mu.Lock()
+			s.stored = after
+			close(s.progress)
+			s.progress = make(chan struct{})
+			s.trimLocked()
+			s.mu.Unlock()
+		}
+		if len(frames) == writeBatch {
+			continue
+		}
+		if closed {
+			return
+		}
+		if len(frames) == 0 {
+			select {
+			case <-wake:
+			case <-w.closing:
+				continue
+			}
+		}
+		// Let events gather for a moment, unless the run ends or its producer waits.
+		t := time.NewTimer(h.opts.FlushEvery)
+		select {
+		case <-t.C:
+		case <-w.closing:
+		case <-w.urge:
+		}
+		t.Stop()
+	}
+}
+
+func (w *Writer) store(evs []parley.Event) {
+	h := w.h
+	var err error
+	for attempt := range 3 {
+		if attempt > 0 {
+			time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+		start := time.Now()
+		err = h.opts.Store.AppendEvents(ctx, w.s.id, time.Now(), evs)
+		cancel()
+		if h.opts.Metrics != nil {
+			h.opts.Metrics.StoreAppend(time.Since(start), err != nil)
+		}
+		if err == nil || parley.CodeOf(err) == parley.ECNotFound { // a deleted session keeps nothing
+			return
+		}
+	}
+	h.opts.Log.Error("could not store run events", "session", w.s.id, "from", evs[0].Seq, "to", evs[len(evs)-1].Seq, "err", err)
+}
+
+// publish hands the run's events to the relay as they come, until the Writer closes. Unlike the
+// store, the relay gets each event at once: it is what other instances' readers see live.
+func (w *Writer) publish() {
+	defer close(w.relayed)
+	h, s := w.h, w.s
+	after := w.first - 1
+	for {
+		frames, closed, wake, from := w.pending(after, writeBatch)
+		if from > after && (len(frames) == 0 || frames[0].Seq > after+1) {
+			// Fallen behind the ring: other instances' readers read these from the store.
+			h.opts.Log.Warn("run events not relayed", "session", s.id, "after", after, "from", from)
+		}
+		if len(frames) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+			start := time.Now()
+			var err error
+			if fp, ok := h.opts.Relay.(FramePublisher); ok {
+				err = fp.PublishFrames(ctx, s.id, frames)
+			} else {
+				evs := make([]parley.Event, len(frames))
+				for i, f := range frames {
+					evs[i] = f.Event
+				}
+				err = h.opts.Relay.Publish(ctx, s.id, evs)
+			}
+			cancel()
+			if h.opts.Metrics != nil {
+				h.opts.Metrics.RelayPublish(time.Since(start), err != nil)
+			}
+			if err != nil {
+				h.opts.Log.Warn("could not relay run events", "session", s.id, "from", frames[0].Seq, "err", err)
+			}
+			after = frames[len(frames)-1].Seq
+			continue
+		}
+		if closed {
+			return
+		}
+		select {
+		case <-wake:
+		case <-w.closing:
+		}
+	}
+}
+
+// reserve reserves n sequence numbers of the session's stream and returns the first.
+func (h *Hub) reserve(ctx context.Context, sessionID string, n int64) (int64, error) {
+	if h.opts.Numbers == nil {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		first := h.memSeq[sessionID] + 1
+		h.memSeq[sessionID] += n
+		return first, nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	defer cancel()
+	return h.opts.Numbers.ReserveEventSeqs(ctx, sessionID, n)
+}
+
+// release gives back the numbers after last, if limit is still the last one reserved.
+func (h *Hub) release(sessionID string, limit, last int64) {
+	if limit <= last {
+		return
+	}
+	if h.opts.Numbers == nil {
+		h.mu.Lock()
+		if h.memSeq[sessionID] == limit {
+			h.memSeq[sessionID] = last
+		}
+		h.mu.Unlock()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	if err := h.opts.Numbers.ReleaseEventSeqs(ctx, sessionID, limit, last); err != nil {
+		// Harmless: the session's next run starts after a gap.
+		h.opts.Log.Warn("could not give back unused event numbers", "session", sessionID, "err", err)
+	}
+}
