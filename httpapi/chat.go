@@ -61,7 +61,7 @@ func (s *server) handleChat() http.Handler {
 		}
 		out := batchResponse{SessionID: st.Session.ID, RunID: st.Run.ID, Model: st.Run.Model, Metadata: batchMetadata{BatchMode: true}}
 		var runErr *parley.ErrorBody
-		err = readRun(r.Context(), st.Run, st.Run.Log.FirstSeq()-1, func(ev parley.Event) error {
+		err = s.readRun(r.Context(), st.Run, st.Run.FirstSeq()-1, func(ev parley.Event) error {
 			switch ev.Type {
 			case parley.EventRecord, parley.EventToolResult:
 				out.Messages = append(out.Messages, *ev.Message)
@@ -103,27 +103,25 @@ func (s *server) handleChatStream() http.Handler {
 			return
 		}
 		// The session's stream from this run's first event, to its done event.
-		s.streamSession(w, r, st.Session.ID, st.Run.Log.FirstSeq()-1, true)
+		s.streamSession(w, r, st.Session.ID, st.Run.FirstSeq()-1, true)
 	})
 }
 
-// readRun calls fn for each event of the run after seq `after` until the run is done or ctx ends.
-func readRun(ctx context.Context, run *runs.Run, after int64, fn func(parley.Event) error) error {
-	for {
-		evs, done, err := run.Log.Read(ctx, after, 256)
+// readRun calls fn for each event of the session's run after seq `after` until the run's done
+// event or ctx ends.
+func (s *server) readRun(ctx context.Context, run *runs.Run, after int64, fn func(parley.Event) error) error {
+	for f, err := range s.Runs.After(ctx, run.SessionID, after) {
 		if err != nil {
 			return fmt.Errorf("reading run %s: %w", run.ID, err)
 		}
-		for _, ev := range evs {
-			if err := fn(ev); err != nil {
-				return err
-			}
-			after = ev.Seq
+		if err := fn(f.Event); err != nil {
+			return err
 		}
-		if done {
+		if f.Type == parley.EventDone {
 			return nil
 		}
 	}
+	return nil
 }
 
 // retryResponse is the answer of a retry that does not stream.
@@ -151,7 +149,7 @@ func (s *server) handleRetry() http.Handler {
 			return
 		}
 		if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
-			s.streamSession(w, r, sess.ID, st.Run.Log.FirstSeq()-1, true)
+			s.streamSession(w, r, sess.ID, st.Run.FirstSeq()-1, true)
 			return
 		}
 		writeJSON(w, http.StatusAccepted, retryResponse{Action: "retry", SessionID: sess.ID, RunID: st.Run.ID, Model: st.Run.Model, MessageID: st.UserMessage.ID})

@@ -15,7 +15,7 @@ import (
 
 	"github.com/coder/websocket"
 	parley "github.com/parleyhq/parley"
-	"github.com/parleyhq/parley/runs"
+	"github.com/parleyhq/parley/stream"
 )
 
 // writeCounter is a net.Conn that counts its writes.
@@ -111,7 +111,7 @@ func TestWebSocketBatchIsOneWrite(t *testing.T) {
 	}
 	conns := make(chan *writeCounter, 1)
 	sent := make(chan error, 1)
-	batch := make(chan []*runs.Frame, 1)
+	batch := make(chan []*stream.Frame, 1)
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		cw := &corkingWriter{ResponseWriter: w}
 		c, err := websocket.Accept(cw, r, nil)
@@ -138,10 +138,10 @@ func TestWebSocketBatchIsOneWrite(t *testing.T) {
 	defer client.CloseNow()
 	wc := <-conns
 	before, _ := wc.count() // the handshake's response
-	var frames []*runs.Frame
+	var frames []*stream.Frame
 	for i := range 5 {
 		ev := parley.Event{Seq: int64(i + 1), Type: parley.EventChunk, Content: "x"}
-		frames = append(frames, &runs.Frame{Event: ev, JSON: []byte(`{"seq":` + strconv.Itoa(i+1) + `}`)})
+		frames = append(frames, &stream.Frame{Event: ev, JSON: []byte(`{"seq":` + strconv.Itoa(i+1) + `}`)})
 	}
 	batch <- frames
 	if err := <-sent; err != nil {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	parley "github.com/parleyhq/parley"
-	"github.com/parleyhq/parley/runs"
+	"github.com/parleyhq/parley/stream"
 )
 
 // sseBuffer is each stream's write buffer: a few chunk events; a larger event is written
@@ -53,7 +53,7 @@ func (s *sseWriter) write(p []byte) (int, error) {
 
 // event buffers one event: "id: <seq>", "event: <type>", "data: <json>". A write error is kept
 // by the buffer and returned by the next flush.
-func (s *sseWriter) event(f *runs.Frame) {
+func (s *sseWriter) event(f *stream.Frame) {
 	s.buf.WriteString("id: ")
 	s.buf.Write(strconv.AppendInt(s.num[:0], f.Seq, 10))
 	s.buf.WriteString("\nevent: ")

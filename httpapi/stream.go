@@ -9,7 +9,7 @@ import (
 	"time"
 
 	parley "github.com/parleyhq/parley"
-	"github.com/parleyhq/parley/runs"
+	"github.com/parleyhq/parley/stream"
 )
 
 // streamSlots counts each user's open streams (SSE and WebSocket) against MaxStreamsPerUser.
@@ -48,14 +48,14 @@ func (s *server) streamOpened(kind string) (closed func()) {
 }
 
 // resumePoint reads where a client resumes: the Last-Event-ID header (which a browser's
-// EventSource sends when it reconnects) or else the after query parameter. Absent: runs.Join.
+// EventSource sends when it reconnects) or else the after query parameter. Absent: stream.Join.
 func resumePoint(r *http.Request) (int64, error) {
 	name, v := "Last-Event-ID", strings.TrimSpace(r.Header.Get("Last-Event-ID"))
 	if v == "" {
 		name, v = "after", r.URL.Query().Get("after")
 	}
 	if v == "" {
-		return runs.Join, nil
+		return stream.Join, nil
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < 0 || n > 1<<53 {
@@ -111,63 +111,51 @@ func (s *server) streamSession(w http.ResponseWriter, r *http.Request, sessionID
 	defer s.streamOpened("sse")()
 	ctx, cancel := context.WithTimeout(r.Context(), s.StreamLifetime)
 	defer cancel()
-	sub := s.Runs.Subscribe(ctx, sessionID, after)
-	defer sub.Close()
-	heartbeat := time.NewTicker(s.Heartbeat)
-	defer heartbeat.Stop()
-	idle := time.NewTimer(s.StreamIdle)
-	defer idle.Stop()
-	recheck, stopRecheck := s.recheckTicks()
-	defer stopRecheck()
-	for {
-		select {
-		case <-recheck:
-			if err := s.stillValid(ctx, r); err != nil {
-				// The key was revoked or has expired: an error event (no id, so a client that
-				// resumes does not skip anything), then the end of the stream.
-				sse.errorEvent(errorBodyOf(err))
-				_ = sse.flush()
-				s.Log.Info("stream ended: credentials no longer valid", "session", sessionID, "key", identityOf(r).KeyID)
-				return
-			}
-		case <-sub.Ready():
-			frames, err := sub.Next(ctx)
-			if err != nil {
-				if ctx.Err() == nil {
-					s.Log.Warn("event stream ended", "session", sessionID, "err", err)
-				}
-				return
-			}
-			if len(frames) == 0 {
-				continue
-			}
-			done := false
-			for _, f := range frames {
-				sse.event(f)
-				done = done || f.Type == parley.EventDone
-			}
-			if err := sse.flush(); err != nil {
-				s.Log.Info("stream client dropped", "session", sessionID, "err", err)
-				return
-			}
-			if untilDone && done {
-				return
-			}
-			idle.Reset(s.StreamIdle)
-		case <-heartbeat.C:
-			if err := sse.comment("ping"); err != nil {
-				return
-			}
-		case <-idle.C:
-			_ = sse.comment("idle timeout: reconnect with Last-Event-ID to go on")
-			return
-		case <-ctx.Done():
-			if r.Context().Err() == nil {
-				_ = sse.comment("lifetime reached: reconnect with Last-Event-ID to go on")
-			}
-			return
-		}
+	p := &pump{s: s, r: r, t: &sseTransport{s: s, r: r, sse: sse, session: sessionID, untilDone: untilDone}, heartbeat: s.Heartbeat}
+	p.subscribe(ctx, sessionID, after)
+	_ = p.run(ctx)
+}
+
+// sseTransport writes a session's stream as SSE events (GET …/stream, POST …/chat/stream).
+type sseTransport struct {
+	s         *server
+	r         *http.Request
+	sse       *sseWriter
+	session   string
+	untilDone bool
+}
+
+func (t *sseTransport) frames(fs []*stream.Frame) (bool, error) {
+	done := false
+	for _, f := range fs {
+		t.sse.event(f)
+		done = done || f.Type == parley.EventDone
 	}
+	if err := t.sse.flush(); err != nil {
+		t.s.Log.Info("stream client dropped", "session", t.session, "err", err)
+		return false, err
+	}
+	return t.untilDone && done, nil
+}
+
+func (t *sseTransport) heartbeat() error { return t.sse.comment("ping") }
+
+func (t *sseTransport) failed(err error) {
+	t.s.Log.Warn("event stream ended", "session", t.session, "err", err)
+}
+
+// revoked: an error event (no id, so a client that resumes does not skip anything), then the end
+// of the stream.
+func (t *sseTransport) revoked(err error) {
+	t.sse.errorEvent(errorBodyOf(err))
+	_ = t.sse.flush()
+	t.s.Log.Info("stream ended: credentials no longer valid", "session", t.session, "key", identityOf(t.r).KeyID)
+}
+
+func (t *sseTransport) idle() { _ = t.sse.comment("idle timeout: reconnect with Last-Event-ID to go on") }
+
+func (t *sseTransport) lifetime() {
+	_ = t.sse.comment("lifetime reached: reconnect with Last-Event-ID to go on")
 }
 
 // control applies a control action to the session's active run, whichever instance runs it.

@@ -8,6 +8,7 @@ import (
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/chat"
 	"github.com/parleyhq/parley/httpapi/uistream"
+	"github.com/parleyhq/parley/stream"
 )
 
 // The AI SDK UI message stream (package uistream): POST /api/v1/ui/chat takes useChat's request
@@ -75,7 +76,7 @@ func (s *server) handleUIChat() http.Handler {
 			writeError(w, err)
 			return
 		}
-		s.uiStream(w, r, sess.ID, st.Run.ID, st.Run.Log.FirstSeq()-1)
+		s.uiStream(w, r, sess.ID, st.Run.ID, st.Run.FirstSeq()-1)
 	})
 }
 
@@ -165,7 +166,7 @@ func (s *server) handleUIStream() http.Handler {
 		var runID string
 		var after int64
 		if run, ok := s.Runs.Active(sess.ID); ok {
-			runID, after = run.ID, run.Log.FirstSeq()-1
+			runID, after = run.ID, run.FirstSeq()-1
 		} else if rec, err := s.Store.ActiveRun(r.Context(), sess.ID); err == nil {
 			runID, after = rec.ID, rec.FirstSeq-1 // on another instance
 		} else if parley.CodeOf(err) != parley.ECNotFound {
@@ -228,63 +229,55 @@ func (s *server) uiStream(w http.ResponseWriter, r *http.Request, sessionID, run
 	defer s.streamOpened("sse")()
 	ctx, cancel := context.WithTimeout(r.Context(), s.StreamLifetime)
 	defer cancel()
-	sub := s.Runs.Subscribe(ctx, sessionID, after)
-	defer sub.Close()
-	heartbeat := time.NewTicker(s.Heartbeat)
-	defer heartbeat.Stop()
-	idle := time.NewTimer(s.StreamIdle)
-	defer idle.Stop()
-	recheck, stopRecheck := s.recheckTicks()
-	defer stopRecheck()
-	tr := uistream.NewTranslator(runID)
-	emit := func(c uistream.Chunk) { sse.data(mustJSON(c)) }
-	for {
-		select {
-		case <-recheck:
-			if err := s.stillValid(ctx, r); err != nil {
-				emit(uistream.Chunk{Type: uistream.TypeError, ErrorText: errorBodyOf(err).Message})
-				_ = sse.flush()
-				return
-			}
-		case <-sub.Ready():
-			frames, err := sub.Next(ctx)
-			if err != nil {
-				if ctx.Err() == nil {
-					s.Log.Warn("UI stream ended", "session", sessionID, "err", err)
-				}
-				return
-			}
-			for _, f := range frames {
-				tr.Event(&f.Event, emit)
-				if tr.Ended() {
-					break
-				}
-			}
-			if tr.Ended() {
-				sse.data([]byte(uistream.Done))
-			}
-			if err := sse.flush(); err != nil {
-				s.Log.Info("UI stream client dropped", "session", sessionID, "err", err)
-				return
-			}
-			if tr.Ended() {
-				return
-			}
-			if len(frames) > 0 {
-				idle.Reset(s.StreamIdle)
-			}
-		case <-heartbeat.C:
-			if err := sse.comment("ping"); err != nil {
-				return
-			}
-		case <-idle.C:
-			_ = sse.comment("idle timeout: GET /api/v1/ui/chat/{id}/stream resumes")
-			return
-		case <-ctx.Done():
-			return
+	t := &uiTransport{s: s, sse: sse, session: sessionID, tr: uistream.NewTranslator(runID)}
+	t.emit = func(c uistream.Chunk) { sse.data(mustJSON(c)) }
+	p := &pump{s: s, r: r, t: t, heartbeat: s.Heartbeat}
+	p.subscribe(ctx, sessionID, after)
+	_ = p.run(ctx)
+}
+
+// uiTransport writes a run's events as a UI message stream, [DONE] after its done event.
+type uiTransport struct {
+	s       *server
+	sse     *sseWriter
+	session string
+	tr      *uistream.Translator
+	emit    func(uistream.Chunk)
+}
+
+func (t *uiTransport) frames(fs []*stream.Frame) (bool, error) {
+	for _, f := range fs {
+		t.tr.Event(&f.Event, t.emit)
+		if t.tr.Ended() {
+			break
 		}
 	}
+	if t.tr.Ended() {
+		t.sse.data([]byte(uistream.Done))
+	}
+	if err := t.sse.flush(); err != nil {
+		t.s.Log.Info("UI stream client dropped", "session", t.session, "err", err)
+		return false, err
+	}
+	return t.tr.Ended(), nil
 }
+
+func (t *uiTransport) heartbeat() error { return t.sse.comment("ping") }
+
+func (t *uiTransport) failed(err error) {
+	t.s.Log.Warn("UI stream ended", "session", t.session, "err", err)
+}
+
+func (t *uiTransport) revoked(err error) {
+	t.emit(uistream.Chunk{Type: uistream.TypeError, ErrorText: errorBodyOf(err).Message})
+	_ = t.sse.flush()
+}
+
+func (t *uiTransport) idle() {
+	_ = t.sse.comment("idle timeout: GET /api/v1/ui/chat/{id}/stream resumes")
+}
+
+func (t *uiTransport) lifetime() {}
 
 // data buffers one SSE event of data only ("data: <line>" and a blank line), as the UI message
 // stream frames its chunks.

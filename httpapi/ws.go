@@ -18,6 +18,7 @@ import (
 	"github.com/parleyhq/parley/chat"
 	"github.com/parleyhq/parley/redact"
 	"github.com/parleyhq/parley/runs"
+	"github.com/parleyhq/parley/stream"
 )
 
 // The WebSocket protocol (docs/protocol.md, "WebSocket"). Every frame is one JSON object:
@@ -97,7 +98,7 @@ func wsEventType(ev *parley.Event) string {
 
 // appendWSEvent appends a run event's frame to b: {"type":…,"seq":…,"data":<the SSE event's data,
 // byte for byte>}.
-func appendWSEvent(b []byte, f *runs.Frame) []byte {
+func appendWSEvent(b []byte, f *stream.Frame) []byte {
 	b = append(b, `{"type":"`...)
 	b = append(b, wsEventType(&f.Event)...)
 	b = append(b, `","seq":`...)
@@ -129,6 +130,8 @@ type wsConn struct {
 	// connCtx is the I/O context of the connection: it ends only after the close handshake,
 	// because a read or write whose context ends drops the connection without one.
 	connCtx context.Context
+	// life is the connection's life (the writer's context): the pump's writes stop when it ends.
+	life context.Context
 }
 
 var (
@@ -252,66 +255,42 @@ func (w *wsConn) write(ctx context.Context, sessionID string, after int64) error
 	if err := w.send(ctx, mustJSON(wsOut{Type: "status", Data: status})); err != nil {
 		return err
 	}
-	var sub *runs.Subscription
-	var ready <-chan struct{}
-	subscribe := func(id string, from int64) {
-		sub = s.Runs.Subscribe(ctx, id, from)
-		ready = sub.Ready()
-	}
+	w.life = ctx
+	p := &pump{s: s, r: w.r, t: w, replies: w.outbox, sessions: w.session, activity: w.activity,
+		reply: func(b []byte) error { return w.send(ctx, b) }}
 	if sessionID != "" {
-		subscribe(sessionID, after)
+		p.subscribe(ctx, sessionID, after)
 	}
-	defer func() {
-		if sub != nil {
-			sub.Close()
-		}
-	}()
-	idle := time.NewTimer(s.StreamIdle)
-	defer idle.Stop()
-	recheck, stopRecheck := s.recheckTicks()
-	defer stopRecheck()
-	for {
-		select {
-		case <-recheck:
-			if err := s.stillValid(ctx, w.r); err != nil {
-				w.cancel(wsRevoked{})
-				return context.Cause(ctx)
-			}
-		case b := <-w.outbox:
-			if err := w.send(ctx, b); err != nil {
-				return err
-			}
-		case id := <-w.session:
-			if sub == nil {
-				subscribe(id, runs.Join)
-			}
-		case <-ready:
-			frames, err := sub.Next(ctx)
-			if err != nil {
-				if ctx.Err() == nil {
-					s.Log.Warn("websocket stream ended", "err", err)
-					w.send(ctx, mustJSON(wsOut{Type: "error", Data: errorBodyOf(err)}))
-				}
-				return err
-			}
-			if len(frames) == 0 {
-				continue
-			}
-			if err := w.sendEvents(ctx, frames); err != nil {
-				s.Log.Info("websocket client dropped", "seq", frames[0].Seq, "err", err)
-				return err
-			}
-			idle.Reset(s.StreamIdle)
-		case <-w.activity:
-			idle.Reset(s.StreamIdle)
-		case <-idle.C:
-			w.cancel(errWSIdle)
-			return errWSIdle
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
+	err := p.run(ctx)
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
 	}
+	return err
 }
+
+// The connection is the pump's transport: run events go out as frames, and the ends of the stream
+// are the connection's close reasons (the handler closes it with the context's cause).
+
+func (w *wsConn) frames(fs []*stream.Frame) (bool, error) {
+	if err := w.sendEvents(w.life, fs); err != nil {
+		w.s.Log.Info("websocket client dropped", "seq", fs[0].Seq, "err", err)
+		return false, err
+	}
+	return false, nil
+}
+
+func (w *wsConn) heartbeat() error { return nil } // the pinger pings
+
+func (w *wsConn) failed(err error) {
+	w.s.Log.Warn("websocket stream ended", "err", err)
+	_ = w.send(w.life, mustJSON(wsOut{Type: "error", Data: errorBodyOf(err)}))
+}
+
+func (w *wsConn) revoked(error) { w.cancel(wsRevoked{}) }
+
+func (w *wsConn) idle() { w.cancel(errWSIdle) }
+
+func (w *wsConn) lifetime() {}
 
 // send writes frames within the write timeout, gathered into one write, unless ctx has ended; a
 // client that cannot take them is dropped. Only the writer calls it.
@@ -320,7 +299,7 @@ func (w *wsConn) send(ctx context.Context, frames ...[]byte) error {
 }
 
 // sendEvents writes run events as send does.
-func (w *wsConn) sendEvents(ctx context.Context, frames []*runs.Frame) error {
+func (w *wsConn) sendEvents(ctx context.Context, frames []*stream.Frame) error {
 	return w.sendEach(ctx, len(frames), func(i int) []byte {
 		w.buf = appendWSEvent(w.buf[:0], frames[i])
 		return w.buf

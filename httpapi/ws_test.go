@@ -728,7 +728,7 @@ func TestStreamLimits(t *testing.T) {
 			}
 		}
 		run, _ := e.runs.Latest(sid)
-		end := run.Log.Next() - 1
+		end := run.LastSeq()
 		if last >= end {
 			t.Fatalf("the slow client got every event (%d of %d): it was not dropped", last, end)
 		}

@@ -152,13 +152,15 @@ func (m *Manager) adopt(rec parley.RunRecord, recover RecoverFunc) error {
 	if err := m.claim(rec.SessionID, false); err != nil {
 		return err
 	}
-	first, err := m.reserve(m.ctx, rec.SessionID, seqBlock)
+	w, err := m.streams.Open(m.ctx, rec.SessionID)
 	if err != nil {
 		m.unclaim(rec.SessionID)
 		return err
 	}
-	r, err := m.open(rec.ID, Spec{Session: rec.SessionID, Model: rec.Model, Owner: rec.Owner, SelectedTools: rec.SelectedTools}, first)
+	r, err := m.open(rec.ID, Spec{Session: rec.SessionID, Model: rec.Model, Owner: rec.Owner, SelectedTools: rec.SelectedTools}, w)
 	if err != nil {
+		w.Abandon()
+		w.Drop()
 		return err
 	}
 	r.Recovered = true

@@ -1,6 +1,8 @@
 // Package runs owns the server's runs. A run belongs to the server, not to the request that started
-// it: its context derives from the manager's, its events go to a bus.Log that any number of clients
-// read, and it goes on when every client has left.
+// it: its context derives from the manager's, its events go to its session's stream (package
+// stream), which any number of clients read, and it goes on when every client has left. runs keeps
+// the lifecycle of runs, pause, leases and control; the stream numbers, keeps, stores, relays and
+// fans out their events.
 package runs
 
 import (
@@ -14,8 +16,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	parley "github.com/parleyhq/parley"
-	"github.com/parleyhq/parley/bus"
 	"github.com/parleyhq/parley/redact"
+	"github.com/parleyhq/parley/stream"
 )
 
 // Func is a run's body. It emits events (Type and payload only; the manager stamps Seq, RunID and
@@ -24,8 +26,11 @@ type Func func(ctx context.Context, emit func(parley.Event)) (finish string, err
 
 // Options configure a Manager.
 type Options struct {
-	Retain    time.Duration // how long a finished run's log stays readable (default 5m)
-	MaxEvents int           // bound of each run's log (default bus.DefaultMaxEvents)
+	Retain time.Duration // how long a finished run stays known (Get, Latest; default 5m)
+	// MaxEvents and MaxBytes bound each session's ring of recent events (defaults
+	// stream.DefaultRingEvents and stream.DefaultRingBytes); older events are read from Events.
+	MaxEvents int
+	MaxBytes  int
 	Now       func() time.Time
 	Log       *slog.Logger
 	// MaxActive is the server's budget of concurrent runs (seed 003 §1's API throttle): Begin
@@ -60,29 +65,16 @@ type Options struct {
 	Metrics Metrics
 }
 
-// Metrics records runs as they start and finish, and slow subscribers.
+// Metrics records runs as they start and finish, and what their streams report (readers that fall
+// behind, store and relay batches).
 type Metrics interface {
 	RunStarted()
 	RunFinished(reason string) // reason: parley.Finish*
-	// SubscriberDetached: a subscriber fell a queue behind and was detached from its session's
-	// hub; SubscriberCaughtUp: a detached one read what it missed and joined the hub again.
-	SubscriberDetached()
-	SubscriberCaughtUp()
-	// StoreAppend: one AppendEvents call (a batch of a run's events) took d; RelayPublish: one
-	// Publish to the other instances took d.
-	StoreAppend(d time.Duration, failed bool)
-	RelayPublish(d time.Duration, failed bool)
+	stream.Metrics
 }
 
 // Relay carries a session's events between instances.
-type Relay interface {
-	// Publish hands the session's events (in order) to the other instances.
-	Publish(ctx context.Context, sessionID string, evs []parley.Event) error
-	// Range returns up to max of the session's published events with Seq > after, in order.
-	Range(ctx context.Context, sessionID string, after int64, max int) ([]parley.Event, error)
-	// Watch ticks its channel when the session may have new events; stop ends it.
-	Watch(sessionID string) (tick <-chan struct{}, stop func())
-}
+type Relay = stream.Relay
 
 // Spec is what a run is begun for.
 type Spec struct {
@@ -93,7 +85,7 @@ type Spec struct {
 }
 
 // seqBlock is how many sequence numbers a run reserves at a time.
-const seqBlock = 1024
+const seqBlock = stream.DefaultBlock
 
 // storeTimeout bounds each write of events and sequence numbers.
 const storeTimeout = 10 * time.Second
@@ -109,16 +101,15 @@ type Manager struct {
 	adopting sync.WaitGroup
 	start    sync.Once
 
+	// streams carries the sessions' events: numbering, ring, store, relay and readers.
+	streams *stream.Hub
+
 	mu        sync.Mutex
 	closing   bool
-	runs      map[string]*Run          // by run id: active and recently finished
-	active    map[string]*Run          // by session id
-	claimed   map[string]bool          // sessions whose run is being begun
-	lastOfSes map[string]*Run          // the latest run of each session
-	waits     map[string]chan struct{} // closed when the session's next run begins
-	followers map[string]int           // Follow calls per session, which share its wait channel
-	memSeq    map[string]int64         // the last number reserved per session, without Events
-	hubs      map[string]*hub          // by session: the broadcast to its subscribers here
+	runs      map[string]*Run // by run id: active and recently finished
+	active    map[string]*Run // by session id
+	claimed   map[string]bool // sessions whose run is being begun
+	lastOfSes map[string]*Run // the latest run of each session
 
 	afterDone func() // tests: called between a run's done event and its end
 }
@@ -147,12 +138,18 @@ func NewManager(opts Options) *Manager {
 		opts.Instance = parley.NewID()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Manager{
+	m := &Manager{
 		opts: opts, ctx: ctx, cancel: cancel,
 		runs: map[string]*Run{}, active: map[string]*Run{}, claimed: map[string]bool{}, lastOfSes: map[string]*Run{},
-		waits: map[string]chan struct{}{}, followers: map[string]int{}, memSeq: map[string]int64{},
-		hubs: map[string]*hub{},
 	}
+	var metrics stream.Metrics
+	if opts.Metrics != nil {
+		metrics = opts.Metrics
+	}
+	m.streams = stream.New(stream.Options{Store: opts.Events, Relay: opts.Relay, RemoteRun: m.remoteRun,
+		RingEvents: opts.MaxEvents, RingBytes: opts.MaxBytes, Block: seqBlock, FlushEvery: opts.FlushEvery,
+		Log: opts.Log, Metrics: metrics})
+	return m
 }
 
 // Run is one execution of the agent loop for a session.
@@ -161,7 +158,6 @@ type Run struct {
 	SessionID string
 	Model     string
 	StartedAt time.Time
-	Log       *bus.Log
 	// Recovered: this run was taken over from a process that died; its first event is a status
 	// RunRecovered rather than a start.
 	Recovered bool
@@ -173,13 +169,10 @@ type Run struct {
 	parent  trace.SpanContext // the span of the request that began the run, if any
 	started bool
 	done    chan struct{}
-	closed  chan struct{} // closed once the log is complete: the event writer drains it and stops
-	written chan struct{} // closed when the event writer has stopped
-	relayed chan struct{} // closed when the relay publisher has stopped
 
-	emitMu   sync.Mutex // one event at a time, whoever emits it
-	seqLimit int64      // the last sequence number reserved for this run
-	ended    bool       // the done event is out: nothing more is appended
+	emitMu sync.Mutex     // one event at a time, whoever emits it
+	w      *stream.Writer // the run's events in its session's stream
+	ended  bool           // the done event is out: nothing more is appended
 
 	mu       sync.Mutex
 	finish   string
@@ -216,11 +209,12 @@ func (m *Manager) Begin(ctx context.Context, spec Spec) (*Run, error) {
 		return nil, err
 	}
 	// Reserved outside the lock: with a store this is a write.
-	first, err := m.reserve(ctx, spec.Session, seqBlock)
+	w, err := m.streams.Open(ctx, spec.Session)
 	if err != nil {
 		m.unclaim(spec.Session)
 		return nil, err
 	}
+	first := w.FirstSeq()
 	id := parley.NewID()
 	if m.opts.Runs != nil {
 		now := m.opts.Now()
@@ -231,20 +225,22 @@ func (m *Manager) Begin(ctx context.Context, spec Spec) (*Run, error) {
 		cancel()
 		if err != nil {
 			m.unclaim(spec.Session)
-			m.release(spec.Session, first+seqBlock-1, first-1)
+			w.Abandon()
+			w.Drop()
 			if parley.CodeOf(err) == parley.ECConflict {
 				return nil, ErrBusy
 			}
 			return nil, err
 		}
 	}
-	r, err := m.open(id, spec, first)
+	r, err := m.open(id, spec, w)
 	if err == nil {
 		// The run's span is a child of the request's (it outlives the request, not the trace).
 		r.parent = trace.SpanContextFromContext(ctx)
 	}
 	if err != nil {
-		m.release(spec.Session, first+seqBlock-1, first-1)
+		w.Abandon()
+		w.Drop()
 		if m.opts.Runs != nil {
 			m.deleteRecord(id)
 		}
@@ -276,8 +272,8 @@ func (m *Manager) unclaim(sessionID string) {
 	m.mu.Unlock()
 }
 
-// open makes a run of the claimed session active, its events numbered from first.
-func (m *Manager) open(id string, spec Spec, first int64) (*Run, error) {
+// open makes a run of the claimed session active, its events written by w.
+func (m *Manager) open(id string, spec Spec, w *stream.Writer) (*Run, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.claimed, spec.Session)
@@ -287,19 +283,23 @@ func (m *Manager) open(id string, spec Spec, first int64) (*Run, error) {
 	rctx, cancel := context.WithCancel(m.ctx)
 	r := &Run{
 		ID: id, SessionID: spec.Session, Model: spec.Model, StartedAt: m.opts.Now(),
-		Log: bus.NewLogFrom(m.opts.MaxEvents, first), m: m, ctx: rctx, cancel: cancel,
-		done: make(chan struct{}), closed: make(chan struct{}), written: make(chan struct{}), relayed: make(chan struct{}),
-		seqLimit: first + seqBlock - 1,
-		logger:   m.opts.Log.With("run_id", id, "session_id", spec.Session),
+		m: m, ctx: rctx, cancel: cancel, done: make(chan struct{}), w: w,
+		logger: m.opts.Log.With("run_id", id, "session_id", spec.Session),
 	}
 	m.runs[r.ID] = r
 	m.active[spec.Session] = r
 	m.lastOfSes[spec.Session] = r
-	if w, ok := m.waits[spec.Session]; ok {
-		close(w)
-		delete(m.waits, spec.Session)
-	}
 	return r, nil
+}
+
+// FirstSeq is the sequence number of the run's first event: its readers start after FirstSeq()-1.
+func (r *Run) FirstSeq() int64 { return r.w.FirstSeq() }
+
+// LastSeq is the sequence number of the run's last event so far (FirstSeq()-1 before the first).
+func (r *Run) LastSeq() int64 {
+	r.emitMu.Lock()
+	defer r.emitMu.Unlock()
+	return r.w.Next() - 1
 }
 
 // deleteRecord deletes the record of a run that never started.
@@ -309,38 +309,6 @@ func (m *Manager) deleteRecord(id string) {
 	if err := m.opts.Runs.DeleteRun(ctx, id); err != nil {
 		// The session stays busy until the record's lease ends and another pass takes it over.
 		m.opts.Log.Error("could not delete the record of a run never started", "run", id, "err", err)
-	}
-}
-
-// reserve reserves n sequence numbers of the session's stream and returns the first.
-func (m *Manager) reserve(ctx context.Context, sessionID string, n int64) (int64, error) {
-	if m.opts.Events == nil {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		first := m.memSeq[sessionID] + 1
-		m.memSeq[sessionID] += n
-		return first, nil
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
-	defer cancel()
-	return m.opts.Events.ReserveEventSeqs(ctx, sessionID, n)
-}
-
-// release gives back the numbers after last, if limit is still the last one reserved.
-func (m *Manager) release(sessionID string, limit, last int64) {
-	if m.opts.Events == nil {
-		m.mu.Lock()
-		if m.memSeq[sessionID] == limit {
-			m.memSeq[sessionID] = last
-		}
-		m.mu.Unlock()
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-	defer cancel()
-	if err := m.opts.Events.ReleaseEventSeqs(ctx, sessionID, limit, last); err != nil {
-		// Harmless: the session's next run starts after a gap.
-		m.opts.Log.Warn("could not give back unused event numbers", "session", sessionID, "err", err)
 	}
 }
 
@@ -354,7 +322,8 @@ func (r *Run) Release() {
 	r.released = true
 	r.cancel()
 	r.m.mu.Unlock()
-	r.m.release(r.SessionID, r.seqLimit, r.Log.FirstSeq()-1)
+	r.w.Abandon()
+	r.w.Drop()
 	if r.m.opts.Runs != nil {
 		r.m.deleteRecord(r.ID)
 	}
@@ -366,10 +335,6 @@ func (r *Run) Release() {
 	if r.m.lastOfSes[r.SessionID] == r {
 		delete(r.m.lastOfSes, r.SessionID)
 	}
-	r.Log.Close()
-	close(r.closed)
-	close(r.written)
-	close(r.relayed)
 	close(r.done)
 }
 
@@ -386,24 +351,6 @@ func (r *Run) Go(fn Func) {
 	m.wg.Add(1)
 	m.mu.Unlock()
 
-	if m.opts.Events != nil {
-		m.wg.Add(1)
-		go func() {
-			defer m.wg.Done()
-			r.writeEvents()
-		}()
-	} else {
-		close(r.written)
-	}
-	if m.opts.Relay != nil {
-		m.wg.Add(1)
-		go func() {
-			defer m.wg.Done()
-			r.relayEvents()
-		}()
-	} else {
-		close(r.relayed)
-	}
 	if r.Recovered {
 		r.emit(parley.Event{Type: parley.EventStatus, State: parley.RunRecovered, Model: r.Model})
 	} else {
@@ -452,9 +399,7 @@ func (r *Run) emitDone(finish string) {
 	m := r.m
 	r.emitMu.Lock()
 	defer r.emitMu.Unlock()
-	last := r.Log.Next() // done's number
-	m.release(r.SessionID, r.seqLimit, last)
-	r.seqLimit = last
+	r.w.GiveBack(r.w.Next()) // done's number is the last
 	if m.opts.Runs != nil { // the session is free on every instance before done goes out
 		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 		if err := m.opts.Runs.EndRun(ctx, r.ID, m.opts.Instance, finish, m.opts.Now()); err != nil {
@@ -468,11 +413,10 @@ func (r *Run) emitDone(finish string) {
 	}
 	m.mu.Unlock()
 	r.ended = true
-	r.Log.Append(parley.Event{Type: parley.EventDone, FinishReason: finish, RunID: r.ID, SessionID: r.SessionID})
+	r.w.Append(parley.Event{Type: parley.EventDone, FinishReason: finish, RunID: r.ID, SessionID: r.SessionID})
 }
 
-// emit stamps ev and appends it to the run's log, reserving more sequence numbers when the run
-// has used those it had.
+// emit stamps ev with the run's ids and appends it to the session's stream, which numbers it.
 func (r *Run) emit(ev parley.Event) {
 	r.emitMu.Lock()
 	defer r.emitMu.Unlock()
@@ -480,100 +424,7 @@ func (r *Run) emit(ev parley.Event) {
 		return
 	}
 	ev.RunID, ev.SessionID = r.ID, r.SessionID
-	if next := r.Log.Next(); next > r.seqLimit {
-		first, err := r.m.reserve(r.ctx, r.SessionID, seqBlock)
-		switch {
-		case err != nil:
-			// Numbering goes on; only a crash of this process could now reuse numbers.
-			r.logger.Error("could not reserve event numbers", "err", err)
-		case first != next:
-			r.logger.Error("event numbers reserved out of order", "want", next, "got", first)
-		default:
-			r.seqLimit = first + seqBlock - 1
-		}
-	}
-	r.Log.Append(ev)
-}
-
-// writeEvents stores the run's events as they come, a batch at a time, until the log is complete.
-func (r *Run) writeEvents() {
-	defer close(r.written)
-	m := r.m
-	after := r.Log.FirstSeq() - 1
-	for {
-		evs, done, err := r.Log.Read(context.Background(), after, 512)
-		if err != nil { // trimmed: the writer fell a whole log behind
-			r.logger.Error("run events lost before they were stored", "after", after, "err", err)
-			return
-		}
-		if len(evs) > 0 {
-			r.storeEvents(evs)
-			after = evs[len(evs)-1].Seq
-		}
-		if done {
-			return
-		}
-		// Let events gather for a moment, unless the run is ending.
-		t := time.NewTimer(m.opts.FlushEvery)
-		select {
-		case <-t.C:
-		case <-r.closed:
-		}
-		t.Stop()
-	}
-}
-
-// relayEvents publishes the run's events to the other instances as they come, until the log is
-// complete. Unlike the store, the relay gets each event at once: it is what their clients see live.
-func (r *Run) relayEvents() {
-	defer close(r.relayed)
-	m := r.m
-	after := r.Log.FirstSeq() - 1
-	for {
-		evs, done, err := r.Log.Read(context.Background(), after, 512)
-		if err != nil {
-			r.logger.Error("run events not relayed", "after", after, "err", err)
-			return
-		}
-		if len(evs) > 0 {
-			ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-			start := time.Now()
-			err := m.opts.Relay.Publish(ctx, r.SessionID, evs)
-			if m.opts.Metrics != nil {
-				m.opts.Metrics.RelayPublish(time.Since(start), err != nil)
-			}
-			if err != nil {
-				// Other instances' clients then read these events from the store.
-				r.logger.Warn("could not relay run events", "from", evs[0].Seq, "err", err)
-			}
-			cancel()
-			after = evs[len(evs)-1].Seq
-		}
-		if done {
-			return
-		}
-	}
-}
-
-func (r *Run) storeEvents(evs []parley.Event) {
-	m := r.m
-	var err error
-	for attempt := 0; attempt < 3; attempt++ {
-		if attempt > 0 {
-			time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-		start := time.Now()
-		err = m.opts.Events.AppendEvents(ctx, r.SessionID, m.opts.Now(), evs)
-		cancel()
-		if m.opts.Metrics != nil {
-			m.opts.Metrics.StoreAppend(time.Since(start), err != nil)
-		}
-		if err == nil || parley.CodeOf(err) == parley.ECNotFound { // a deleted session keeps nothing
-			return
-		}
-	}
-	r.logger.Error("could not store run events", "from", evs[0].Seq, "to", evs[len(evs)-1].Seq, "err", err)
+	r.w.Append(ev)
 }
 
 // safeCall runs fn and turns a panic into an internal error, so one bad run cannot take the
@@ -593,10 +444,10 @@ func (r *Run) end(finish string, err error) {
 	r.finish, r.err, r.endedAt = finish, err, r.m.opts.Now()
 	r.mu.Unlock()
 	r.cancel()
-	r.Log.Close()
-	close(r.closed)
-	<-r.written
-	<-r.relayed
+	r.w.Close() // the store and the relay have every event
+	if r.m.opts.Events != nil {
+		r.w.Drop() // readers that come later read the store
+	}
 	r.m.mu.Lock()
 	if r.m.active[r.SessionID] == r {
 		delete(r.m.active, r.SessionID)
@@ -734,6 +585,9 @@ func (m *Manager) pruneLocked() {
 		old := !r.endedAt.IsZero() && r.endedAt.Before(cutoff)
 		r.mu.Unlock()
 		if old {
+			if m.opts.Events == nil {
+				r.w.Drop() // without a store, the ring was the run's only copy
+			}
 			delete(m.runs, id)
 			if m.lastOfSes[r.SessionID] == r {
 				delete(m.lastOfSes, r.SessionID)

@@ -16,20 +16,16 @@ func events(t *testing.T, r *Run) []parley.Event {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var out []parley.Event
-	after := r.Log.FirstSeq() - 1
-	for {
-		evs, done, err := r.Log.Read(ctx, after, 100)
+	for f, err := range r.m.After(ctx, r.SessionID, r.FirstSeq()-1) {
 		if err != nil {
 			t.Fatalf("read: %v", err)
 		}
-		out = append(out, evs...)
-		if len(evs) > 0 {
-			after = evs[len(evs)-1].Seq
-		}
-		if done {
+		out = append(out, f.Event)
+		if f.Type == parley.EventDone {
 			return out
 		}
 	}
+	return out
 }
 
 func types(evs []parley.Event) []parley.EventType {
@@ -212,15 +208,12 @@ func TestSessionIsFreeOnceDoneIsSeen(t *testing.T) {
 	r.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) { return parley.FinishStop, nil })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	var after int64
-	for seen := false; !seen; {
-		evs, _, err := r.Log.Read(ctx, after, 100)
+	for f, err := range m.After(ctx, "s1", r.FirstSeq()-1) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, e := range evs {
-			after = e.Seq
-			seen = seen || e.Type == parley.EventDone
+		if f.Type == parley.EventDone {
+			break
 		}
 	}
 	next, err := m.Begin(context.Background(), Spec{Session: "s1", Model: "mock"})
@@ -364,15 +357,15 @@ func TestSessionEventNumbersAcrossRuns(t *testing.T) {
 	r, _ := m.Begin(context.Background(), Spec{Session: "s1", Model: ""})
 	r.Release()
 	r, _ = m.Begin(context.Background(), Spec{Session: "s1", Model: ""})
-	if r.Log.FirstSeq() != int64(len(all)+1) {
-		t.Fatalf("after a released run the next starts at %d, want %d", r.Log.FirstSeq(), len(all)+1)
+	if r.FirstSeq() != int64(len(all)+1) {
+		t.Fatalf("after a released run the next starts at %d, want %d", r.FirstSeq(), len(all)+1)
 	}
 	r.Release()
 }
 
-// Follow gives each event once, in order: from the store for runs no longer in memory, then the
+// After gives each event once, in order: from the store for runs no longer in memory, then the
 // live run, then the runs begun later; Join starts at the active run's first event.
-func TestFollow(t *testing.T) {
+func TestAfter(t *testing.T) {
 	ev := newMemEvents()
 	m := NewManager(Options{Events: ev, FlushEvery: time.Millisecond})
 	r1, _ := m.Begin(context.Background(), Spec{Session: "s1", Model: ""})
@@ -393,16 +386,15 @@ func TestFollow(t *testing.T) {
 	defer cancel()
 	follow := func(after int64, until int64) []parley.Event {
 		var got []parley.Event
-		errStop := errors.New("stop")
-		err := m2.Follow(ctx, "s1", after, func(evs []parley.Event) error {
-			got = append(got, evs...)
-			if got[len(got)-1].Seq >= until {
-				return errStop
+		for f, err := range m2.After(ctx, "s1", after) {
+			if err != nil {
+				t.Errorf("After %d: %v (got %d events)", after, err, len(got))
+				return got
 			}
-			return nil
-		})
-		if !errors.Is(err, errStop) {
-			t.Fatalf("Follow after %d: %v (got %d events)", after, err, len(got))
+			got = append(got, f.Event)
+			if f.Seq >= until {
+				break
+			}
 		}
 		return got
 	}

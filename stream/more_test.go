@@ -17,10 +17,14 @@ type countingMetrics struct {
 	appends, publishes int
 }
 
-func (c *countingMetrics) StoreAppend(time.Duration, bool)  { c.mu.Lock(); c.appends++; c.mu.Unlock() }
-func (c *countingMetrics) RelayPublish(time.Duration, bool) { c.mu.Lock(); c.publishes++; c.mu.Unlock() }
-func (c *countingMetrics) SubscriberDetached()              { c.mu.Lock(); c.detached++; c.mu.Unlock() }
-func (c *countingMetrics) SubscriberCaughtUp()              { c.mu.Lock(); c.caughtUp++; c.mu.Unlock() }
+func (c *countingMetrics) StoreAppend(time.Duration, bool) { c.mu.Lock(); c.appends++; c.mu.Unlock() }
+func (c *countingMetrics) RelayPublish(time.Duration, bool) {
+	c.mu.Lock()
+	c.publishes++
+	c.mu.Unlock()
+}
+func (c *countingMetrics) SubscriberDetached() { c.mu.Lock(); c.detached++; c.mu.Unlock() }
+func (c *countingMetrics) SubscriberCaughtUp() { c.mu.Lock(); c.caughtUp++; c.mu.Unlock() }
 
 // A reader that does not read while a run goes far past the ring is never waited on: the run and
 // the other readers go on. It then catches up from the store, misses nothing, and reads the ring

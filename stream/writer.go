@@ -197,7 +197,11 @@ func (w *Writer) pending(after int64, n int) (frames []*Frame, closed bool, wake
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	i := s.ring.after(after)
-	k := min(s.ring.n-i, n)
+	k := 0
+	// Only this run's frames: the session's next run may already append after them.
+	for k < n && i+k < s.ring.n && s.ring.at(i+k).Seq < w.next {
+		k++
+	}
 	if k > 0 {
 		frames = make([]*Frame, k)
 		for j := range k {
@@ -226,7 +230,7 @@ func (w *Writer) writeStore() {
 			w.store(evs)
 			after = evs[len(evs)-1].Seq
 			s.mu.Lock()
-			s.stored = after
+			s.stored = max(s.stored, after)
 			close(s.progress)
 			s.progress = make(chan struct{})
 			s.trimLocked()

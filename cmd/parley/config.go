@@ -176,7 +176,7 @@ func serveFlags(fs *flag.FlagSet, c *config) {
 	fs.DurationVar(&c.AuthRecheck, "auth-recheck", 5*time.Second, "how long a key lookup is cached, and how often open streams check their key again: a revoked or expired key ends them within about twice this, on every instance")
 	fs.IntVar(&c.MaxMessageChars, "max-message-chars", 100_000, "longest user message accepted, in characters")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, time given to active runs to finish before they are aborted")
-	fs.DurationVar(&c.RunRetain, "run-retain", 5*time.Minute, "how long a finished run's events stay in memory for clients that resume")
+	fs.DurationVar(&c.RunRetain, "run-retain", 5*time.Minute, "how long a finished run stays known in memory (its events are read from the database)")
 	fs.DurationVar(&c.EventRetention, "event-retention", 72*time.Hour, "how long run events stay in the database for clients that resume a stream (0: forever)")
 	fs.DurationVar(&c.PauseTimeout, "pause-timeout", 10*time.Minute, "a run paused for longer is aborted")
 	fs.StringVar(&c.InstanceID, "instance-id", "", "this process's name among instances sharing the database, stable across restarts (default: host name and --addr; random when the port is 0)")

@@ -150,14 +150,17 @@ func (b *Backend) stateful(w http.ResponseWriter, r *http.Request, owner string,
 	w.Header().Set("X-Parley-Run", st.Run.ID)
 	out := b.newResponder(w, req, "chatcmpl-"+st.Run.ID, st.Run.Model)
 	out.info = Info{SessionID: st.Session.ID, RunID: st.Run.ID}
-	after := st.Run.Log.FirstSeq() - 1
+	// The session's stream from the run's first event to its done event. While the run is quiet
+	// for Heartbeat (a slow tool, a paused run), a stream gets a keep-alive comment, which the
+	// SDKs skip.
+	sub := b.Chat.Runs.Subscribe(r.Context(), st.Session.ID, st.Run.FirstSeq()-1)
+	defer sub.Close()
+	heartbeat := time.NewTimer(b.Heartbeat)
+	defer heartbeat.Stop()
 	for {
-		// Each wait is bounded by Heartbeat: a stream gets a keep-alive comment when the run has
-		// been quiet that long (a slow tool, a paused run), which the SDKs skip.
-		rctx, cancel := context.WithTimeout(r.Context(), b.Heartbeat)
-		evs, done, err := st.Run.Log.Read(rctx, after, 256)
-		cancel()
-		if err != nil && errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil {
+		select {
+		case <-sub.Ready():
+		case <-heartbeat.C:
 			if out.stream {
 				out.start()
 				out.comment("ping")
@@ -165,25 +168,31 @@ func (b *Backend) stateful(w http.ResponseWriter, r *http.Request, owner string,
 					return
 				}
 			}
+			heartbeat.Reset(b.Heartbeat)
 			continue
-		}
-		if err != nil {
-			if r.Context().Err() == nil {
-				// The run's events outran this reader and left memory: the turn goes on and is
-				// stored; the session's stream has all of it.
-				out.end(parley.WrapError(parley.ECUnavailable, err, "this answer fell behind its run; read the turn from GET /api/v1/sessions/"+st.Session.ID+"/stream"))
-			}
+		case <-r.Context().Done():
 			return // the client left: the run goes on
 		}
-		for _, ev := range evs {
-			out.event(ev)
-			after = ev.Seq
+		frames, err := sub.Next(r.Context())
+		if err != nil {
+			return // the client left: the run goes on
+		}
+		done := false
+		for _, f := range frames {
+			out.event(f.Event)
+			done = done || f.Type == parley.EventDone
+			if done {
+				break
+			}
 		}
 		if out.failed() {
 			return
 		}
 		if done {
 			break
+		}
+		if len(frames) > 0 {
+			heartbeat.Reset(b.Heartbeat)
 		}
 	}
 	out.end(nil)
