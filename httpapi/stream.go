@@ -152,7 +152,9 @@ func (t *sseTransport) revoked(err error) {
 	t.s.Log.Info("stream ended: credentials no longer valid", "session", t.session, "key", identityOf(t.r).KeyID)
 }
 
-func (t *sseTransport) idle() { _ = t.sse.comment("idle timeout: reconnect with Last-Event-ID to go on") }
+func (t *sseTransport) idle() {
+	_ = t.sse.comment("idle timeout: reconnect with Last-Event-ID to go on")
+}
 
 func (t *sseTransport) lifetime() {
 	_ = t.sse.comment("lifetime reached: reconnect with Last-Event-ID to go on")

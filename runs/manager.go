@@ -400,7 +400,7 @@ func (r *Run) emitDone(finish string) {
 	r.emitMu.Lock()
 	defer r.emitMu.Unlock()
 	r.w.GiveBack(r.w.Next()) // done's number is the last
-	if m.opts.Runs != nil { // the session is free on every instance before done goes out
+	if m.opts.Runs != nil {  // the session is free on every instance before done goes out
 		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 		if err := m.opts.Runs.EndRun(ctx, r.ID, m.opts.Instance, finish, m.opts.Now()); err != nil {
 			r.logger.Error("could not record the end of a run", "err", err)
