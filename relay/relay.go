@@ -30,6 +30,7 @@ import (
 	"time"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/stream"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -171,31 +172,52 @@ func (r *Relay) Publish(ctx context.Context, sessionID string, evs []parley.Even
 	if len(evs) == 0 {
 		return nil
 	}
+	seqs := make([]int64, len(evs))
 	datas := make([]string, len(evs))
-	var prev int64
 	for i, ev := range evs {
-		if ev.Seq <= prev {
-			return fmt.Errorf("relay: publish %s: event %d has seq %d, want above %d", sessionID, i, ev.Seq, prev)
-		}
-		prev = ev.Seq
 		b, err := json.Marshal(ev)
 		if err != nil {
 			return fmt.Errorf("relay: publish %s: event %d: %w", sessionID, ev.Seq, err)
 		}
-		datas[i] = string(b)
+		seqs[i], datas[i] = ev.Seq, string(b)
+	}
+	return r.publish(ctx, sessionID, seqs, datas)
+}
+
+// PublishFrames publishes as Publish does the events of frames, whose JSON is the entries' "e"
+// as it is: an event is encoded once, for the relay as for the clients.
+func (r *Relay) PublishFrames(ctx context.Context, sessionID string, frames []*stream.Frame) error {
+	if len(frames) == 0 {
+		return nil
+	}
+	seqs := make([]int64, len(frames))
+	datas := make([]string, len(frames))
+	for i, f := range frames {
+		seqs[i], datas[i] = f.Seq, string(f.JSON)
+	}
+	return r.publish(ctx, sessionID, seqs, datas)
+}
+
+func (r *Relay) publish(ctx context.Context, sessionID string, seqs []int64, datas []string) error {
+	var prev int64
+	for i, seq := range seqs {
+		if seq <= prev {
+			return fmt.Errorf("relay: publish %s: event %d has seq %d, want above %d", sessionID, i, seq, prev)
+		}
+		prev = seq
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.opts.Timeout)
 	defer cancel()
 	key := r.streamKey(sessionID)
 	pipe := r.client.Pipeline()
-	adds := make([]*redis.StringCmd, len(evs))
+	adds := make([]*redis.StringCmd, len(seqs))
 	published := strconv.FormatInt(time.Now().UnixMilli(), 10) // for the readers' Lag
-	for i, ev := range evs {
+	for i, seq := range seqs {
 		adds[i] = pipe.XAdd(ctx, &redis.XAddArgs{
 			Stream: key,
 			MaxLen: r.opts.MaxLen,
 			Approx: true,
-			ID:     strconv.FormatInt(ev.Seq, 10) + "-0",
+			ID:     strconv.FormatInt(seq, 10) + "-0",
 			Values: []any{"e", datas[i], "t", published},
 		})
 	}
@@ -204,7 +226,7 @@ func (r *Relay) Publish(ctx context.Context, sessionID string, evs []parley.Even
 	_, _ = pipe.Exec(ctx) // each command's error is looked at below
 	for i, c := range adds {
 		if err := c.Err(); err != nil && !strings.Contains(err.Error(), topItemError) {
-			return fmt.Errorf("relay: publish %s: event %d: %w", sessionID, evs[i].Seq, err)
+			return fmt.Errorf("relay: publish %s: event %d: %w", sessionID, seqs[i], err)
 		}
 	}
 	if err := expire.Err(); err != nil {

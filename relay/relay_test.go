@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/internal/redistest"
+	"github.com/parleyhq/parley/stream"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -1033,5 +1035,48 @@ func TestRangeReportsLag(t *testing.T) {
 	}
 	if got, err := sub.Range(ctx, "s2", 0, 0); err != nil || len(got) != 1 || len(lags) != 3 {
 		t.Errorf("an entry without t: %v %v, lags %d", got, err, len(lags))
+	}
+}
+
+// The relay is a stream.FramePublisher: a run's frames go out with their JSON as it is (an event
+// is encoded once), and read back as the events they encode.
+var _ stream.FramePublisher = (*Relay)(nil)
+
+func TestPublishFramesKeepsTheirJSON(t *testing.T) {
+	t.Parallel()
+	client, prefix := redistest.Client(t)
+	r := New(client, "a", Options{Prefix: prefix})
+	ctx := context.Background()
+	want := events("s1", 1, 3)
+	frames := make([]*stream.Frame, len(want))
+	for i, ev := range want {
+		b, err := json.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames[i] = &stream.Frame{Event: ev, JSON: b}
+	}
+	if err := r.PublishFrames(ctx, "s1", frames); err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.Range(ctx, "s1", 0, 0)
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("Range after PublishFrames = %+v, %v; want %+v", got, err, want)
+	}
+	raw, err := client.XRange(ctx, prefix+"ev:s1", "-", "+").Result()
+	if err != nil || len(raw) != 3 {
+		t.Fatalf("stream: %v, %v", raw, err)
+	}
+	for i, m := range raw {
+		if m.Values["e"] != string(frames[i].JSON) {
+			t.Fatalf("entry %s holds %v, want the frame's JSON %s", m.ID, m.Values["e"], frames[i].JSON)
+		}
+	}
+	// Out of order, as Publish: an error and nothing written.
+	if err := r.PublishFrames(ctx, "s2", []*stream.Frame{frames[1], frames[0]}); err == nil {
+		t.Fatal("PublishFrames took frames out of order")
+	}
+	if n, _ := client.XLen(ctx, prefix+"ev:s2").Result(); n != 0 {
+		t.Fatalf("a rejected batch wrote %d entries", n)
 	}
 }

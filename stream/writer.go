@@ -243,11 +243,12 @@ func (w *Writer) writeStore() {
 			return
 		}
 		if len(frames) == 0 {
+			// The first events after a quiet spell go out at once; then the next gather.
 			select {
 			case <-wake:
 			case <-w.closing:
-				continue
 			}
+			continue
 		}
 		// Let events gather for a moment, unless the run ends or its producer waits.
 		t := time.NewTimer(h.opts.FlushEvery)
