@@ -28,6 +28,20 @@ type corkConn struct {
 	mu     sync.Mutex
 	corked bool
 	buf    *[]byte // lent by corkBuffers while corked
+
+	pending []byte // read before the connection: what net/http had read ahead (one reader)
+}
+
+func (c *corkConn) Read(p []byte) (int, error) {
+	if len(c.pending) > 0 {
+		n := copy(p, c.pending)
+		c.pending = c.pending[n:]
+		if len(c.pending) == 0 {
+			c.pending = nil
+		}
+		return n, nil
+	}
+	return c.Conn.Read(p)
 }
 
 func (c *corkConn) Write(p []byte) (int, error) {
@@ -105,6 +119,19 @@ func (w *corkingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return nil, nil, err
 	}
 	w.conn = &corkConn{Conn: c, timeout: w.timeout}
-	brw.Writer.Reset(w.conn)
-	return w.conn, brw, nil
+	// What the client sent after its request, which net/http's reader holds, is read first.
+	if n := brw.Reader.Buffered(); n > 0 {
+		b, _ := brw.Reader.Peek(n)
+		w.conn.pending = append([]byte(nil), b...)
+	}
+	// Small buffers of the connection's own instead of net/http's 4 KiB ones: the connection
+	// keeps them for its life, idle or not. Larger reads and writes go past them, and the writes
+	// of a batch are gathered by the cork anyway.
+	return w.conn, bufio.NewReadWriter(bufio.NewReaderSize(w.conn, hijackReadBuffer), bufio.NewWriterSize(w.conn, hijackWriteBuffer)), nil
 }
+
+// The buffers of a hijacked connection (a WebSocket): client frames are small JSON objects.
+const (
+	hijackReadBuffer  = 512
+	hijackWriteBuffer = 512
+)

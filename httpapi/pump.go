@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/parleyhq/parley/stream"
@@ -10,9 +11,14 @@ import (
 
 // One pump moves a session's stream to a client, whatever the transport: SSE (the native stream),
 // the AI SDK UI message stream (SSE too) and the WebSocket. The pump waits on the subscription, the
-// heartbeat, the idle timer, the credentials' recheck and the stream's lifetime; the transport
+// heartbeat, the idle deadline, the credentials' recheck and the stream's lifetime; the transport
 // encodes the frames (their JSON is made once per event, shared by every client) and says what a
 // client is told when its stream ends.
+//
+// An SSE stream's pump runs in its request's goroutine (run). A WebSocket's runs in a goroutine of
+// its own only while it has work (start): after wsPark with nothing to do it parks, holding no
+// goroutine, and the subscription, a timer for its next deadline, the connection's reader or the
+// end of its context start it again.
 
 // transport writes a subscription's frames to one client.
 type transport interface {
@@ -31,8 +37,8 @@ type transport interface {
 }
 
 // pump is one client's stream. The WebSocket's own inputs (replies to the client's frames, the
-// session its first message created, its activity) come in through the optional channels; an SSE
-// stream leaves them nil.
+// session its first message created, its activity) come in through the optional channels, each
+// send followed by kick; an SSE stream leaves them nil.
 type pump struct {
 	s   *server
 	r   *http.Request // the request: its credentials are checked again while the stream is open
@@ -40,11 +46,28 @@ type pump struct {
 	sub *stream.Subscription // nil until there is a session (a WebSocket before its first message)
 
 	heartbeat time.Duration // 0: none (the WebSocket pings on its own)
+	park      time.Duration // 0: never parks (run)
 
 	replies  <-chan []byte
 	reply    func(b []byte) error
 	sessions <-chan string
 	activity <-chan struct{}
+
+	// onEnd is called once, in the pump's goroutine, with why it stopped (start only).
+	onEnd func(err error)
+	done  chan struct{} // closed after onEnd (start only)
+
+	// Owned by the goroutine running the loop (handed over under mu).
+	ctx                               context.Context
+	idleAt, recheckAt, beatAt, parkAt time.Time
+	timer                             *time.Timer
+
+	mu      sync.Mutex
+	running bool        // a goroutine runs the loop
+	kicked  bool        // something happened while it ran
+	ended   bool        //
+	wake    *time.Timer // while parked: the next deadline
+	stopCtx func() bool // the context.AfterFunc that kicks the pump when its context ends
 }
 
 // subscribe makes the pump read the session after seq `after`.
@@ -52,81 +75,214 @@ func (p *pump) subscribe(ctx context.Context, sessionID string, after int64) {
 	p.sub = p.s.Runs.Subscribe(ctx, sessionID, after)
 }
 
-// run pumps until ctx ends, the transport ends the stream, a write fails, or the stream is idle,
-// revoked or past its lifetime. It returns why it stopped (nil: the transport ended it, or ctx
-// ended), and closes the subscription.
-func (p *pump) run(ctx context.Context) error {
-	s := p.s
-	defer func() {
-		if p.sub != nil {
-			p.sub.Close()
-		}
-	}()
-	var heartbeat <-chan time.Time
-	if p.heartbeat > 0 {
-		t := time.NewTicker(p.heartbeat)
-		defer t.Stop()
-		heartbeat = t.C
+func (p *pump) init(ctx context.Context) {
+	now := time.Now()
+	p.ctx = ctx
+	p.idleAt = now.Add(p.s.StreamIdle)
+	if p.s.Auth != nil {
+		p.recheckAt = now.Add(p.s.AuthRecheck)
 	}
-	idle := time.NewTimer(s.StreamIdle)
-	defer idle.Stop()
-	recheck, stopRecheck := s.recheckTicks()
-	defer stopRecheck()
+	if p.heartbeat > 0 {
+		p.beatAt = now.Add(p.heartbeat)
+	}
+	p.parkAt = now.Add(p.park)
+}
+
+// run pumps in the calling goroutine until ctx ends, the transport ends the stream, a write
+// fails, or the stream is idle, revoked or past its lifetime. It returns why it stopped (nil: the
+// transport ended it, or ctx ended), and closes the subscription.
+func (p *pump) run(ctx context.Context) error {
+	p.init(ctx)
+	p.park = 0
+	err := p.loop()
+	p.stop()
+	return err
+}
+
+// start pumps in goroutines of the pump's own, parking when idle, until it stops as run does;
+// then onEnd, then done is closed.
+func (p *pump) start(ctx context.Context) {
+	p.init(ctx)
+	p.done = make(chan struct{})
+	p.mu.Lock()
+	p.running = true
+	p.stopCtx = context.AfterFunc(ctx, p.kick)
+	p.mu.Unlock()
+	go p.resume()
+}
+
+// kick starts the parked pump again, or tells the running one to look again before it parks.
+func (p *pump) kick() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ended {
+		return
+	}
+	if p.running {
+		p.kicked = true
+		return
+	}
+	p.running = true
+	go p.resume()
+}
+
+func (p *pump) resume() {
+	p.parkAt = time.Now().Add(p.park)
+	err, ended := p.loopOrPark()
+	if !ended {
+		return // parked
+	}
+	p.mu.Lock()
+	p.ended = true
+	if p.wake != nil {
+		p.wake.Stop()
+	}
+	p.mu.Unlock()
+	p.stopCtx()
+	p.stop()
+	p.onEnd(err)
+	close(p.done)
+}
+
+func (p *pump) stop() {
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	if p.sub != nil {
+		p.sub.Close()
+	}
+}
+
+func (p *pump) loop() error {
+	err, _ := p.loopOrPark()
+	return err
+}
+
+// loopOrPark pumps until the stream ends (ended) or, with park set, the pump has parked.
+func (p *pump) loopOrPark() (err error, ended bool) {
+	s, ctx := p.s, p.ctx
 	for {
+		now := time.Now()
+		if err, end := p.due(now); end {
+			return err, true
+		}
+		next := p.next()
+		if p.park > 0 && p.parkAt.Before(next) {
+			next = p.parkAt
+		}
+		if p.timer == nil {
+			p.timer = time.NewTimer(next.Sub(now))
+		} else {
+			p.timer.Reset(next.Sub(now))
+		}
 		var ready <-chan struct{}
 		if p.sub != nil {
 			ready = p.sub.Ready()
 		}
 		select {
-		case <-recheck:
-			if err := s.stillValid(ctx, p.r); err != nil {
-				p.t.revoked(err)
-				return errRevoked
-			}
 		case <-ready:
 			frames, err := p.sub.Next(ctx)
 			if err != nil {
 				if ctx.Err() == nil {
 					p.t.failed(err)
-					return err
+					return err, true
 				}
-				return nil
+				return nil, true
 			}
 			if len(frames) == 0 {
 				continue
 			}
 			end, err := p.t.frames(frames)
 			if err != nil {
-				return errClientGone{err}
+				return errClientGone{err}, true
 			}
 			if end {
-				return nil
+				return nil, true
 			}
-			idle.Reset(s.StreamIdle)
+			now = time.Now()
+			p.idleAt, p.parkAt = now.Add(s.StreamIdle), now.Add(p.park)
 		case b := <-p.replies:
 			if err := p.reply(b); err != nil {
-				return errClientGone{err}
+				return errClientGone{err}, true
 			}
+			p.parkAt = time.Now().Add(p.park)
 		case id := <-p.sessions:
 			if p.sub == nil {
 				p.subscribe(ctx, id, stream.Join)
 			}
+			p.parkAt = time.Now().Add(p.park)
 		case <-p.activity:
-			idle.Reset(s.StreamIdle)
-		case <-heartbeat:
-			if err := p.t.heartbeat(); err != nil {
-				return errClientGone{err}
+			now = time.Now()
+			p.idleAt, p.parkAt = now.Add(s.StreamIdle), now.Add(p.park)
+		case <-p.timer.C:
+			if p.park > 0 && !time.Now().Before(p.parkAt) && p.tryPark() {
+				return nil, false
 			}
-		case <-idle.C:
-			p.t.idle()
-			return errIdle
 		case <-ctx.Done():
 			if p.r.Context().Err() == nil {
 				p.t.lifetime()
 			}
-			return nil
+			return nil, true
 		}
 	}
+}
+
+// due does what is due at now: the idle end, the credentials' recheck, the heartbeat.
+func (p *pump) due(now time.Time) (err error, end bool) {
+	if !now.Before(p.idleAt) {
+		p.t.idle()
+		return errIdle, true
+	}
+	if !p.recheckAt.IsZero() && !now.Before(p.recheckAt) {
+		p.recheckAt = now.Add(p.s.AuthRecheck)
+		if err := p.s.stillValid(p.ctx, p.r); err != nil {
+			p.t.revoked(err)
+			return errRevoked, true
+		}
+	}
+	if !p.beatAt.IsZero() && !now.Before(p.beatAt) {
+		p.beatAt = now.Add(p.heartbeat)
+		if err := p.t.heartbeat(); err != nil {
+			return errClientGone{err}, true
+		}
+	}
+	return nil, false
+}
+
+// next returns the pump's next deadline.
+func (p *pump) next() time.Time {
+	next := p.idleAt
+	if !p.recheckAt.IsZero() && p.recheckAt.Before(next) {
+		next = p.recheckAt
+	}
+	if !p.beatAt.IsZero() && p.beatAt.Before(next) {
+		next = p.beatAt
+	}
+	return next
+}
+
+// tryPark gives back the pump's goroutine unless something happened meanwhile: the subscription,
+// a timer at the next deadline, the context's end and the reader (kick) start it again.
+func (p *pump) tryPark() bool {
+	p.timer.Stop()
+	if p.sub != nil {
+		p.sub.Notify(p.kick)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	d := time.Until(p.next())
+	if p.wake == nil {
+		p.wake = time.AfterFunc(d, p.kick)
+	} else {
+		p.wake.Reset(d)
+	}
+	if p.kicked {
+		p.kicked = false
+		p.parkAt = time.Now().Add(p.park)
+		return false
+	}
+	p.running = false
+	return true
 }
 
 // Why a pump stopped.

@@ -1,27 +1,35 @@
 package httpapi
 
 import (
-	"bufio"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/stream"
 )
 
-// sseBuffer is each stream's write buffer: a few chunk events; a larger event is written
-// through. It is per connection, so it is kept small.
-const sseBuffer = 4 << 10
+// sseBuffers lends SSE streams the buffer a batch of events is gathered in, from the first write
+// to the flush: an idle stream holds none.
+var sseBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
+const (
+	// sseWriteOut: a batch that gathers more than this is written out before it is complete.
+	sseWriteOut = 32 << 10
+	// sseKeep is the largest buffer given back to sseBuffers.
+	sseKeep = 64 << 10
+)
 
 // sseWriter writes Server-Sent Events. Every write has a deadline: a client that does not take
-// its events in time is dropped rather than waited on.
+// its events in time is dropped rather than waited on. A write error is kept and returned by the
+// next flush.
 type sseWriter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
-	buf     *bufio.Writer
+	buf     *[]byte // borrowed from sseBuffers while a batch is gathered
+	err     error
 	timeout time.Duration
-	num     [20]byte
 }
 
 func newSSEWriter(w http.ResponseWriter, timeout time.Duration) (*sseWriter, error) {
@@ -33,7 +41,6 @@ func newSSEWriter(w http.ResponseWriter, timeout time.Duration) (*sseWriter, err
 	}
 	h.Set("X-Accel-Buffering", "no") // ask proxies not to buffer the stream
 	s := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: timeout}
-	s.buf = bufio.NewWriterSize(writerFunc(s.write), sseBuffer)
 	w.WriteHeader(http.StatusOK)
 	if err := s.flush(); err != nil {
 		return nil, parley.WrapError(parley.ECInternal, err, "streaming unsupported")
@@ -41,50 +48,80 @@ func newSSEWriter(w http.ResponseWriter, timeout time.Duration) (*sseWriter, err
 	return s, nil
 }
 
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
-
-func (s *sseWriter) write(p []byte) (int, error) {
-	// Not every ResponseWriter supports deadlines (httptest's recorder does not); ignore that.
-	_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
-	return s.w.Write(p)
+// b returns the batch's buffer, borrowing one if needed.
+func (s *sseWriter) b() *[]byte {
+	if s.buf == nil {
+		s.buf = sseBuffers.Get().(*[]byte)
+	}
+	return s.buf
 }
 
-// event buffers one event: "id: <seq>", "event: <type>", "data: <json>". A write error is kept
-// by the buffer and returned by the next flush.
+// gathered writes out what the batch has gathered once it is large.
+func (s *sseWriter) gathered() {
+	if len(*s.buf) >= sseWriteOut {
+		s.writeOut()
+	}
+}
+
+// writeOut writes the gathered bytes to the response, within the write timeout.
+func (s *sseWriter) writeOut() {
+	if s.buf == nil || len(*s.buf) == 0 {
+		return
+	}
+	if s.err == nil {
+		// Not every ResponseWriter supports deadlines (httptest's recorder does not); ignore that.
+		_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
+		_, s.err = s.w.Write(*s.buf)
+	}
+	*s.buf = (*s.buf)[:0]
+}
+
+// event buffers one event: "id: <seq>", "event: <type>", "data: <json>".
 func (s *sseWriter) event(f *stream.Frame) {
-	s.buf.WriteString("id: ")
-	s.buf.Write(strconv.AppendInt(s.num[:0], f.Seq, 10))
-	s.buf.WriteString("\nevent: ")
-	s.buf.WriteString(string(f.Type))
-	s.buf.WriteString("\ndata: ")
-	s.buf.Write(f.JSON) // JSON never contains a raw newline
-	s.buf.WriteString("\n\n")
+	b := s.b()
+	*b = append(*b, "id: "...)
+	*b = strconv.AppendInt(*b, f.Seq, 10)
+	*b = append(*b, "\nevent: "...)
+	*b = append(*b, f.Type...)
+	*b = append(*b, "\ndata: "...)
+	*b = append(*b, f.JSON...) // JSON never contains a raw newline
+	*b = append(*b, "\n\n"...)
+	s.gathered()
 }
 
 // errorEvent buffers an error that is not a run's: "event: error" and its data,
 // {"type":"error","error":{…}}, without an id.
 func (s *sseWriter) errorEvent(body parley.ErrorBody) {
-	s.buf.WriteString("event: error\ndata: ")
-	s.buf.Write(mustJSON(struct {
+	b := s.b()
+	*b = append(*b, "event: error\ndata: "...)
+	*b = append(*b, mustJSON(struct {
 		Type  string           `json:"type"`
 		Error parley.ErrorBody `json:"error"`
-	}{"error", body}))
-	s.buf.WriteString("\n\n")
+	}{"error", body})...)
+	*b = append(*b, "\n\n"...)
+	s.gathered()
 }
 
 // comment writes a keep-alive comment line and flushes.
 func (s *sseWriter) comment(text string) error {
-	s.buf.WriteString(": ")
-	s.buf.WriteString(text)
-	s.buf.WriteString("\n\n")
+	b := s.b()
+	*b = append(*b, ": "...)
+	*b = append(*b, text...)
+	*b = append(*b, "\n\n"...)
 	return s.flush()
 }
 
+// flush writes what was gathered, flushes the response and gives the buffer back.
 func (s *sseWriter) flush() error {
-	if err := s.buf.Flush(); err != nil {
-		return err
+	s.writeOut()
+	if s.buf != nil {
+		if cap(*s.buf) <= sseKeep {
+			sseBuffers.Put(s.buf)
+		}
+		s.buf = nil
+	}
+	if s.err != nil {
+		return s.err
 	}
 	_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
 	return s.rc.Flush()

@@ -282,7 +282,9 @@ func (t *uiTransport) lifetime() {}
 // data buffers one SSE event of data only ("data: <line>" and a blank line), as the UI message
 // stream frames its chunks.
 func (s *sseWriter) data(line []byte) {
-	s.buf.WriteString("data: ")
-	s.buf.Write(line)
-	s.buf.WriteString("\n\n")
+	b := s.b()
+	*b = append(*b, "data: "...)
+	*b = append(*b, line...)
+	*b = append(*b, "\n\n"...)
+	s.gathered()
 }

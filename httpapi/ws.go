@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/coder/websocket"
@@ -28,8 +29,16 @@ const (
 	wsAuthPrefix   = "parley.auth."
 	wsOutboxSize   = 32 // replies waiting for the writer; a client that floods past it is dropped
 	wsHistoryLimit = 200
-	wsKeepBuffer   = 16 << 10 // the largest frame buffer a connection keeps between events
+	// wsPark is how long a connection's pump waits with nothing to do before it gives back its
+	// goroutine: an idle connection holds one goroutine, its reader.
+	wsPark = time.Second
 )
+
+// wsFrameBuffers lends the writer a buffer to build run events' frames in, while it writes.
+var wsFrameBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// wsFrameKeep is the largest frame buffer given back to wsFrameBuffers.
+const wsFrameKeep = 16 << 10
 
 // wsAuthProtocol returns the key a browser offers as the subprotocol "parley.auth.<key>", or "".
 func wsAuthProtocol(r *http.Request) string {
@@ -108,8 +117,9 @@ func appendWSEvent(b []byte, f *stream.Frame) []byte {
 	return append(b, '}')
 }
 
-// wsConn is one WebSocket client. The handler's goroutine is its only writer; a reader goroutine
-// handles the client's frames and hands replies to the writer through outbox.
+// wsConn is one WebSocket client. The handler's goroutine reads the client's frames and hands
+// replies to the writer, the pump (which runs only while it has work), through outbox; a ping
+// goes out every Heartbeat from a timer.
 type wsConn struct {
 	s        *server
 	c        *websocket.Conn
@@ -125,7 +135,13 @@ type wsConn struct {
 	r *http.Request // the upgrade request: its credentials are checked again while open
 
 	conn *corkConn // the hijacked connection, which gathers each batch's writes
-	buf  []byte    // the writer's frame buffer, reused
+	buf  *[]byte   // the writer's frame buffer, borrowed from wsFrameBuffers while it writes
+	pump *pump
+
+	pingMu      sync.Mutex
+	pingTimer   *time.Timer
+	pingStopped bool
+	pings       sync.WaitGroup // the ping under way, if any
 
 	// connCtx is the I/O context of the connection: it ends only after the close handshake,
 	// because a read or write whose context ends drops the connection without one.
@@ -192,80 +208,75 @@ func (s *server) handleWS() http.Handler {
 		defer cancel(nil)
 		ctx, stopLife := context.WithTimeoutCause(ctx, s.StreamLifetime, errWSLifetime)
 		defer stopLife()
-		// The reader's and the pinger's I/O use connCtx, which ends only after the close
+		// The reader's and the pings' I/O use connCtx, which ends only after the close
 		// handshake: a cancelled read would drop the connection before the close frame is sent.
 		connCtx, endConn := context.WithCancel(context.WithoutCancel(ctx))
 		defer endConn()
 		conn := &wsConn{
-			s: s, c: c, conn: cw.conn, id: id, ip: s.clientIP(r), r: r, cancel: cancel, sessionID: sessionID, connCtx: connCtx,
+			s: s, c: c, conn: cw.conn, id: id, ip: s.clientIP(r), r: r, cancel: cancel, sessionID: sessionID, connCtx: connCtx, life: ctx,
 			outbox: make(chan []byte, wsOutboxSize), session: make(chan string, 1), activity: make(chan struct{}, 1),
 		}
-		// The connection's goroutines: the reader and the pinger. The handler waits for both.
-		readerDone := make(chan struct{})
-		go func() {
-			defer close(readerDone)
-			conn.read(connCtx, ctx)
-		}()
-		pingerDone := make(chan struct{})
-		go func() {
-			defer close(pingerDone)
-			conn.ping(connCtx, ctx)
-		}()
-		err = conn.write(ctx, sessionID, after)
-		cancel(err)
-		code, reason := websocket.StatusNormalClosure, ""
-		switch cause := context.Cause(ctx); {
-		case errors.Is(cause, errWSIdle), errors.Is(cause, errWSLifetime):
-			reason = cause.Error() + ": reconnect with after=<last seq> to go on"
-		case errors.Is(cause, errWSFlood):
-			code, reason = websocket.StatusPolicyViolation, cause.Error()
-		case errors.Is(cause, errWSRevoked):
-			// An error frame, then a close with 1008 and the reason: the client must not
-			// reconnect with the same key.
-			code, reason = websocket.StatusPolicyViolation, cause.Error()
-			var rv wsRevoked
-			errors.As(cause, &rv)
-			_ = conn.send(context.Background(), mustJSON(wsOut{Type: "error", ID: rv.id, Data: errorBodyOf(auth.ErrBadCredentials)}))
-			s.Log.Info("websocket closed: credentials no longer valid", "key", id.KeyID)
-		case r.Context().Err() != nil:
-			code, reason = websocket.StatusGoingAway, "server shutting down"
-		}
-		if errors.Is(context.Cause(ctx), errWSGone) {
-			c.CloseNow()
+		// The pump writes, in a goroutine of its own while it has work; when it stops, it closes
+		// the connection, which ends the reads below.
+		p := &pump{s: s, r: r, t: conn, replies: conn.outbox, sessions: conn.session, activity: conn.activity, park: wsPark,
+			reply: func(b []byte) error { return conn.send(ctx, b) }}
+		p.onEnd = func(err error) { conn.end(ctx, r, err, endConn) }
+		conn.pump = p
+		if err := conn.connected(ctx, sessionID); err != nil {
+			p.start(ctx) // ends at once: ctx has ended
 		} else {
-			_ = c.Close(code, reason) // the handshake is bounded by the library (5s per step)
+			if sessionID != "" {
+				p.subscribe(ctx, sessionID, after)
+			}
+			p.start(ctx)
 		}
-		endConn()
-		<-readerDone
-		<-pingerDone
+		conn.startPings(connCtx, ctx)
+		conn.read(connCtx, ctx)
+		cancel(nil)
+		<-p.done
+		conn.stopPings()
 	})
 }
 
-// write is the connection's writer: the connected status, then the session's events, replies and
-// heartbeat-driven timeouts, until ctx ends or a write fails.
-func (w *wsConn) write(ctx context.Context, sessionID string, after int64) error {
-	s := w.s
+// connected sends the first frame: the connected status.
+func (w *wsConn) connected(ctx context.Context, sessionID string) error {
 	status := map[string]any{"state": "connected", "session_id": sessionID, "user": w.id.User}
 	if sessionID != "" {
-		if run, ok := s.Runs.Active(sessionID); ok {
+		if run, ok := w.s.Runs.Active(sessionID); ok {
 			status["active_run"] = run.ID
 			status["paused"] = run.Paused()
 		}
 	}
-	if err := w.send(ctx, mustJSON(wsOut{Type: "status", Data: status})); err != nil {
-		return err
+	return w.send(ctx, mustJSON(wsOut{Type: "status", Data: status}))
+}
+
+// end closes the connection once its pump has stopped with err: with a close frame and the
+// reason (ctx's cause) where there is one to give, or at once when the client is gone.
+func (w *wsConn) end(ctx context.Context, r *http.Request, err error, endConn func()) {
+	w.cancel(err)
+	code, reason := websocket.StatusNormalClosure, ""
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, errWSIdle), errors.Is(cause, errWSLifetime):
+		reason = cause.Error() + ": reconnect with after=<last seq> to go on"
+	case errors.Is(cause, errWSFlood):
+		code, reason = websocket.StatusPolicyViolation, cause.Error()
+	case errors.Is(cause, errWSRevoked):
+		// An error frame, then a close with 1008 and the reason: the client must not
+		// reconnect with the same key.
+		code, reason = websocket.StatusPolicyViolation, cause.Error()
+		var rv wsRevoked
+		errors.As(cause, &rv)
+		_ = w.send(context.Background(), mustJSON(wsOut{Type: "error", ID: rv.id, Data: errorBodyOf(auth.ErrBadCredentials)}))
+		w.s.Log.Info("websocket closed: credentials no longer valid", "key", w.id.KeyID)
+	case r.Context().Err() != nil:
+		code, reason = websocket.StatusGoingAway, "server shutting down"
 	}
-	w.life = ctx
-	p := &pump{s: s, r: w.r, t: w, replies: w.outbox, sessions: w.session, activity: w.activity,
-		reply: func(b []byte) error { return w.send(ctx, b) }}
-	if sessionID != "" {
-		p.subscribe(ctx, sessionID, after)
+	if errors.Is(context.Cause(ctx), errWSGone) {
+		w.c.CloseNow()
+	} else {
+		_ = w.c.Close(code, reason) // the handshake is bounded by the library (5s per step)
 	}
-	err := p.run(ctx)
-	if ctx.Err() != nil {
-		return context.Cause(ctx)
-	}
-	return err
+	endConn()
 }
 
 // The connection is the pump's transport: run events go out as frames, and the ends of the stream
@@ -279,7 +290,7 @@ func (w *wsConn) frames(fs []*stream.Frame) (bool, error) {
 	return false, nil
 }
 
-func (w *wsConn) heartbeat() error { return nil } // the pinger pings
+func (w *wsConn) heartbeat() error { return nil } // pings go out on their own (startPings)
 
 func (w *wsConn) failed(err error) {
 	w.s.Log.Warn("websocket stream ended", "err", err)
@@ -300,10 +311,16 @@ func (w *wsConn) send(ctx context.Context, frames ...[]byte) error {
 
 // sendEvents writes run events as send does.
 func (w *wsConn) sendEvents(ctx context.Context, frames []*stream.Frame) error {
-	return w.sendEach(ctx, len(frames), func(i int) []byte {
-		w.buf = appendWSEvent(w.buf[:0], frames[i])
-		return w.buf
+	w.buf = wsFrameBuffers.Get().(*[]byte)
+	err := w.sendEach(ctx, len(frames), func(i int) []byte {
+		*w.buf = appendWSEvent((*w.buf)[:0], frames[i])
+		return *w.buf
 	})
+	if cap(*w.buf) <= wsFrameKeep { // a large event's buffer is not kept
+		wsFrameBuffers.Put(w.buf)
+	}
+	w.buf = nil
+	return err
 }
 
 func (w *wsConn) sendEach(ctx context.Context, n int, frame func(i int) []byte) error {
@@ -320,9 +337,6 @@ func (w *wsConn) sendEach(ctx context.Context, n int, frame func(i int) []byte) 
 	if uerr := w.conn.uncork(); err == nil {
 		err = uerr
 	}
-	if cap(w.buf) > wsKeepBuffer {
-		w.buf = nil // a large event's frame: not kept for the connection's life
-	}
 	if err != nil {
 		err = fmt.Errorf("%w: %v", errWSGone, err)
 		w.cancel(err)
@@ -336,6 +350,7 @@ func (w *wsConn) sendEach(ctx context.Context, n int, frame func(i int) []byte) 
 func (w *wsConn) reply(v wsOut) {
 	select {
 	case w.outbox <- mustJSON(v):
+		w.kick()
 	default:
 		w.cancel(errWSFlood)
 	}
@@ -345,25 +360,45 @@ func (w *wsConn) fail(id string, err error) {
 	w.reply(wsOut{Type: "error", ID: id, Data: errorBodyOf(err)})
 }
 
-// ping sends a WebSocket ping every Heartbeat until ctx ends; a client that does not answer
-// within the write timeout is dropped. The pings' I/O uses connCtx.
-func (w *wsConn) ping(connCtx, ctx context.Context) {
-	t := time.NewTicker(w.s.Heartbeat)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
+// startPings sends a WebSocket ping every Heartbeat until ctx ends, each from a timer's goroutine
+// (none while waiting); a client that does not answer within the write timeout is dropped. The
+// pings' I/O uses connCtx.
+func (w *wsConn) startPings(connCtx, ctx context.Context) {
+	var ping func()
+	ping = func() {
+		defer w.pings.Done()
+		if ctx.Err() != nil {
 			return
-		case <-t.C:
-			pctx, cancel := context.WithTimeout(connCtx, w.s.WriteTimeout)
-			err := w.c.Ping(pctx)
-			cancel()
-			if err != nil {
-				w.cancel(fmt.Errorf("%w: no answer to a ping: %v", errWSGone, err))
-				return
-			}
+		}
+		pctx, cancel := context.WithTimeout(connCtx, w.s.WriteTimeout)
+		err := w.c.Ping(pctx)
+		cancel()
+		if err != nil {
+			w.cancel(fmt.Errorf("%w: no answer to a ping: %v", errWSGone, err))
+			return
+		}
+		w.pingMu.Lock()
+		defer w.pingMu.Unlock()
+		if !w.pingStopped {
+			w.pings.Add(1)
+			w.pingTimer.Reset(w.s.Heartbeat)
 		}
 	}
+	w.pingMu.Lock()
+	defer w.pingMu.Unlock()
+	w.pings.Add(1)
+	w.pingTimer = time.AfterFunc(w.s.Heartbeat, ping)
+}
+
+// stopPings stops the pings and waits for the one under way.
+func (w *wsConn) stopPings() {
+	w.pingMu.Lock()
+	w.pingStopped = true
+	if w.pingTimer != nil && w.pingTimer.Stop() {
+		w.pings.Done() // the next ping will not run
+	}
+	w.pingMu.Unlock()
+	w.pings.Wait()
 }
 
 // read handles the client's frames until the connection ends; its I/O uses connCtx, and ctx is
@@ -380,6 +415,7 @@ func (w *wsConn) read(connCtx, ctx context.Context) {
 		}
 		select {
 		case w.activity <- struct{}{}:
+			w.kick()
 		default:
 		}
 		switch {
@@ -520,6 +556,7 @@ func (w *wsConn) userMessage(ctx context.Context, m wsUserMessage) (map[string]a
 	if w.sessionID == "" {
 		w.sessionID = st.Session.ID
 		w.session <- st.Session.ID
+		w.kick()
 	}
 	return map[string]any{"action": "user_message", "session_id": st.Session.ID, "run_id": st.Run.ID, "message_id": st.UserMessage.ID}, nil
 }
@@ -608,4 +645,11 @@ func mustJSON(v any) []byte {
 		panic(err) // only our own frame types are encoded here
 	}
 	return b
+}
+
+// kick tells the pump that the reader handed it something (a reply, a session, activity).
+func (w *wsConn) kick() {
+	if w.pump != nil { // a connection being tested on its own has none
+		w.pump.kick()
+	}
 }

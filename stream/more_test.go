@@ -315,3 +315,46 @@ func TestReadersFollowARunOnAnotherInstance(t *testing.T) {
 		t.Fatal("the relay publishes were not timed")
 	}
 }
+
+// A consumer that parks with Notify holds no goroutine: it is called when the subscription has
+// news (at once when it already has), once per Notify.
+func TestNotifyWakesAParkedConsumer(t *testing.T) {
+	h := New(Options{})
+	ctx := timeout(t)
+	sub := h.Subscribe(ctx, "s1", Join)
+	defer sub.Close()
+	calls := make(chan struct{}, 4)
+	notify := func() { calls <- struct{}{} }
+	sub.Notify(notify)
+	select {
+	case <-calls:
+		t.Fatal("notified with nothing to read")
+	default:
+	}
+	w, _ := h.Open(ctx, "s1")
+	w.Append(parley.Event{Type: parley.EventStart})
+	w.Append(parley.Event{Type: parley.EventChunk})
+	select {
+	case <-calls:
+	case <-ctx.Done():
+		t.Fatal("not notified of an append")
+	}
+	if len(calls) != 0 {
+		t.Fatalf("notified %d more times for one Notify", len(calls))
+	}
+	// Something to read already: at once.
+	sub.Notify(notify)
+	if len(calls) != 1 {
+		t.Fatal("Notify with frames waiting did not call at once")
+	}
+	<-calls
+	checkSeqs(t, "after the notice", take(t, ctx, sub, 2), 1, 2)
+	sub.Notify(notify)
+	sub.Close()
+	w.Append(parley.Event{Type: parley.EventDone})
+	if len(calls) != 0 {
+		t.Fatal("a closed subscription was notified")
+	}
+	w.Close()
+	w.Drop()
+}

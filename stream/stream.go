@@ -256,6 +256,8 @@ type session struct {
 	subs   int           // open subscriptions, under h.mu
 	wake   chan struct{} // closed and replaced whenever the ring changes or a run opens
 	gen    int64         // counts the wakes
+	// notify: the subscriptions whose consumer parked (Notify), told at the next wake.
+	notify map[*Subscription]func()
 	// progress is closed and replaced when the store writer has stored a batch.
 	progress chan struct{}
 
@@ -291,6 +293,10 @@ func (s *session) wakeLocked() {
 	close(s.wake)
 	s.wake = make(chan struct{})
 	s.gen++
+	for sub, fn := range s.notify {
+		delete(s.notify, sub)
+		fn()
+	}
 }
 
 // trimLocked drops the oldest frames past the ring's bounds, but none the store has not taken.

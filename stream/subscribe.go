@@ -102,6 +102,33 @@ func (sub *Subscription) Ready() <-chan struct{} {
 	s := sub.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return sub.readyLocked()
+}
+
+// Notify calls fn once when Ready would be ready: at once (from this goroutine) when it is, or
+// at the session's next change, from the goroutine making it (fn must not block, nor call
+// back into the subscription). A consumer parks with it instead of holding a goroutine on Ready.
+func (sub *Subscription) Notify(fn func()) {
+	s := sub.s
+	s.mu.Lock()
+	if sub.closed {
+		s.mu.Unlock()
+		return
+	}
+	if sub.readyLocked() != closedChan {
+		if s.notify == nil {
+			s.notify = map[*Subscription]func(){}
+		}
+		s.notify[sub] = fn
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	fn()
+}
+
+func (sub *Subscription) readyLocked() <-chan struct{} {
+	s := sub.s
 	switch {
 	case sub.closed:
 		return s.wake
@@ -220,6 +247,7 @@ func (sub *Subscription) Close() {
 	sub.closed = true
 	clear(sub.buf)
 	sub.buf = nil
+	delete(s.notify, sub)
 	s.mu.Unlock()
 	h.mu.Lock()
 	s.subs--
