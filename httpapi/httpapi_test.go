@@ -151,11 +151,12 @@ func newEnvOn(t *testing.T, st testStore, ro runs.Options, mod func(*httpapi.Dep
 	if cs, ok := st.(parley.SearchCostStore); ok {
 		d.SearchCosts = cs
 	}
+	base, shutdown := context.WithCancel(context.Background())
+	d.Lifetime = base
 	if mod != nil {
 		mod(&d)
 	}
 	srv := httptest.NewUnstartedServer(httpapi.NewServer(d))
-	base, shutdown := context.WithCancel(context.Background())
 	srv.Config.BaseContext = func(net.Listener) context.Context { return base }
 	srv.Start()
 	t.Cleanup(srv.Close)

@@ -128,6 +128,10 @@ type Deps struct {
 	// OpenAI answers the OpenAI-compatible routes under /v1 (package openaiapi). Nil: a backend
 	// on Chat alone, which answers stateful requests (on a session) only.
 	OpenAI *openaiapi.Backend
+	// Lifetime ends when the server shuts down (the BaseContext of its http.Server): the
+	// WebSockets, which outlive their request's handler, then close with 1001. Nil: they end
+	// only on their own.
+	Lifetime context.Context
 	// AuthRecheck is how often an open stream (SSE or WebSocket) checks that its key is still
 	// valid, through Auth's cache (default 5s); a revoked or expired key ends it.
 	AuthRecheck time.Duration

@@ -157,6 +157,7 @@ var (
 	errWSIdle     = errors.New("idle timeout")
 	errWSFlood    = errors.New("too many frames without reading the replies")
 	errWSLifetime = errors.New("lifetime reached")
+	errWSShutdown = errors.New("server shutting down")
 	// errWSRevoked: the connection's key was revoked or has expired (see wsRevoked).
 	errWSRevoked = errors.New("unauthorized: invalid, revoked or expired API key")
 )
@@ -191,50 +192,59 @@ func (s *server) handleWS() http.Handler {
 			writeError(w, err)
 			return
 		}
-		defer release()
 		cw := &corkingWriter{ResponseWriter: w, timeout: s.WriteTimeout}
 		c, err := websocket.Accept(cw, r, &websocket.AcceptOptions{
 			Subprotocols:   []string{wsProtocol},
 			OriginPatterns: s.wsOrigins,
 		})
 		if err != nil {
+			release()
 			return // Accept has answered the client
 		}
-		defer c.CloseNow()
-		defer s.streamOpened("websocket")()
+		closed := s.streamOpened("websocket")
 		c.SetReadLimit(s.MaxBodyBytes)
 
-		ctx, cancel := context.WithCancelCause(r.Context())
-		defer cancel(nil)
-		ctx, stopLife := context.WithTimeoutCause(ctx, s.StreamLifetime, errWSLifetime)
-		defer stopLife()
-		// The reader's and the pings' I/O use connCtx, which ends only after the close
+		// The connection outlives this handler (see below): its life is its own, ended by the
+		// server's shutdown (Lifetime), its own lifetime, or its end.
+		life, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
+		stopShutdown := func() bool { return false }
+		if s.Lifetime != nil {
+			stopShutdown = context.AfterFunc(s.Lifetime, func() { cancel(errWSShutdown) })
+		}
+		ctx, stopLife := context.WithTimeoutCause(life, s.StreamLifetime, errWSLifetime)
+		// The reads' and the pings' I/O use connCtx, which ends only after the close
 		// handshake: a cancelled read would drop the connection before the close frame is sent.
 		connCtx, endConn := context.WithCancel(context.WithoutCancel(ctx))
-		defer endConn()
 		conn := &wsConn{
 			s: s, c: c, conn: cw.conn, id: id, ip: s.clientIP(r), r: r, cancel: cancel, sessionID: sessionID, connCtx: connCtx, life: ctx,
 			outbox: make(chan []byte, wsOutboxSize), session: make(chan string, 1), activity: make(chan struct{}, 1),
 		}
 		// The pump writes, in a goroutine of its own while it has work; when it stops, it closes
-		// the connection, which ends the reads below.
+		// the connection, which ends the reads.
 		p := &pump{s: s, r: r, t: conn, replies: conn.outbox, sessions: conn.session, activity: conn.activity, park: wsPark,
 			reply: func(b []byte) error { return conn.send(ctx, b) }}
-		p.onEnd = func(err error) { conn.end(ctx, r, err, endConn) }
+		p.onEnd = func(err error) { conn.end(ctx, err, endConn) }
 		conn.pump = p
-		if err := conn.connected(ctx, sessionID); err != nil {
-			p.start(ctx) // ends at once: ctx has ended
-		} else {
-			if sessionID != "" {
-				p.subscribe(ctx, sessionID, after)
-			}
-			p.start(ctx)
+		if err := conn.connected(ctx, sessionID); err == nil && sessionID != "" {
+			p.subscribe(ctx, sessionID, after)
 		}
+		p.start(ctx) // ends at once if the connected status could not be sent
 		conn.startPings(connCtx, ctx)
-		conn.read(connCtx, ctx)
-		cancel(nil)
-		<-p.done
-		conn.stopPings()
+		// One goroutine reads the client's frames and owns the connection until its end. The
+		// handler returns: net/http then lets go of what it holds for the request (its buffers,
+		// its goroutine's stack), which an idle connection would otherwise keep for its life.
+		go func() {
+			defer release()
+			defer closed()
+			defer c.CloseNow()
+			defer stopShutdown()
+			defer stopLife()
+			defer endConn()
+			conn.read(connCtx, ctx)
+			cancel(nil)
+			<-p.done
+			conn.stopPings()
+		}()
 	})
 }
 
@@ -252,7 +262,7 @@ func (w *wsConn) connected(ctx context.Context, sessionID string) error {
 
 // end closes the connection once its pump has stopped with err: with a close frame and the
 // reason (ctx's cause) where there is one to give, or at once when the client is gone.
-func (w *wsConn) end(ctx context.Context, r *http.Request, err error, endConn func()) {
+func (w *wsConn) end(ctx context.Context, err error, endConn func()) {
 	w.cancel(err)
 	code, reason := websocket.StatusNormalClosure, ""
 	switch cause := context.Cause(ctx); {
@@ -268,7 +278,7 @@ func (w *wsConn) end(ctx context.Context, r *http.Request, err error, endConn fu
 		errors.As(cause, &rv)
 		_ = w.send(context.Background(), mustJSON(wsOut{Type: "error", ID: rv.id, Data: errorBodyOf(auth.ErrBadCredentials)}))
 		w.s.Log.Info("websocket closed: credentials no longer valid", "key", w.id.KeyID)
-	case r.Context().Err() != nil:
+	case errors.Is(cause, errWSShutdown):
 		code, reason = websocket.StatusGoingAway, "server shutting down"
 	}
 	if errors.Is(context.Cause(ctx), errWSGone) {

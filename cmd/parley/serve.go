@@ -205,7 +205,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if c.MetricsAddr == "" {
 		metricsOnAPI = met.Handler()
 	}
+	// Streams end when baseCtx is cancelled, which happens before Shutdown: Shutdown does not
+	// interrupt active connections, so without this a long SSE stream would hold it up.
+	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBase()
 	handler := httpapi.NewServer(httpapi.Deps{
+		Lifetime:     baseCtx,
 		Auth:         guard.auth,
 		Guests:       c.Guests,
 		GuestTTL:     c.GuestTTL,
@@ -263,10 +268,6 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		log.Info("metrics listening", "addr", mln.Addr().String())
 	}
 	defer stopMetrics()
-	// Streams end when baseCtx is cancelled, which happens before Shutdown: Shutdown does not
-	// interrupt active connections, so without this a long SSE stream would hold it up.
-	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelBase()
 	srv := &http.Server{
 		Handler:           handler,
 		BaseContext:       func(net.Listener) context.Context { return baseCtx },

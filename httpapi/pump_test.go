@@ -1,0 +1,186 @@
+package httpapi
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/runs"
+	"github.com/parleyhq/parley/stream"
+)
+
+// recordingTransport records the frames a pump writes.
+type recordingTransport struct {
+	mu    sync.Mutex
+	seqs  []int64
+	idled bool
+}
+
+func (t *recordingTransport) frames(fs []*stream.Frame) (bool, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, f := range fs {
+		t.seqs = append(t.seqs, f.Seq)
+	}
+	return false, nil
+}
+func (t *recordingTransport) heartbeat() error { return nil }
+func (t *recordingTransport) failed(error)     {}
+func (t *recordingTransport) revoked(error)    {}
+func (t *recordingTransport) idle()            { t.mu.Lock(); t.idled = true; t.mu.Unlock() }
+func (t *recordingTransport) lifetime()        {}
+
+func (p *pump) parked() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.running && !p.ended
+}
+
+// A pump started with park set gives back its goroutine when it has nothing to do, and the
+// subscription starts it again: each event reaches the client; the end of its context ends it.
+func TestParkedPumpWakesForEvents(t *testing.T) {
+	m := runs.NewManager(runs.Options{})
+	defer m.Shutdown(context.Background())
+	s := &server{Deps: Deps{Runs: m, StreamIdle: time.Hour}}
+	tr := &recordingTransport{}
+	ended := make(chan error, 1)
+	p := &pump{s: s, r: httptest.NewRequest("GET", "/", nil), t: tr, park: time.Millisecond,
+		onEnd: func(err error) { ended <- err }}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p.subscribe(ctx, "s1", stream.Join)
+	p.start(ctx)
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for !cond() {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("%s: not within the deadline", what)
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+	waitFor("parked before any event", p.parked)
+	for i := range 3 {
+		r, err := m.Begin(ctx, runs.Spec{Session: "s1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Go(func(context.Context, func(parley.Event)) (string, error) { return parley.FinishStop, nil })
+		<-r.Done()
+		waitFor("the run's events written", func() bool {
+			tr.mu.Lock()
+			defer tr.mu.Unlock()
+			return len(tr.seqs) == 2*(i+1)
+		})
+		waitFor("parked again", p.parked)
+	}
+	tr.mu.Lock()
+	for i, seq := range tr.seqs {
+		if seq != int64(i+1) {
+			t.Fatalf("frames %v, want 1..6", tr.seqs)
+		}
+	}
+	tr.mu.Unlock()
+	// Parked, it still ends when its context does.
+	cancel()
+	select {
+	case <-ended:
+	case <-time.After(20 * time.Second):
+		t.Fatal("a parked pump did not end with its context")
+	}
+	<-p.done
+}
+
+// An SSE stream holds no write buffer between batches.
+func TestSSEWriterBorrowsItsBuffer(t *testing.T) {
+	rec := httptest.NewRecorder()
+	sse, err := newSSEWriter(rec, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sse.event(&stream.Frame{Event: parley.Event{Seq: 7, Type: parley.EventChunk}, JSON: []byte(`{"seq":7}`)})
+	if sse.buf == nil {
+		t.Fatal("no buffer while a batch is gathered")
+	}
+	if err := sse.flush(); err != nil {
+		t.Fatal(err)
+	}
+	if sse.buf != nil {
+		t.Fatal("the stream kept its buffer after the flush")
+	}
+	if got, want := rec.Body.String(), "id: 7\nevent: chunk\ndata: {\"seq\":7}\n\n"; got != want {
+		t.Fatalf("wrote %q, want %q", got, want)
+	}
+}
+
+// A hijacked connection gets small buffers of its own, and reads first what net/http had read
+// ahead of the request.
+func TestHijackedConnectionBuffers(t *testing.T) {
+	got := make(chan string, 1)
+	sizes := make(chan [2]int, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cw := &corkingWriter{ResponseWriter: w}
+		c, brw, err := cw.Hijack()
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		defer c.Close()
+		sizes <- [2]int{brw.Reader.Size(), brw.Writer.Size()}
+		line, _ := brw.Reader.ReadString('\n')
+		got <- line
+	}))
+	defer srv.Close()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// The request and the bytes after it in one write: net/http reads them together.
+	if _, err := conn.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\nafter the request\n")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case sz := <-sizes:
+		if sz[0] != hijackReadBuffer || sz[1] != hijackWriteBuffer {
+			t.Fatalf("buffers of %d and %d bytes, want %d and %d", sz[0], sz[1], hijackReadBuffer, hijackWriteBuffer)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("not hijacked")
+	}
+	if line := <-got; line != "after the request\n" {
+		t.Fatalf("read %q after the request, want what the client sent", line)
+	}
+}
+
+// A parked pump still ends at its idle deadline: a timer starts it for it.
+func TestParkedPumpEndsWhenIdle(t *testing.T) {
+	m := runs.NewManager(runs.Options{})
+	defer m.Shutdown(context.Background())
+	s := &server{Deps: Deps{Runs: m, StreamIdle: 100 * time.Millisecond}}
+	tr := &recordingTransport{}
+	ended := make(chan error, 1)
+	p := &pump{s: s, r: httptest.NewRequest("GET", "/", nil), t: tr, park: time.Millisecond,
+		onEnd: func(err error) { ended <- err }}
+	p.subscribe(context.Background(), "s1", stream.Join)
+	p.start(context.Background())
+	select {
+	case err := <-ended:
+		if err != errIdle {
+			t.Fatalf("ended with %v, want the idle timeout", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a parked pump did not end at its idle deadline")
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if !tr.idled {
+		t.Fatal("the client was not told the stream was idle")
+	}
+}
