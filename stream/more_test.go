@@ -358,3 +358,31 @@ func TestNotifyWakesAParkedConsumer(t *testing.T) {
 	w.Close()
 	w.Drop()
 }
+
+// A run whose numbers its caller reserved (with its other writes) numbers its events from them,
+// reserves the next block itself, and its caller may give back the rest itself too.
+func TestOpenReserved(t *testing.T) {
+	ev := newMemEvents()
+	h := New(Options{Store: ev, FlushEvery: time.Millisecond, Block: 4})
+	first, _ := ev.ReserveEventSeqs(context.Background(), "s1", 4) // as the caller's transaction does
+	w := h.OpenReserved("s1", first, 4)
+	for range 6 {
+		w.Append(parley.Event{Type: parley.EventChunk})
+	}
+	if w.Next() != 7 || w.Limit() != 8 || ev.reserves != 2 {
+		t.Fatalf("next %d, limit %d after %d reservations; want 7, 8 after 2", w.Next(), w.Limit(), ev.reserves)
+	}
+	ev.ReleaseEventSeqs(context.Background(), "s1", w.Limit(), 6) // the caller's end of the run
+	w.GaveBack(6)
+	w.Close()
+	w.Drop()
+	if got := ev.stored("s1"); len(got) != 6 || w.Limit() != 6 {
+		t.Fatalf("stored %d events, limit %d; want 6 and 6", len(got), w.Limit())
+	}
+	w2, _ := h.Open(context.Background(), "s1")
+	if w2.FirstSeq() != 7 {
+		t.Fatalf("the next run starts at %d, want 7", w2.FirstSeq())
+	}
+	w2.Abandon()
+	w2.Drop()
+}

@@ -32,8 +32,14 @@ func (h *Hub) Open(ctx context.Context, sessionID string) (*Writer, error) {
 	if err != nil {
 		return nil, err
 	}
+	return h.OpenReserved(sessionID, first, h.opts.Block), nil
+}
+
+// OpenReserved is Open for a run whose first n numbers, from first, the caller has reserved
+// itself (with the run's other writes, in one transaction).
+func (h *Hub) OpenReserved(sessionID string, first, n int64) *Writer {
 	s := h.get(sessionID)
-	w := &Writer{h: h, s: s, first: first, next: first, limit: first + h.opts.Block - 1,
+	w := &Writer{h: h, s: s, first: first, next: first, limit: first + n - 1,
 		closing: make(chan struct{}), urge: make(chan struct{}, 1), written: make(chan struct{}), relayed: make(chan struct{})}
 	s.mu.Lock()
 	s.w = w
@@ -60,7 +66,7 @@ func (h *Hub) Open(ctx context.Context, sessionID string) (*Writer, error) {
 	} else {
 		close(w.relayed)
 	}
-	return w, nil
+	return w
 }
 
 // FirstSeq is the Seq of the run's first event: its readers start after FirstSeq()-1.
@@ -149,6 +155,13 @@ func (w *Writer) GiveBack(last int64) {
 	w.h.release(w.s.id, w.limit, last)
 	w.limit = last
 }
+
+// Limit returns the last number reserved for the run.
+func (w *Writer) Limit() int64 { return w.limit }
+
+// GaveBack records that the caller gave back the reserved numbers after last itself (with the
+// run's end, in one transaction), as GiveBack would have.
+func (w *Writer) GaveBack(last int64) { w.limit = max(last, w.next-1) }
 
 // Close marks the run's events complete and waits until the store and the relay have them. The
 // ring keeps them for the session's readers until Drop.
