@@ -61,6 +61,7 @@ type pump struct {
 	ctx                               context.Context
 	idleAt, recheckAt, beatAt, parkAt time.Time
 	timer                             *time.Timer
+	armed                             time.Time // when timer fires; zero: not armed
 
 	mu      sync.Mutex
 	running bool        // a goroutine runs the loop
@@ -170,10 +171,14 @@ func (p *pump) loopOrPark() (err error, ended bool) {
 		if p.park > 0 && p.parkAt.Before(next) {
 			next = p.parkAt
 		}
-		if p.timer == nil {
-			p.timer = time.NewTimer(next.Sub(now))
-		} else {
+		// Deadlines only move later (activity), so an armed timer that fires earlier than needed
+		// is re-armed then: the timer is not reset for every batch.
+		switch {
+		case p.timer == nil:
+			p.timer, p.armed = time.NewTimer(next.Sub(now)), next
+		case p.armed.IsZero() || next.Before(p.armed):
 			p.timer.Reset(next.Sub(now))
+			p.armed = next
 		}
 		var ready <-chan struct{}
 		if p.sub != nil {
@@ -215,6 +220,7 @@ func (p *pump) loopOrPark() (err error, ended bool) {
 			now = time.Now()
 			p.idleAt, p.parkAt = now.Add(s.StreamIdle), now.Add(p.park)
 		case <-p.timer.C:
+			p.armed = time.Time{}
 			if p.park > 0 && !time.Now().Before(p.parkAt) && p.tryPark() {
 				return nil, false
 			}
@@ -265,6 +271,7 @@ func (p *pump) next() time.Time {
 // a timer at the next deadline, the context's end and the reader (kick) start it again.
 func (p *pump) tryPark() bool {
 	p.timer.Stop()
+	p.armed = time.Time{}
 	if p.sub != nil {
 		p.sub.Notify(p.kick)
 	}
