@@ -279,12 +279,20 @@ func (h *Hub) get(sessionID string) *session {
 	return s
 }
 
-// put drops a reference; the last one forgets the session's stream.
+// put drops a reference; the last one forgets the session's stream and lets go of its ring (a
+// finished run's Writer, which its run may keep a while, then holds no frames).
 func (h *Hub) put(s *session) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	if s.refs--; s.refs <= 0 && h.sessions[s.id] == s {
+	s.refs--
+	last := s.refs <= 0
+	if last && h.sessions[s.id] == s {
 		delete(h.sessions, s.id)
+	}
+	h.mu.Unlock()
+	if last {
+		s.mu.Lock()
+		s.ring = ring{}
+		s.mu.Unlock()
 	}
 }
 

@@ -223,6 +223,9 @@ func TestReadersAtEveryPointShareFrames(t *testing.T) {
 	if n := h.Sessions(); n != 0 {
 		t.Fatalf("%d sessions left after every subscription closed", n)
 	}
+	if n := w.s.ring.n; n != 0 || w.s.ring.buf != nil {
+		t.Fatalf("a forgotten session's ring still holds %d frames", n)
+	}
 	if got := ev.stored("s1"); len(got) != 2013 {
 		t.Fatalf("the store holds %d events, want 2013", len(got))
 	}
