@@ -319,21 +319,25 @@ func (s *session) feederLocked() func() {
 		poll := time.NewTicker(relayPoll)
 		defer poll.Stop()
 		for {
+			notified := false
 			select {
 			case <-tick:
+				notified = true
 			case <-poll.C:
 			case <-ctx.Done():
 				return
 			}
-			s.pull(ctx)
+			s.pull(ctx, notified)
 		}
 	}
 }
 
 // pull brings the events of a run on another instance that the relay (or, for a gap, the store)
 // holds after the ring's last into the ring. It does nothing while a run of this instance writes
-// the session. Without a run in sight, it wakes the session's readers, which look themselves.
-func (s *session) pull(ctx context.Context) {
+// the session. Without a run in sight, a notification (something was published: a run too short
+// to be seen running) wakes the session's readers, which look themselves; a poll does not, so
+// that idle readers do not read the store every poll.
+func (s *session) pull(ctx context.Context, notified bool) {
 	h := s.h
 	s.mu.Lock()
 	local, from, tail := s.w != nil, s.from, s.last
@@ -346,8 +350,16 @@ func (s *session) pull(ctx context.Context) {
 		if h.opts.RemoteRun != nil {
 			first = h.opts.RemoteRun(ctx, s.id)
 		}
+		if first == 0 {
+			if notified {
+				s.mu.Lock()
+				s.wakeLocked()
+				s.mu.Unlock()
+			}
+			return
+		}
 		s.mu.Lock()
-		if first > 0 && s.from == Join && s.w == nil {
+		if s.from == Join && s.w == nil {
 			s.from, s.last, s.active = first-1, first-1, first
 			if s.joinFrom == Join {
 				s.joinFrom = first - 1
@@ -356,9 +368,6 @@ func (s *session) pull(ctx context.Context) {
 		s.wakeLocked()
 		tail = s.last
 		s.mu.Unlock()
-		if first == 0 {
-			return
-		}
 	}
 	for range 64 { // bounded: the next tick goes on
 		rctx, cancel := readCtx(ctx)
