@@ -219,6 +219,11 @@ func (s *server) handleUIMessages() http.Handler {
 // event (then [DONE]) or until the client leaves (the run goes on), the stream is idle for
 // StreamIdle or open for StreamLifetime.
 func (s *server) uiStream(w http.ResponseWriter, r *http.Request, sessionID, runID string, after int64) {
+	s.uiStreamWith(w, r, sessionID, after, uistream.NewTranslator(runID))
+}
+
+// uiStreamWith is uiStream with the translator given.
+func (s *server) uiStreamWith(w http.ResponseWriter, r *http.Request, sessionID string, after int64, tr *uistream.Translator) {
 	w.Header().Set(uistream.Header, uistream.HeaderValue)
 	w.Header().Set("X-Parley-Session", sessionID) // for the native routes (abort, records…)
 	sse, err := newSSEWriter(w, s.WriteTimeout)
@@ -229,7 +234,7 @@ func (s *server) uiStream(w http.ResponseWriter, r *http.Request, sessionID, run
 	defer s.streamOpened("sse")()
 	ctx, cancel := context.WithTimeout(r.Context(), s.StreamLifetime)
 	defer cancel()
-	t := &uiTransport{s: s, sse: sse, session: sessionID, tr: uistream.NewTranslator(runID)}
+	t := &uiTransport{s: s, sse: sse, session: sessionID, tr: tr}
 	t.emit = func(c uistream.Chunk) { sse.data(mustJSON(c)) }
 	p := &pump{s: s, r: r, t: t, heartbeat: s.Heartbeat}
 	p.subscribe(ctx, sessionID, after)
