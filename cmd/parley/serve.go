@@ -205,12 +205,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if c.MetricsAddr == "" {
 		metricsOnAPI = met.Handler()
 	}
-	// Streams end when baseCtx is cancelled, which happens before Shutdown: Shutdown does not
-	// interrupt active connections, so without this a long SSE stream would hold it up.
-	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelBase()
+	// The WebSockets, which outlive their handlers, end with this, cancelled with baseCtx below.
+	streamsCtx, endStreams := context.WithCancel(context.WithoutCancel(ctx))
+	defer endStreams()
 	handler := httpapi.NewServer(httpapi.Deps{
-		Lifetime:     baseCtx,
+		Lifetime:     streamsCtx,
 		Auth:         guard.auth,
 		Guests:       c.Guests,
 		GuestTTL:     c.GuestTTL,
@@ -268,6 +267,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		log.Info("metrics listening", "addr", mln.Addr().String())
 	}
 	defer stopMetrics()
+	// Streams end when baseCtx is cancelled, which happens before Shutdown: Shutdown does not
+	// interrupt active connections, so without this a long SSE stream would hold it up.
+	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBase()
+	context.AfterFunc(baseCtx, endStreams)
 	srv := &http.Server{
 		Handler:           handler,
 		BaseContext:       func(net.Listener) context.Context { return baseCtx },
