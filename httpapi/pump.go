@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sync"
 	"time"
@@ -225,7 +226,7 @@ func (p *pump) loopOrPark() (err error, ended bool) {
 				return nil, false
 			}
 		case <-ctx.Done():
-			if p.r.Context().Err() == nil {
+			if errors.Is(context.Cause(ctx), context.DeadlineExceeded) { // not the client's leaving, nor a shutdown
 				p.t.lifetime()
 			}
 			return nil, true

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -27,6 +28,7 @@ const (
 type sseWriter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
+	conn    net.Conn // set instead of w: a detached stream writes its chunks itself
 	buf     *[]byte // borrowed from sseBuffers while a batch is gathered
 	err     error
 	timeout time.Duration
@@ -68,12 +70,42 @@ func (s *sseWriter) writeOut() {
 	if s.buf == nil || len(*s.buf) == 0 {
 		return
 	}
-	if s.err == nil {
+	switch {
+	case s.err != nil:
+	case s.conn != nil:
+		// One chunk of the chunked response: its size in hex, the bytes, CRLF; one system call.
+		var size [20]byte
+		_ = s.conn.SetWriteDeadline(time.Now().Add(s.timeout))
+		bufs := net.Buffers{append(strconv.AppendInt(size[:0], int64(len(*s.buf)), 16), '\r', '\n'), *s.buf, crlf}
+		_, s.err = bufs.WriteTo(s.conn)
+	default:
 		// Not every ResponseWriter supports deadlines (httptest's recorder does not); ignore that.
 		_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
 		_, s.err = s.w.Write(*s.buf)
 	}
 	*s.buf = (*s.buf)[:0]
+}
+
+var crlf = []byte("\r\n")
+
+// end ends a detached stream's chunked response (its last, empty chunk).
+func (s *sseWriter) end() {
+	s.writeOut()
+	if s.err == nil && s.conn != nil {
+		_ = s.conn.SetWriteDeadline(time.Now().Add(s.timeout))
+		_, s.err = s.conn.Write([]byte("0\r\n\r\n"))
+	}
+	s.release()
+}
+
+// release gives the batch's buffer back.
+func (s *sseWriter) release() {
+	if s.buf != nil {
+		if cap(*s.buf) <= sseKeep {
+			sseBuffers.Put(s.buf)
+		}
+		s.buf = nil
+	}
 }
 
 // event buffers one event: "id: <seq>", "event: <type>", "data: <json>".
@@ -114,13 +146,8 @@ func (s *sseWriter) comment(text string) error {
 // flush writes what was gathered, flushes the response and gives the buffer back.
 func (s *sseWriter) flush() error {
 	s.writeOut()
-	if s.buf != nil {
-		if cap(*s.buf) <= sseKeep {
-			sseBuffers.Put(s.buf)
-		}
-		s.buf = nil
-	}
-	if s.err != nil {
+	s.release()
+	if s.err != nil || s.conn != nil {
 		return s.err
 	}
 	_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))

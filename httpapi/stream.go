@@ -94,9 +94,93 @@ func (s *server) handleSessionStream() http.Handler {
 			writeError(w, err)
 			return
 		}
+		if s.streamDetached(w, r, sess.ID, after, untilDone, release) {
+			return
+		}
 		defer release()
 		s.streamSession(w, r, sess.ID, after, untilDone)
 	})
+}
+
+// streamDetached streams as streamSession does, on the connection taken over from net/http
+// (HTTP/1.1), and returns at once: the stream goes on without the handler, so that an idle stream
+// holds neither the request's goroutine and net/http's buffers nor a goroutine of its pump, only
+// the one that notices the client leaving. The response is the same: chunked, its chunks written
+// here, ending with the stream ("Connection: close"). It reports false, having written nothing,
+// where the connection cannot be taken over (HTTP/2, a writer without Hijack); release is then
+// the caller's.
+func (s *server) streamDetached(w http.ResponseWriter, r *http.Request, sessionID string, after int64, untilDone bool, release func()) bool {
+	if r.ProtoMajor != 1 || r.ProtoMinor < 1 || !canHijack(w) {
+		return false
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "close")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err == nil {
+		err = brw.Writer.Flush() // the response's head, which net/http wrote
+	}
+	if err != nil {
+		if conn != nil {
+			conn.Close()
+		}
+		release()
+		s.Log.Info("stream client dropped", "session", sessionID, "err", err)
+		return true
+	}
+	closed := s.streamOpened("sse")
+	life, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
+	stopShutdown := func() bool { return false }
+	if s.Lifetime != nil {
+		stopShutdown = context.AfterFunc(s.Lifetime, func() { cancel(errWSShutdown) })
+	}
+	ctx, stopLife := context.WithTimeout(life, s.StreamLifetime)
+	sse := &sseWriter{conn: conn, timeout: s.WriteTimeout}
+	p := &pump{s: s, r: r, t: &sseTransport{s: s, r: r, sse: sse, session: sessionID, untilDone: untilDone},
+		heartbeat: s.Heartbeat, park: wsPark}
+	p.onEnd = func(error) {
+		sse.end()
+		conn.Close()
+	}
+	p.subscribe(ctx, sessionID, after)
+	p.start(ctx)
+	// The connection's reader: the client sends nothing more, so a read ends when it leaves (or
+	// when the pump, done, closes the connection). It owns the connection until then.
+	go func() {
+		defer release()
+		defer closed()
+		defer stopShutdown()
+		defer stopLife()
+		var b [16]byte
+		for {
+			if _, err := conn.Read(b[:]); err != nil {
+				break
+			}
+		}
+		cancel(errClientLeft)
+		<-p.done
+	}()
+	return true
+}
+
+// errClientLeft: the client of a detached stream closed its connection.
+var errClientLeft = errorString("client left")
+
+// canHijack reports whether w, or a writer it wraps, can hand over its connection.
+func canHijack(w http.ResponseWriter) bool {
+	for {
+		if _, ok := w.(http.Hijacker); ok {
+			return true
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return false
+		}
+		w = u.Unwrap()
+	}
 }
 
 // streamSession writes the session's events after seq `after` as SSE, each with its seq as id,
