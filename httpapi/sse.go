@@ -29,7 +29,7 @@ type sseWriter struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
 	conn    net.Conn // set instead of w: a detached stream writes its chunks itself
-	buf     *[]byte // borrowed from sseBuffers while a batch is gathered
+	buf     *[]byte  // borrowed from sseBuffers while a batch is gathered
 	err     error
 	timeout time.Duration
 }
