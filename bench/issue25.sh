@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Runs issue 25's whole set of benchmarks in one go and prints their reports, each with PASS or
+# FAIL against the issue's targets:
+#
+#   bench/gateway     Parley (SQLite, PostgreSQL) beside the fake model and a bare reverse proxy:
+#                     streams/s, TTFT, PostgreSQL backends per 100 chats; with a CPU, mutex,
+#                     block and allocation profile of Parley on SQLite at 32 in flight
+#   bench/fanout      10,000 idle WebSockets + 1,000 SSE streams: memory per connection, broadcast
+#   bench/fanout      50,000 idle WebSockets: total server memory
+#   bench/longstream  1,000 streams at once, a chunk every 5 ms: store errors, resume from the
+#                     database after a restart; then 2,000-chunk answers: memory per active stream
+#
+# Run it from anywhere in the repository; it needs PostgreSQL on 127.0.0.1:5432 (database test,
+# trust auth) for the gateway's PostgreSQL path, and root or a high enough `ulimit -Hn` for
+# 50,000 connections. Everything goes into OUT (default: a new directory under /tmp), the
+# reports into OUT/report.md. Environment: CHATS and ROUNDS (gateway: chats per loop, default
+# 400, and rounds, default 3), STREAMS (longstream, default 1000), WS50K (default 50000; 0 skips
+# that run). About 10 minutes on a quiet 2-core machine.
+set -u
+cd "$(dirname "$0")/.."
+out=${OUT:-$(mktemp -d /tmp/issue25-XXXXXX)}
+mkdir -p "$out"
+echo "issue25: results in $out" >&2
+go build -o "$out/parley" ./cmd/parley || exit 1
+status=0
+step() { # step NAME COMMAND...: runs a benchmark, its report to OUT/NAME.md, its log to OUT/NAME.log
+	local name=$1
+	shift
+	echo "issue25: $name: $*" >&2
+	if ! "$@" >"$out/$name.md" 2>"$out/$name.log"; then
+		echo "issue25: $name failed; the end of its log:" >&2
+		tail -n 20 "$out/$name.log" >&2
+		status=1
+	fi
+}
+step gateway go run ./bench/gateway -parley "$out/parley" -chats "${CHATS:-400}" -rounds "${ROUNDS:-3}" -profile "$out/profile"
+step fanout-10k go run ./bench/fanout -parley "$out/parley" -ws 10000 -sse 1000
+if [ "${WS50K:-50000}" -gt 0 ]; then
+	step fanout-50k go run ./bench/fanout -parley "$out/parley" -ws "${WS50K:-50000}" -sse 0 -runs 0
+fi
+step longstream go run ./bench/longstream -parley "$out/parley" -streams "${STREAMS:-1000}"
+{
+	echo "# issue 25 benchmarks, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD)$(git diff --quiet || echo ' (with uncommitted changes)')"
+	for f in gateway fanout-10k fanout-50k longstream; do
+		[ -f "$out/$f.md" ] || continue
+		printf '\n## %s\n\n' "$f"
+		cat "$out/$f.md"
+	done
+	printf '\n## verdicts\n\n'
+	grep -h -E '\| (PASS|FAIL) \|$' "$out"/*.md
+} >"$out/report.md"
+cat "$out/report.md"
+exit $status
