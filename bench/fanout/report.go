@@ -68,6 +68,12 @@ func (r report) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "| server memory holding %d WebSockets + %d SSE streams < 1 GiB (the target is for 50,000 WebSockets) | %s | %s |\n",
 		o.ws, o.sse, mib(r.afterSSE.rss), benchproc.Verdict(r.afterSSE.rss < 1<<30))
+	if o.project > 0 && o.ws > 0 {
+		per := float64(r.afterWS.rss-r.base.rss) / float64(o.ws)
+		est := float64(r.base.rss) + per*float64(o.project)
+		fmt.Fprintf(w, "| server memory holding %d idle WebSockets < 1 GiB: **extrapolated**, not measured (%s idle + %d × %s) | %s | %s (extrapolated) |\n",
+			o.project, mib(r.base.rss), o.project, kib(per), mib(int64(est)), benchproc.Verdict(est < 1<<30))
+	}
 	fmt.Fprintln(w)
 	if len(r.runs) == 0 {
 		fmt.Fprintf(w, "connections dropped: %d (parley logged %d drops)\n", r.dropped, r.serverDrops)

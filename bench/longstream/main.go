@@ -30,6 +30,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net/http"
 	"os"
@@ -178,11 +179,19 @@ func (b *bench) startParley(ctx context.Context, mockURL, db, logName string) (*
 	return s, nil
 }
 
-// event is one SSE event as a client read it.
+// event is one SSE event as a client read it: its data is kept as a hash, so that a million
+// events fit in the benchmark's memory.
 type event struct {
 	seq  int64
 	typ  string
-	data string
+	data string // while read; dropped when kept
+	sum  uint64 // FNV-1a of data
+}
+
+func (e event) kept() event {
+	h := fnv.New64a()
+	h.Write([]byte(e.data))
+	return event{seq: e.seq, typ: e.typ, sum: h.Sum64()}
 }
 
 // streamResult is what one client read of its chat.
@@ -242,7 +251,7 @@ func (b *bench) chat(ctx context.Context, base string, keep bool, onStart, onEnd
 			res.err = fmt.Errorf("error event: %.300s", ev.data)
 		}
 		if keep {
-			res.events = append(res.events, ev)
+			res.events = append(res.events, ev.kept())
 		}
 		return ev.typ != "done"
 	})
@@ -353,16 +362,59 @@ func (b *bench) short(ctx context.Context) error {
 		fmt.Printf("first failure: %v\n", firstErr)
 	}
 
-	// Read every session back from the database, through a Parley that has just started.
-	srv2, err := b.startParley(ctx, mock.URL, db, "short-restarted.log")
+	v, err := b.verify(ctx, mock.URL, db, "short-restarted.log", results)
 	if err != nil {
 		return err
+	}
+	v.print()
+	srv.mu.Lock()
+	for _, l := range srv.first {
+		fmt.Println("store error:", l)
+	}
+	srv.mu.Unlock()
+	fmt.Println()
+	fmt.Println("| target | measured | verdict |")
+	fmt.Println("|---|---|---|")
+	fmt.Printf("| every chat streamed to its end | %d of %d | %s |\n", o.streams-failed-short, o.streams, benchproc.Verdict(failed+short == 0))
+	fmt.Printf("| no store error in the log | %d store error lines (%d lines at level ERROR) | %s |\n",
+		srv.storeErrors.Load(), srv.errors.Load(), benchproc.Verdict(srv.storeErrors.Load() == 0))
+	v.row(live, failed)
+	fmt.Println()
+	return nil
+}
+
+// verification is what reading every session back from the database found.
+type verification struct {
+	sessions, checked, missing, differ, extra int64
+	took                                      time.Duration
+	firstDiff                                 string
+}
+
+func (v verification) print() {
+	fmt.Printf("Parley stopped and started again on the same file; %d sessions read back from the database in %.1f s (GET /api/v1/sessions/{id}/stream?after=0&until=done): %d events compared, %d missing, %d different, %d not seen live.\n",
+		v.sessions, v.took.Seconds(), v.checked, v.missing, v.differ, v.extra)
+	if v.firstDiff != "" {
+		fmt.Println("first difference:", v.firstDiff)
+	}
+}
+
+func (v verification) row(live, failed int) {
+	fmt.Printf("| a resume from the database returns every event | %d of %d events (%d different) | %s |\n",
+		v.checked-v.missing-v.differ, live, v.differ, benchproc.Verdict(v.missing+v.differ == 0 && int(v.checked) == live && failed == 0))
+}
+
+// verify starts Parley again on db (so that nothing comes from its memory) and reads every
+// session of results back from the database, comparing each event with the one read live.
+func (b *bench) verify(ctx context.Context, mockURL, db, logName string, results []streamResult) (verification, error) {
+	var v verification
+	srv2, err := b.startParley(ctx, mockURL, db, logName)
+	if err != nil {
+		return v, err
 	}
 	defer srv2.Stop()
 	var checked, missing, differ, extra, sessions atomic.Int64
 	var mu sync.Mutex
-	var firstDiff string
-	sem := make(chan struct{}, o.resumeConc)
+	sem := make(chan struct{}, b.o.resumeConc)
 	var wg sync.WaitGroup
 	t0 := time.Now()
 	for _, r := range results {
@@ -375,14 +427,18 @@ func (b *bench) short(ctx context.Context) error {
 			defer wg.Done()
 			defer func() { <-sem }()
 			sessions.Add(1)
+			note := func(s string) {
+				mu.Lock()
+				if v.firstDiff == "" {
+					v.firstDiff = s
+				}
+				mu.Unlock()
+			}
 			got, err := b.resume(ctx, srv2.URL, r.session)
 			if err != nil {
 				missing.Add(int64(len(r.events)))
-				mu.Lock()
-				if firstDiff == "" {
-					firstDiff = fmt.Sprintf("session %s: %v", r.session, err)
-				}
-				mu.Unlock()
+				checked.Add(int64(len(r.events)))
+				note(fmt.Sprintf("session %s: %v", r.session, err))
 				return
 			}
 			bySeq := make(map[int64]event, len(got))
@@ -392,50 +448,23 @@ func (b *bench) short(ctx context.Context) error {
 			for _, ev := range r.events {
 				checked.Add(1)
 				g, ok := bySeq[ev.seq]
-				note := ""
 				switch {
 				case !ok:
 					missing.Add(1)
-					note = fmt.Sprintf("session %s: seq %d (%s) was read live, not from the database", r.session, ev.seq, ev.typ)
-				case g.typ != ev.typ || g.data != ev.data:
+					note(fmt.Sprintf("session %s: seq %d (%s) was read live, not from the database", r.session, ev.seq, ev.typ))
+				case g.typ != ev.typ || g.sum != ev.sum:
 					differ.Add(1)
-					note = fmt.Sprintf("session %s: seq %d live %s %.200s, from the database %s %.200s", r.session, ev.seq, ev.typ, ev.data, g.typ, g.data)
+					note(fmt.Sprintf("session %s: seq %d is %s live and %s from the database, or its data differs", r.session, ev.seq, ev.typ, g.typ))
 				}
 				delete(bySeq, ev.seq)
-				if note != "" {
-					mu.Lock()
-					if firstDiff == "" {
-						firstDiff = note
-					}
-					mu.Unlock()
-				}
 			}
 			extra.Add(int64(len(bySeq)))
 		}()
 	}
 	wg.Wait()
-	srv2.Stop()
-
-	fmt.Printf("Parley stopped and started again on the same file; %d sessions read back from the database in %.1f s (GET /api/v1/sessions/{id}/stream?after=0&until=done): %d events compared, %d missing, %d different, %d not seen live.\n",
-		sessions.Load(), time.Since(t0).Seconds(), checked.Load(), missing.Load(), differ.Load(), extra.Load())
-	if firstDiff != "" {
-		fmt.Println("first difference:", firstDiff)
-	}
-	srv.mu.Lock()
-	for _, l := range srv.first {
-		fmt.Println("store error:", l)
-	}
-	srv.mu.Unlock()
-	fmt.Println()
-	fmt.Println("| target | measured | verdict |")
-	fmt.Println("|---|---|---|")
-	fmt.Printf("| every chat streamed to its end | %d of %d | %s |\n", o.streams-failed-short, o.streams, benchproc.Verdict(failed+short == 0))
-	fmt.Printf("| no store error in the log | %d store error lines (%d lines at level ERROR) | %s |\n",
-		srv.storeErrors.Load(), srv.errors.Load(), benchproc.Verdict(srv.storeErrors.Load() == 0))
-	fmt.Printf("| a resume from the database returns every event | %d of %d events (%d different) | %s |\n",
-		checked.Load()-missing.Load()-differ.Load(), live, differ.Load(), benchproc.Verdict(missing.Load()+differ.Load() == 0 && int(checked.Load()) == live && failed == 0))
-	fmt.Println()
-	return nil
+	v.took = time.Since(t0)
+	v.sessions, v.checked, v.missing, v.differ, v.extra = sessions.Load(), checked.Load(), missing.Load(), differ.Load(), extra.Load()
+	return v, nil
 }
 
 // resume reads a session's events from seq 1 to its run's done.
@@ -458,7 +487,7 @@ func (b *bench) resume(ctx context.Context, base, session string) ([]event, erro
 	var out []event
 	done := false
 	err = readSSE(resp.Body, func(ev event) bool {
-		out = append(out, ev)
+		out = append(out, ev.kept())
 		done = ev.typ == "done"
 		return !done
 	})
@@ -483,7 +512,8 @@ func (b *bench) long(ctx context.Context) error {
 		return err
 	}
 	defer mock.Stop()
-	srv, err := b.startParley(ctx, mock.URL, filepath.Join(b.dir, "long.db"), "long.log")
+	db := filepath.Join(b.dir, "long.db")
+	srv, err := b.startParley(ctx, mock.URL, db, "long.log")
 	if err != nil {
 		return err
 	}
@@ -519,7 +549,7 @@ func (b *bench) long(ctx context.Context) error {
 			samples = append(samples, s)
 		}
 	}()
-	results, took := b.hold(ctx, srv.URL, false, &active, &peak)
+	results, took := b.hold(ctx, srv.URL, true, &active, &peak)
 	close(stop)
 	<-sampled
 	hwm, _ := benchproc.RSS(srv.Pid(), "VmHWM:")
@@ -545,6 +575,20 @@ func (b *bench) long(ctx context.Context) error {
 	if firstErr != nil {
 		fmt.Printf("first failure: %v\n", firstErr)
 	}
+	live := 0
+	for _, r := range results {
+		live += len(r.events)
+	}
+	v, err := b.verify(ctx, mock.URL, db, "long-restarted.log", results)
+	if err != nil {
+		return err
+	}
+	v.print()
+	srv.mu.Lock()
+	for _, l := range srv.first {
+		fmt.Println("store error:", l)
+	}
+	srv.mu.Unlock()
 	fmt.Println()
 	fmt.Println("| Parley's memory | resident (VmRSS) | Go heap in use |")
 	fmt.Println("|---|---|---|")
@@ -560,6 +604,7 @@ func (b *bench) long(ctx context.Context) error {
 	fmt.Printf("| ≤ 100 KiB of server memory per active stream (resident) | %s | %s |\n", kib(perRSS), benchproc.Verdict(perRSS <= 100<<10 && failed == 0))
 	fmt.Printf("| no store error in the log | %d store error lines (%d lines at level ERROR) | %s |\n",
 		srv.storeErrors.Load(), srv.errors.Load(), benchproc.Verdict(srv.storeErrors.Load() == 0))
+	v.row(live, failed)
 	fmt.Println()
 	return nil
 }
