@@ -60,6 +60,7 @@ type options struct {
 	longChunks  int
 	gap         time.Duration
 	resumeConc  int
+	streamTime  time.Duration
 	timeout     time.Duration
 	keepLogs    string
 }
@@ -72,10 +73,11 @@ func run() error {
 	flag.IntVar(&o.longChunks, "long-chunks", 2000, "content chunks of an answer in the long phase (0: skip it)")
 	flag.DurationVar(&o.gap, "gap", 5*time.Millisecond, "time between the model's chunks")
 	flag.IntVar(&o.resumeConc, "resume-concurrency", 32, "sessions read back from the database at once")
+	flag.DurationVar(&o.streamTime, "stream-timeout", 3*time.Minute, "time bound of one chat; one that has not ended by then counts as failed")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "time bound of the whole benchmark")
 	flag.StringVar(&o.keepLogs, "logs", "", "directory to keep Parley's logs in (default: dropped with the temp dir)")
 	flag.Parse()
-	if o.streams < 1 || o.shortChunks < 0 || o.longChunks < 0 || o.gap <= 0 || o.resumeConc < 1 {
+	if o.streams < 1 || o.shortChunks < 0 || o.longChunks < 0 || o.gap <= 0 || o.resumeConc < 1 || o.streamTime <= 0 {
 		return errors.New("-streams and -resume-concurrency must be at least 1, -gap positive, the chunk counts not negative")
 	}
 
@@ -207,6 +209,8 @@ type streamResult struct {
 // first event comes and when it ends.
 func (b *bench) chat(ctx context.Context, base string, keep bool, onStart, onEnd func()) streamResult {
 	var res streamResult
+	ctx, cancel := context.WithTimeout(ctx, b.o.streamTime)
+	defer cancel()
 	started := false
 	defer func() {
 		if started {
@@ -351,10 +355,7 @@ func (b *bench) short(ctx context.Context) error {
 	results, took := b.hold(ctx, srv.URL, true, &active, &peak)
 	srv.Stop()
 	failed, short, firstErr := summarize(results, o.shortChunks)
-	live := 0
-	for _, r := range results {
-		live += len(r.events)
-	}
+	live := liveEvents(results)
 	fmt.Printf("## Short answers: %d chunks %s apart\n\n", o.shortChunks, o.gap)
 	fmt.Printf("%d chats started at once, all ended after %.1f s; at most %d streams in progress at once; %d failed, %d with a chunk missing; %d events read live.\n",
 		o.streams, took.Seconds(), peak.Load(), failed, short, live)
@@ -383,6 +384,17 @@ func (b *bench) short(ctx context.Context) error {
 	return nil
 }
 
+// liveEvents counts the events read live by the chats that ended well.
+func liveEvents(results []streamResult) int {
+	n := 0
+	for _, r := range results {
+		if r.err == nil && r.done {
+			n += len(r.events)
+		}
+	}
+	return n
+}
+
 // verification is what reading every session back from the database found.
 type verification struct {
 	sessions, checked, missing, differ, extra int64
@@ -399,7 +411,7 @@ func (v verification) print() {
 }
 
 func (v verification) row(live, failed int) {
-	fmt.Printf("| a resume from the database returns every event | %d of %d events (%d different) | %s |\n",
+	fmt.Printf("| a resume from the database returns every event (of the chats that ended) | %d of %d events (%d different) | %s |\n",
 		v.checked-v.missing-v.differ, live, v.differ, benchproc.Verdict(v.missing+v.differ == 0 && int(v.checked) == live && failed == 0))
 }
 
@@ -418,8 +430,8 @@ func (b *bench) verify(ctx context.Context, mockURL, db, logName string, results
 	var wg sync.WaitGroup
 	t0 := time.Now()
 	for _, r := range results {
-		if r.session == "" {
-			continue
+		if r.session == "" || r.err != nil || !r.done {
+			continue // a chat that failed is counted as failed; its events are not compared
 		}
 		wg.Add(1)
 		sem <- struct{}{}
@@ -575,10 +587,16 @@ func (b *bench) long(ctx context.Context) error {
 	if firstErr != nil {
 		fmt.Printf("first failure: %v\n", firstErr)
 	}
-	live := 0
-	for _, r := range results {
-		live += len(r.events)
-	}
+	fmt.Println()
+	fmt.Println("| Parley's memory | resident (VmRSS) | Go heap in use |")
+	fmt.Println("|---|---|---|")
+	fmt.Printf("| idle, after a warm-up chat | %s | %s |\n", mib(base.rss), mib(base.heap))
+	fmt.Printf("| with the most streams in progress (%d, at %.1f s) | %s | %s |\n", top.active, top.at.Seconds(), mib(top.rss), mib(top.heap))
+	fmt.Printf("| peak while streaming (VmHWM for resident) | %s | %s |\n", mib(max(hwm, peakRSS)), mib(peakHeap))
+	fmt.Printf("| after every stream ended | %s | %s |\n", mib(after.rss), mib(after.heap))
+	fmt.Printf("| **peak growth per active stream** (÷ %d) | **%s** | **%s** |\n", most, kib(perRSS), kib(perHeap))
+	fmt.Println()
+	live := liveEvents(results)
 	v, err := b.verify(ctx, mock.URL, db, "long-restarted.log", results)
 	if err != nil {
 		return err
@@ -589,14 +607,6 @@ func (b *bench) long(ctx context.Context) error {
 		fmt.Println("store error:", l)
 	}
 	srv.mu.Unlock()
-	fmt.Println()
-	fmt.Println("| Parley's memory | resident (VmRSS) | Go heap in use |")
-	fmt.Println("|---|---|---|")
-	fmt.Printf("| idle, after a warm-up chat | %s | %s |\n", mib(base.rss), mib(base.heap))
-	fmt.Printf("| with the most streams in progress (%d, at %.1f s) | %s | %s |\n", top.active, top.at.Seconds(), mib(top.rss), mib(top.heap))
-	fmt.Printf("| peak while streaming (VmHWM for resident) | %s | %s |\n", mib(max(hwm, peakRSS)), mib(peakHeap))
-	fmt.Printf("| after every stream ended | %s | %s |\n", mib(after.rss), mib(after.heap))
-	fmt.Printf("| **peak growth per active stream** (÷ %d) | **%s** | **%s** |\n", most, kib(perRSS), kib(perHeap))
 	fmt.Println()
 	fmt.Println("| target | measured | verdict |")
 	fmt.Println("|---|---|---|")
