@@ -14,8 +14,9 @@
 # trust auth) for the gateway's PostgreSQL path, and an open files hard limit (`ulimit -Hn`) above
 # 50,000 to hold 50,000 connections (below it, the 50,000 figure is extrapolated from what fits). Everything goes into OUT (default: a new directory under /tmp), the
 # reports into OUT/report.md. Environment: CHATS and ROUNDS (gateway: chats per loop, default
-# 400, and rounds, default 3), STREAMS (longstream, default 1000), WS50K (default 50000; 0 skips
-# that run). About 10 minutes on a quiet 2-core machine.
+# 400, and rounds, default 3), WS and SSE (the first fanout, default 10000 and 1000), WS50K (the
+# second, default 50000; 0 skips it), STREAMS (longstream, default 1000). About 10 minutes on a
+# quiet 2-core machine, longer while Parley's store falls behind.
 set -u
 cd "$(dirname "$0")/.."
 out=${OUT:-$(mktemp -d /tmp/issue25-XXXXXX)}
@@ -34,7 +35,7 @@ step() { # step NAME COMMAND...: runs a benchmark, its report to OUT/NAME.md, it
 	fi
 }
 step gateway go run ./bench/gateway -parley "$out/parley" -chats "${CHATS:-400}" -rounds "${ROUNDS:-3}" -profile "$out/profile"
-step fanout-10k go run ./bench/fanout -parley "$out/parley" -ws 10000 -sse 1000
+step fanout-10k go run ./bench/fanout -parley "$out/parley" -ws "${WS:-10000}" -sse "${SSE:-1000}"
 ws50k=${WS50K:-50000}
 if [ "$ws50k" -gt 0 ]; then
 	# Each side of a connection is a file: the server (and the client process) need ws50k + 512
