@@ -63,6 +63,7 @@ type options struct {
 	streamTime  time.Duration
 	timeout     time.Duration
 	keepLogs    string
+	heapProfile string
 }
 
 func run() error {
@@ -76,6 +77,7 @@ func run() error {
 	flag.DurationVar(&o.streamTime, "stream-timeout", 3*time.Minute, "time bound of one chat; one that has not ended by then counts as failed")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "time bound of the whole benchmark")
 	flag.StringVar(&o.keepLogs, "logs", "", "directory to keep Parley's logs in (default: dropped with the temp dir)")
+	flag.StringVar(&o.heapProfile, "heap-profile", "", "file to write a heap profile of Parley to, taken in the long phase once 90% of the streams are in progress and half an answer has been sent (Parley then runs with --pprof-addr)")
 	flag.Parse()
 	if o.streams < 1 || o.shortChunks < 0 || o.longChunks < 0 || o.gap <= 0 || o.resumeConc < 1 || o.streamTime <= 0 {
 		return errors.New("-streams and -resume-concurrency must be at least 1, -gap positive, the chunk counts not negative")
@@ -134,12 +136,16 @@ type server struct {
 	mu          sync.Mutex
 	first       []string // the first store error lines
 	metrics     atomic.Pointer[string]
+	pprof       atomic.Pointer[string]
 }
 
 // storeErrRE matches what Parley logs when a write or read of its store fails or falls behind.
 var storeErrRE = regexp.MustCompile(`(?i)could not (reserve|store|record|give back|read)|out of order|database is locked|SQLITE_BUSY|deadline exceeded|store`)
 
-var metricsRE = regexp.MustCompile(`msg="metrics listening" addr=([0-9.]+:[0-9]+)`)
+var (
+	metricsRE = regexp.MustCompile(`msg="metrics listening" addr=([0-9.]+:[0-9]+)`)
+	pprofRE   = regexp.MustCompile(`msg="pprof listening" addr=([0-9.]+:[0-9]+)`)
+)
 
 func (b *bench) startMock(ctx context.Context, chunks int) (*benchproc.Proc, error) {
 	return benchproc.StartWith(ctx, benchproc.Options{}, b.o.parley, "mockllm", "--addr", "127.0.0.1:0",
@@ -147,7 +153,7 @@ func (b *bench) startMock(ctx context.Context, chunks int) (*benchproc.Proc, err
 }
 
 // startParley starts parley serve on db, its log written to logName in the log directory.
-func (b *bench) startParley(ctx context.Context, mockURL, db, logName string) (*server, error) {
+func (b *bench) startParley(ctx context.Context, mockURL, db, logName string, extra ...string) (*server, error) {
 	f, err := os.Create(filepath.Join(b.logDir, logName))
 	if err != nil {
 		return nil, err
@@ -156,6 +162,9 @@ func (b *bench) startParley(ctx context.Context, mockURL, db, logName string) (*
 	p, err := benchproc.StartWith(ctx, benchproc.Options{Log: f, OnLine: func(line string) {
 		if m := metricsRE.FindStringSubmatch(line); m != nil {
 			s.metrics.Store(&m[1])
+		}
+		if m := pprofRE.FindStringSubmatch(line); m != nil {
+			s.pprof.Store(&m[1])
 		}
 		isErr := strings.Contains(line, "level=ERROR")
 		if isErr {
@@ -169,10 +178,10 @@ func (b *bench) startParley(ctx context.Context, mockURL, db, logName string) (*
 			}
 			s.mu.Unlock()
 		}
-	}}, b.o.parley, "serve", "--addr", "127.0.0.1:0", "--db", db, "--data-dir", filepath.Join(b.dir, "data"),
+	}}, b.o.parley, append([]string{"serve", "--addr", "127.0.0.1:0", "--db", db, "--data-dir", filepath.Join(b.dir, "data"),
 		"--metrics-addr", "127.0.0.1:0",
-		"--openai-base-url", mockURL+"/v1", "--openai-api-key", "bench", "--model", "openai/bench-model",
-		"--auth", "off", "--rate-limit", "off", "--max-runs", "0", "--max-streams-per-user", "0", "--max-conns-per-addr", "0")
+		"--openai-base-url", mockURL + "/v1", "--openai-api-key", "bench", "--model", "openai/bench-model",
+		"--auth", "off", "--rate-limit", "off", "--max-runs", "0", "--max-streams-per-user", "0", "--max-conns-per-addr", "0"}, extra...)...)
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -525,7 +534,11 @@ func (b *bench) long(ctx context.Context) error {
 	}
 	defer mock.Stop()
 	db := filepath.Join(b.dir, "long.db")
-	srv, err := b.startParley(ctx, mock.URL, db, "long.log")
+	var extra []string
+	if o.heapProfile != "" {
+		extra = []string{"--pprof-addr", "127.0.0.1:0"}
+	}
+	srv, err := b.startParley(ctx, mock.URL, db, "long.log", extra...)
 	if err != nil {
 		return err
 	}
@@ -547,8 +560,15 @@ func (b *bench) long(ctx context.Context) error {
 	stop := make(chan struct{})
 	sampled := make(chan struct{})
 	t0 := time.Now()
+	var (
+		busySince  time.Time
+		profiled   bool
+		profileErr error
+		wg         sync.WaitGroup
+	)
 	go func() {
 		defer close(sampled)
+		defer wg.Wait()
 		t := time.NewTicker(250 * time.Millisecond)
 		defer t.Stop()
 		for {
@@ -559,11 +579,25 @@ func (b *bench) long(ctx context.Context) error {
 			}
 			s := sample{at: time.Since(t0), active: active.Load(), rss: mustRSS(srv.Pid()), heap: heapInuse(b.hc, metricsURL)}
 			samples = append(samples, s)
+			if o.heapProfile != "" && busySince.IsZero() && s.active*10 >= int64(o.streams)*9 {
+				busySince = time.Now()
+			}
+			if !busySince.IsZero() && !profiled && time.Since(busySince) >= time.Duration(o.longChunks)*o.gap/2 {
+				profiled = true
+				wg.Add(1)
+				go func() { defer wg.Done(); profileErr = b.heapProfile(srv) }()
+			}
 		}
 	}()
 	results, took := b.hold(ctx, srv.URL, true, &active, &peak)
 	close(stop)
 	<-sampled
+	if profileErr != nil {
+		return fmt.Errorf("-heap-profile: %w", profileErr)
+	}
+	if o.heapProfile != "" && !profiled {
+		fmt.Fprintln(os.Stderr, "longstream: no heap profile: 90% of the streams were never in progress for half an answer")
+	}
 	hwm, _ := benchproc.RSS(srv.Pid(), "VmHWM:")
 	after := sample{rss: mustRSS(srv.Pid()), heap: heapInuse(b.hc, metricsURL)}
 	srv.Stop()
@@ -617,6 +651,28 @@ func (b *bench) long(ctx context.Context) error {
 	v.row(live, failed)
 	fmt.Println()
 	return nil
+}
+
+// heapProfile writes Parley's heap profile (after a GC) to -heap-profile.
+func (b *bench) heapProfile(srv *server) error {
+	addr := srv.pprof.Load()
+	if addr == nil {
+		return errors.New("Parley did not log its pprof address")
+	}
+	resp, err := b.hc.Get("http://" + *addr + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != 200 {
+		err = fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "longstream: heap profile written to %s\n", b.o.heapProfile)
+	return os.WriteFile(b.o.heapProfile, data, 0o644)
 }
 
 func mustRSS(pid int) int64 {
