@@ -385,10 +385,10 @@ func (b *bench) short(ctx context.Context) error {
 	fmt.Println()
 	fmt.Println("| target | measured | verdict |")
 	fmt.Println("|---|---|---|")
-	fmt.Printf("| every chat streamed to its end | %d of %d | %s |\n", o.streams-failed-short, o.streams, benchproc.Verdict(failed+short == 0))
-	fmt.Printf("| no store error in the log | %d store error lines (%d lines at level ERROR) | %s |\n",
+	fmt.Printf("| short answers: every chat streamed to its end | %d of %d | %s |\n", o.streams-failed-short, o.streams, benchproc.Verdict(failed+short == 0))
+	fmt.Printf("| short answers: no store error in the log | %d store error lines (%d lines at level ERROR) | %s |\n",
 		srv.storeErrors.Load(), srv.errors.Load(), benchproc.Verdict(srv.storeErrors.Load() == 0))
-	v.row(live, failed)
+	v.row("short answers", live, failed)
 	fmt.Println()
 	return nil
 }
@@ -419,8 +419,8 @@ func (v verification) print() {
 	}
 }
 
-func (v verification) row(live, failed int) {
-	fmt.Printf("| a resume from the database returns every event (of the chats that ended) | %d of %d events (%d different) | %s |\n",
+func (v verification) row(phase string, live, failed int) {
+	fmt.Printf("| "+phase+": a resume from the database returns every event (of the chats that ended) | %d of %d events (%d different) | %s |\n",
 		v.checked-v.missing-v.differ, live, v.differ, benchproc.Verdict(v.missing+v.differ == 0 && int(v.checked) == live && failed == 0))
 }
 
@@ -644,11 +644,11 @@ func (b *bench) long(ctx context.Context) error {
 	fmt.Println()
 	fmt.Println("| target | measured | verdict |")
 	fmt.Println("|---|---|---|")
-	fmt.Printf("| every chat streamed to its end | %d of %d | %s |\n", o.streams-failed-short, o.streams, benchproc.Verdict(failed+short == 0))
-	fmt.Printf("| ≤ 100 KiB of server memory per active stream (resident) | %s | %s |\n", kib(perRSS), benchproc.Verdict(perRSS <= 100<<10 && failed == 0))
-	fmt.Printf("| no store error in the log | %d store error lines (%d lines at level ERROR) | %s |\n",
+	fmt.Printf("| long answers: every chat streamed to its end | %d of %d | %s |\n", o.streams-failed-short, o.streams, benchproc.Verdict(failed+short == 0))
+	fmt.Printf("| long answers: ≤ 100 KiB of server memory per active stream (resident) | %s | %s |\n", kib(perRSS), benchproc.Verdict(perRSS <= 100<<10 && failed == 0))
+	fmt.Printf("| long answers: no store error in the log | %d store error lines (%d lines at level ERROR) | %s |\n",
 		srv.storeErrors.Load(), srv.errors.Load(), benchproc.Verdict(srv.storeErrors.Load() == 0))
-	v.row(live, failed)
+	v.row("long answers", live, failed)
 	fmt.Println()
 	return nil
 }
