@@ -15,8 +15,8 @@
 # 50,000 to hold 50,000 connections (below it, the 50,000 figure is extrapolated from what fits). Everything goes into OUT (default: a new directory under /tmp), the
 # reports into OUT/report.md. Environment: CHATS and ROUNDS (gateway: chats per loop, default
 # 400, and rounds, default 3), WS and SSE (the first fanout, default 10000 and 1000), WS50K (the
-# second, default 50000; 0 skips it), STREAMS (longstream, default 1000). About 10 minutes on a
-# quiet 2-core machine, longer while Parley's store falls behind.
+# second, default 50000; 0 skips it), STREAMS (longstream, default 1000). About 15 minutes on the
+# shared 2-core machine with the baseline code (its long streams then run into their 3-minute bound).
 set -u
 cd "$(dirname "$0")/.."
 out=${OUT:-$(mktemp -d /tmp/issue25-XXXXXX)}
