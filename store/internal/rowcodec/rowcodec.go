@@ -248,7 +248,6 @@ func LinkParents(msgs []*parley.Message, leaf string) Links {
 	return l
 }
 
-
 // Distinct returns ids without repeats, in their first order.
 func Distinct(ids []string) []string {
 	seen := make(map[string]bool, len(ids))
