@@ -61,6 +61,12 @@ func Run(t *testing.T, open func(t *testing.T) parley.Store) {
 		{"Memory", testMemory},
 		{"Artifacts", testArtifacts},
 		{"SearchCosts", testSearchCosts},
+		{"BranchChain", testBranchChain},
+		{"BranchConcurrent", testBranchConcurrent},
+		{"BranchEdits", testBranchEdits},
+		{"BranchBadInput", testBranchBadInput},
+		{"Fork", testFork},
+		{"BranchProperty", testBranchProperty},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
