@@ -123,7 +123,7 @@ func testBranchConcurrent(t *testing.T, s parley.Store) {
 	}
 }
 
-// testBranchEdits builds  q1 a1 q2 a2, edits q2 (q2' a2'), regenerates a2' (a2”), edits q1 at
+// testBranchEdits builds q1 a1 q2 a2, edits q2 (q2e a2e), regenerates a2e (a2r), edits q1 at
 // the root, and reads every branch, by leaf, by page and as the model sees it.
 func testBranchEdits(t *testing.T, s parley.Store) {
 	sess := newSession(t, s, "alice", base)
