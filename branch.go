@@ -44,7 +44,8 @@ type BranchStore interface {
 	// storage (seq) order. An unknown session gives ErrNotFound.
 	Tree(ctx context.Context, sessionID string) (leaf string, nodes []TreeNode, err error)
 	// SwitchBranch makes the most recently stored message of messageID's subtree (a leaf) the
-	// active leaf and returns it. A message not of the session gives ErrNotFound.
+	// active leaf and returns it. A message not of the session gives ErrNotFound; a run running
+	// in the session (RunStore) ECConflict.
 	SwitchBranch(ctx context.Context, sessionID, messageID string) (string, error)
 	// SetLeaf makes messageID itself the active leaf, leaf or not: the next message appended
 	// follows it (a regenerated answer becomes a sibling of the old one). A message not of the

@@ -184,6 +184,11 @@ func (s *Store) setLeaf(ctx context.Context, sessionID, messageID string, newest
 		if err != nil {
 			return fmt.Errorf("postgres: setting leaf: %w", err)
 		}
+		if newest {
+			if err := noRunningRun(ctx, tx, sessionID); err != nil {
+				return err
+			}
+		}
 		nodes, err := treeNodes(ctx, tx, sessionID)
 		if err != nil {
 			return err
@@ -202,6 +207,22 @@ func (s *Store) setLeaf(ctx context.Context, sessionID, messageID string, newest
 		return nil
 	})
 	return leaf, err
+}
+
+// noRunningRun refuses to switch branches under a running run, whose next message would land on
+// the other branch. Read after the session's row lock is held: a run whose message was appended
+// before is seen (its record was committed before its first append), and one whose first append
+// comes after waits for the lock and goes on from the new leaf.
+func noRunningRun(ctx context.Context, tx pgx.Tx, sessionID string) error {
+	var one int
+	err := tx.QueryRow(ctx, `SELECT 1 FROM runs WHERE session_id = $1 AND state = 'running'`, sessionID).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: setting leaf: %w", err)
+	}
+	return rowcodec.ErrRunning
 }
 
 // checkParents checks that each id is a message of the session.

@@ -187,6 +187,11 @@ func (s *Store) setLeaf(ctx context.Context, sessionID, messageID string, newest
 		if err != nil {
 			return fmt.Errorf("sqlite: setting leaf: %w", err)
 		}
+		if newest {
+			if err := noRunningRun(ctx, tx, sessionID); err != nil {
+				return err
+			}
+		}
 		nodes, _, err := treeNodes(ctx, tx, sessionID)
 		if err != nil {
 			return err
@@ -205,6 +210,21 @@ func (s *Store) setLeaf(ctx context.Context, sessionID, messageID string, newest
 		return nil
 	})
 	return leaf, err
+}
+
+// noRunningRun refuses to switch branches under a running run, whose next message would land on
+// the other branch. In the transaction that moves the leaf (SQLite has one writer), it is ordered
+// against the run's appends.
+func noRunningRun(ctx context.Context, tx *sql.Tx, sessionID string) error {
+	var one int
+	err := tx.QueryRowContext(ctx, `SELECT 1 FROM runs WHERE session_id = ? AND state = 'running'`, sessionID).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("sqlite: setting leaf: %w", err)
+	}
+	return rowcodec.ErrRunning
 }
 
 // checkParents checks that each id is a message of the session.

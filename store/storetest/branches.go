@@ -668,3 +668,26 @@ func (p *prop) check(sess, leaf string) {
 		}
 	}
 }
+
+// testBranchSwitchUnderRun: no switch of branch while a run runs in the session (its next message
+// would land on the other branch); the run itself may set the leaf (a regenerated answer).
+func testBranchSwitchUnderRun(t *testing.T, s parley.Store) {
+	sess := newSession(t, s, "alice", base)
+	q, a := msg(parley.RoleUser, "q", base), msg(parley.RoleAssistant, "a", base)
+	if err := s.AppendMessages(ctx, sess.ID, q, a); err != nil {
+		t.Fatal(err)
+	}
+	r := newRun(t, s, sess.ID, "i1", base.Add(time.Hour))
+	if _, err := s.SwitchBranch(ctx, sess.ID, q.ID); parley.CodeOf(err) != parley.ECConflict {
+		t.Fatalf("switch under a run: %v, want a conflict", err)
+	}
+	if err := s.SetLeaf(ctx, sess.ID, q.ID); err != nil {
+		t.Fatalf("the run's own SetLeaf: %v", err)
+	}
+	if err := s.EndRun(ctx, r.ID, "i1", parley.FinishStop, base); err != nil {
+		t.Fatal(err)
+	}
+	if leaf, err := s.SwitchBranch(ctx, sess.ID, q.ID); err != nil || leaf != a.ID {
+		t.Fatalf("switch after the run: %q %v", leaf, err)
+	}
+}

@@ -65,6 +65,7 @@ func Run(t *testing.T, open func(t *testing.T) parley.Store) {
 		{"BranchConcurrent", testBranchConcurrent},
 		{"BranchEdits", testBranchEdits},
 		{"BranchBadInput", testBranchBadInput},
+		{"BranchSwitchUnderRun", testBranchSwitchUnderRun},
 		{"Fork", testFork},
 		{"BranchProperty", testBranchProperty},
 	}

@@ -290,3 +290,6 @@ func Copies(branch []parley.Message) (copies []parley.Message, parents []string)
 	}
 	return copies, parents
 }
+
+// ErrRunning refuses a switch of branch while a run is running in the session.
+var ErrRunning = parley.Errorf(parley.ECConflict, "a run is in progress in this session: switch branches when it has ended")
