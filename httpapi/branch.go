@@ -113,7 +113,7 @@ type branchRunResponse struct {
 // text/event-stream the run's events, else 202 with the run.
 func (s *server) answerBranchRun(w http.ResponseWriter, r *http.Request, action string, st *chat.Started) {
 	if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
-		s.streamSession(w, r, st.Session.ID, st.Run.Log.FirstSeq()-1, true)
+		s.streamSession(w, r, st.Session.ID, st.Run.FirstSeq()-1, true)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, branchRunResponse{Action: action, SessionID: st.Session.ID, RunID: st.Run.ID,
