@@ -22,15 +22,15 @@ type Todo struct {
 // Project groups sessions of one owner; its instructions and memory go into the system prompt of
 // each of its sessions.
 type Project struct {
-	ID           string    `json:"id"`
-	Owner        string    `json:"owner"`
-	Name         string    `json:"name"`
-	Instructions string    `json:"instructions"`
+	ID           string `json:"id"`
+	Owner        string `json:"owner"`
+	Name         string `json:"name"`
+	Instructions string `json:"instructions"`
 	// ToolPolicy maps tool name patterns to PolicyAuto, PolicyAsk or PolicyDeny for the project's
 	// sessions (issue 23); it overrides the server's policy for the tools it matches.
 	ToolPolicy map[string]string `json:"tool_policy,omitempty"`
 	CreatedAt  time.Time         `json:"created_at"`
-	UpdatedAt    time.Time `json:"updated_at"`
+	UpdatedAt  time.Time         `json:"updated_at"`
 }
 
 // MemoryEntry is one fact of a project's memory (seed 002's memory.json, per project).
