@@ -277,3 +277,125 @@ func TestApprovalAcrossInstances(t *testing.T) {
 	}
 	checkStoredHistory(t, b.url, session)
 }
+
+// TestApprovalDecisionsReachTheModel: edited arguments that break the tool's schema are refused
+// (400, the call stays pending) and valid ones run (the model's call stays as it asked, the
+// result notes the edit); a denial with a reason, a call nobody answers in time and a call the
+// policy denies each give the model a tool result it can read: the exact text is checked in the
+// next request the model receives.
+func TestApprovalDecisionsReachTheModel(t *testing.T) {
+	fake := llmtest.NewServer()
+	hs := httptest.NewServer(fake)
+	defer hs.Close()
+	journal := filepath.Join(t.TempDir(), "journal")
+	cfg := mcpChatConfigWith(t, hs.URL, mcptest.Options{Journal: journal})
+	srv := startChild(t, "--db", filepath.Join(t.TempDir(), "parley.db"), "--config", cfg,
+		"--tool-policy", "t__echo=deny,t__write=ask")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	// Edited arguments.
+	fake.Enqueue(llmtest.Turn{ToolCalls: []parley.ToolCall{eraseCall("call_edit", "wrong")}}, llmtest.Turn{Content: "Done."})
+	evs := startChat(t, ctx, srv.url, "Erase something.")
+	var seen []parley.Event
+	req := nextEvent(t, ctx, evs, &seen, ofType(parley.EventApprovalRequired))
+	session := req.SessionID
+	for _, bad := range []string{
+		`{"decision":"approve","arguments":{"key":5}}`,                // not a string
+		`{"decision":"approve","arguments":{"key":"x","force":true}}`, // a property the schema does not name
+		`{"decision":"approve","arguments":{"ms":3}}`,                 // key is required
+		`{"decision":"approve","arguments":["key"]}`,                  // not an object
+		`{"decision":"deny","arguments":{"key":"x"}}`,                 // arguments only with approve
+		`{"decision":"perhaps"}`,                                      // no such decision
+	} {
+		code, out := answerApproval(t, srv.url, session, "call_edit", bad)
+		e, _ := out["error"].(map[string]any)
+		if code != 400 || e == nil || e["code"] != "invalid" || e["message"] == "" {
+			t.Fatalf("%s: %d %v, want 400 invalid with a reason", bad, code, out)
+		}
+	}
+	if pend := pendingApprovals(t, srv.url, session); len(pend) != 1 || pend[0].CallID != "call_edit" {
+		t.Fatalf("after the refused edits: %+v, want the call still pending", pend)
+	}
+	if code, _ := answerApproval(t, srv.url, session, "call_nope", `{"decision":"approve"}`); code != 404 {
+		t.Fatalf("an unknown call: %d, want 404", code)
+	}
+	code, out := answerApproval(t, srv.url, session, "call_edit", `{"decision":"approve","arguments":{"key":"right"}}`)
+	ap, _ := out["approval"].(map[string]any)
+	if code != 200 || ap["decision"] != "approved" || ap["edited"] != true || ap["arguments"] != `{"key":"right"}` {
+		t.Fatalf("approve with an edit: %d %v", code, out)
+	}
+	nextEvent(t, ctx, evs, &seen, ofType(parley.EventDone))
+	if j := mcptest.Journal(journal); !slices.Equal(j, []string{"start:right", "end", "right"}) {
+		t.Fatalf("journal: %v, want the edited call only", j)
+	}
+	want := "note: the user edited the arguments of this call before approving it; it ran with {\"key\":\"right\"}\n\nerased right"
+	if got := toolMessageSent(t, fake, "call_edit"); got != want {
+		t.Fatalf("tool result sent to the model: %q, want %q", got, want)
+	}
+	msgs := checkStoredHistory(t, srv.url, session)
+	if msgs[1].ToolCalls[0].Function.Arguments != `{"key":"wrong"}` {
+		t.Fatalf("the stored call: %+v, want the model's arguments", msgs[1].ToolCalls)
+	}
+
+	// A denial with a reason, and a call the policy denies, in one answer of the model.
+	echo := parley.ToolCall{ID: "call_echo", Type: "function", Function: parley.FunctionCall{Name: "t__echo", Arguments: `{"text":"hi"}`}}
+	fake.Enqueue(llmtest.Turn{ToolCalls: []parley.ToolCall{eraseCall("call_deny", "all"), echo}}, llmtest.Turn{Content: "I will not."})
+	evs = startChat(t, ctx, srv.url, "Erase all.")
+	seen = nil
+	req = nextEvent(t, ctx, evs, &seen, ofType(parley.EventApprovalRequired))
+	if req.Approval.CallID != "call_deny" {
+		t.Fatalf("approval_required: %+v (the echo call is denied by policy, never asked)", req.Approval)
+	}
+	if code, out := answerApproval(t, srv.url, req.SessionID, "call_deny", `{"decision":"deny","reason":"keep the files"}`); code != 200 {
+		t.Fatalf("deny: %d %v", code, out)
+	}
+	res := nextEvent(t, ctx, evs, &seen, ofType(parley.EventApprovalResolved))
+	if r := res.Approval; r.Decision != parley.ApprovalDenied || r.Reason != "keep the files" {
+		t.Fatalf("approval_resolved: %+v", r)
+	}
+	nextEvent(t, ctx, evs, &seen, ofType(parley.EventDone))
+	if got, want := toolMessageSent(t, fake, "call_deny"), "error: not run: the user denied this call of t__erase, saying: keep the files"; got != want {
+		t.Fatalf("denied: the model got %q, want %q", got, want)
+	}
+	if got, want := toolMessageSent(t, fake, "call_echo"),
+		"error: not run: the tool policy does not allow t__echo (the server's tool policy says deny for t__echo); do not call it again, answer with what you have"; got != want {
+		t.Fatalf("policy deny: the model got %q, want %q", got, want)
+	}
+	if j := mcptest.Journal(journal); len(j) != 3 {
+		t.Fatalf("journal: %v: a denied call ran", j)
+	}
+	checkStoredHistory(t, srv.url, req.SessionID)
+}
+
+// TestApprovalTimeoutDenies: a call nobody answers within --approval-timeout is denied, every
+// client is told (approval_resolved expired), and the model reads why.
+func TestApprovalTimeoutDenies(t *testing.T) {
+	fake := llmtest.NewServer()
+	hs := httptest.NewServer(fake)
+	defer hs.Close()
+	journal := filepath.Join(t.TempDir(), "journal")
+	cfg := mcpChatConfigWith(t, hs.URL, mcptest.Options{Journal: journal})
+	srv := startChild(t, "--db", filepath.Join(t.TempDir(), "parley.db"), "--config", cfg, "--approval-timeout", "1s")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	fake.Enqueue(llmtest.Turn{ToolCalls: []parley.ToolCall{eraseCall("call_late", "late")}}, llmtest.Turn{Content: "Nobody answered."})
+	evs := startChat(t, ctx, srv.url, "Erase late.")
+	var seen []parley.Event
+	req := nextEvent(t, ctx, evs, &seen, ofType(parley.EventApprovalRequired))
+	res := nextEvent(t, ctx, evs, &seen, ofType(parley.EventApprovalResolved))
+	if r := res.Approval; r.CallID != "call_late" || r.Decision != parley.ApprovalExpired || r.Reason != "nobody answered within 1s" {
+		t.Fatalf("approval_resolved: %+v", r)
+	}
+	nextEvent(t, ctx, evs, &seen, ofType(parley.EventDone))
+	if got, want := toolMessageSent(t, fake, "call_late"),
+		"error: not run: this call of t__erase needed the user's approval and nobody answered within 1s, so it was denied"; got != want {
+		t.Fatalf("the model got %q, want %q", got, want)
+	}
+	if j := mcptest.Journal(journal); len(j) != 0 {
+		t.Fatalf("an expired call ran: %v", j)
+	}
+	if code, _ := answerApproval(t, srv.url, req.SessionID, "call_late", `{"decision":"approve"}`); code != 409 {
+		t.Fatalf("approving an expired call: %d, want 409", code)
+	}
+}
