@@ -94,7 +94,10 @@ func TestResumeAppliesStoredDecisions(t *testing.T) {
 func TestStoppedWhileWaitingDeniesTheApproval(t *testing.T) {
 	f := newFixture(t)
 	ran := 0
-	f.tool(t, "rm", func(context.Context, json.RawMessage) (*parley.ToolResult, error) { ran++; return &parley.ToolResult{Content: parley.Text("x")}, nil })
+	f.tool(t, "rm", func(context.Context, json.RawMessage) (*parley.ToolResult, error) {
+		ran++
+		return &parley.ToolResult{Content: parley.Text("x")}, nil
+	})
 	f.prov.steps = append(f.prov.steps, callTools("", [2]string{"rm", `{}`}))
 	ctx, cancel := context.WithCancel(context.Background())
 	a := f.agent(askEverything(f))
@@ -130,7 +133,10 @@ func TestStoppedWhileWaitingDeniesTheApproval(t *testing.T) {
 func TestCannotAskRefuses(t *testing.T) {
 	f := newFixture(t)
 	ran := 0
-	f.tool(t, "rm", func(context.Context, json.RawMessage) (*parley.ToolResult, error) { ran++; return &parley.ToolResult{Content: parley.Text("x")}, nil })
+	f.tool(t, "rm", func(context.Context, json.RawMessage) (*parley.ToolResult, error) {
+		ran++
+		return &parley.ToolResult{Content: parley.Text("x")}, nil
+	})
 	f.prov.steps = append(f.prov.steps, callTools("", [2]string{"rm", `{}`}), say("fine"))
 	if _, err := f.run(t, context.Background(), f.agent(askEverything(f)), "go", nil); err != nil {
 		t.Fatal(err)
