@@ -164,8 +164,14 @@ func (noSessions) GetSession(context.Context, string) (*parley.Session, error) {
 func TestSessionlessUsesTheServerPolicy(t *testing.T) {
 	f := newFixture(t)
 	ran := 0
-	f.tool(t, "rm", func(context.Context, json.RawMessage) (*parley.ToolResult, error) { ran++; return &parley.ToolResult{Content: parley.Text("x")}, nil })
-	f.tool(t, "ls", func(context.Context, json.RawMessage) (*parley.ToolResult, error) { ran++; return &parley.ToolResult{Content: parley.Text("x")}, nil })
+	f.tool(t, "rm", func(context.Context, json.RawMessage) (*parley.ToolResult, error) {
+		ran++
+		return &parley.ToolResult{Content: parley.Text("x")}, nil
+	})
+	f.tool(t, "ls", func(context.Context, json.RawMessage) (*parley.ToolResult, error) {
+		ran++
+		return &parley.ToolResult{Content: parley.Text("x")}, nil
+	})
 	f.prov.steps = append(f.prov.steps, callTools("", [2]string{"rm", `{}`}, [2]string{"ls", `{}`}), say("fine"))
 	policy, _ := approval.Parse("rm=ask")
 	a := f.agent(func(c *Config) { c.Approvals = &approval.Resolver{Server: policy, Store: noSessions{f.store}} }).WithStore(f.store)
