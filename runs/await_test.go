@@ -2,6 +2,9 @@ package runs
 
 import (
 	"context"
+	"runtime"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -74,5 +77,53 @@ func waitUntil(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// A run waiting for approval holds what a paused run holds: its own goroutine, blocked. Many
+// waiting runs cost as many goroutines as as many paused ones.
+func TestAwaitingCostsWhatPausingCosts(t *testing.T) {
+	const n = 40
+	count := func(wait func(r *Run, ctx context.Context) error, waiting func(r *Run) bool) int {
+		m := NewManager(Options{ApprovalPoll: time.Hour, PauseTimeout: time.Hour})
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			m.Shutdown(ctx)
+		}()
+		before := runtime.NumGoroutine()
+		var rs []*Run
+		for i := range n {
+			r, err := m.Begin(context.Background(), Spec{Session: "s" + strconv.Itoa(i)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) { return "", wait(r, ctx) })
+			rs = append(rs, r)
+		}
+		for _, r := range rs {
+			waitUntil(t, func() bool { return waiting(r) })
+		}
+		got := runtime.NumGoroutine() - before
+		for _, r := range rs {
+			r.Abort()
+			<-r.Done()
+		}
+		return got
+	}
+	awaiting := count(func(r *Run, ctx context.Context) error {
+		return r.AwaitApproval(ctx, time.Now().Add(time.Hour), func(context.Context) (bool, error) { return false, nil })
+	}, (*Run).Awaiting)
+	var gated sync.Map
+	paused := count(func(r *Run, ctx context.Context) error {
+		if err := r.Pause(); err != nil {
+			return err
+		}
+		gated.Store(r, true)
+		return r.Gate(ctx)
+	}, func(r *Run) bool { _, ok := gated.Load(r); return ok && r.Paused() })
+	t.Logf("goroutines held by %d runs: waiting for approval %d, paused %d", n, awaiting, paused)
+	if awaiting > paused || awaiting > n {
+		t.Fatalf("%d runs waiting for approval hold %d goroutines; %d paused runs hold %d", n, awaiting, n, paused)
 	}
 }
