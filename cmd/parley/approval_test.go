@@ -14,6 +14,7 @@ import (
 	"time"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/internal/redistest"
 	"github.com/parleyhq/parley/provider/llmtest"
 	"github.com/parleyhq/parley/tools/mcp/mcptest"
 )
@@ -206,17 +207,26 @@ func checkStoredHistory(t *testing.T, url, session string) []parley.Message {
 	return msgs
 }
 
-// TestApprovalAcrossInstances: two instances on one SQLite file, no Redis. A call waits on A; its
-// owner answers on B, and A's run notices (it polls the store) and runs the tool. A second call
-// then waits on A; A is killed, B takes the run over when its lease ends, finds the pending
-// approval, and an approve on B runs the tool once.
+// TestApprovalAcrossInstances: two instances on one SQLite file. A call waits on A; its owner
+// answers on B, and A's run learns of it: without Redis by polling the store, with Redis by the
+// control B sends it (the poll is then an hour: only the control can wake it). A second call then
+// waits on A; A is killed, B takes the run over when its lease ends, finds the pending approval,
+// and an approve on B runs the tool once.
 func TestApprovalAcrossInstances(t *testing.T) {
+	t.Run("poll", func(t *testing.T) { approvalAcrossInstances(t, "--approval-poll", "200ms") })
+	t.Run("redis", func(t *testing.T) {
+		redistest.Client(t) // skips, or fails where Redis is required, when none answers
+		approvalAcrossInstances(t, "--approval-poll", "1h", "--redis-url", redistest.URL())
+	})
+}
+
+func approvalAcrossInstances(t *testing.T, extra ...string) {
 	fake := llmtest.NewServer()
 	hs := httptest.NewServer(fake)
 	defer hs.Close()
 	journal := filepath.Join(t.TempDir(), "journal")
 	cfg := mcpChatConfigWith(t, hs.URL, mcptest.Options{Journal: journal})
-	common := []string{"--db", filepath.Join(t.TempDir(), "shared.db"), "--config", cfg, "--run-lease", "3s", "--approval-poll", "200ms"}
+	common := append([]string{"--db", filepath.Join(t.TempDir(), "shared.db"), "--config", cfg, "--run-lease", "3s"}, extra...)
 	a := startChild(t, append(common, "--instance-id", "approval-a")...)
 	b := startChild(t, append(common, "--instance-id", "approval-b")...)
 	fake.Enqueue(llmtest.Turn{ToolCalls: []parley.ToolCall{eraseCall("call_one", "one")}},
