@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -407,5 +408,64 @@ func TestApprovalTimeoutDenies(t *testing.T) {
 	}
 	if code, _ := answerApproval(t, srv.url, req.SessionID, "call_late", `{"decision":"approve"}`); code != 409 {
 		t.Fatalf("approving an expired call: %d, want 409", code)
+	}
+}
+
+// TestApprovalSurvivesGracefulRestart: SIGTERM while a call waits does not deny it nor wait for
+// the shutdown grace: the run is handed over, the restarted server waits on, and an approve runs
+// the tool once.
+func TestApprovalSurvivesGracefulRestart(t *testing.T) {
+	fake := llmtest.NewServer()
+	hs := httptest.NewServer(fake)
+	defer hs.Close()
+	journal := filepath.Join(t.TempDir(), "journal")
+	args := []string{"--db", filepath.Join(t.TempDir(), "parley.db"), "--instance-id", "approval-term", "--shutdown-grace", "10m",
+		"--config", mcpChatConfigWith(t, hs.URL, mcptest.Options{Journal: journal})}
+	srv := startChild(t, args...)
+	fake.Enqueue(llmtest.Turn{ToolCalls: []parley.ToolCall{eraseCall("call_term", "kept")}}, llmtest.Turn{Content: "Erased."})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	evs := startChat(t, ctx, srv.url, "Erase kept.")
+	var seen []parley.Event
+	req := nextEvent(t, ctx, evs, &seen, ofType(parley.EventApprovalRequired))
+	nextEvent(t, ctx, evs, &seen, ofType(parley.EventStatus))
+	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// The grace is 10 minutes: the server is down long before unless it waited for the run.
+	exited := make(chan error, 1)
+	go func() { exited <- srv.cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("the server exited with %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the server waited for the run waiting for approval")
+	}
+	if strings.Contains(srv.logs.String(), "active runs were aborted") {
+		t.Fatalf("runs were aborted at shutdown:\n%s", srv.logs.String())
+	}
+
+	srv = startChild(t, args...)
+	if pend := pendingApprovals(t, srv.url, req.SessionID); len(pend) != 1 || pend[0].CallID != "call_term" {
+		t.Fatalf("pending after the restart: %+v (a shutdown must not deny it)", pend)
+	}
+	waitLog(t, srv.logs, "taking over a run")
+	after := followSSE(t, ctx, srv.url, req.SessionID, "")
+	if code, out := answerApproval(t, srv.url, req.SessionID, "call_term", `{"decision":"approve"}`); code != 200 {
+		t.Fatalf("approve: %d %v", code, out)
+	}
+	var seen2 []parley.Event
+	done := nextEvent(t, ctx, after, &seen2, func(ev parley.Event) bool { return ev.Type == parley.EventDone && ev.RunID == req.RunID })
+	if done.FinishReason != parley.FinishStop {
+		t.Fatalf("done: %+v", done)
+	}
+	if j := mcptest.Journal(journal); !slices.Equal(j, []string{"start:kept", "end", "kept"}) {
+		t.Fatalf("journal: %v", j)
+	}
+	msgs := checkStoredHistory(t, srv.url, req.SessionID)
+	if last := msgs[len(msgs)-1]; last.Content.String() != "Erased." {
+		t.Fatalf("last message: %+v", last)
 	}
 }
