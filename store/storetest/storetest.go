@@ -61,6 +61,13 @@ func Run(t *testing.T, open func(t *testing.T) parley.Store) {
 		{"Memory", testMemory},
 		{"Artifacts", testArtifacts},
 		{"SearchCosts", testSearchCosts},
+		{"BranchChain", testBranchChain},
+		{"BranchConcurrent", testBranchConcurrent},
+		{"BranchEdits", testBranchEdits},
+		{"BranchBadInput", testBranchBadInput},
+		{"BranchSwitchUnderRun", testBranchSwitchUnderRun},
+		{"Fork", testFork},
+		{"BranchProperty", testBranchProperty},
 		{"Approvals", testApprovals},
 		{"ProjectToolPolicy", testProjectToolPolicy},
 	}
