@@ -96,6 +96,7 @@ type Store interface {
 	RunStore
 	FileStore
 	WorkspaceStore
+	ApprovalStore
 
 	Close() error
 }

@@ -57,6 +57,9 @@ var crossUserRoutes = map[string]struct {
 	"GET /api/v1/files/{id}/content":  {"GET", "/api/v1/files/{F}/content", "", 403, nil},
 	"DELETE /api/v1/files/{id}":       {"DELETE", "/api/v1/files/{F}", "", 403, nil},
 	"GET /api/v1/sessions/{id}/files": {"GET", "/api/v1/sessions/{A}/files", "", 403, nil},
+	// Tool approval (issue 23): TestApprovalOnlyOwner shows a pending call of alice's stays so.
+	"GET /api/v1/sessions/{id}/approvals":            {"GET", "/api/v1/sessions/{A}/approvals", "", 403, nil},
+	"POST /api/v1/sessions/{id}/approvals/{call_id}": {"POST", "/api/v1/sessions/{A}/approvals/call_1", `{"decision":"approve"}`, 403, nil},
 	// A generated image is reached by its signed URL only (images.go): bob has none.
 	"GET /api/v1/images/{id}": {"GET", "/api/v1/images/{F}", "", 403, nil},
 	"POST /api/v1/ui/chat": {"POST", "/api/v1/ui/chat",

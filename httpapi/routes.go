@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"github.com/parleyhq/parley/approval"
 	"github.com/parleyhq/parley/chat"
 	"github.com/parleyhq/parley/web"
 )
@@ -31,6 +32,8 @@ func (s *server) routes() {
 	s.mux.Handle("POST /api/v1/sessions/{id}/fork", s.pipe(policy{body: jsonBody(false, checkMessageRef)}, s.handleFork()))
 	s.mux.Handle("POST /api/v1/sessions/{id}/messages/{message_id}/edit", s.pipe(policy{body: jsonBody(false, s.checkEdit), run: true}, s.handleEdit()))
 	s.mux.Handle("POST /api/v1/sessions/{id}/messages/{message_id}/regenerate", s.pipe(policy{body: jsonBody(true, s.Chat.ValidateRetry), run: true}, s.handleRegenerate()))
+	s.mux.Handle("GET /api/v1/sessions/{id}/approvals", s.pipe(user, s.handleListApprovals()))
+	s.mux.Handle("POST /api/v1/sessions/{id}/approvals/{call_id}", s.pipe(policy{body: jsonBody(false, (*approval.Answer).Check)}, s.handleDecideApproval()))
 	s.mux.Handle("GET /api/ws", s.pipe(user, s.handleWS()))
 
 	// Files (issue 20).

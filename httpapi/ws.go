@@ -477,6 +477,12 @@ func (w *wsConn) readFrame(connCtx, ctx context.Context) (typ websocket.MessageT
 func (w *wsConn) handle(ctx context.Context, data []byte) {
 	var in wsIn
 	if err := decodeStrict(data, &in); err != nil {
+		if a, id, ok := flatApproval(data); ok {
+			// An approval frame may also carry its fields beside "type" (docs/protocol.md).
+			out, err := w.approvalFrame(ctx, a)
+			w.answer(id, out, err)
+			return
+		}
 		w.fail("", err)
 		return
 	}
@@ -515,8 +521,20 @@ func (w *wsConn) handle(ctx context.Context, data []byte) {
 		}
 		out, err := w.regenerate(ctx, m)
 		w.answer(in.ID, out, err)
+	case "approval":
+		var a wsApproval
+		if err := decodeData(in.Data, &a); err != nil {
+			w.fail(in.ID, err)
+			return
+		}
+		if err := a.Check(); err != nil {
+			w.fail(in.ID, err)
+			return
+		}
+		out, err := w.approvalFrame(ctx, a)
+		w.answer(in.ID, out, err)
 	default:
-		w.fail(in.ID, parley.Errorf(parley.ECInvalid, "type: %q is not a client frame (user_message, control, regenerate or ping)", truncate(in.Type, 40)))
+		w.fail(in.ID, parley.Errorf(parley.ECInvalid, "type: %q is not a client frame (user_message, control, regenerate, approval or ping)", truncate(in.Type, 40)))
 	}
 }
 

@@ -63,6 +63,9 @@ type Options struct {
 	SendControl func(ctx context.Context, instance, sessionID, runID, action string) (state string, err error)
 	// Metrics counts the runs this instance starts and finishes; nil counts nothing.
 	Metrics Metrics
+	// ApprovalPoll is how often a run waiting for approval reads the store (AwaitApproval;
+	// default DefaultApprovalPoll).
+	ApprovalPoll time.Duration
 }
 
 // Metrics records runs as they start and finish, and what their streams report (readers that fall
@@ -134,6 +137,9 @@ func NewManager(opts Options) *Manager {
 	if opts.Lease <= 0 {
 		opts.Lease = 30 * time.Second
 	}
+	if opts.ApprovalPoll <= 0 {
+		opts.ApprovalPoll = DefaultApprovalPoll
+	}
 	if opts.Instance == "" {
 		opts.Instance = parley.NewID()
 	}
@@ -170,6 +176,9 @@ type Run struct {
 	started bool
 	done    chan struct{}
 
+	// cancelCause cancels ctx with a cause: parley.ErrHandedOver leaves the run to a takeover.
+	cancelCause context.CancelCauseFunc
+
 	emitMu sync.Mutex     // one event at a time, whoever emits it
 	w      *stream.Writer // the run's events in its session's stream
 	ended  bool           // the done event is out: nothing more is appended
@@ -182,6 +191,8 @@ type Run struct {
 	paused   bool
 	pausedAt time.Time
 	resumed  chan struct{} // closed when a pause ends
+	awaiting bool          // in AwaitApproval
+	wake     chan struct{} // a decision on an approval was stored (AwaitApproval); buffered 1
 }
 
 // ErrBusy is returned by Begin when the session already has an active run.
@@ -280,11 +291,12 @@ func (m *Manager) open(id string, spec Spec, w *stream.Writer) (*Run, error) {
 	if m.closing {
 		return nil, ErrClosing
 	}
-	rctx, cancel := context.WithCancel(m.ctx)
+	rctx, cancelCause := context.WithCancelCause(m.ctx)
 	r := &Run{
 		ID: id, SessionID: spec.Session, Model: spec.Model, StartedAt: m.opts.Now(),
-		m: m, ctx: rctx, cancel: cancel, done: make(chan struct{}), w: w,
+		m: m, ctx: rctx, cancel: func() { cancelCause(nil) }, cancelCause: cancelCause, done: make(chan struct{}), w: w,
 		logger: m.opts.Log.With("run_id", id, "session_id", spec.Session),
+		wake:   make(chan struct{}, 1),
 	}
 	m.runs[r.ID] = r
 	m.active[spec.Session] = r
@@ -365,6 +377,13 @@ func (r *Run) Go(fn Func) {
 		// the model and tool call spans.
 		ctx, span := r.startSpan()
 		finish, err := r.safeCall(ctx, fn, r.emit)
+		if errors.Is(context.Cause(r.ctx), parley.ErrHandedOver) {
+			// Left running in its record for the instance that takes it over: no end here.
+			endSpan(span, "handed_over", nil)
+			r.logger.Info("run left to be taken over", "err", err)
+			r.leave()
+			return
+		}
 		if err != nil {
 			if parley.CodeOf(err) == parley.ECCanceled || errors.Is(err, context.Canceled) {
 				finish = parley.FinishAborted
@@ -597,12 +616,15 @@ func (m *Manager) pruneLocked() {
 }
 
 // Shutdown stops accepting runs, lets active runs finish until ctx ends, then aborts the rest and
-// waits for them to store what they had. It returns ctx's error if runs had to be aborted.
+// waits for them to store what they had. It returns ctx's error if runs had to be aborted. Runs
+// waiting for approval (Options.Runs set) are not waited for: they are handed over at once
+// (handOverAwaiting).
 func (m *Manager) Shutdown(ctx context.Context) error {
 	m.mu.Lock()
 	m.closing = true
 	m.mu.Unlock()
 	m.adopting.Wait() // a run being taken over is started (or given up) before the runs are waited for
+	m.handOverAwaiting()
 	idle := make(chan struct{})
 	go func() { m.wg.Wait(); close(idle) }()
 	select {

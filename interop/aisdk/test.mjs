@@ -11,6 +11,7 @@ import assert from 'node:assert/strict'
 import {
   AbstractChat,
   DefaultChatTransport,
+  lastAssistantMessageIsCompleteWithApprovalResponses,
   readUIMessageStream,
   uiMessageChunkSchema,
   validateUIMessages,
@@ -68,6 +69,14 @@ class TestChat extends AbstractChat {
     this.errors = []
     this.onErrorHook = (e) => this.errors.push(e)
   }
+}
+
+// waitReady waits for the chat's automatic request (sendAutomaticallyWhen) to be made and end.
+async function waitReady(chat) {
+  for (let i = 0; i < 500 && (chat.status !== 'ready' || chat.messages.at(-1).parts.every((p) => p.state !== 'output-available' && p.state !== 'output-denied')); i++) {
+    await new Promise((r) => setTimeout(r, 20))
+  }
+  assert.equal(chat.status, 'ready', String(chat.error))
 }
 
 const plain = (x) => JSON.parse(JSON.stringify(x)) // drops undefined fields, as JSON does
@@ -197,11 +206,11 @@ const cases = [
     assert.equal(chat.messages.length, 2)
     assert.notEqual(chat.messages[1].id, firstId)
     assert.equal(chat.messages[1].parts.at(-1).text, 'Second answer.')
-    // Parley keeps every turn: the question again, and its new answer.
+    // Parley keeps every answer: the new one is a sibling of the old, on the active branch.
     history = await stored(id)
-    assert.equal(history.length, 4)
-    assert.equal(history[2].parts[0].text, 'Say something')
-    assert.deepEqual(plain(history[3]), plain(chat.messages[1]))
+    assert.equal(history.length, 2)
+    assert.equal(history[0].parts[0].text, 'Say something')
+    assert.deepEqual(plain(history[1]), plain(chat.messages[1]))
 
     // Regenerating a failed answer retries it: nothing new stored but the answer.
     await control('/enqueue', [{ Status: 500, ErrorMessage: 'The server had an error while processing your request.' }])
@@ -211,9 +220,9 @@ const cases = [
     await chat.regenerate()
     assert.equal(chat.status, 'ready', String(chat.error))
     history = await stored(id)
-    assert.equal(history.length, 7) // … question, failed answer, retried answer
-    assert.equal(history[4].parts[0].text, 'And now?')
-    assert.deepEqual(plain(history[6]), plain(chat.messages.at(-1)))
+    assert.equal(history.length, 5) // … question, failed answer, retried answer
+    assert.equal(history[2].parts[0].text, 'And now?')
+    assert.deepEqual(plain(history[4]), plain(chat.messages.at(-1)))
     assert.deepEqual(sent, [1, 1, 3, 3], 'useChat had the whole chat to send each time')
   }],
 
@@ -257,6 +266,40 @@ const cases = [
     assert.equal(history.length, 2)
     assert.deepEqual(plain(reloaded.messages), plain(history))
     assert.equal(history[1].parts.at(-1).text, 'A long answer that keeps coming.')
+  }],
+
+  ['tool approval: tool-approval-request, addToolApprovalResponse, and the run goes on in the next request', async () => {
+    // The server runs with --tool-policy get_current_time=ask (cmd/parley TestAISDKInterop).
+    const ask = (id) => ({ ToolCalls: [{ id, type: 'function', function: { name: 'get_current_time', arguments: '{}' } }] })
+    await control('/enqueue', [ask('call_t1'), { Content: 'It is now.' }, ask('call_t2'), { Content: 'Fine, I will not.' }])
+    const id = newChatId()
+    const chat = new TestChat({ id, transport: transport(), sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses })
+    await chat.sendMessage({ text: 'What time is it?' })
+    assert.equal(chat.status, 'ready', String(chat.error))
+    let tool = chat.messages[1].parts.find((p) => p.type === 'tool-get_current_time')
+    assert.equal(tool.state, 'approval-requested')
+    assert.equal(tool.approval.id, 'call_t1')
+    // A page reloaded while the call waits: the stored history holds the same waiting part, and
+    // a chat made from it answers it the same way.
+    const waiting = await stored(id)
+    assert.deepEqual(plain(waiting[1].parts.find((p) => p.type === 'tool-get_current_time')), plain(tool))
+    const reloaded = new TestChat({ id, messages: waiting, transport: transport(), sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses })
+    await reloaded.addToolApprovalResponse({ id: 'call_t1', approved: true })
+    await waitReady(reloaded)
+    assert.equal(reloaded.messages.length, 2, 'the answer continues the same assistant message')
+    tool = reloaded.messages[1].parts.find((p) => p.type === 'tool-get_current_time')
+    assert.equal(tool.state, 'output-available', JSON.stringify(reloaded.messages[1].parts))
+    assert.equal(reloaded.messages[1].parts.at(-1).text, 'It is now.')
+    assert.deepEqual(plain((await stored(id))[1].parts), plain(reloaded.messages[1].parts))
+
+    // Denied with a reason: tool-output-denied, and the model's answer to the refusal.
+    await reloaded.sendMessage({ text: 'And again?' })
+    await reloaded.addToolApprovalResponse({ id: 'call_t2', approved: false, reason: 'not twice' })
+    await waitReady(reloaded)
+    tool = reloaded.messages[3].parts.find((p) => p.type === 'tool-get_current_time')
+    assert.equal(tool.state, 'output-denied', JSON.stringify(reloaded.messages[3].parts))
+    assert.equal(reloaded.messages[3].parts.at(-1).text, 'Fine, I will not.')
+    assert.deepEqual(plain((await stored(id))[3].parts), plain(reloaded.messages[3].parts))
   }],
 
   ['errors: 400 with its reason, 401 without a key, and chat ids are per user', async () => {

@@ -68,6 +68,8 @@ func Run(t *testing.T, open func(t *testing.T) parley.Store) {
 		{"BranchSwitchUnderRun", testBranchSwitchUnderRun},
 		{"Fork", testFork},
 		{"BranchProperty", testBranchProperty},
+		{"Approvals", testApprovals},
+		{"ProjectToolPolicy", testProjectToolPolicy},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
