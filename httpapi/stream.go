@@ -139,6 +139,7 @@ func (s *server) streamDetached(w http.ResponseWriter, r *http.Request, sessionI
 	}
 	ctx, stopLife := context.WithTimeout(life, s.StreamLifetime)
 	sse := &sseWriter{conn: conn, timeout: s.WriteTimeout}
+	r = r.WithContext(ctx) // the handler's context ends when it returns; the stream's goes on
 	p := &pump{s: s, r: r, t: &sseTransport{s: s, r: r, sse: sse, session: sessionID, untilDone: untilDone},
 		heartbeat: s.Heartbeat, park: wsPark}
 	p.onEnd = func(error) {

@@ -216,13 +216,16 @@ func (s *server) handleWS() http.Handler {
 		// The reads' and the pings' I/O use connCtx, which ends only after the close
 		// handshake: a cancelled read would drop the connection before the close frame is sent.
 		connCtx, endConn := context.WithCancel(context.WithoutCancel(ctx))
+		// The request as the connection sees it from now on: its context is the connection's,
+		// not the handler's (which ends when the handler returns).
+		live := r.WithContext(ctx)
 		conn := &wsConn{
-			s: s, c: c, conn: cw.conn, id: id, ip: s.clientIP(r), r: r, cancel: cancel, sessionID: sessionID, connCtx: connCtx, life: ctx,
+			s: s, c: c, conn: cw.conn, id: id, ip: s.clientIP(r), r: live, cancel: cancel, sessionID: sessionID, connCtx: connCtx, life: ctx,
 			outbox: make(chan []byte, wsOutboxSize), session: make(chan string, 1), activity: make(chan struct{}, 1),
 		}
 		// The pump writes, in a goroutine of its own while it has work; when it stops, it closes
 		// the connection, which ends the reads.
-		p := &pump{s: s, r: r, t: conn, replies: conn.outbox, sessions: conn.session, activity: conn.activity, park: wsPark,
+		p := &pump{s: s, r: live, t: conn, replies: conn.outbox, sessions: conn.session, activity: conn.activity, park: wsPark,
 			reply: func(b []byte) error { return conn.send(ctx, b) }}
 		p.onEnd = func(err error) { conn.end(ctx, err, endConn) }
 		conn.pump = p
