@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	parley "github.com/parleyhq/parley"
 )
 
@@ -17,8 +16,17 @@ func (s *Store) ReserveEventSeqs(ctx context.Context, sessionID string, n int64)
 	if n <= 0 {
 		return 0, parley.Errorf(parley.ECInvalid, "events: must reserve at least one number")
 	}
+	var first int64
+	err := s.write(ctx, func(ctx context.Context, tx pgx.Tx) (err error) {
+		first, err = reserveEventSeqs(ctx, tx, sessionID, n)
+		return err
+	})
+	return first, err
+}
+
+func reserveEventSeqs(ctx context.Context, tx pgx.Tx, sessionID string, n int64) (int64, error) {
 	var last int64
-	err := s.pool.QueryRow(ctx, `UPDATE sessions SET event_seq = event_seq + $1 WHERE id = $2 RETURNING event_seq`, n, sessionID).Scan(&last)
+	err := tx.QueryRow(ctx, `UPDATE sessions SET event_seq = event_seq + $1 WHERE id = $2 RETURNING event_seq`, n, sessionID).Scan(&last)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, notFound("session", sessionID)
 	}
@@ -30,7 +38,13 @@ func (s *Store) ReserveEventSeqs(ctx context.Context, sessionID string, n int64)
 
 // ReleaseEventSeqs gives back the numbers after last if limit is still the last one reserved.
 func (s *Store) ReleaseEventSeqs(ctx context.Context, sessionID string, limit, last int64) error {
-	if _, err := s.pool.Exec(ctx, `UPDATE sessions SET event_seq = $1 WHERE id = $2 AND event_seq = $3`, last, sessionID, limit); err != nil {
+	return s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		return releaseEventSeqs(ctx, tx, sessionID, limit, last)
+	})
+}
+
+func releaseEventSeqs(ctx context.Context, tx pgx.Tx, sessionID string, limit, last int64) error {
+	if _, err := tx.Exec(ctx, `UPDATE sessions SET event_seq = $1 WHERE id = $2 AND event_seq = $3`, last, sessionID, limit); err != nil {
 		return fmt.Errorf("postgres: releasing event numbers: %w", err)
 	}
 	return nil
@@ -53,17 +67,16 @@ func (s *Store) AppendEvents(ctx context.Context, sessionID string, at time.Time
 		b.Queue(`INSERT INTO events (session_id, seq, run_id, type, data, created_at) VALUES ($1, $2, $3, $4, $5, $6)
 			ON CONFLICT (session_id, seq) DO NOTHING`, sessionID, evs[i].Seq, evs[i].RunID, string(evs[i].Type), data, at.UTC())
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		return tx.SendBatch(ctx, &b).Close()
+	return s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		err := tx.SendBatch(ctx, &b).Close()
+		if isFKViolation(err) { // no such session
+			return notFound("session", sessionID)
+		}
+		if err != nil {
+			return fmt.Errorf("postgres: storing events: %w", err)
+		}
+		return nil
 	})
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "23503" { // foreign_key_violation: no such session
-		return notFound("session", sessionID)
-	}
-	if err != nil {
-		return fmt.Errorf("postgres: storing events: %w", err)
-	}
-	return nil
 }
 
 // ListEvents returns up to limit events of the session with Seq > after, in order.

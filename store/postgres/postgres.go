@@ -23,6 +23,7 @@ import (
 	"github.com/pressly/goose/v3"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/store/internal/groupcommit"
 	"github.com/parleyhq/parley/store/internal/migrate"
 	"github.com/parleyhq/parley/store/internal/rowcodec"
 )
@@ -39,6 +40,10 @@ const (
 // Store is a parley.Store on a PostgreSQL database.
 type Store struct {
 	pool *pgxpool.Pool
+	// w batches the writes of a chat's path (sessions, messages, runs, event numbers, events,
+	// the tool-call ledger) of concurrent callers into one transaction: one commit, one WAL
+	// flush, one pooled connection for the lot.
+	w *groupcommit.Writer[pgx.Tx]
 }
 
 var _ parley.Store = (*Store)(nil)
@@ -73,11 +78,14 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
 	s := &Store{pool: pool}
+	s.w = groupcommit.New[pgx.Tx](pgTx{pool}, groupcommit.Options{})
 	if err := s.Ping(ctx); err != nil {
+		s.w.Close()
 		pool.Close()
 		return nil, err
 	}
 	if err := s.checkSchema(ctx, cfg.ConnConfig.RuntimeParams["search_path"]); err != nil {
+		s.w.Close()
 		pool.Close()
 		return nil, err
 	}
@@ -86,6 +94,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		err := Migrate(ctx, db, "up", io.Discard)
 		db.Close()
 		if err != nil {
+			s.w.Close()
 			pool.Close()
 			return nil, err
 		}
@@ -128,8 +137,9 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the pool.
+// Close stops the writer (once the batch under way is durable) and closes the pool.
 func (s *Store) Close() error {
+	s.w.Close()
 	s.pool.Close()
 	return nil
 }
@@ -144,6 +154,50 @@ func Migrate(ctx context.Context, db *sql.DB, command string, out io.Writer) err
 	return migrate.Run(ctx, goose.DialectPostgres, db, sub, command, out)
 }
 
+// write runs fn in a transaction shared with the writes of other callers waiting at the same
+// moment (group commit), and returns once it is committed, or fn's error. fn must use the ctx it
+// is given: a query cancelled by its caller's context would make pgx close the connection.
+func (s *Store) write(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	return s.w.Do(ctx, fn)
+}
+
+// pgTx is the group-commit writer's view of the database.
+type pgTx struct{ pool *pgxpool.Pool }
+
+func (d pgTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := d.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: begin: %w", err)
+	}
+	return tx, nil
+}
+
+func (pgTx) Savepoint(ctx context.Context, tx pgx.Tx) error { return exec(ctx, tx, `SAVEPOINT op`) }
+func (pgTx) Release(ctx context.Context, tx pgx.Tx) error   { return exec(ctx, tx, `RELEASE SAVEPOINT op`) }
+func (pgTx) RollbackTo(ctx context.Context, tx pgx.Tx) error {
+	return exec(ctx, tx, `ROLLBACK TO SAVEPOINT op`)
+}
+
+func (pgTx) Commit(ctx context.Context, tx pgx.Tx) error {
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("postgres: commit: %w", err)
+	}
+	return nil
+}
+
+func (pgTx) Rollback(tx pgx.Tx) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = tx.Rollback(ctx)
+}
+
+func exec(ctx context.Context, tx pgx.Tx, q string) error {
+	if _, err := tx.Exec(ctx, q); err != nil {
+		return fmt.Errorf("postgres: %s: %w", q, err)
+	}
+	return nil
+}
+
 func notFound(kind, id string) error {
 	return fmt.Errorf("%s %q: %w", kind, id, parley.ErrNotFound)
 }
@@ -156,10 +210,24 @@ func isFKViolation(err error) bool {
 
 // CreateSession stores sess.
 func (s *Store) CreateSession(ctx context.Context, sess *parley.Session) error {
+	if err := checkSession(sess); err != nil {
+		return err
+	}
+	return s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		return createSession(ctx, tx, sess)
+	})
+}
+
+func checkSession(sess *parley.Session) error {
 	if sess.ID == "" || sess.CreatedAt.IsZero() || sess.UpdatedAt.IsZero() {
 		return parley.Errorf(parley.ECInvalid, "session: id, created_at and updated_at are required")
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO sessions (id, title, owner, created_at, updated_at, project_id) VALUES ($1, $2, $3, $4, $5, $6)`,
+	return nil
+}
+
+// createSession is CreateSession's work inside a transaction.
+func createSession(ctx context.Context, tx pgx.Tx, sess *parley.Session) error {
+	_, err := tx.Exec(ctx, `INSERT INTO sessions (id, title, owner, created_at, updated_at, project_id) VALUES ($1, $2, $3, $4, $5, $6)`,
 		sess.ID, sess.Title, sess.Owner, sess.CreatedAt.UTC(), sess.UpdatedAt.UTC(), nullable(sess.ProjectID))
 	if isFKViolation(err) {
 		return notFound("project", sess.ProjectID)
@@ -289,60 +357,81 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...*p
 	if len(msgs) == 0 {
 		return nil
 	}
-	cols := make([]rowcodec.Columns, len(msgs))
-	for i, m := range msgs {
-		if err := rowcodec.Validate(i, m); err != nil {
-			return err
-		}
-		c, err := rowcodec.Encode(m)
-		if err != nil {
-			return fmt.Errorf("message %d: %w", i, err)
-		}
-		cols[i] = c
+	cols, err := encodeMessages(msgs)
+	if err != nil {
+		return err
 	}
-	total := rowcodec.TotalUsage(msgs)
 	var last int64
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// One statement reserves the seqs, totals the usage and touches the session, holding the
-		// session's row lock until commit; no row means no session.
-		err := tx.QueryRow(ctx, `UPDATE sessions SET last_seq = last_seq + $1, updated_at = GREATEST(updated_at, $2),
-			prompt_tokens = prompt_tokens + $3, completion_tokens = completion_tokens + $4, total_tokens = total_tokens + $5,
-			reasoning_tokens = reasoning_tokens + $6, cached_tokens = cached_tokens + $7, cost = cost + $8,
-			open_calls = GREATEST(0, open_calls + $9)
-			WHERE id = $10 RETURNING last_seq`,
-			len(msgs), msgs[len(msgs)-1].CreatedAt.UTC(), total.PromptTokens, total.CompletionTokens, total.TotalTokens,
-			total.ReasoningTokens, total.CachedTokens, total.Cost, rowcodec.OpenCallsDelta(msgs), sessionID).Scan(&last)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return notFound("session", sessionID)
-		}
-		if err != nil {
-			return fmt.Errorf("postgres: appending messages: %w", err)
-		}
-		first := last - int64(len(msgs)) + 1
-		b := &pgx.Batch{}
-		for i, m := range msgs {
-			c := cols[i]
-			var success any
-			if m.Success != nil {
-				success = *m.Success
-			}
-			b.Queue(insertMessage, m.ID, sessionID, first+int64(i), string(m.Role), c.Text, c.Parts, nullStr(m.Name),
-				c.ToolCalls, nullStr(m.ToolCallID), nullStr(m.Reasoning), nullStr(m.RunID), nullStr(m.Model),
-				m.LatencyMS, c.Usage, success, nullStr(m.ResourceID), m.CreatedAt.UTC(), c.Thinking, nullStr(m.Server), nullStr(string(m.Error)))
-		}
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return fmt.Errorf("postgres: appending messages: %w", err)
-		}
-		return nil
+	err = s.write(ctx, func(ctx context.Context, tx pgx.Tx) (err error) {
+		last, err = appendMessages(ctx, tx, sessionID, msgs, cols)
+		return err
 	})
 	if err != nil {
 		return err
 	}
+	setSeqs(sessionID, msgs, last)
+	return nil
+}
+
+// encodeMessages validates msgs and encodes their columns.
+func encodeMessages(msgs []*parley.Message) ([]rowcodec.Columns, error) {
+	cols := make([]rowcodec.Columns, len(msgs))
+	for i, m := range msgs {
+		if err := rowcodec.Validate(i, m); err != nil {
+			return nil, err
+		}
+		c, err := rowcodec.Encode(m)
+		if err != nil {
+			return nil, fmt.Errorf("message %d: %w", i, err)
+		}
+		cols[i] = c
+	}
+	return cols, nil
+}
+
+// appendMessages is AppendMessages' work inside a transaction: it returns the last seq.
+func appendMessages(ctx context.Context, tx pgx.Tx, sessionID string, msgs []*parley.Message, cols []rowcodec.Columns) (int64, error) {
+	total := rowcodec.TotalUsage(msgs)
+	var last int64
+	// One statement reserves the seqs, totals the usage and touches the session, holding the
+	// session's row lock until commit; no row means no session.
+	err := tx.QueryRow(ctx, `UPDATE sessions SET last_seq = last_seq + $1, updated_at = GREATEST(updated_at, $2),
+		prompt_tokens = prompt_tokens + $3, completion_tokens = completion_tokens + $4, total_tokens = total_tokens + $5,
+		reasoning_tokens = reasoning_tokens + $6, cached_tokens = cached_tokens + $7, cost = cost + $8,
+		open_calls = GREATEST(0, open_calls + $9)
+		WHERE id = $10 RETURNING last_seq`,
+		len(msgs), msgs[len(msgs)-1].CreatedAt.UTC(), total.PromptTokens, total.CompletionTokens, total.TotalTokens,
+		total.ReasoningTokens, total.CachedTokens, total.Cost, rowcodec.OpenCallsDelta(msgs), sessionID).Scan(&last)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, notFound("session", sessionID)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("postgres: appending messages: %w", err)
+	}
+	first := last - int64(len(msgs)) + 1
+	b := &pgx.Batch{}
+	for i, m := range msgs {
+		c := cols[i]
+		var success any
+		if m.Success != nil {
+			success = *m.Success
+		}
+		b.Queue(insertMessage, m.ID, sessionID, first+int64(i), string(m.Role), c.Text, c.Parts, nullStr(m.Name),
+			c.ToolCalls, nullStr(m.ToolCallID), nullStr(m.Reasoning), nullStr(m.RunID), nullStr(m.Model),
+			m.LatencyMS, c.Usage, success, nullStr(m.ResourceID), m.CreatedAt.UTC(), c.Thinking, nullStr(m.Server), nullStr(string(m.Error)))
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return 0, fmt.Errorf("postgres: appending messages: %w", err)
+	}
+	return last, nil
+}
+
+// setSeqs numbers msgs, stored with last as the last seq.
+func setSeqs(sessionID string, msgs []*parley.Message, last int64) {
 	first := last - int64(len(msgs)) + 1
 	for i, m := range msgs {
 		m.Seq, m.SessionID = first+int64(i), sessionID
 	}
-	return nil
 }
 
 func nullStr(s string) any {

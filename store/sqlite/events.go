@@ -16,29 +16,39 @@ func (s *Store) ReserveEventSeqs(ctx context.Context, sessionID string, n int64)
 	if n <= 0 {
 		return 0, parley.Errorf(parley.ECInvalid, "events: must reserve at least one number")
 	}
-	var last int64
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		err := tx.QueryRowContext(ctx, `UPDATE sessions SET event_seq = event_seq + ? WHERE id = ? RETURNING event_seq`, n, sessionID).Scan(&last)
-		if errors.Is(err, sql.ErrNoRows) {
-			return notFound("session", sessionID)
-		}
-		if err != nil {
-			return fmt.Errorf("sqlite: reserving event numbers: %w", err)
-		}
-		return nil
+	var first int64
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) (err error) {
+		first, err = reserveEventSeqs(ctx, tx, sessionID, n)
+		return err
 	})
-	return last - n + 1, err
+	return first, err
+}
+
+func reserveEventSeqs(ctx context.Context, tx *sql.Tx, sessionID string, n int64) (int64, error) {
+	var last int64
+	err := tx.QueryRowContext(ctx, `UPDATE sessions SET event_seq = event_seq + ? WHERE id = ? RETURNING event_seq`, n, sessionID).Scan(&last)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, notFound("session", sessionID)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: reserving event numbers: %w", err)
+	}
+	return last - n + 1, nil
 }
 
 // ReleaseEventSeqs gives back the numbers after last if limit is still the last one reserved.
 func (s *Store) ReleaseEventSeqs(ctx context.Context, sessionID string, limit, last int64) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `UPDATE sessions SET event_seq = ? WHERE id = ? AND event_seq = ?`, last, sessionID, limit)
-		if err != nil {
-			return fmt.Errorf("sqlite: releasing event numbers: %w", err)
-		}
-		return nil
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		return releaseEventSeqs(ctx, tx, sessionID, limit, last)
 	})
+}
+
+func releaseEventSeqs(ctx context.Context, tx *sql.Tx, sessionID string, limit, last int64) error {
+	_, err := tx.ExecContext(ctx, `UPDATE sessions SET event_seq = ? WHERE id = ? AND event_seq = ?`, last, sessionID, limit)
+	if err != nil {
+		return fmt.Errorf("sqlite: releasing event numbers: %w", err)
+	}
+	return nil
 }
 
 // AppendEvents stores evs; events already stored are skipped.
@@ -57,7 +67,7 @@ func (s *Store) AppendEvents(ctx context.Context, sessionID string, at time.Time
 		}
 		rows[i] = b
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var one int
 		err := tx.QueryRowContext(ctx, `SELECT 1 FROM sessions WHERE id = ?`, sessionID).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -112,7 +122,7 @@ func (s *Store) ListEvents(ctx context.Context, sessionID string, after int64, l
 // DeleteEventsBefore deletes the events stored before t.
 func (s *Store) DeleteEventsBefore(ctx context.Context, t time.Time) (int64, error) {
 	var n int64
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM events WHERE created_at < ?`, micros(t))
 		if err != nil {
 			return fmt.Errorf("sqlite: deleting events: %w", err)

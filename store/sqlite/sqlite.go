@@ -13,13 +13,13 @@ import (
 	"io"
 	"io/fs"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/pressly/goose/v3"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/store/internal/groupcommit"
 	"github.com/parleyhq/parley/store/internal/migrate"
 	"github.com/parleyhq/parley/store/internal/rowcodec"
 )
@@ -36,9 +36,9 @@ const (
 // Store is a parley.Store on one SQLite file.
 type Store struct {
 	db *sql.DB
-	// wmu serializes write transactions inside the process, so writers queue in Go instead of
-	// spinning on SQLite's busy timeout.
-	wmu sync.Mutex
+	// w is the one writer of the process: concurrent writes queue in Go instead of spinning on
+	// SQLite's busy timeout, and those waiting together share one transaction and one fsync.
+	w *groupcommit.Writer[*sql.Tx]
 }
 
 var _ parley.Store = (*Store)(nil)
@@ -73,12 +73,15 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	db.SetMaxIdleConns(8)
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	s := &Store{db: db}
+	s.w = groupcommit.New[*sql.Tx](sqlTx{db}, groupcommit.Options{})
 	if err := s.Ping(ctx); err != nil {
+		s.w.Close()
 		db.Close()
 		return nil, err
 	}
 	if o.migrate {
 		if err := Migrate(ctx, db, "up", io.Discard); err != nil {
+			s.w.Close()
 			db.Close()
 			return nil, err
 		}
@@ -97,8 +100,11 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+// Close stops the writer (once the batch under way is durable) and closes the database.
+func (s *Store) Close() error {
+	s.w.Close()
+	return s.db.Close()
+}
 
 // Migrate applies ("up"), reverts the newest ("down") or lists ("status") the embedded
 // migrations, writing what it did to out.
@@ -110,20 +116,45 @@ func Migrate(ctx context.Context, db *sql.DB, command string, out io.Writer) err
 	return migrate.Run(ctx, goose.DialectSQLite3, db, sub, command, out)
 }
 
-// write runs fn in one write transaction.
-func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	tx, err := s.db.BeginTx(ctx, nil)
+// write runs fn in a write transaction shared with the writes of other callers waiting at the
+// same moment (group commit), and returns once that transaction is durable, or fn's error. fn
+// must use the ctx it is given, not its caller's: a statement interrupted by its caller's context
+// would roll back the whole shared transaction.
+func (s *Store) write(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	return s.w.Do(ctx, fn)
+}
+
+// sqlTx is the group-commit writer's view of the database.
+type sqlTx struct{ db *sql.DB }
+
+func (d sqlTx) Begin(ctx context.Context) (*sql.Tx, error) {
+	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("sqlite: begin: %w", err)
+		return nil, fmt.Errorf("sqlite: begin: %w", err)
 	}
-	if err := fn(tx); err != nil {
-		tx.Rollback()
-		return err
-	}
+	return tx, nil
+}
+
+func (sqlTx) Savepoint(ctx context.Context, tx *sql.Tx) error { return exec(ctx, tx, `SAVEPOINT op`) }
+func (sqlTx) Release(ctx context.Context, tx *sql.Tx) error {
+	return exec(ctx, tx, `RELEASE SAVEPOINT op`)
+}
+func (sqlTx) RollbackTo(ctx context.Context, tx *sql.Tx) error {
+	return exec(ctx, tx, `ROLLBACK TO SAVEPOINT op`)
+}
+
+func (sqlTx) Commit(_ context.Context, tx *sql.Tx) error {
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("sqlite: commit: %w", err)
+	}
+	return nil
+}
+
+func (sqlTx) Rollback(tx *sql.Tx) { _ = tx.Rollback() }
+
+func exec(ctx context.Context, tx *sql.Tx, q string) error {
+	if _, err := tx.ExecContext(ctx, q); err != nil {
+		return fmt.Errorf("sqlite: %s: %w", q, err)
 	}
 	return nil
 }
@@ -137,22 +168,34 @@ func notFound(kind, id string) error {
 
 // CreateSession stores sess.
 func (s *Store) CreateSession(ctx context.Context, sess *parley.Session) error {
+	if err := checkSession(sess); err != nil {
+		return err
+	}
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		return createSession(ctx, tx, sess)
+	})
+}
+
+func checkSession(sess *parley.Session) error {
 	if sess.ID == "" || sess.CreatedAt.IsZero() || sess.UpdatedAt.IsZero() {
 		return parley.Errorf(parley.ECInvalid, "session: id, created_at and updated_at are required")
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
-		if sess.ProjectID != "" {
-			if err := projectExists(ctx, tx, sess.ProjectID); err != nil {
-				return err
-			}
+	return nil
+}
+
+// createSession is CreateSession's work inside a write transaction.
+func createSession(ctx context.Context, tx *sql.Tx, sess *parley.Session) error {
+	if sess.ProjectID != "" {
+		if err := projectExists(ctx, tx, sess.ProjectID); err != nil {
+			return err
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO sessions (id, title, owner, created_at, updated_at, project_id) VALUES (?, ?, ?, ?, ?, ?)`,
-			sess.ID, sess.Title, sess.Owner, micros(sess.CreatedAt), micros(sess.UpdatedAt), nullable(sess.ProjectID))
-		if err != nil {
-			return fmt.Errorf("sqlite: creating session: %w", err)
-		}
-		return nil
-	})
+	}
+	_, err := tx.ExecContext(ctx, `INSERT INTO sessions (id, title, owner, created_at, updated_at, project_id) VALUES (?, ?, ?, ?, ?, ?)`,
+		sess.ID, sess.Title, sess.Owner, micros(sess.CreatedAt), micros(sess.UpdatedAt), nullable(sess.ProjectID))
+	if err != nil {
+		return fmt.Errorf("sqlite: creating session: %w", err)
+	}
+	return nil
 }
 
 const sessionCols = `id, title, owner, created_at, updated_at, prompt_tokens, completion_tokens, total_tokens,
@@ -241,7 +284,7 @@ func (s *Store) ListSessions(ctx context.Context, owner string, p parley.Page) (
 
 // RenameSession sets the session's title.
 func (s *Store) RenameSession(ctx context.Context, id, title string, now time.Time) (*parley.Session, error) {
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE sessions SET title = ?, updated_at = ? WHERE id = ?`, title, micros(now), id)
 		if err != nil {
 			return fmt.Errorf("sqlite: renaming session: %w", err)
@@ -259,7 +302,7 @@ func (s *Store) RenameSession(ctx context.Context, id, title string, now time.Ti
 
 // DeleteSession deletes the session with its messages and resources.
 func (s *Store) DeleteSession(ctx context.Context, id string) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		// Messages first: they refer to the resources that go with them.
 		if _, err := tx.ExecContext(ctx, `DELETE FROM messages WHERE session_id = ?`, id); err != nil {
 			return fmt.Errorf("sqlite: deleting messages: %w", err)
@@ -280,59 +323,80 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...*p
 	if len(msgs) == 0 {
 		return nil
 	}
-	rows := make([][]any, len(msgs))
-	for i, m := range msgs {
-		if err := rowcodec.Validate(i, m); err != nil {
-			return err
-		}
-		r, err := messageRow(m)
-		if err != nil {
-			return fmt.Errorf("message %d: %w", i, err)
-		}
-		rows[i] = r
+	rows, err := messageRows(msgs)
+	if err != nil {
+		return err
 	}
-	total := rowcodec.TotalUsage(msgs)
 	var last int64
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		// One statement reserves the seqs, totals the usage and touches the session; no row means
-		// no session.
-		err := tx.QueryRowContext(ctx, `UPDATE sessions SET last_seq = last_seq + ?, updated_at = MAX(updated_at, ?),
-			prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ?, total_tokens = total_tokens + ?,
-			reasoning_tokens = reasoning_tokens + ?, cached_tokens = cached_tokens + ?, cost = cost + ?,
-			open_calls = MAX(0, open_calls + ?)
-			WHERE id = ? RETURNING last_seq`,
-			len(msgs), micros(msgs[len(msgs)-1].CreatedAt), total.PromptTokens, total.CompletionTokens, total.TotalTokens,
-			total.ReasoningTokens, total.CachedTokens, total.Cost, rowcodec.OpenCallsDelta(msgs), sessionID).Scan(&last)
-		if errors.Is(err, sql.ErrNoRows) {
-			return notFound("session", sessionID)
-		}
-		if err != nil {
-			return fmt.Errorf("sqlite: appending messages: %w", err)
-		}
-		stmt, err := tx.PrepareContext(ctx, `INSERT INTO messages (id, session_id, seq, role, content, parts, name, tool_calls,
-			tool_call_id, reasoning, run_id, model, latency_ms, usage, success, resource_id, created_at, thinking_blocks, server, error)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-		if err != nil {
-			return fmt.Errorf("sqlite: appending messages: %w", err)
-		}
-		defer stmt.Close()
-		first := last - int64(len(msgs)) + 1
-		for i, r := range rows {
-			args := append([]any{r[0], sessionID, first + int64(i)}, r[1:]...)
-			if _, err := stmt.ExecContext(ctx, args...); err != nil {
-				return fmt.Errorf("sqlite: appending message %d: %w", i, err)
-			}
-		}
-		return nil
+	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) (err error) {
+		last, err = appendMessages(ctx, tx, sessionID, msgs, rows)
+		return err
 	})
 	if err != nil {
 		return err
 	}
+	setSeqs(sessionID, msgs, last)
+	return nil
+}
+
+// messageRows validates msgs and returns their column values (messageRow).
+func messageRows(msgs []*parley.Message) ([][]any, error) {
+	rows := make([][]any, len(msgs))
+	for i, m := range msgs {
+		if err := rowcodec.Validate(i, m); err != nil {
+			return nil, err
+		}
+		r, err := messageRow(m)
+		if err != nil {
+			return nil, fmt.Errorf("message %d: %w", i, err)
+		}
+		rows[i] = r
+	}
+	return rows, nil
+}
+
+// appendMessages is AppendMessages' work inside a write transaction: it returns the last seq.
+func appendMessages(ctx context.Context, tx *sql.Tx, sessionID string, msgs []*parley.Message, rows [][]any) (int64, error) {
+	total := rowcodec.TotalUsage(msgs)
+	var last int64
+	// One statement reserves the seqs, totals the usage and touches the session; no row means
+	// no session.
+	err := tx.QueryRowContext(ctx, `UPDATE sessions SET last_seq = last_seq + ?, updated_at = MAX(updated_at, ?),
+		prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ?, total_tokens = total_tokens + ?,
+		reasoning_tokens = reasoning_tokens + ?, cached_tokens = cached_tokens + ?, cost = cost + ?,
+		open_calls = MAX(0, open_calls + ?)
+		WHERE id = ? RETURNING last_seq`,
+		len(msgs), micros(msgs[len(msgs)-1].CreatedAt), total.PromptTokens, total.CompletionTokens, total.TotalTokens,
+		total.ReasoningTokens, total.CachedTokens, total.Cost, rowcodec.OpenCallsDelta(msgs), sessionID).Scan(&last)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, notFound("session", sessionID)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: appending messages: %w", err)
+	}
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO messages (id, session_id, seq, role, content, parts, name, tool_calls,
+		tool_call_id, reasoning, run_id, model, latency_ms, usage, success, resource_id, created_at, thinking_blocks, server, error)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: appending messages: %w", err)
+	}
+	defer stmt.Close()
+	first := last - int64(len(msgs)) + 1
+	for i, r := range rows {
+		args := append([]any{r[0], sessionID, first + int64(i)}, r[1:]...)
+		if _, err := stmt.ExecContext(ctx, args...); err != nil {
+			return 0, fmt.Errorf("sqlite: appending message %d: %w", i, err)
+		}
+	}
+	return last, nil
+}
+
+// setSeqs numbers msgs, stored with last as the last seq.
+func setSeqs(sessionID string, msgs []*parley.Message, last int64) {
 	first := last - int64(len(msgs)) + 1
 	for i, m := range msgs {
 		m.Seq, m.SessionID = first+int64(i), sessionID
 	}
-	return nil
 }
 
 // messageRow returns the column values of m, without session_id and seq.
@@ -520,7 +584,7 @@ func (s *Store) PutResource(ctx context.Context, r *parley.Resource) error {
 	if err != nil {
 		return err
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var one int
 		err := tx.QueryRowContext(ctx, `SELECT 1 FROM sessions WHERE id = ?`, r.SessionID).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {

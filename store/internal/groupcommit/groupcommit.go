@@ -1,0 +1,242 @@
+// Package groupcommit batches the write operations of many callers into one transaction, so
+// that they share one commit and one fsync. A Writer owns one goroutine: it takes the operations
+// waiting in its bounded queue, runs each inside a savepoint of one transaction (an operation
+// that fails is rolled back alone and its error goes to its caller; its batch-mates go on),
+// commits, and only then answers each caller. Nothing is acknowledged before the commit
+// returned: a caller told "stored" can rely on it after a crash.
+//
+// When the queue is full, callers wait for room, bounded by their context: the store slows its
+// writers down instead of dropping their writes.
+package groupcommit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// Tx is what a Writer needs of one database: a transaction with savepoints. The savepoint
+// methods work on one savepoint name the writer reuses for every operation of a batch.
+type Tx[T any] interface {
+	// Begin starts a write transaction.
+	Begin(ctx context.Context) (T, error)
+	// Savepoint sets the savepoint before an operation.
+	Savepoint(ctx context.Context, tx T) error
+	// Release keeps what the operation since the savepoint did.
+	Release(ctx context.Context, tx T) error
+	// RollbackTo undoes what the operation since the savepoint did; the transaction goes on.
+	RollbackTo(ctx context.Context, tx T) error
+	// Commit makes the transaction durable; Rollback drops it (after a failed commit as well).
+	Commit(ctx context.Context, tx T) error
+	Rollback(tx T)
+}
+
+// Options bound a Writer.
+type Options struct {
+	// Queue is how many operations may wait to be taken (default 1024); a caller beyond it waits.
+	Queue int
+	// MaxBatch is how many operations one transaction takes at most (default 256).
+	MaxBatch int
+	// BatchTimeout bounds one transaction, from its start to its commit (default 30s).
+	BatchTimeout time.Duration
+	// Batched, if set, is told the size of each batch once it is answered (metrics, tests).
+	Batched func(n int, err error)
+}
+
+// ErrClosed is returned for an operation given to a Writer that was closed.
+var ErrClosed = errors.New("groupcommit: the store is closed")
+
+// Writer is one database's group-commit writer.
+type Writer[T any] struct {
+	db    Tx[T]
+	opts  Options
+	queue chan *op[T]
+	stop  chan struct{}
+	done  chan struct{}
+	shut  atomic.Bool
+}
+
+type op[T any] struct {
+	fn    func(ctx context.Context, tx T) error
+	state atomic.Int32 // opWaiting, opTaken or opGivenUp
+	err   chan error   // buffered: the writer never blocks on an answer
+}
+
+const (
+	opWaiting int32 = iota
+	opTaken
+	opGivenUp
+)
+
+// New starts the writer of db. Close stops it.
+func New[T any](db Tx[T], opts Options) *Writer[T] {
+	if opts.Queue <= 0 {
+		opts.Queue = 1024
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 256
+	}
+	if opts.BatchTimeout <= 0 {
+		opts.BatchTimeout = 30 * time.Second
+	}
+	w := &Writer[T]{db: db, opts: opts, queue: make(chan *op[T], opts.Queue), stop: make(chan struct{}), done: make(chan struct{})}
+	go w.loop()
+	return w
+}
+
+// Do runs fn inside the next batch's transaction and returns once that transaction is durable
+// (nil) or fn's own error, or the commit's. fn gets the batch's context, not ctx: ctx bounds the
+// wait for room in the queue and for the batch to take fn; once fn was taken, Do waits for its
+// answer (bounded by Options.BatchTimeout), so that a caller is never told "failed" about a write
+// that then commits. fn may run once at most; it must not call Do (the writer would wait on
+// itself).
+func (w *Writer[T]) Do(ctx context.Context, fn func(ctx context.Context, tx T) error) error {
+	if w.shut.Load() {
+		return ErrClosed
+	}
+	o := &op[T]{fn: fn, err: make(chan error, 1)}
+	select {
+	case w.queue <- o:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-w.done:
+		return ErrClosed
+	}
+	select {
+	case err := <-o.err:
+		return err
+	case <-ctx.Done():
+		if o.state.CompareAndSwap(opWaiting, opGivenUp) {
+			return ctx.Err()
+		}
+	case <-w.done:
+		if o.state.CompareAndSwap(opWaiting, opGivenUp) {
+			return ErrClosed
+		}
+	}
+	return <-o.err // taken: the writer answers every operation it took before it stops
+}
+
+// Close stops the writer once the batch under way is answered; operations still queued get
+// ErrClosed.
+func (w *Writer[T]) Close() {
+	if w.shut.Swap(true) {
+		<-w.done
+		return
+	}
+	close(w.stop)
+	<-w.done
+}
+
+func (w *Writer[T]) loop() {
+	defer close(w.done)
+	batch := make([]*op[T], 0, w.opts.MaxBatch)
+	for {
+		var first *op[T]
+		select {
+		case first = <-w.queue:
+		case <-w.stop:
+			w.drain()
+			return
+		}
+		batch = append(batch[:0], first)
+	gather:
+		for len(batch) < w.opts.MaxBatch {
+			select {
+			case o := <-w.queue:
+				batch = append(batch, o)
+			default:
+				break gather
+			}
+		}
+		w.run(batch)
+		clear(batch)
+	}
+}
+
+// drain answers the operations left in the queue after Close.
+func (w *Writer[T]) drain() {
+	for {
+		select {
+		case o := <-w.queue:
+			if o.state.CompareAndSwap(opWaiting, opTaken) {
+				o.err <- ErrClosed
+			}
+		default:
+			return
+		}
+	}
+}
+
+// run runs one batch in one transaction and answers its operations.
+func (w *Writer[T]) run(batch []*op[T]) {
+	// Operations whose caller gave up before they were taken are left out.
+	live := batch[:0]
+	for _, o := range batch {
+		if o.state.CompareAndSwap(opWaiting, opTaken) {
+			live = append(live, o)
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), w.opts.BatchTimeout)
+	defer cancel()
+	errs := make([]error, len(live))
+	err := w.transact(ctx, live, errs)
+	for i, o := range live {
+		if err != nil {
+			o.err <- err
+		} else {
+			o.err <- errs[i]
+		}
+	}
+	if w.opts.Batched != nil {
+		w.opts.Batched(len(live), err)
+	}
+}
+
+// transact runs ops in one transaction, each one's own error in errs; it returns the error that
+// failed the whole transaction (begin, a savepoint, commit).
+func (w *Writer[T]) transact(ctx context.Context, ops []*op[T], errs []error) (err error) {
+	tx, err := w.db.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			w.db.Rollback(tx)
+			err = fmt.Errorf("groupcommit: a write panicked: %v", p)
+		}
+	}()
+	if len(ops) == 1 { // alone: its failure is the transaction's, no savepoint needed
+		if errs[0] = ops[0].fn(ctx, tx); errs[0] != nil {
+			w.db.Rollback(tx)
+			return errs[0]
+		}
+	} else {
+		for i, o := range ops {
+			if err := w.db.Savepoint(ctx, tx); err != nil {
+				w.db.Rollback(tx)
+				return err
+			}
+			if errs[i] = o.fn(ctx, tx); errs[i] != nil {
+				if err := w.db.RollbackTo(ctx, tx); err != nil {
+					w.db.Rollback(tx)
+					return fmt.Errorf("%w (and the batch it was in could not go on: %v)", errs[i], err)
+				}
+			}
+			if err := w.db.Release(ctx, tx); err != nil {
+				w.db.Rollback(tx)
+				return err
+			}
+		}
+	}
+	if err := w.db.Commit(ctx, tx); err != nil {
+		w.db.Rollback(tx)
+		return err
+	}
+	return nil
+}
