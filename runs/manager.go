@@ -504,7 +504,7 @@ func (r *Run) emitDone(finish string) {
 	m := r.m
 	r.emitMu.Lock()
 	defer r.emitMu.Unlock()
-	last := r.Log.Next() // done's number
+	last := r.Log.Next()               // done's number
 	if rb := m.beginner(); rb != nil { // both in one write
 		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 		if err := rb.FinishRun(ctx, parley.RunFinish{SessionID: r.SessionID, Limit: r.seqLimit, Last: last,

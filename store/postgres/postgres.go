@@ -173,7 +173,9 @@ func (d pgTx) Begin(ctx context.Context) (pgx.Tx, error) {
 }
 
 func (pgTx) Savepoint(ctx context.Context, tx pgx.Tx) error { return exec(ctx, tx, `SAVEPOINT op`) }
-func (pgTx) Release(ctx context.Context, tx pgx.Tx) error   { return exec(ctx, tx, `RELEASE SAVEPOINT op`) }
+func (pgTx) Release(ctx context.Context, tx pgx.Tx) error {
+	return exec(ctx, tx, `RELEASE SAVEPOINT op`)
+}
 func (pgTx) RollbackTo(ctx context.Context, tx pgx.Tx) error {
 	return exec(ctx, tx, `ROLLBACK TO SAVEPOINT op`)
 }
