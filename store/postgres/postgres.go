@@ -50,6 +50,7 @@ var _ parley.Store = (*Store)(nil)
 
 type options struct {
 	migrate bool
+	batched func(n int, err error) // tests: told the size of each group-commit batch
 }
 
 // Option configures Open.
@@ -78,7 +79,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
 	s := &Store{pool: pool}
-	s.w = groupcommit.New[pgx.Tx](pgTx{pool}, groupcommit.Options{})
+	s.w = groupcommit.New[pgx.Tx](pgTx{pool}, groupcommit.Options{Batched: o.batched})
 	if err := s.Ping(ctx); err != nil {
 		s.w.Close()
 		pool.Close()

@@ -45,6 +45,7 @@ var _ parley.Store = (*Store)(nil)
 
 type options struct {
 	migrate bool
+	batched func(n int, err error) // tests: told the size of each group-commit batch
 }
 
 // Option configures Open.
@@ -73,7 +74,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	db.SetMaxIdleConns(8)
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	s := &Store{db: db}
-	s.w = groupcommit.New[*sql.Tx](sqlTx{db}, groupcommit.Options{})
+	s.w = groupcommit.New[*sql.Tx](sqlTx{db}, groupcommit.Options{Batched: o.batched})
 	if err := s.Ping(ctx); err != nil {
 		s.w.Close()
 		db.Close()

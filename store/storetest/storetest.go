@@ -61,6 +61,9 @@ func Run(t *testing.T, open func(t *testing.T) parley.Store) {
 		{"Memory", testMemory},
 		{"Artifacts", testArtifacts},
 		{"SearchCosts", testSearchCosts},
+		{"BeginRun", testBeginRun},
+		{"ConcurrentWritesFailAlone", testConcurrentWritesFailAlone},
+		{"ConcurrentEventStreams", testConcurrentEventStreams},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -119,6 +119,9 @@ func (w *Writer[T]) Do(ctx context.Context, fn func(ctx context.Context, tx T) e
 	return <-o.err // taken: the writer answers every operation it took before it stops
 }
 
+// Queued returns how many operations wait to be taken.
+func (w *Writer[T]) Queued() int { return len(w.queue) }
+
 // Close stops the writer once the batch under way is answered; operations still queued get
 // ErrClosed.
 func (w *Writer[T]) Close() {
