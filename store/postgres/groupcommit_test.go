@@ -20,6 +20,7 @@ func TestConcurrentWritesShareOneCommit(t *testing.T) {
 	url := pgtest.Schema(t)
 	s, err := Open(context.Background(), url, func(o *options) {
 		o.batched = func(n int, err error) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() }
+		o.writers = 1 // the one writer is held below
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -42,6 +43,8 @@ func TestConcurrentWritesShareOneCommit(t *testing.T) {
 		held <- s.w.Do(context.Background(), func(context.Context, pgx.Tx) error { close(entered); <-release; return nil })
 	}()
 	<-entered
+	var releaseOnce sync.Once
+	defer releaseOnce.Do(func() { close(release) }) // a failed test must not leave the writer held
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for i := range n {
@@ -58,7 +61,7 @@ func TestConcurrentWritesShareOneCommit(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	close(release)
+	releaseOnce.Do(func() { close(release) })
 	wg.Wait()
 	if err := <-held; err != nil {
 		t.Fatal(err)

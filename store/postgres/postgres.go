@@ -51,6 +51,7 @@ var _ parley.Store = (*Store)(nil)
 type options struct {
 	migrate bool
 	batched func(n int, err error) // tests: told the size of each group-commit batch
+	writers int                    // tests: transactions written at once (default: half the pool)
 }
 
 // Option configures Open.
@@ -79,7 +80,11 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
 	s := &Store{pool: pool}
-	s.w = groupcommit.New[pgx.Tx](pgTx{pool}, groupcommit.Options{Batched: o.batched})
+	// Half the pool writes, a batch per connection, so that reads always find a connection.
+	if o.writers <= 0 {
+		o.writers = max(1, int(cfg.MaxConns)/2)
+	}
+	s.w = groupcommit.New[pgx.Tx](pgTx{pool}, groupcommit.Options{Batched: o.batched, Writers: o.writers})
 	if err := s.Ping(ctx); err != nil {
 		s.w.Close()
 		pool.Close()
@@ -176,6 +181,9 @@ func (d pgTx) Begin(ctx context.Context) (pgx.Tx, error) {
 func (pgTx) Savepoint(ctx context.Context, tx pgx.Tx) error { return exec(ctx, tx, `SAVEPOINT op`) }
 func (pgTx) Release(ctx context.Context, tx pgx.Tx) error {
 	return exec(ctx, tx, `RELEASE SAVEPOINT op`)
+}
+func (pgTx) Next(ctx context.Context, tx pgx.Tx) error {
+	return exec(ctx, tx, `RELEASE SAVEPOINT op; SAVEPOINT op`) // one round trip (simple protocol)
 }
 func (pgTx) RollbackTo(ctx context.Context, tx pgx.Tx) error {
 	return exec(ctx, tx, `ROLLBACK TO SAVEPOINT op`)

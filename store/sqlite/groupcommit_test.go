@@ -41,6 +41,8 @@ func TestConcurrentWritesShareOneCommit(t *testing.T) {
 		held <- s.w.Do(context.Background(), func(context.Context, *sql.Tx) error { close(entered); <-release; return nil })
 	}()
 	<-entered
+	var releaseOnce sync.Once
+	defer releaseOnce.Do(func() { close(release) }) // a failed test must not leave the writer held
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for i := range n {
@@ -57,7 +59,7 @@ func TestConcurrentWritesShareOneCommit(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	close(release)
+	releaseOnce.Do(func() { close(release) })
 	wg.Wait()
 	if err := <-held; err != nil {
 		t.Fatal(err)

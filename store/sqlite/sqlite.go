@@ -140,6 +140,12 @@ func (sqlTx) Savepoint(ctx context.Context, tx *sql.Tx) error { return exec(ctx,
 func (sqlTx) Release(ctx context.Context, tx *sql.Tx) error {
 	return exec(ctx, tx, `RELEASE SAVEPOINT op`)
 }
+func (d sqlTx) Next(ctx context.Context, tx *sql.Tx) error {
+	if err := d.Release(ctx, tx); err != nil {
+		return err
+	}
+	return d.Savepoint(ctx, tx)
+}
 func (sqlTx) RollbackTo(ctx context.Context, tx *sql.Tx) error {
 	return exec(ctx, tx, `ROLLBACK TO SAVEPOINT op`)
 }

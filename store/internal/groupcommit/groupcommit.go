@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -26,6 +27,9 @@ type Tx[T any] interface {
 	Savepoint(ctx context.Context, tx T) error
 	// Release keeps what the operation since the savepoint did.
 	Release(ctx context.Context, tx T) error
+	// Next is Release then Savepoint, between two operations (one round trip where the
+	// database allows it).
+	Next(ctx context.Context, tx T) error
 	// RollbackTo undoes what the operation since the savepoint did; the transaction goes on.
 	RollbackTo(ctx context.Context, tx T) error
 	// Commit makes the transaction durable; Rollback drops it (after a failed commit as well).
@@ -41,6 +45,9 @@ type Options struct {
 	MaxBatch int
 	// BatchTimeout bounds one transaction, from its start to its commit (default 30s).
 	BatchTimeout time.Duration
+	// Writers is how many transactions may run at once, each with a batch of its own (default
+	// 1: SQLite has one writer; PostgreSQL can commit several at once).
+	Writers int
 	// Batched, if set, is told the size of each batch once it is answered (metrics, tests).
 	Batched func(n int, err error)
 }
@@ -81,8 +88,23 @@ func New[T any](db Tx[T], opts Options) *Writer[T] {
 	if opts.BatchTimeout <= 0 {
 		opts.BatchTimeout = 30 * time.Second
 	}
+	if opts.Writers <= 0 {
+		opts.Writers = 1
+	}
 	w := &Writer[T]{db: db, opts: opts, queue: make(chan *op[T], opts.Queue), stop: make(chan struct{}), done: make(chan struct{})}
-	go w.loop()
+	var loops sync.WaitGroup
+	for range opts.Writers {
+		loops.Add(1)
+		go func() {
+			defer loops.Done()
+			w.loop()
+		}()
+	}
+	go func() {
+		loops.Wait()
+		w.drain()
+		close(w.done)
+	}()
 	return w
 }
 
@@ -134,14 +156,12 @@ func (w *Writer[T]) Close() {
 }
 
 func (w *Writer[T]) loop() {
-	defer close(w.done)
 	batch := make([]*op[T], 0, w.opts.MaxBatch)
 	for {
 		var first *op[T]
 		select {
 		case first = <-w.queue:
 		case <-w.stop:
-			w.drain()
 			return
 		}
 		batch = append(batch[:0], first)
@@ -221,7 +241,11 @@ func (w *Writer[T]) transact(ctx context.Context, ops []*op[T], errs []error) (e
 		}
 	} else {
 		for i, o := range ops {
-			if err := w.db.Savepoint(ctx, tx); err != nil {
+			step := w.db.Next
+			if i == 0 {
+				step = w.db.Savepoint
+			}
+			if err := step(ctx, tx); err != nil {
 				w.db.Rollback(tx)
 				return err
 			}
@@ -231,10 +255,10 @@ func (w *Writer[T]) transact(ctx context.Context, ops []*op[T], errs []error) (e
 					return fmt.Errorf("%w (and the batch it was in could not go on: %v)", errs[i], err)
 				}
 			}
-			if err := w.db.Release(ctx, tx); err != nil {
-				w.db.Rollback(tx)
-				return err
-			}
+		}
+		if err := w.db.Release(ctx, tx); err != nil {
+			w.db.Rollback(tx)
+			return err
 		}
 	}
 	if err := w.db.Commit(ctx, tx); err != nil {

@@ -35,6 +35,9 @@ func (d *memDB) Savepoint(_ context.Context, tx *memTx) error {
 	return nil
 }
 func (d *memDB) Release(context.Context, *memTx) error { return nil }
+func (d *memDB) Next(ctx context.Context, tx *memTx) error {
+	return d.Savepoint(ctx, tx)
+}
 func (d *memDB) RollbackTo(_ context.Context, tx *memTx) error {
 	tx.data = maps.Clone(tx.save)
 	return nil
@@ -290,5 +293,33 @@ func TestAPanickingOperationFailsItsBatchNotTheWriter(t *testing.T) {
 	}
 	if err := w.Do(context.Background(), insert("after")); err != nil {
 		t.Fatalf("the writer after a panic: %v", err)
+	}
+}
+
+// With Writers: 2, two transactions run at once: each operation below waits for the other to
+// have begun, which only two writers allow.
+func TestTwoWritersRunTwoBatchesAtOnce(t *testing.T) {
+	db := &memDB{committed: map[string]int{}}
+	w := New[*memTx](db, Options{Writers: 2})
+	defer w.Close()
+	a, b := make(chan struct{}), make(chan struct{})
+	meet := func(mine, other chan struct{}) func(context.Context, *memTx) error {
+		return func(context.Context, *memTx) error {
+			close(mine)
+			select {
+			case <-other:
+				return nil
+			case <-time.After(wait):
+				return errors.New("the other writer never ran")
+			}
+		}
+	}
+	errs := make(chan error, 2)
+	go func() { errs <- w.Do(context.Background(), meet(a, b)) }()
+	go func() { errs <- w.Do(context.Background(), meet(b, a)) }()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
 	}
 }
