@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -185,6 +186,9 @@ type Run struct {
 	emitMu   sync.Mutex // one event at a time, whoever emits it
 	seqLimit int64      // the last sequence number reserved for this run
 	ended    bool       // the done event is out: nothing more is appended
+	// ending is set before the run's record is ended in the store: a lease renewal that finds
+	// the record ended from then on is no takeover.
+	ending atomic.Bool
 
 	mu       sync.Mutex
 	finish   string
@@ -504,7 +508,8 @@ func (r *Run) emitDone(finish string) {
 	m := r.m
 	r.emitMu.Lock()
 	defer r.emitMu.Unlock()
-	last := r.Log.Next()               // done's number
+	last := r.Log.Next() // done's number
+	r.ending.Store(true)
 	if rb := m.beginner(); rb != nil { // both in one write
 		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 		if err := rb.FinishRun(ctx, parley.RunFinish{SessionID: r.SessionID, Limit: r.seqLimit, Last: last,
