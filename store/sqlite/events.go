@@ -18,15 +18,16 @@ func (s *Store) ReserveEventSeqs(ctx context.Context, sessionID string, n int64)
 	}
 	var first int64
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) (err error) {
-		first, err = reserveEventSeqs(ctx, tx, sessionID, n)
+		first, err = s.reserveEventSeqs(ctx, tx, sessionID, n)
 		return err
 	})
 	return first, err
 }
 
-func reserveEventSeqs(ctx context.Context, tx *sql.Tx, sessionID string, n int64) (int64, error) {
+func (s *Store) reserveEventSeqs(ctx context.Context, tx *sql.Tx, sessionID string, n int64) (int64, error) {
+	c := s.cached(tx)
 	var last int64
-	err := tx.QueryRowContext(ctx, `UPDATE sessions SET event_seq = event_seq + ? WHERE id = ? RETURNING event_seq`, n, sessionID).Scan(&last)
+	err := c.QueryRowContext(ctx, `UPDATE sessions SET event_seq = event_seq + ? WHERE id = ? RETURNING event_seq`, n, sessionID).Scan(&last)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, notFound("session", sessionID)
 	}
@@ -39,12 +40,13 @@ func reserveEventSeqs(ctx context.Context, tx *sql.Tx, sessionID string, n int64
 // ReleaseEventSeqs gives back the numbers after last if limit is still the last one reserved.
 func (s *Store) ReleaseEventSeqs(ctx context.Context, sessionID string, limit, last int64) error {
 	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		return releaseEventSeqs(ctx, tx, sessionID, limit, last)
+		return s.releaseEventSeqs(ctx, tx, sessionID, limit, last)
 	})
 }
 
-func releaseEventSeqs(ctx context.Context, tx *sql.Tx, sessionID string, limit, last int64) error {
-	_, err := tx.ExecContext(ctx, `UPDATE sessions SET event_seq = ? WHERE id = ? AND event_seq = ?`, last, sessionID, limit)
+func (s *Store) releaseEventSeqs(ctx context.Context, tx *sql.Tx, sessionID string, limit, last int64) error {
+	c := s.cached(tx)
+	_, err := c.ExecContext(ctx, `UPDATE sessions SET event_seq = ? WHERE id = ? AND event_seq = ?`, last, sessionID, limit)
 	if err != nil {
 		return fmt.Errorf("sqlite: releasing event numbers: %w", err)
 	}
@@ -66,13 +68,14 @@ func (s *Store) AppendEvents(ctx context.Context, sessionID string, at time.Time
 		return fmt.Errorf("sqlite: %w", err)
 	}
 	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		return appendEvents(ctx, tx, sessionID, at, evs, batches)
+		return s.appendEvents(ctx, tx, sessionID, at, evs, batches)
 	})
 }
 
-func appendEvents(ctx context.Context, tx *sql.Tx, sessionID string, at time.Time, evs []parley.Event, batches []rowcodec.EventBatch) error {
+func (s *Store) appendEvents(ctx context.Context, tx *sql.Tx, sessionID string, at time.Time, evs []parley.Event, batches []rowcodec.EventBatch) error {
+	c := s.cached(tx)
 	var one int
-	err := tx.QueryRowContext(ctx, `SELECT 1 FROM sessions WHERE id = ?`, sessionID).Scan(&one)
+	err := c.QueryRowContext(ctx, `SELECT 1 FROM sessions WHERE id = ?`, sessionID).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return notFound("session", sessionID)
 	}
@@ -80,7 +83,7 @@ func appendEvents(ctx context.Context, tx *sql.Tx, sessionID string, at time.Tim
 		return fmt.Errorf("sqlite: storing events: %w", err)
 	}
 	// The rows already stored that these events overlap (a retried write).
-	rows, err := tx.QueryContext(ctx, `SELECT first_seq, last_seq FROM event_batches WHERE session_id = ? AND first_seq <= ? AND last_seq >= ?`,
+	rows, err := c.QueryContext(ctx, `SELECT first_seq, last_seq FROM event_batches WHERE session_id = ? AND first_seq <= ? AND last_seq >= ?`,
 		sessionID, evs[len(evs)-1].Seq, evs[0].Seq)
 	if err != nil {
 		return fmt.Errorf("sqlite: storing events: %w", err)
@@ -104,7 +107,7 @@ func appendEvents(ctx context.Context, tx *sql.Tx, sessionID string, at time.Tim
 		}
 	}
 	for _, b := range batches {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO event_batches (session_id, first_seq, last_seq, data, created_at) VALUES (?, ?, ?, ?, ?)`,
+		if _, err := c.ExecContext(ctx, `INSERT INTO event_batches (session_id, first_seq, last_seq, data, created_at) VALUES (?, ?, ?, ?, ?)`,
 			sessionID, b.First, b.Last, b.Data, micros(at)); err != nil {
 			return fmt.Errorf("sqlite: storing events: %w", err)
 		}

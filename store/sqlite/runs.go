@@ -24,7 +24,7 @@ func (s *Store) CreateRun(ctx context.Context, r *parley.RunRecord) error {
 		return err
 	}
 	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		return createRun(ctx, tx, r, tools)
+		return s.createRun(ctx, tx, r, tools)
 	})
 	if err != nil {
 		return err
@@ -41,16 +41,17 @@ func checkRun(r *parley.RunRecord) error {
 }
 
 // createRun is CreateRun's work inside a write transaction.
-func createRun(ctx context.Context, tx *sql.Tx, r *parley.RunRecord, tools any) error {
+func (s *Store) createRun(ctx context.Context, tx *sql.Tx, r *parley.RunRecord, tools any) error {
+	c := s.cached(tx)
 	var one int
-	err := tx.QueryRowContext(ctx, `SELECT 1 FROM runs WHERE session_id = ? AND state = 'running'`, r.SessionID).Scan(&one)
+	err := c.QueryRowContext(ctx, `SELECT 1 FROM runs WHERE session_id = ? AND state = 'running'`, r.SessionID).Scan(&one)
 	if err == nil {
 		return parley.Errorf(parley.ECConflict, "a run is already active in this session")
 	}
 	if !errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("sqlite: creating run: %w", err)
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO runs (`+runCols+`) VALUES (?, ?, ?, ?, ?, 'running', '', ?, ?, ?, ?, ?, ?)`,
+	_, err = c.ExecContext(ctx, `INSERT INTO runs (`+runCols+`) VALUES (?, ?, ?, ?, ?, 'running', '', ?, ?, ?, ?, ?, ?)`,
 		r.ID, r.SessionID, r.Owner, r.Model, tools, r.Instance, micros(r.LeaseUntil), r.Attempts, r.FirstSeq, micros(r.CreatedAt), micros(r.CreatedAt))
 	if err != nil {
 		if strings.Contains(err.Error(), "FOREIGN KEY") {
@@ -93,12 +94,13 @@ func (s *Store) RenewRuns(ctx context.Context, instance string, ids []string, un
 // EndRun marks the run ended if instance still runs it.
 func (s *Store) EndRun(ctx context.Context, id, instance, finish string, at time.Time) error {
 	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		return endRun(ctx, tx, id, instance, finish, at)
+		return s.endRun(ctx, tx, id, instance, finish, at)
 	})
 }
 
-func endRun(ctx context.Context, tx *sql.Tx, id, instance, finish string, at time.Time) error {
-	res, err := tx.ExecContext(ctx, `UPDATE runs SET state = 'ended', finish = ?, updated_at = ? WHERE id = ? AND instance = ? AND state = 'running'`,
+func (s *Store) endRun(ctx context.Context, tx *sql.Tx, id, instance, finish string, at time.Time) error {
+	c := s.cached(tx)
+	res, err := c.ExecContext(ctx, `UPDATE runs SET state = 'ended', finish = ?, updated_at = ? WHERE id = ? AND instance = ? AND state = 'running'`,
 		finish, micros(at), id, instance)
 	if err != nil {
 		return fmt.Errorf("sqlite: ending run: %w", err)
@@ -292,21 +294,21 @@ func (s *Store) BeginRun(ctx context.Context, b *parley.RunBegin) (int64, error)
 	var first, last int64
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) (err error) {
 		if b.NewSession != nil {
-			if err := createSession(ctx, tx, b.NewSession); err != nil {
+			if err := s.createSession(ctx, tx, b.NewSession); err != nil {
 				return err
 			}
 		}
-		if first, err = reserveEventSeqs(ctx, tx, sessionID, b.Reserve); err != nil {
+		if first, err = s.reserveEventSeqs(ctx, tx, sessionID, b.Reserve); err != nil {
 			return err
 		}
 		if b.Run != nil {
 			b.Run.FirstSeq = first
-			if err := createRun(ctx, tx, b.Run, tools); err != nil {
+			if err := s.createRun(ctx, tx, b.Run, tools); err != nil {
 				return err
 			}
 		}
 		if len(b.Messages) > 0 {
-			last, err = appendMessages(ctx, tx, sessionID, b.Messages, rows)
+			last, err = s.appendMessages(ctx, tx, sessionID, b.Messages, rows)
 		}
 		return err
 	})
@@ -327,11 +329,11 @@ func (s *Store) BeginRun(ctx context.Context, b *parley.RunBegin) (int64, error)
 func (s *Store) FinishRun(ctx context.Context, f parley.RunFinish) error {
 	var ended error
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		if err := releaseEventSeqs(ctx, tx, f.SessionID, f.Limit, f.Last); err != nil {
+		if err := s.releaseEventSeqs(ctx, tx, f.SessionID, f.Limit, f.Last); err != nil {
 			return err
 		}
 		// A run no longer this instance's is no failure of the transaction: the numbers go back.
-		ended = endRun(ctx, tx, f.RunID, f.Instance, f.Finish, f.At)
+		ended = s.endRun(ctx, tx, f.RunID, f.Instance, f.Finish, f.At)
 		if parley.CodeOf(ended) != parley.ECConflict {
 			return ended
 		}

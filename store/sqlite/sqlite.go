@@ -13,6 +13,7 @@ import (
 	"io"
 	"io/fs"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/pressly/goose/v3"
@@ -39,6 +40,9 @@ type Store struct {
 	// w is the one writer of the process: concurrent writes queue in Go instead of spinning on
 	// SQLite's busy timeout, and those waiting together share one transaction and one fsync.
 	w *groupcommit.Writer[*sql.Tx]
+
+	stmtMu sync.Mutex
+	stmts  map[string]*sql.Stmt // the hot writes' statements (cachedTx)
 }
 
 var _ parley.Store = (*Store)(nil)
@@ -73,7 +77,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	db.SetMaxOpenConns(8)
 	db.SetMaxIdleConns(8)
 	db.SetConnMaxIdleTime(5 * time.Minute)
-	s := &Store{db: db}
+	s := &Store{db: db, stmts: map[string]*sql.Stmt{}}
 	s.w = groupcommit.New[*sql.Tx](sqlTx{db}, groupcommit.Options{Batched: o.batched})
 	if err := s.Ping(ctx); err != nil {
 		s.w.Close()
@@ -104,6 +108,11 @@ func (s *Store) Ping(ctx context.Context) error {
 // Close stops the writer (once the batch under way is durable) and closes the database.
 func (s *Store) Close() error {
 	s.w.Close()
+	s.stmtMu.Lock()
+	for _, st := range s.stmts {
+		st.Close()
+	}
+	s.stmtMu.Unlock()
 	return s.db.Close()
 }
 
@@ -123,6 +132,62 @@ func Migrate(ctx context.Context, db *sql.DB, command string, out io.Writer) err
 // would roll back the whole shared transaction.
 func (s *Store) write(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	return s.w.Do(ctx, fn)
+}
+
+// cachedTx runs the statements of the hot writes (a chat's, a run's events) as statements
+// prepared once per connection: SQLite then parses and plans each statement once, not at each
+// write.
+type cachedTx struct {
+	s  *Store
+	tx *sql.Tx
+}
+
+func (s *Store) cached(tx *sql.Tx) cachedTx { return cachedTx{s, tx} }
+
+// stmt returns q prepared, bound to the transaction; nil if it cannot be prepared (the caller
+// then runs q unprepared, which reports the error).
+func (c cachedTx) stmt(ctx context.Context, q string) *sql.Stmt {
+	c.s.stmtMu.Lock()
+	st, ok := c.s.stmts[q]
+	if !ok {
+		var err error
+		if st, err = c.s.db.PrepareContext(ctx, q); err != nil {
+			c.s.stmtMu.Unlock()
+			return nil
+		}
+		c.s.stmts[q] = st
+	}
+	c.s.stmtMu.Unlock()
+	// database/sql keeps one prepared copy per connection; the transaction's is reused.
+	return c.tx.StmtContext(ctx, st)
+}
+
+func (c cachedTx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	if st := c.stmt(ctx, q); st != nil {
+		return st.ExecContext(ctx, args...)
+	}
+	return c.tx.ExecContext(ctx, q, args...)
+}
+
+func (c cachedTx) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	if st := c.stmt(ctx, q); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return c.tx.QueryRowContext(ctx, q, args...)
+}
+
+func (c cachedTx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	if st := c.stmt(ctx, q); st != nil {
+		return st.QueryContext(ctx, args...)
+	}
+	return c.tx.QueryContext(ctx, q, args...)
+}
+
+func (c cachedTx) PrepareContext(ctx context.Context, q string) (*sql.Stmt, error) {
+	if st := c.stmt(ctx, q); st != nil {
+		return st, nil
+	}
+	return c.tx.PrepareContext(ctx, q)
 }
 
 // sqlTx is the group-commit writer's view of the database.
@@ -179,7 +244,7 @@ func (s *Store) CreateSession(ctx context.Context, sess *parley.Session) error {
 		return err
 	}
 	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		return createSession(ctx, tx, sess)
+		return s.createSession(ctx, tx, sess)
 	})
 }
 
@@ -191,13 +256,14 @@ func checkSession(sess *parley.Session) error {
 }
 
 // createSession is CreateSession's work inside a write transaction.
-func createSession(ctx context.Context, tx *sql.Tx, sess *parley.Session) error {
+func (s *Store) createSession(ctx context.Context, tx *sql.Tx, sess *parley.Session) error {
+	c := s.cached(tx)
 	if sess.ProjectID != "" {
 		if err := projectExists(ctx, tx, sess.ProjectID); err != nil {
 			return err
 		}
 	}
-	_, err := tx.ExecContext(ctx, `INSERT INTO sessions (id, title, owner, created_at, updated_at, project_id) VALUES (?, ?, ?, ?, ?, ?)`,
+	_, err := c.ExecContext(ctx, `INSERT INTO sessions (id, title, owner, created_at, updated_at, project_id) VALUES (?, ?, ?, ?, ?, ?)`,
 		sess.ID, sess.Title, sess.Owner, micros(sess.CreatedAt), micros(sess.UpdatedAt), nullable(sess.ProjectID))
 	if err != nil {
 		return fmt.Errorf("sqlite: creating session: %w", err)
@@ -336,7 +402,7 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...*p
 	}
 	var last int64
 	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) (err error) {
-		last, err = appendMessages(ctx, tx, sessionID, msgs, rows)
+		last, err = s.appendMessages(ctx, tx, sessionID, msgs, rows)
 		return err
 	})
 	if err != nil {
@@ -363,12 +429,13 @@ func messageRows(msgs []*parley.Message) ([][]any, error) {
 }
 
 // appendMessages is AppendMessages' work inside a write transaction: it returns the last seq.
-func appendMessages(ctx context.Context, tx *sql.Tx, sessionID string, msgs []*parley.Message, rows [][]any) (int64, error) {
+func (s *Store) appendMessages(ctx context.Context, tx *sql.Tx, sessionID string, msgs []*parley.Message, rows [][]any) (int64, error) {
+	c := s.cached(tx)
 	total := rowcodec.TotalUsage(msgs)
 	var last int64
 	// One statement reserves the seqs, totals the usage and touches the session; no row means
 	// no session.
-	err := tx.QueryRowContext(ctx, `UPDATE sessions SET last_seq = last_seq + ?, updated_at = MAX(updated_at, ?),
+	err := c.QueryRowContext(ctx, `UPDATE sessions SET last_seq = last_seq + ?, updated_at = MAX(updated_at, ?),
 		prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ?, total_tokens = total_tokens + ?,
 		reasoning_tokens = reasoning_tokens + ?, cached_tokens = cached_tokens + ?, cost = cost + ?,
 		open_calls = MAX(0, open_calls + ?)
@@ -381,7 +448,7 @@ func appendMessages(ctx context.Context, tx *sql.Tx, sessionID string, msgs []*p
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: appending messages: %w", err)
 	}
-	stmt, err := tx.PrepareContext(ctx, `INSERT INTO messages (id, session_id, seq, role, content, parts, name, tool_calls,
+	stmt, err := c.PrepareContext(ctx, `INSERT INTO messages (id, session_id, seq, role, content, parts, name, tool_calls,
 		tool_call_id, reasoning, run_id, model, latency_ms, usage, success, resource_id, created_at, thinking_blocks, server, error)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	if err != nil {
