@@ -1,9 +1,9 @@
 // Package groupcommit batches the write operations of many callers into one transaction, so
-// that they share one commit and one fsync. A Writer owns one goroutine: it takes the operations
-// waiting in its bounded queue, runs each inside a savepoint of one transaction (an operation
-// that fails is rolled back alone and its error goes to its caller; its batch-mates go on),
-// commits, and only then answers each caller. Nothing is acknowledged before the commit
-// returned: a caller told "stored" can rely on it after a crash.
+// that they share one commit and one fsync. A caller that finds no transaction under way leads
+// one: it takes the operations waiting in the bounded queue (its own among them), runs each inside
+// a savepoint of one transaction (an operation that fails is rolled back alone and its error goes
+// to its caller; its batch-mates go on), commits, and only then answers each caller. Nothing is
+// acknowledged before the commit returned: a caller told "stored" can rely on it after a crash.
 //
 // When the queue is full, callers wait for room, bounded by their context: the store slows its
 // writers down instead of dropping their writes.
@@ -55,20 +55,25 @@ type Options struct {
 // ErrClosed is returned for an operation given to a Writer that was closed.
 var ErrClosed = errors.New("groupcommit: the store is closed")
 
-// Writer is one database's group-commit writer.
+// Writer is one database's group-commit writer. It has no goroutine of its own: a caller that
+// finds no batch under way (a free writer slot) leads, and runs the waiting operations, its own
+// among them, in one transaction; the others wait for their answer. A lone caller thus runs its
+// write on its own goroutine, and under load each commit carries every write that queued during
+// the last one.
 type Writer[T any] struct {
 	db    Tx[T]
 	opts  Options
 	queue chan *op[T]
+	slots chan struct{} // one token per transaction that may run at once (Options.Writers)
 	stop  chan struct{}
-	done  chan struct{}
 	shut  atomic.Bool
+	once  sync.Once
 }
 
 type op[T any] struct {
 	fn    func(ctx context.Context, tx T) error
 	state atomic.Int32 // opWaiting, opTaken or opGivenUp
-	err   chan error   // buffered: the writer never blocks on an answer
+	err   chan error   // buffered: a leader never blocks on an answer
 }
 
 const (
@@ -77,7 +82,7 @@ const (
 	opGivenUp
 )
 
-// New starts the writer of db. Close stops it.
+// New returns the writer of db.
 func New[T any](db Tx[T], opts Options) *Writer[T] {
 	if opts.Queue <= 0 {
 		opts.Queue = 1024
@@ -91,106 +96,95 @@ func New[T any](db Tx[T], opts Options) *Writer[T] {
 	if opts.Writers <= 0 {
 		opts.Writers = 1
 	}
-	w := &Writer[T]{db: db, opts: opts, queue: make(chan *op[T], opts.Queue), stop: make(chan struct{}), done: make(chan struct{})}
-	var loops sync.WaitGroup
-	for range opts.Writers {
-		loops.Add(1)
-		go func() {
-			defer loops.Done()
-			w.loop()
-		}()
-	}
-	go func() {
-		loops.Wait()
-		w.drain()
-		close(w.done)
-	}()
-	return w
+	return &Writer[T]{db: db, opts: opts, queue: make(chan *op[T], opts.Queue), slots: make(chan struct{}, opts.Writers),
+		stop: make(chan struct{})}
 }
 
-// Do runs fn inside the next batch's transaction and returns once that transaction is durable
-// (nil) or fn's own error, or the commit's. fn gets the batch's context, not ctx: ctx bounds the
-// wait for room in the queue and for the batch to take fn; once fn was taken, Do waits for its
-// answer (bounded by Options.BatchTimeout), so that a caller is never told "failed" about a write
-// that then commits. fn may run once at most; it must not call Do (the writer would wait on
-// itself).
+// Do runs fn inside a transaction shared with the other operations waiting at the same moment and
+// returns once that transaction is durable (nil) or fn's own error, or the commit's. fn gets the
+// batch's context, not ctx: ctx bounds the wait for room in the queue and for a batch to take fn;
+// once fn was taken, Do waits for its answer (bounded by Options.BatchTimeout), so that a caller is
+// never told "failed" about a write that then commits. fn may run once at most; it must not call
+// Do (the writer would wait on itself).
 func (w *Writer[T]) Do(ctx context.Context, fn func(ctx context.Context, tx T) error) error {
 	if w.shut.Load() {
 		return ErrClosed
 	}
 	o := &op[T]{fn: fn, err: make(chan error, 1)}
-	select {
-	case w.queue <- o:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-w.done:
-		return ErrClosed
-	}
-	select {
-	case err := <-o.err:
-		return err
-	case <-ctx.Done():
-		if o.state.CompareAndSwap(opWaiting, opGivenUp) {
+	for queued := false; !queued; {
+		select {
+		case w.queue <- o:
+			queued = true
+		case w.slots <- struct{}{}: // the queue is full and no batch runs (its callers gave up)
+			w.lead()
+			<-w.slots
+		case <-ctx.Done():
 			return ctx.Err()
-		}
-	case <-w.done:
-		if o.state.CompareAndSwap(opWaiting, opGivenUp) {
+		case <-w.stop:
 			return ErrClosed
 		}
 	}
-	return <-o.err // taken: the writer answers every operation it took before it stops
+	for {
+		select {
+		case err := <-o.err:
+			return err
+		case w.slots <- struct{}{}: // no batch runs in this slot: lead one
+			w.lead()
+			<-w.slots
+		case <-ctx.Done():
+			if o.state.CompareAndSwap(opWaiting, opGivenUp) {
+				return ctx.Err()
+			}
+			return <-o.err // taken: its leader answers it
+		case <-w.stop:
+			if o.state.CompareAndSwap(opWaiting, opGivenUp) {
+				return ErrClosed
+			}
+			return <-o.err
+		}
+	}
+}
+
+// lead runs one batch of the operations waiting in the queue, if any.
+func (w *Writer[T]) lead() {
+	batch := make([]*op[T], 0, min(w.opts.MaxBatch, len(w.queue)+1))
+gather:
+	for len(batch) < w.opts.MaxBatch {
+		select {
+		case o := <-w.queue:
+			batch = append(batch, o)
+		default:
+			break gather
+		}
+	}
+	if len(batch) > 0 {
+		w.run(batch)
+	}
 }
 
 // Queued returns how many operations wait to be taken.
 func (w *Writer[T]) Queued() int { return len(w.queue) }
 
-// Close stops the writer once the batch under way is answered; operations still queued get
-// ErrClosed.
+// Close waits for the batches under way, then answers the operations still queued with
+// ErrClosed; Do returns ErrClosed from then on.
 func (w *Writer[T]) Close() {
-	if w.shut.Swap(true) {
-		<-w.done
-		return
-	}
-	close(w.stop)
-	<-w.done
-}
-
-func (w *Writer[T]) loop() {
-	batch := make([]*op[T], 0, w.opts.MaxBatch)
-	for {
-		var first *op[T]
-		select {
-		case first = <-w.queue:
-		case <-w.stop:
-			return
+	w.once.Do(func() {
+		w.shut.Store(true)
+		close(w.stop)
+		for range w.opts.Writers { // every slot taken: no batch runs, none will start
+			w.slots <- struct{}{}
 		}
-		batch = append(batch[:0], first)
-	gather:
-		for len(batch) < w.opts.MaxBatch {
+		for {
 			select {
 			case o := <-w.queue:
-				batch = append(batch, o)
+				if o.state.CompareAndSwap(opWaiting, opTaken) {
+					o.err <- ErrClosed
+				}
 			default:
-				break gather
+				return
 			}
 		}
-		w.run(batch)
-		clear(batch)
-	}
-}
-
-// drain answers the operations left in the queue after Close.
-func (w *Writer[T]) drain() {
-	for {
-		select {
-		case o := <-w.queue:
-			if o.state.CompareAndSwap(opWaiting, opTaken) {
-				o.err <- ErrClosed
-			}
-		default:
-			return
-		}
-	}
+	})
 }
 
 // run runs one batch in one transaction and answers its operations.
