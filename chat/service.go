@@ -74,6 +74,10 @@ type Request struct {
 	// ProjectID puts the session a message without session_id creates into this project of the
 	// caller's (issue 20).
 	ProjectID string `json:"project_id,omitempty"`
+	// ParentID is the message of session_id the new user message follows (issue 23): "" for the
+	// session's active leaf, parley.ParentRoot for none (a new first message). Naming another
+	// message starts a new branch there, which becomes the active one.
+	ParentID string `json:"parent_id,omitempty"`
 }
 
 // Started describes a run that has begun: the user's message is stored.
@@ -141,7 +145,7 @@ func (s *Service) Send(ctx context.Context, owner string, req Request) (*Started
 		}
 		newSession = true
 	}
-	user := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: content, CreatedAt: now}
+	user := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: content, CreatedAt: now, ParentID: req.ParentID}
 	run, err := s.begin(ctx, owner, req, sess, newSession, user)
 	if err != nil {
 		return nil, err
@@ -378,6 +382,14 @@ func (s *Service) validate(req *Request) (parley.Content, error) {
 	}
 	if err := parley.CheckText("model", req.Model, parley.TextName); err != nil {
 		return parley.Content{}, err
+	}
+	if req.ParentID != "" {
+		if req.SessionID == "" {
+			return parley.Content{}, parley.Errorf(parley.ECInvalid, "parent_id: only with session_id")
+		}
+		if err := parley.CheckText("parent_id", req.ParentID, parley.TextName); err != nil || len(req.ParentID) > 64 {
+			return parley.Content{}, parley.Errorf(parley.ECInvalid, "parent_id: not a message id")
+		}
 	}
 	if req.ProjectID != "" {
 		if req.SessionID != "" {

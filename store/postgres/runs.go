@@ -266,7 +266,10 @@ func (s *Store) BeginRun(ctx context.Context, b *parley.RunBegin) (int64, error)
 			return 0, err
 		}
 	}
-	var first, last int64
+	var (
+		first, last int64
+		links       rowcodec.Links
+	)
 	err := s.write(ctx, func(ctx context.Context, tx pgx.Tx) (err error) {
 		if b.NewSession != nil {
 			if err := createSession(ctx, tx, b.NewSession); err != nil {
@@ -283,7 +286,7 @@ func (s *Store) BeginRun(ctx context.Context, b *parley.RunBegin) (int64, error)
 			}
 		}
 		if len(b.Messages) > 0 {
-			last, err = appendMessages(ctx, tx, sessionID, b.Messages, cols)
+			last, links, err = appendMessages(ctx, tx, sessionID, b.Messages, cols)
 		}
 		return err
 	})
@@ -294,7 +297,7 @@ func (s *Store) BeginRun(ctx context.Context, b *parley.RunBegin) (int64, error)
 		b.Run.State, b.Run.UpdatedAt = parley.RunStateRunning, b.Run.CreatedAt
 	}
 	if len(b.Messages) > 0 {
-		setSeqs(sessionID, b.Messages, last)
+		setSeqs(sessionID, b.Messages, last, links)
 	}
 	return first, nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/store/internal/rowcodec"
 )
 
 const runCols = `id, session_id, owner, model, selected_tools, state, finish, instance, lease_until, attempts, first_seq, created_at, updated_at`
@@ -291,7 +292,10 @@ func (s *Store) BeginRun(ctx context.Context, b *parley.RunBegin) (int64, error)
 			return 0, err
 		}
 	}
-	var first, last int64
+	var (
+		first, last int64
+		links       rowcodec.Links
+	)
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) (err error) {
 		if b.NewSession != nil {
 			if err := s.createSession(ctx, tx, b.NewSession); err != nil {
@@ -308,7 +312,7 @@ func (s *Store) BeginRun(ctx context.Context, b *parley.RunBegin) (int64, error)
 			}
 		}
 		if len(b.Messages) > 0 {
-			last, err = s.appendMessages(ctx, tx, sessionID, b.Messages, rows)
+			last, links, err = s.appendMessages(ctx, tx, sessionID, b.Messages, rows)
 		}
 		return err
 	})
@@ -319,7 +323,7 @@ func (s *Store) BeginRun(ctx context.Context, b *parley.RunBegin) (int64, error)
 		b.Run.State, b.Run.UpdatedAt = parley.RunStateRunning, b.Run.CreatedAt
 	}
 	if len(b.Messages) > 0 {
-		setSeqs(sessionID, b.Messages, last)
+		setSeqs(sessionID, b.Messages, last, links)
 	}
 	return first, nil
 }

@@ -64,6 +64,13 @@ func Run(t *testing.T, open func(t *testing.T) parley.Store) {
 		{"BeginRun", testBeginRun},
 		{"ConcurrentWritesFailAlone", testConcurrentWritesFailAlone},
 		{"ConcurrentEventStreams", testConcurrentEventStreams},
+		{"BranchChain", testBranchChain},
+		{"BranchConcurrent", testBranchConcurrent},
+		{"BranchEdits", testBranchEdits},
+		{"BranchBadInput", testBranchBadInput},
+		{"BranchSwitchUnderRun", testBranchSwitchUnderRun},
+		{"Fork", testFork},
+		{"BranchProperty", testBranchProperty},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
