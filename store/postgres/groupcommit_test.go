@@ -87,3 +87,56 @@ func TestConcurrentWritesShareOneCommit(t *testing.T) {
 		t.Fatalf("%d messages committed, %v; want %d", count, err, n)
 	}
 }
+
+// Two batches written at once that lock two sessions' rows in opposite orders deadlock;
+// PostgreSQL fails one of their statements, and that write runs again once its batch-mates are
+// committed: every write succeeds.
+func TestDeadlockedWritesRunAgain(t *testing.T) {
+	s := openTest(t)
+	defer s.Close()
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	var ids [2]string
+	for i := range ids {
+		sess := &parley.Session{ID: parley.NewID(), Owner: "a", CreatedAt: now, UpdatedAt: now}
+		if err := s.CreateSession(ctx, sess); err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = sess.ID
+	}
+	// Each write locks one session's row, meets the other write at a barrier, then locks the
+	// other session's row: a deadlock on the first run, none when run again alone.
+	var barrier sync.WaitGroup
+	barrier.Add(2)
+	var met [2]bool
+	write := func(i int) func(context.Context, pgx.Tx) error {
+		return func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `UPDATE sessions SET title = 'x' WHERE id = $1`, ids[i]); err != nil {
+				return err
+			}
+			if !met[i] {
+				met[i] = true
+				barrier.Done()
+				barrier.Wait()
+			}
+			_, err := tx.Exec(ctx, `UPDATE sessions SET title = 'y' WHERE id = $1`, ids[1-i])
+			return err
+		}
+	}
+	// The second write is given once the first runs, so that it leads a batch of its own on the
+	// writer's other connection.
+	errs := make(chan error, 2)
+	go func() { errs <- s.w.Do(ctx, write(0)) }()
+	for deadline := time.Now().Add(time.Minute); !s.w.Leading(); {
+		if time.Now().After(deadline) {
+			t.Fatal("the first write never ran")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	go func() { errs <- s.w.Do(ctx, write(1)) }()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatalf("a deadlocked write failed: %v", err)
+		}
+	}
+}

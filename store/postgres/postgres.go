@@ -84,7 +84,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	if o.writers <= 0 {
 		o.writers = max(1, int(cfg.MaxConns)/2)
 	}
-	s.w = groupcommit.New[pgx.Tx](pgTx{pool}, groupcommit.Options{Batched: o.batched, Writers: o.writers})
+	s.w = groupcommit.New[pgx.Tx](pgTx{pool}, groupcommit.Options{Batched: o.batched, Writers: o.writers, Retry: isTransient})
 	if err := s.Ping(ctx); err != nil {
 		s.w.Close()
 		pool.Close()
@@ -211,6 +211,14 @@ func exec(ctx context.Context, tx pgx.Tx, q string) error {
 
 func notFound(kind, id string) error {
 	return fmt.Errorf("%s %q: %w", kind, id, parley.ErrNotFound)
+}
+
+// isTransient reports whether err is a deadlock or a serialization failure: batches written at
+// once on two connections may lock the same sessions' rows in opposite orders, and PostgreSQL
+// then fails one statement; run again after its batch-mates committed, it goes through.
+func isTransient(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
 }
 
 // isFKViolation reports whether err is a foreign key violation.

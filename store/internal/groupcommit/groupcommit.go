@@ -50,7 +50,16 @@ type Options struct {
 	Writers int
 	// Batched, if set, is told the size of each batch once it is answered (metrics, tests).
 	Batched func(n int, err error)
+	// Retry, if set, tells an error that another transaction may not meet (PostgreSQL: a
+	// deadlock with a batch on another connection). An operation that failed with one runs again
+	// in a transaction of its own kind once its batch-mates are committed, twice at most; a batch
+	// whose commit failed with one runs again whole. Its operations must then be safe to run
+	// again: each sets its results, it does not add to them.
+	Retry func(err error) bool
 }
+
+// maxRetries bounds how often an operation runs again (Options.Retry).
+const maxRetries = 2
 
 // ErrClosed is returned for an operation given to a Writer that was closed.
 var ErrClosed = errors.New("groupcommit: the store is closed")
@@ -104,8 +113,8 @@ func New[T any](db Tx[T], opts Options) *Writer[T] {
 // returns once that transaction is durable (nil) or fn's own error, or the commit's. fn gets the
 // batch's context, not ctx: ctx bounds the wait for room in the queue and for a batch to take fn;
 // once fn was taken, Do waits for its answer (bounded by Options.BatchTimeout), so that a caller is
-// never told "failed" about a write that then commits. fn may run once at most; it must not call
-// Do (the writer would wait on itself).
+// never told "failed" about a write that then commits. fn runs once at most unless Options.Retry
+// says otherwise; it must not call Do (the writer would wait on itself).
 func (w *Writer[T]) Do(ctx context.Context, fn func(ctx context.Context, tx T) error) error {
 	if w.shut.Load() {
 		return ErrClosed
@@ -162,6 +171,9 @@ gather:
 	}
 }
 
+// Leading reports whether a batch is under way.
+func (w *Writer[T]) Leading() bool { return len(w.slots) > 0 }
+
 // Queued returns how many operations wait to be taken.
 func (w *Writer[T]) Queued() int { return len(w.queue) }
 
@@ -203,6 +215,36 @@ func (w *Writer[T]) run(batch []*op[T]) {
 	defer cancel()
 	errs := make([]error, len(live))
 	err := w.transact(ctx, live, errs)
+	for attempt := 0; w.opts.Retry != nil && attempt < maxRetries; attempt++ {
+		if err != nil { // nothing of the batch was committed
+			if !w.opts.Retry(err) {
+				break
+			}
+			clear(errs)
+			err = w.transact(ctx, live, errs)
+			continue
+		}
+		var again []*op[T]
+		var at []int
+		for i, e := range errs {
+			if e != nil && w.opts.Retry(e) {
+				again, at = append(again, live[i]), append(at, i)
+			}
+		}
+		if len(again) == 0 {
+			break
+		}
+		sub := make([]error, len(again))
+		if e := w.transact(ctx, again, sub); e != nil {
+			for _, i := range at {
+				errs[i] = e
+			}
+			continue
+		}
+		for j, i := range at {
+			errs[i] = sub[j]
+		}
+	}
 	for i, o := range live {
 		if err != nil {
 			o.err <- err

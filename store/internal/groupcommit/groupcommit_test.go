@@ -7,6 +7,7 @@ import (
 	"maps"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -321,5 +322,70 @@ func TestTwoWritersRunTwoBatchesAtOnce(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+var errDeadlock = errors.New("deadlock detected")
+
+// flaky fails with errDeadlock the first fails times it runs, after writing (which the savepoint
+// must undo), then inserts key.
+func flaky(key string, fails int) (func(context.Context, *memTx) error, *atomic.Int32) {
+	var runs atomic.Int32
+	return func(ctx context.Context, tx *memTx) error {
+		tx.data["partial:"+key]++
+		if int(runs.Add(1)) <= fails {
+			return errDeadlock
+		}
+		return insert(key)(ctx, tx)
+	}, &runs
+}
+
+// An operation that failed with an error Options.Retry names runs again once its batch-mates are
+// committed; its caller sees only the outcome of the last run. One that keeps failing gets the
+// error after the retries.
+func TestARetryableFailureRunsAgain(t *testing.T) {
+	db := &memDB{committed: map[string]int{}}
+	w := New[*memTx](db, Options{Retry: func(err error) bool { return errors.Is(err, errDeadlock) }})
+	defer w.Close()
+	release, heldDone := hold(t, w)
+	once, onceRuns := flaky("once", 1)
+	always, alwaysRuns := flaky("always", 100)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for i, fn := range []func(context.Context, *memTx) error{insert("plain"), once, always} {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = w.Do(context.Background(), fn) }()
+	}
+	deadline := time.Now().Add(wait)
+	for w.Queued() < 3 {
+		if time.Now().After(deadline) {
+			t.Fatal("never queued")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	wg.Wait()
+	<-heldDone
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("plain: %v, once: %v; want both stored", errs[0], errs[1])
+	}
+	if !errors.Is(errs[2], errDeadlock) {
+		t.Fatalf("always: %v, want the deadlock after the retries", errs[2])
+	}
+	if n := onceRuns.Load(); n != 2 {
+		t.Errorf("once ran %d times, want 2", n)
+	}
+	if n := alwaysRuns.Load(); n != 1+maxRetries {
+		t.Errorf("always ran %d times, want %d", n, 1+maxRetries)
+	}
+	for key, want := range map[string]int{"plain": 1, "once": 1, "partial:once": 1, "partial:always": 0} {
+		if got, _ := db.get(key); got != want {
+			t.Errorf("%s = %d, want %d", key, got, want)
+		}
+	}
+	// Alone in its batch (its failure is the transaction's): it runs again too.
+	alone, aloneRuns := flaky("alone", 1)
+	if err := w.Do(context.Background(), alone); err != nil || aloneRuns.Load() != 2 {
+		t.Fatalf("alone: %v after %d runs", err, aloneRuns.Load())
 	}
 }
