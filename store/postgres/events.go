@@ -17,7 +17,7 @@ func (s *Store) ReserveEventSeqs(ctx context.Context, sessionID string, n int64)
 		return 0, parley.Errorf(parley.ECInvalid, "events: must reserve at least one number")
 	}
 	var first int64
-	err := s.write(ctx, func(ctx context.Context, tx pgx.Tx) (err error) {
+	err := s.writeFor(ctx, sessionID, func(ctx context.Context, tx pgx.Tx) (err error) {
 		first, err = reserveEventSeqs(ctx, tx, sessionID, n)
 		return err
 	})
@@ -38,7 +38,7 @@ func reserveEventSeqs(ctx context.Context, tx pgx.Tx, sessionID string, n int64)
 
 // ReleaseEventSeqs gives back the numbers after last if limit is still the last one reserved.
 func (s *Store) ReleaseEventSeqs(ctx context.Context, sessionID string, limit, last int64) error {
-	return s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	return s.writeFor(ctx, sessionID, func(ctx context.Context, tx pgx.Tx) error {
 		return releaseEventSeqs(ctx, tx, sessionID, limit, last)
 	})
 }
@@ -64,7 +64,7 @@ func (s *Store) AppendEvents(ctx context.Context, sessionID string, at time.Time
 	if err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}
-	return s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	return s.writeFor(ctx, sessionID, func(ctx context.Context, tx pgx.Tx) error {
 		err := appendEvents(ctx, tx, sessionID, at, evs, batches)
 		if isFKViolation(err) { // no such session
 			return notFound("session", sessionID)

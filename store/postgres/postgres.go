@@ -167,6 +167,13 @@ func (s *Store) write(ctx context.Context, fn func(ctx context.Context, tx pgx.T
 	return s.w.Do(ctx, fn)
 }
 
+// writeFor is write for a write that locks the rows of one session: a batch takes its sessions'
+// locks in the order of their ids, so that batches written at once on two connections do not
+// deadlock over them (groupcommit.Writer.DoKey).
+func (s *Store) writeFor(ctx context.Context, sessionID string, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	return s.w.DoKey(ctx, sessionID, fn)
+}
+
 // pgTx is the group-commit writer's view of the database.
 type pgTx struct{ pool *pgxpool.Pool }
 
@@ -232,7 +239,7 @@ func (s *Store) CreateSession(ctx context.Context, sess *parley.Session) error {
 	if err := checkSession(sess); err != nil {
 		return err
 	}
-	return s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	return s.writeFor(ctx, sess.ID, func(ctx context.Context, tx pgx.Tx) error {
 		return createSession(ctx, tx, sess)
 	})
 }
@@ -385,7 +392,7 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...*p
 		last  int64
 		links rowcodec.Links
 	)
-	err = s.write(ctx, func(ctx context.Context, tx pgx.Tx) (err error) {
+	err = s.writeFor(ctx, sessionID, func(ctx context.Context, tx pgx.Tx) (err error) {
 		last, links, err = appendMessages(ctx, tx, sessionID, msgs, cols)
 		return err
 	})

@@ -24,7 +24,7 @@ func (s *Store) CreateRun(ctx context.Context, r *parley.RunRecord) error {
 	if err != nil {
 		return err
 	}
-	err = s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	err = s.writeFor(ctx, r.SessionID, func(ctx context.Context, tx pgx.Tx) error {
 		return createRun(ctx, tx, r, tools)
 	})
 	if err != nil {
@@ -176,7 +176,7 @@ func (s *Store) MarkToolCall(ctx context.Context, sessionID, runID, callID, name
 	if state != parley.ToolCallStarted && state != parley.ToolCallDone {
 		return parley.Errorf(parley.ECInvalid, "tool call ledger: unknown state %q", state)
 	}
-	return s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	return s.writeFor(ctx, sessionID, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `INSERT INTO tool_calls (session_id, call_id, run_id, name, state, updated_at) VALUES ($1, $2, $3, $4, $5, $6)
 			ON CONFLICT (session_id, call_id) DO UPDATE SET state = excluded.state, run_id = excluded.run_id, updated_at = excluded.updated_at
 			WHERE tool_calls.state <> 'done'`, sessionID, callID, runID, name, state, at.UTC())
@@ -270,7 +270,7 @@ func (s *Store) BeginRun(ctx context.Context, b *parley.RunBegin) (int64, error)
 		first, last int64
 		links       rowcodec.Links
 	)
-	err := s.write(ctx, func(ctx context.Context, tx pgx.Tx) (err error) {
+	err := s.writeFor(ctx, sessionID, func(ctx context.Context, tx pgx.Tx) (err error) {
 		if b.NewSession != nil {
 			if err := createSession(ctx, tx, b.NewSession); err != nil {
 				return err
@@ -306,7 +306,7 @@ func (s *Store) BeginRun(ctx context.Context, b *parley.RunBegin) (int64, error)
 // (parley.RunBeginner).
 func (s *Store) FinishRun(ctx context.Context, f parley.RunFinish) error {
 	var ended error
-	err := s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	err := s.writeFor(ctx, f.SessionID, func(ctx context.Context, tx pgx.Tx) error {
 		if err := releaseEventSeqs(ctx, tx, f.SessionID, f.Limit, f.Last); err != nil {
 			return err
 		}

@@ -13,6 +13,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,6 +82,7 @@ type Writer[T any] struct {
 }
 
 type op[T any] struct {
+	key   string // DoKey: the batch runs its operations in the order of their keys
 	fn    func(ctx context.Context, tx T) error
 	state atomic.Int32 // opWaiting, opTaken or opGivenUp
 	err   chan error   // buffered: a leader never blocks on an answer
@@ -116,10 +119,18 @@ func New[T any](db Tx[T], opts Options) *Writer[T] {
 // never told "failed" about a write that then commits. fn runs once at most unless Options.Retry
 // says otherwise; it must not call Do (the writer would wait on itself).
 func (w *Writer[T]) Do(ctx context.Context, fn func(ctx context.Context, tx T) error) error {
+	return w.DoKey(ctx, "", fn)
+}
+
+// DoKey is Do for an operation that locks the rows of key (a session) alone. A batch runs its
+// operations in the order of their keys (those without one first, each key's in the order they
+// came): batches written at once on several connections then take their locks in one order, and
+// do not deadlock over them. Operations given at the same moment have no order of their own.
+func (w *Writer[T]) DoKey(ctx context.Context, key string, fn func(ctx context.Context, tx T) error) error {
 	if w.shut.Load() {
 		return ErrClosed
 	}
-	o := &op[T]{fn: fn, err: make(chan error, 1)}
+	o := &op[T]{key: key, fn: fn, err: make(chan error, 1)}
 	for queued := false; !queued; {
 		select {
 		case w.queue <- o:
@@ -211,6 +222,7 @@ func (w *Writer[T]) run(batch []*op[T]) {
 	if len(live) == 0 {
 		return
 	}
+	slices.SortStableFunc(live, func(a, b *op[T]) int { return strings.Compare(a.key, b.key) })
 	ctx, cancel := context.WithTimeout(context.Background(), w.opts.BatchTimeout)
 	defer cancel()
 	errs := make([]error, len(live))

@@ -389,3 +389,43 @@ func TestARetryableFailureRunsAgain(t *testing.T) {
 		t.Fatalf("alone: %v after %d runs", err, aloneRuns.Load())
 	}
 }
+
+// A batch runs its operations in the order of their keys (none first), each key's in the order
+// they were given.
+func TestABatchRunsItsOperationsInKeyOrder(t *testing.T) {
+	db := &memDB{committed: map[string]int{}}
+	w := New[*memTx](db, Options{})
+	defer w.Close()
+	release, heldDone := hold(t, w)
+	var mu sync.Mutex
+	var order []string
+	var wg sync.WaitGroup
+	for i, key := range []string{"b", "a", "", "b"} {
+		name := fmt.Sprintf("%s%d", key, i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := w.DoKey(context.Background(), key, func(context.Context, *memTx) error {
+				mu.Lock()
+				order = append(order, name)
+				mu.Unlock()
+				return nil
+			}); err != nil {
+				t.Error(err)
+			}
+		}()
+		// One at a time into the queue, so that their order there is known.
+		for deadline := time.Now().Add(wait); w.Queued() < i+1; {
+			if time.Now().After(deadline) {
+				t.Fatal("never queued")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	close(release)
+	wg.Wait()
+	<-heldDone
+	if got := fmt.Sprint(order); got != "[2 a1 b0 b3]" {
+		t.Fatalf("ran in the order %s, want [2 a1 b0 b3]", got)
+	}
+}
