@@ -220,6 +220,9 @@ func (m *Manager) Full() bool {
 // Begin claims the session for a new run and returns it, not yet started: the caller prepares (for
 // example stores the user's message) and then calls Go, or Release to give the session back. With
 // Options.Runs the run's record is stored first; a session running on any instance is ErrBusy.
+// When the store is a parley.RunBeginner (OneWrite), the event numbers, the record and the spec's
+// new session and messages are one write (BeginRun), and the run's end with the numbers it did
+// not use another (FinishRun).
 func (m *Manager) Begin(ctx context.Context, spec Spec) (*Run, error) {
 	rb := m.beginner()
 	if rb == nil && (spec.NewSession != nil || len(spec.Messages) > 0) {
