@@ -28,8 +28,13 @@ CREATE TABLE events (
     PRIMARY KEY (session_id, seq)
 );
 CREATE INDEX events_created ON events (created_at);
+-- The fields are read from each event's text, not as JSON values: ->> fails on an event whose
+-- text holds \u0000 (PostgreSQL text cannot), which a chunk may. An event's JSON begins
+-- {"seq":…,"type":"…","run_id":"…" (parley.Event's field order).
 INSERT INTO events (session_id, seq, run_id, type, data, created_at)
-    SELECT b.session_id, (e.value ->> 'seq')::bigint, COALESCE(e.value ->> 'run_id', ''), e.value ->> 'type',
+    SELECT b.session_id, substring(e.value::text from '^\{"seq":([0-9]+)')::bigint,
+        COALESCE(substring(e.value::text from '^\{"seq":[0-9]+,"type":"[^"]*","run_id":"([^"]*)"'), ''),
+        substring(e.value::text from '^\{"seq":[0-9]+,"type":"([^"]*)"'),
         convert_to(e.value::text, 'UTF8'), b.created_at
     FROM event_batches b, json_array_elements(convert_from(b.data, 'UTF8')::json) e;
 DROP TABLE event_batches;
