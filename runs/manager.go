@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -85,6 +86,11 @@ type Spec struct {
 	Model         string
 	Owner         string   // who the run acts for
 	SelectedTools []string // nil offers every tool
+	// NewSession, if set, is Session, created with the run's record, and Messages are stored
+	// with it (each given the run's id): one durable write in all, when the store can
+	// (OneWrite). Without it, Begin refuses both.
+	NewSession *parley.Session
+	Messages   []*parley.Message
 }
 
 // seqBlock is how many sequence numbers a run reserves at a time.
@@ -182,6 +188,9 @@ type Run struct {
 	emitMu sync.Mutex     // one event at a time, whoever emits it
 	w      *stream.Writer // the run's events in its session's stream
 	ended  bool           // the done event is out: nothing more is appended
+	// ending is set before the run's record is ended in the store: a lease renewal that finds
+	// the record ended from then on is no takeover.
+	ending atomic.Bool
 
 	mu       sync.Mutex
 	finish   string
@@ -215,33 +224,66 @@ func (m *Manager) Full() bool {
 // Begin claims the session for a new run and returns it, not yet started: the caller prepares (for
 // example stores the user's message) and then calls Go, or Release to give the session back. With
 // Options.Runs the run's record is stored first; a session running on any instance is ErrBusy.
+// When the store is a parley.RunBeginner (OneWrite), the event numbers, the record and the spec's
+// new session and messages are one write (BeginRun), and the run's end with the numbers it did
+// not use another (FinishRun).
 func (m *Manager) Begin(ctx context.Context, spec Spec) (*Run, error) {
+	rb := m.beginner()
+	if rb == nil && (spec.NewSession != nil || len(spec.Messages) > 0) {
+		return nil, parley.Errorf(parley.ECInternal, "runs: this store cannot begin a run with its session and messages")
+	}
+	if spec.NewSession != nil && spec.NewSession.ID != spec.Session {
+		return nil, parley.Errorf(parley.ECInternal, "runs: the new session is not the run's")
+	}
 	if err := m.claim(spec.Session, true); err != nil {
 		return nil, err
 	}
-	// Reserved outside the lock: with a store this is a write.
-	w, err := m.streams.Open(ctx, spec.Session)
-	if err != nil {
-		m.unclaim(spec.Session)
-		return nil, err
-	}
-	first := w.FirstSeq()
 	id := parley.NewID()
-	if m.opts.Runs != nil {
+	var w *stream.Writer
+	if rb != nil {
+		// The session (if new), the event numbers, the run's record and its messages: one write.
 		now := m.opts.Now()
 		rec := &parley.RunRecord{ID: id, SessionID: spec.Session, Owner: spec.Owner, Model: spec.Model, SelectedTools: spec.SelectedTools,
-			Instance: m.opts.Instance, LeaseUntil: now.Add(m.opts.Lease), FirstSeq: first, CreatedAt: now}
+			Instance: m.opts.Instance, LeaseUntil: now.Add(m.opts.Lease), CreatedAt: now}
+		for _, msg := range spec.Messages {
+			msg.RunID = id
+		}
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
-		err := m.opts.Runs.CreateRun(sctx, rec)
+		first, err := rb.BeginRun(sctx, &parley.RunBegin{NewSession: spec.NewSession, SessionID: spec.Session, Reserve: seqBlock, Run: rec, Messages: spec.Messages})
 		cancel()
 		if err != nil {
 			m.unclaim(spec.Session)
-			w.Abandon()
-			w.Drop()
 			if parley.CodeOf(err) == parley.ECConflict {
 				return nil, ErrBusy
 			}
 			return nil, err
+		}
+		w = m.streams.OpenReserved(spec.Session, first, seqBlock)
+	} else {
+		// Reserved outside the lock: with a store this is a write.
+		var err error
+		w, err = m.streams.Open(ctx, spec.Session)
+		if err != nil {
+			m.unclaim(spec.Session)
+			return nil, err
+		}
+		first := w.FirstSeq()
+		if m.opts.Runs != nil {
+			now := m.opts.Now()
+			rec := &parley.RunRecord{ID: id, SessionID: spec.Session, Owner: spec.Owner, Model: spec.Model, SelectedTools: spec.SelectedTools,
+				Instance: m.opts.Instance, LeaseUntil: now.Add(m.opts.Lease), FirstSeq: first, CreatedAt: now}
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+			err := m.opts.Runs.CreateRun(sctx, rec)
+			cancel()
+			if err != nil {
+				m.unclaim(spec.Session)
+				w.Abandon()
+				w.Drop()
+				if parley.CodeOf(err) == parley.ECConflict {
+					return nil, ErrBusy
+				}
+				return nil, err
+			}
 		}
 	}
 	r, err := m.open(id, spec, w)
@@ -257,6 +299,23 @@ func (m *Manager) Begin(ctx context.Context, spec Spec) (*Run, error) {
 		}
 	}
 	return r, err
+}
+
+// OneWrite reports whether Begin stores a run's new session and messages with its record in
+// one write (Spec.NewSession, Spec.Messages), and a run's end with its unused event numbers.
+func (m *Manager) OneWrite() bool { return m.beginner() != nil }
+
+// beginner is the store that writes a run's beginning and end each in one transaction: Runs,
+// when it is a parley.RunBeginner and also the store of the events' numbers.
+func (m *Manager) beginner() parley.RunBeginner {
+	if m.opts.Events == nil || m.opts.Runs == nil {
+		return nil
+	}
+	rb, ok := m.opts.Runs.(parley.RunBeginner)
+	if !ok || any(rb) != any(m.opts.Events) {
+		return nil
+	}
+	return rb
 }
 
 // claim reserves the session for a run being begun; budget applies MaxActive.
@@ -418,13 +477,25 @@ func (r *Run) emitDone(finish string) {
 	m := r.m
 	r.emitMu.Lock()
 	defer r.emitMu.Unlock()
-	r.w.GiveBack(r.w.Next()) // done's number is the last
-	if m.opts.Runs != nil {  // the session is free on every instance before done goes out
+	last := r.w.Next() // done's number
+	r.ending.Store(true)
+	if rb := m.beginner(); rb != nil { // both in one write
 		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-		if err := m.opts.Runs.EndRun(ctx, r.ID, m.opts.Instance, finish, m.opts.Now()); err != nil {
+		if err := rb.FinishRun(ctx, parley.RunFinish{SessionID: r.SessionID, Limit: r.w.Limit(), Last: last,
+			RunID: r.ID, Instance: m.opts.Instance, Finish: finish, At: m.opts.Now()}); err != nil {
 			r.logger.Error("could not record the end of a run", "err", err)
 		}
 		cancel()
+		r.w.GaveBack(last)
+	} else {
+		r.w.GiveBack(last)
+		if m.opts.Runs != nil { // the session is free on every instance before done goes out
+			ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+			if err := m.opts.Runs.EndRun(ctx, r.ID, m.opts.Instance, finish, m.opts.Now()); err != nil {
+				r.logger.Error("could not record the end of a run", "err", err)
+			}
+			cancel()
+		}
 	}
 	m.mu.Lock()
 	if m.active[r.SessionID] == r {
