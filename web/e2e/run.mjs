@@ -940,6 +940,170 @@ const cases = [
       return page
     },
   ],
+  [
+    'tool approval: a card with editable arguments, a schema error, approve, deny with a reason, always allow; a page opened late sees it',
+    async () => {
+      const erase = (id, key) => ({ ToolCalls: [{ id, type: 'function', function: { name: 't__erase', arguments: JSON.stringify({ key }) } }] })
+      await enqueue(erase('call_ap1', 'alpha'), { Content: 'Erased it.' })
+      const page = await newPage()
+      await page.goto(BASE + '/')
+      await page.getByRole('heading', { name: 'What can I help with?' }).waitFor({ timeout: T })
+      await send(page, 'Erase alpha')
+      const card = page.locator('[data-testid=approval-card]')
+      await card.waitFor({ timeout: T })
+      const head = await card.innerText()
+      assert(head.includes('t__erase') && /\bt\b/.test(head), 'the card names the tool and its MCP server: ' + head)
+      assert((await card.locator('textarea').inputValue()).includes('"key": "alpha"'), 'the card shows the arguments the model sent')
+      await page.locator('.conn', { hasText: 'Waiting for approval' }).waitFor({ timeout: T })
+      assert((await page.locator('[data-testid=tool-card] .tool-status').first().innerText()) === 'needs approval', 'the tool card says it waits')
+      if (SHOTS) await page.screenshot({ path: path.join(SHOTS, 'approval-light.png') })
+      await axeCheck(page, 'approval card')
+      // A page that opens the session now shows the same pending card (GET …/approvals, and the
+      // run's events replayed from its start).
+      const late = await newPage()
+      await late.goto(page.url())
+      await late.locator('[data-testid=approval-card]').waitFor({ timeout: T })
+      // Arguments that break the tool's schema are refused with the server's reason; the call stays pending.
+      await card.locator('textarea').fill('{"key": 5}')
+      await card.getByRole('button', { name: 'Approve' }).click()
+      const alert = card.getByRole('alert')
+      await alert.waitFor({ timeout: T })
+      assert((await alert.innerText()).length > 0, 'the refusal says why')
+      assert((await card.count()) === 1, 'still pending after the refusal')
+      // Not JSON at all: refused in the page, nothing sent.
+      await card.locator('textarea').fill('{"key": ')
+      await card.getByRole('button', { name: 'Approve' }).click()
+      await card.getByRole('alert', { hasText: 'not valid JSON' }).waitFor({ timeout: T })
+      // Edited arguments that fit run: both pages turn the card into a note.
+      await card.locator('textarea').fill('{"key": "beta"}')
+      await card.getByRole('button', { name: 'Approve' }).click()
+      for (const p of [page, late]) {
+        await p.locator('[data-testid=approval-note]', { hasText: 'Approved t__erase with edited arguments' }).waitFor({ timeout: T })
+        await p.getByText('Erased it.').waitFor({ timeout: T })
+        assert((await p.locator('[data-testid=approval-card]').count()) === 0, 'no card left')
+      }
+      await idle(page)
+      const tc = page.locator('[data-testid=tool-card]').first()
+      await tc.locator('summary').click()
+      assert((await tc.locator('.tool-body').innerText()).includes('erased beta'), 'the call ran with the edited arguments')
+      // Deny with a reason: the model gets a result that says so, and why.
+      await enqueue(erase('call_ap2', 'gamma'), { Content: 'Left gamma alone.' })
+      await send(page, 'Erase gamma')
+      await card.waitFor({ timeout: T })
+      await card.getByLabel(/Reason, if you deny it/).fill('gamma is still needed')
+      await card.getByRole('button', { name: 'Deny' }).click()
+      for (const p of [page, late]) await p.locator('[data-testid=approval-note]', { hasText: 'Denied t__erase: gamma is still needed' }).waitFor({ timeout: T })
+      await page.getByText('Left gamma alone.').waitFor({ timeout: T })
+      await idle(page)
+      const reqs = await control('GET', '/requests')
+      const afterDeny = reqs[reqs.length - 1].last
+      assert(afterDeny.includes('gamma is still needed'), 'the model read the denial and its reason: ' + afterDeny)
+      // Always allow: this call runs, and the next call of the tool in the session asks no more.
+      await enqueue(erase('call_ap3', 'delta'), { Content: 'Erased delta.' }, erase('call_ap4', 'epsilon'), { Content: 'Erased epsilon.' })
+      await send(page, 'Erase delta')
+      await card.waitFor({ timeout: T })
+      await card.getByRole('button', { name: 'Always allow' }).click()
+      await page.locator('[data-testid=approval-note]', { hasText: 'Always allowed t__erase in this session' }).waitFor({ timeout: T })
+      await page.getByText('Erased delta.').waitFor({ timeout: T })
+      await idle(page)
+      await send(page, 'Erase epsilon')
+      await page.getByText('Erased epsilon.').waitFor({ timeout: T })
+      assert((await page.locator('[data-testid=approval-card]').count()) === 0, 'no card for an always-allowed tool')
+      await late.close()
+      return page
+    },
+  ],
+  [
+    'branches: edit a message, "‹ 1 / 2 ›" switches, regenerate, a reload keeps the branch, another page follows, fork opens a new session',
+    async () => {
+      const page = await newPage()
+      await page.goto(BASE + '/')
+      await page.getByRole('heading', { name: 'What can I help with?' }).waitFor({ timeout: T })
+      await enqueue({ Content: 'Answer one.' })
+      await send(page, 'First question')
+      await page.getByText('Answer one.').waitFor({ timeout: T })
+      await idle(page)
+      await enqueue({ Content: 'Answer two.' })
+      await send(page, 'Second question')
+      await page.getByText('Answer two.').waitFor({ timeout: T })
+      await idle(page)
+      const id = page.url().split('/s/')[1]
+      const other = await newPage()
+      await other.goto(page.url())
+      await other.getByText('Answer two.').waitFor({ timeout: T })
+      const userMsg = (p, text) => p.locator('[data-testid=user-message]', { hasText: text })
+      const asstMsg = (p, text) => p.locator('[data-testid=assistant-message]', { hasText: text })
+      assert((await page.locator('[data-testid=branch-nav]').count()) === 0, 'no navigation before a branch exists')
+
+      // Edit the second question: the edited one and its answer replace it and what followed.
+      await userMsg(page, 'Second question').getByRole('button', { name: 'Edit message' }).click()
+      const editor = page.getByTestId('user-editor')
+      await editor.getByLabel('Edit message').fill('Second question, edited')
+      await enqueue({ Content: 'Answer to the edit.' })
+      await editor.getByRole('button', { name: 'Send edit' }).click()
+      await page.getByText('Answer to the edit.').waitFor({ timeout: T })
+      await idle(page)
+      assert((await page.getByText('Answer two.').count()) === 0, 'the old answer is not on the branch shown')
+      const nav = (loc) => loc.getByTestId('branch-nav').locator('.branch-pos')
+      await nav(userMsg(page, 'Second question, edited')).filter({ hasText: '2 / 2' }).waitFor({ timeout: T })
+      let reqs = await control('GET', '/requests')
+      assert(reqs[reqs.length - 1].last === 'Second question, edited', 'the model answered the edit: ' + reqs[reqs.length - 1].last)
+      // The other page followed the edit live, without a reload.
+      await other.getByText('Answer to the edit.').waitFor({ timeout: T })
+      assert((await other.getByText('Answer two.').count()) === 0, 'the other page cut the old branch away')
+      assert((await userMsg(other, 'Second question').count()) === 1, 'one second question on the other page')
+      await other.close()
+
+      // ‹ goes back to the first version: its question and its answer.
+      await userMsg(page, 'Second question, edited').getByRole('button', { name: 'Previous version' }).click()
+      await page.getByText('Answer two.').waitFor({ timeout: T })
+      assert((await page.getByText('Answer to the edit.').count()) === 0, 'the edit is on the other branch')
+      await nav(userMsg(page, 'Second question')).filter({ hasText: '1 / 2' }).waitFor({ timeout: T })
+
+      // Regenerate the answer on this branch: a sibling answer, "2 / 2" on it.
+      await enqueue({ Content: 'Answer two, again.' })
+      await asstMsg(page, 'Answer two.').getByRole('button', { name: 'Regenerate answer' }).click()
+      await page.getByText('Answer two, again.').waitFor({ timeout: T })
+      await idle(page)
+      assert((await page.getByText('Answer two.', { exact: true }).count()) === 0, 'the old answer went')
+      await nav(asstMsg(page, 'Answer two, again.')).filter({ hasText: '2 / 2' }).waitFor({ timeout: T })
+      reqs = await control('GET', '/requests')
+      assert(reqs[reqs.length - 1].last === 'Second question', 'the regeneration answered the same question: ' + reqs[reqs.length - 1].last)
+      if (SHOTS) await page.screenshot({ path: path.join(SHOTS, 'branches-light.png') })
+      await axeCheck(page, 'branches')
+
+      // A reload shows the same branch: the server keeps the active leaf.
+      await page.reload()
+      await page.getByText('Answer two, again.').waitFor({ timeout: T })
+      assert((await page.getByText('Answer to the edit.').count()) === 0 && (await page.getByText('Answer two.', { exact: true }).count()) === 0, 'only the active branch')
+      await nav(userMsg(page, 'Second question')).filter({ hasText: '1 / 2' }).waitFor({ timeout: T })
+      await nav(asstMsg(page, 'Answer two, again.')).filter({ hasText: '2 / 2' }).waitFor({ timeout: T })
+      const stored = (await api('GET', `/api/v1/sessions/${id}/messages`)).body.messages.map((m) => m.content)
+      assert(JSON.stringify(stored) === JSON.stringify(['First question', 'Answer one.', 'Second question', 'Answer two, again.']), 'the API reads the same branch: ' + JSON.stringify(stored))
+      // ‹ on the answer shows the first one; the branch of the edit is still there, › on the question.
+      await asstMsg(page, 'Answer two, again.').getByRole('button', { name: 'Previous version' }).click()
+      await page.getByText('Answer two.', { exact: true }).waitFor({ timeout: T })
+      await userMsg(page, 'Second question').getByRole('button', { name: 'Next version' }).click()
+      await page.getByText('Answer to the edit.').waitFor({ timeout: T })
+
+      // Fork at the first answer: a new session with the messages up to there, opened at once.
+      await asstMsg(page, 'Answer one.').getByRole('button', { name: 'Fork from here' }).click()
+      await page.waitForURL((u) => /\/s\/[0-9a-f-]{36}$/.test(u.pathname) && !u.pathname.endsWith(id), { timeout: T })
+      await page.getByText('Answer one.').waitFor({ timeout: T })
+      assert((await page.locator('[data-testid=user-message]').count()) === 1, 'the fork holds the branch up to the message')
+      assert((await page.getByText('Second question').count()) === 0, 'nothing after the fork point')
+      const forkId = page.url().split('/s/')[1]
+      const forked = (await api('GET', `/api/v1/sessions/${forkId}/messages`)).body.messages.map((m) => m.content)
+      assert(JSON.stringify(forked) === JSON.stringify(['First question', 'Answer one.']), 'the fork stored: ' + JSON.stringify(forked))
+      // The fork goes on by itself.
+      await enqueue({ Content: 'Answer in the fork.' })
+      await send(page, 'A question in the fork')
+      await page.getByText('Answer in the fork.').waitFor({ timeout: T })
+      await idle(page)
+      assert((await api('GET', `/api/v1/sessions/${id}/messages`)).body.messages.every((m) => m.content !== 'A question in the fork'), 'the source session is untouched')
+      return page
+    },
+  ],
 ]
 
 // ---- runner -----------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import {
   type TreeNode,
   type Usage,
 } from './api'
-import { applyFrame, cutFrom, initialChat, showBranch, withApprovals, withDecision, withHistory, withTree, type ChatState, type Entry, type Frame } from './chat'
+import { answerStart, applyFrame, cutFrom, initialChat, showBranch, withApprovals, withDecision, withHistory, withTree, type ChatState, type Entry, type Frame } from './chat'
 import { indexTree, siblings, type TreeIndex } from './branches'
 import { ApprovalAnswer, ApprovalView, type Answer } from './ApprovalCard'
 import { BranchNav, UserEditor } from './Branches'
@@ -79,6 +79,8 @@ interface Props {
 
 export function ChatView(p: Props) {
   const [state, dispatch] = useReducer(reduce, undefined, initialChat)
+  const stateRef = useRef(state)
+  stateRef.current = state
   const [conn, setConn] = useState<ConnState>('connecting')
   const [loading, setLoading] = useState(!!p.sessionId)
   const [session, setSession] = useState<Session | null>(null)
@@ -279,9 +281,10 @@ export function ChatView(p: Props) {
       const sid = sessionRef.current
       if (!sid) return
       try {
+        const from = answerStart(stateRef.current, id)
         await regenerate(sid, id, model ? { model } : {})
         setNotice('')
-        dispatch({ t: 'cut', id })
+        dispatch({ t: 'cut', id: from })
       } catch (e) {
         failed(e)
       }

@@ -114,6 +114,17 @@ export function cutFrom(s: ChatState, id: string): ChatState {
   return i < 0 ? s : cutAt(s, i)
 }
 
+// answerStart is the first message of the answer that message id belongs to: the one after the
+// user message before it (a regeneration answers that user message again, so all of the answer,
+// its tool rounds included, goes). It is id itself when no user message comes before it.
+export function answerStart(s: ChatState, id: string): string {
+  const i = s.path.indexOf(id)
+  if (i < 0) return id
+  const users = new Set(s.entries.filter((e) => e.kind === 'user').map((e) => e.id))
+  for (let j = i; j >= 0; j--) if (users.has(s.path[j])) return s.path[j + 1] ?? id
+  return id
+}
+
 // follow cuts the branch shown back to m's parent when m starts another branch.
 function follow(s: ChatState, m: Message): ChatState {
   if (s.path.length === 0) return s

@@ -3,7 +3,7 @@
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { addNodes, indexTree, mergeNodes, siblings } from '../src/branches'
-import { applyFrame, cutFrom, initialChat, showBranch, withHistory, withTree, type ChatState, type Frame } from '../src/chat'
+import { answerStart, applyFrame, cutFrom, initialChat, showBranch, withHistory, withTree, type ChatState, type Frame } from '../src/chat'
 import type { Message, TreeNode } from '../src/api'
 
 const S = 'sess'
@@ -136,4 +136,21 @@ test('a replayed tool result already shown updates nothing twice', () => {
   s = fold(s, [record(t), record(t)])
   assert.deepEqual(s.path, ['u1', 'a1', 't1'])
   assert.equal(s.results.c1.content, 'r')
+})
+
+test('answerStart: a regeneration takes away the whole answer, its tool rounds included', () => {
+  const call = { id: 'c1', type: 'function', function: { name: 'echo', arguments: '{}' } }
+  const s = withHistory(initialChat(), [
+    msg('u1', 'user', 'q'),
+    msg('a1', 'assistant', '', 'u1', { tool_calls: [call] }),
+    msg('t1', 'tool', 'echoed', 'a1', { tool_call_id: 'c1' }),
+    msg('a2', 'assistant', 'final', 't1'),
+    msg('u2', 'user', 'next', 'a2'),
+    msg('a3', 'assistant', 'done', 'u2'),
+  ])
+  assert.equal(answerStart(s, 'a2'), 'a1')
+  assert.equal(answerStart(s, 'a1'), 'a1')
+  assert.equal(answerStart(s, 'a3'), 'a3')
+  assert.deepEqual(texts(cutFrom(s, answerStart(s, 'a2'))), ['user:q'])
+  assert.equal(answerStart(s, 'unknown'), 'unknown')
 })
