@@ -566,12 +566,6 @@ function RowView(props: {
         )
       return (
         <div className="msg user" data-testid="user-message">
-          <div className="msg-actions">
-            {nav}
-            <button type="button" className="act" disabled={branch.busy} aria-label="Edit message" onClick={() => branch.onEdit(row.id)}>
-              Edit
-            </button>
-          </div>
           <div className="bubble">
             {row.images.length > 0 && (
               <div className="images">
@@ -594,6 +588,13 @@ function RowView(props: {
               </div>
             )}
             {row.text && <Markdown text={row.text} />}
+          </div>
+          {/* After the text in the page (its text comes first), before it on screen. */}
+          <div className="msg-actions before">
+            {nav}
+            <button type="button" className="act" disabled={branch.busy} aria-label="Edit message" onClick={() => branch.onEdit(row.id)}>
+              Edit
+            </button>
           </div>
         </div>
       )
