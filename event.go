@@ -23,7 +23,11 @@ const (
 	EventWebSearch      EventType = "web_search"       // WebSearch: a web search's query and sources
 	EventImage          EventType = "image"            // Image: a tool made an image (stored, or inline when degraded)
 	EventError          EventType = "error"            // Error: the run failed (a done event follows)
-	EventDone           EventType = "done"             // the run ended; FinishReason tells how; always last
+
+	// Tool approval (issue 23): a call waits for the session owner's decision, and got it.
+	EventApprovalRequired EventType = "approval_required" // Approval: a call waits for approval
+	EventApprovalResolved EventType = "approval_resolved" // Approval: a call was approved, denied or expired
+	EventDone             EventType = "done"              // the run ended; FinishReason tells how; always last
 
 	// Workspace events (issue 20), emitted by the built-in tools during a run.
 	EventTodoUpdate   EventType = "todo_update"   // Todos: the session's whole todo list after a change
@@ -56,6 +60,7 @@ type Event struct {
 	Artifact  *Artifact      `json:"artifact,omitempty"`
 	WebSearch *WebSearchInfo `json:"web_search,omitempty"`
 	Image     *ImageInfo     `json:"image,omitempty"`
+	Approval  *Approval      `json:"approval,omitempty"`
 }
 
 // ErrorBody is the client-visible form of an error.
@@ -94,7 +99,9 @@ const (
 // The states a status event reports.
 const (
 	RunPaused  = "paused"  // the run waits at a step boundary until it is resumed
-	RunResumed = "running" // the run goes on after a pause
+	RunResumed = "running" // the run goes on after a pause (or after waiting for approval)
+	// RunAwaitingApproval: the run waits for the owner's decision on a tool call.
+	RunAwaitingApproval = "awaiting_approval"
 	// RunRecovered: the process running the run died, and this one took the run over; it goes on
 	// from its last stored step (or ends at once, interrupted).
 	RunRecovered = "recovered"

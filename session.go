@@ -89,6 +89,7 @@ type Store interface {
 	RunStore
 	FileStore
 	WorkspaceStore
+	ApprovalStore
 
 	Close() error
 }

@@ -22,12 +22,15 @@ type Todo struct {
 // Project groups sessions of one owner; its instructions and memory go into the system prompt of
 // each of its sessions.
 type Project struct {
-	ID           string    `json:"id"`
-	Owner        string    `json:"owner"`
-	Name         string    `json:"name"`
-	Instructions string    `json:"instructions"`
-	CreatedAt    time.Time `json:"created_at"`
-	UpdatedAt    time.Time `json:"updated_at"`
+	ID           string `json:"id"`
+	Owner        string `json:"owner"`
+	Name         string `json:"name"`
+	Instructions string `json:"instructions"`
+	// ToolPolicy maps tool name patterns to PolicyAuto, PolicyAsk or PolicyDeny for the project's
+	// sessions (issue 23); it overrides the server's policy for the tools it matches.
+	ToolPolicy map[string]string `json:"tool_policy,omitempty"`
+	CreatedAt  time.Time         `json:"created_at"`
+	UpdatedAt  time.Time         `json:"updated_at"`
 }
 
 // MemoryEntry is one fact of a project's memory (seed 002's memory.json, per project).
@@ -72,7 +75,7 @@ type WorkspaceStore interface {
 	// ListProjects returns owner's projects, most recently updated first, and the cursor of the
 	// next page ("" on the last page). Page.Query is ignored.
 	ListProjects(ctx context.Context, owner string, p Page) ([]Project, string, error)
-	// UpdateProject stores p's Name, Instructions and UpdatedAt.
+	// UpdateProject stores p's Name, Instructions, ToolPolicy and UpdatedAt.
 	UpdateProject(ctx context.Context, p *Project) error
 	// DeleteProject deletes the project and its memory; its sessions stay, without a project.
 	DeleteProject(ctx context.Context, id string) error

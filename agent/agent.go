@@ -18,6 +18,7 @@ import (
 	"time"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/approval"
 	"github.com/parleyhq/parley/llmctx"
 	"github.com/parleyhq/parley/tools"
 )
@@ -69,6 +70,12 @@ type Config struct {
 	// instructions and memory, package workspace), read again before each model call; "" adds
 	// nothing. An error ends the run.
 	SessionPrompt func(ctx context.Context, sessionID string) (string, error)
+	// Approvals decides which tool calls wait for the session owner's approval and which are
+	// refused (issue 23); nil runs every call.
+	Approvals *approval.Resolver
+	// ApprovalTimeout is how long a call waits for a decision before it is denied (default
+	// DefaultApprovalTimeout).
+	ApprovalTimeout time.Duration
 	// Metrics records each model call; nil records nothing.
 	Metrics Metrics
 	Log     *slog.Logger
@@ -94,6 +101,9 @@ type Input struct {
 	// Gate, when set, is called before each step (each model call and each batch of tool
 	// calls): it waits while the run is paused, and an error from it ends the run.
 	Gate func(ctx context.Context) error
+	// AwaitApproval, when set, holds the run until check reports that its pending approvals are
+	// decided (runs.Run.AwaitApproval); without it, a call that needs approval is refused.
+	AwaitApproval func(ctx context.Context, until time.Time, check func(context.Context) (bool, error)) error
 }
 
 // Result is how a run ended.
@@ -301,7 +311,12 @@ func (a *Agent) loop(ctx context.Context, in Input, t *turn, res *Result) (*Resu
 			a.closeCalls(ctx, in, msg.ToolCalls, emitSafe)
 			return res, a.canceledOr(ctx, err)
 		}
-		if err := a.runTools(ctx, in, msg.ToolCalls, budget, allowed, emitSafe); err != nil {
+		verdicts, err := a.approve(ctx, in, t, msg.ToolCalls, budget)
+		if err != nil {
+			a.closeCalls(ctx, in, msg.ToolCalls, emitSafe)
+			return res, err
+		}
+		if err := a.runTools(ctx, in, msg.ToolCalls, budget, allowed, verdicts, emitSafe); err != nil {
 			return res, err
 		}
 		if ctx.Err() != nil {
@@ -439,7 +454,10 @@ func (a *Agent) assistant(in Input, model string, resp *parley.Response, latency
 // runTools runs the first budget calls in parallel, at most MaxParallelTools at a time, storing
 // each result as a tool message as soon as it is ready; the calls past the budget get an error
 // result without running. It returns only a storage error; tool failures are results.
-func (a *Agent) runTools(ctx context.Context, in Input, calls []parley.ToolCall, budget int, allowed map[string]bool, emit func(parley.Event)) error {
+//
+// verdicts (package approval, by call id) refuse calls or give them the arguments a person
+// edited; the stored assistant message keeps the calls as the model made them.
+func (a *Agent) runTools(ctx context.Context, in Input, calls []parley.ToolCall, budget int, allowed map[string]bool, verdicts map[string]verdict, emit func(parley.Event)) error {
 	ctx = tools.WithRun(ctx, tools.RunInfo{SessionID: in.SessionID, RunID: in.RunID, User: in.User, Emit: emit})
 	sem := make(chan struct{}, a.cfg.MaxParallelTools)
 	var (
@@ -457,6 +475,15 @@ func (a *Agent) runTools(ctx context.Context, in Input, calls []parley.ToolCall,
 			emit(parley.Event{Type: parley.EventToolCall, ToolCall: &call})
 			var out tools.Outcome
 			run := i < budget
+			v, judged := verdicts[call.ID]
+			if run && judged && v.refusal != "" {
+				run = false
+				out = tools.Outcome{Content: parley.Text(v.refusal)}
+			}
+			exec := call
+			if v.edited {
+				exec.Function.Arguments = v.args
+			}
 			if run {
 				// The ledger says the call started before it does: a crash from here on leaves it
 				// in doubt, and only a tool that may run twice is run again (Resume).
@@ -465,11 +492,14 @@ func (a *Agent) runTools(ctx context.Context, in Input, calls []parley.ToolCall,
 					run = false
 					out = tools.Outcome{Content: parley.Text("error: not run: the call could not be recorded before it ran; try again")}
 				} else {
-					tctx, span := a.startToolSpan(ctx, in, call)
-					out = a.cfg.Tools.Call(tctx, call, allowed)
+					tctx, span := a.startToolSpan(ctx, in, exec)
+					out = a.cfg.Tools.Call(tctx, exec, allowed)
 					a.endToolSpan(span, out)
+					if v.edited {
+						out.Content = prepend(out.Content, editedNote(v.args))
+					}
 				}
-			} else {
+			} else if !judged || v.refusal == "" {
 				out = tools.Outcome{Content: parley.Text(fmt.Sprintf("error: not run: this request may make at most %d tool calls; answer with what you have", a.cfg.MaxToolCalls))}
 			}
 			ok := out.Success

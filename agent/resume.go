@@ -85,7 +85,12 @@ func (a *Agent) Resume(ctx context.Context, in Input, emit func(parley.Event)) (
 			a.closeCalls(ctx, in, again, t.emit)
 			return res, a.canceledOr(ctx, err)
 		}
-		if err := a.runTools(ctx, in, again, len(again), t.allowed, t.emit); err != nil {
+		verdicts, err := a.approve(ctx, in, t, again, len(again))
+		if err != nil {
+			a.closeCalls(ctx, in, again, t.emit)
+			return res, err
+		}
+		if err := a.runTools(ctx, in, again, len(again), t.allowed, verdicts, t.emit); err != nil {
 			return res, err
 		}
 		if ctx.Err() != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/parleyhq/parley/approval"
 	"io"
 	"net"
 	"net/http"
@@ -144,6 +145,13 @@ func newEnvOn(t *testing.T, st testStore, ro runs.Options, mod func(*httpapi.Dep
 		Store: st, Chat: svc, Runs: mgr, MaxBodyBytes: 4096,
 		Auth:  &auth.Authenticator{Store: st},
 		Files: fsvc,
+		// Tool approval (issue 23): any tool's arguments pass but {"bad": …} (approvals_test.go).
+		Approvals: &approval.Service{Store: st, Notify: mgr.NotifyApproval, CheckArgs: func(tool string, args []byte) error {
+			if strings.Contains(string(args), `"bad"`) {
+				return parley.Errorf(parley.ECInvalid, "arguments do not fit the schema of %s: bad is not allowed", tool)
+			}
+			return nil
+		}},
 	}
 	if as, ok := st.(parley.ArtifactStore); ok {
 		d.Artifacts, d.ArtifactURLs = as, &artifact.Signer{Key: []byte("test-artifact-url-secret-0123456789")}

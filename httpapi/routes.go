@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"github.com/parleyhq/parley/approval"
 	"github.com/parleyhq/parley/chat"
 	"github.com/parleyhq/parley/web"
 )
@@ -25,6 +26,8 @@ func (s *server) routes() {
 	s.mux.Handle("POST /api/v1/sessions/{id}/pause", s.pipe(user, s.handleControl("pause")))
 	s.mux.Handle("POST /api/v1/sessions/{id}/resume", s.pipe(user, s.handleControl("resume")))
 	s.mux.Handle("POST /api/v1/sessions/{id}/retry", s.pipe(policy{body: jsonBody(true, s.Chat.ValidateRetry), run: true}, s.handleRetry()))
+	s.mux.Handle("GET /api/v1/sessions/{id}/approvals", s.pipe(user, s.handleListApprovals()))
+	s.mux.Handle("POST /api/v1/sessions/{id}/approvals/{call_id}", s.pipe(policy{body: jsonBody(false, (*approval.Answer).Check)}, s.handleDecideApproval()))
 	s.mux.Handle("GET /api/ws", s.pipe(user, s.handleWS()))
 
 	// Files (issue 20).

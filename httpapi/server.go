@@ -5,6 +5,7 @@ package httpapi
 
 import (
 	"context"
+	"github.com/parleyhq/parley/approval"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -68,6 +69,9 @@ type Deps struct {
 	Store parley.Store
 	Chat  *chat.Service
 	Runs  *runs.Manager
+	// Approvals answers tool approvals (issue 23); nil: no call waits for one, and the
+	// approvals routes find none.
+	Approvals *approval.Service
 	// Files serves the files API and collects the files of deleted sessions; nil: the files
 	// routes answer 404.
 	Files *files.Service

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"github.com/parleyhq/parley/approval"
 	"net/http"
 	"strings"
 	"time"
@@ -55,6 +56,8 @@ func (s *server) handleTodos() http.Handler {
 type projectBody struct {
 	Name         *string `json:"name"`
 	Instructions *string `json:"instructions"`
+	// ToolPolicy replaces the project's tool approval policy (issue 23); {} clears it.
+	ToolPolicy *map[string]string `json:"tool_policy"`
 }
 
 func (b *projectBody) check() error {
@@ -69,6 +72,11 @@ func (b *projectBody) check() error {
 			return err
 		}
 	}
+	if b.ToolPolicy != nil {
+		if err := approval.CheckMap(*b.ToolPolicy); err != nil {
+			return parley.Errorf(parley.ECInvalid, "%s", strings.Replace(err.Error(), "tool policy: ", "tool_policy: ", 1))
+		}
+	}
 	return nil
 }
 
@@ -80,8 +88,8 @@ func checkNewProject(b *projectBody) error {
 }
 
 func checkProjectPatch(b *projectBody) error {
-	if b.Name == nil && b.Instructions == nil {
-		return parley.Errorf(parley.ECInvalid, "nothing to change: give name, instructions or both")
+	if b.Name == nil && b.Instructions == nil && b.ToolPolicy == nil {
+		return parley.Errorf(parley.ECInvalid, "nothing to change: give name, instructions or tool_policy")
 	}
 	return b.check()
 }
@@ -93,6 +101,9 @@ func (s *server) handleCreateProject() http.Handler {
 		p := &parley.Project{ID: parley.NewID(), Owner: identityOf(r).User, Name: *b.Name, CreatedAt: t, UpdatedAt: t}
 		if b.Instructions != nil {
 			p.Instructions = *b.Instructions
+		}
+		if b.ToolPolicy != nil && len(*b.ToolPolicy) > 0 {
+			p.ToolPolicy = *b.ToolPolicy
 		}
 		if err := s.Store.CreateProject(r.Context(), p); err != nil {
 			writeError(w, err)
@@ -142,6 +153,12 @@ func (s *server) handlePatchProject() http.Handler {
 		}
 		if b.Instructions != nil {
 			p.Instructions = *b.Instructions
+		}
+		if b.ToolPolicy != nil {
+			p.ToolPolicy = *b.ToolPolicy
+			if len(p.ToolPolicy) == 0 {
+				p.ToolPolicy = nil
+			}
 		}
 		p.UpdatedAt = workspaceNow()
 		if err := s.Store.UpdateProject(r.Context(), p); err != nil {

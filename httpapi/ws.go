@@ -481,8 +481,20 @@ func (w *wsConn) handle(ctx context.Context, data []byte) {
 		}
 		out, err := w.controlFrame(ctx, c)
 		w.answer(in.ID, out, err)
+	case "approval":
+		var a wsApproval
+		if err := decodeData(in.Data, &a); err != nil {
+			w.fail(in.ID, err)
+			return
+		}
+		if err := a.Check(); err != nil {
+			w.fail(in.ID, err)
+			return
+		}
+		out, err := w.approvalFrame(ctx, a)
+		w.answer(in.ID, out, err)
 	default:
-		w.fail(in.ID, parley.Errorf(parley.ECInvalid, "type: %q is not a client frame (user_message, control or ping)", truncate(in.Type, 40)))
+		w.fail(in.ID, parley.Errorf(parley.ECInvalid, "type: %q is not a client frame (user_message, control, approval or ping)", truncate(in.Type, 40)))
 	}
 }
 

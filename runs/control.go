@@ -21,7 +21,7 @@ var ErrNoRun = parley.Errorf(parley.ECConflict, "no run is active in this sessio
 // or, through Options.SendControl, on the instance that runs it. It returns the run's id and its
 // state after the action: "aborting", "paused" or "running".
 func (m *Manager) Control(ctx context.Context, sessionID, action string) (runID, state string, err error) {
-	if action != ActionAbort && action != ActionPause && action != ActionResume {
+	if action != ActionAbort && action != ActionPause && action != ActionResume && action != ActionApproval {
 		return "", "", parley.Errorf(parley.ECInvalid, "action: must be abort, pause or resume")
 	}
 	if r, ok := m.Active(sessionID); ok {
@@ -77,6 +77,11 @@ func (r *Run) control(action string) (string, error) {
 		err = r.Pause()
 	case ActionResume:
 		err = r.Resume()
+	case ActionApproval:
+		r.wakeUp()
+		if r.Awaiting() {
+			return parley.RunAwaitingApproval, nil
+		}
 	default:
 		return "", parley.Errorf(parley.ECInvalid, "action: must be abort, pause or resume")
 	}

@@ -58,6 +58,9 @@ type Options struct {
 	SendControl func(ctx context.Context, instance, sessionID, runID, action string) (state string, err error)
 	// Metrics counts the runs this instance starts and finishes; nil counts nothing.
 	Metrics Metrics
+	// ApprovalPoll is how often a run waiting for approval reads the store (AwaitApproval;
+	// default DefaultApprovalPoll).
+	ApprovalPoll time.Duration
 }
 
 // Metrics records runs as they start and finish, and slow subscribers.
@@ -143,6 +146,9 @@ func NewManager(opts Options) *Manager {
 	if opts.Lease <= 0 {
 		opts.Lease = 30 * time.Second
 	}
+	if opts.ApprovalPoll <= 0 {
+		opts.ApprovalPoll = DefaultApprovalPoll
+	}
 	if opts.Instance == "" {
 		opts.Instance = parley.NewID()
 	}
@@ -189,6 +195,8 @@ type Run struct {
 	paused   bool
 	pausedAt time.Time
 	resumed  chan struct{} // closed when a pause ends
+	awaiting bool          // in AwaitApproval
+	wake     chan struct{} // a decision on an approval was stored (AwaitApproval); buffered 1
 }
 
 // ErrBusy is returned by Begin when the session already has an active run.
@@ -291,6 +299,7 @@ func (m *Manager) open(id string, spec Spec, first int64) (*Run, error) {
 		done: make(chan struct{}), closed: make(chan struct{}), written: make(chan struct{}), relayed: make(chan struct{}),
 		seqLimit: first + seqBlock - 1,
 		logger:   m.opts.Log.With("run_id", id, "session_id", spec.Session),
+		wake:     make(chan struct{}, 1),
 	}
 	m.runs[r.ID] = r
 	m.active[spec.Session] = r

@@ -81,6 +81,65 @@ func (r *Registry) RerunSafe(name string) bool {
 	return ok && rs.RerunSafe()
 }
 
+// Hinted is implemented by tools whose server says what a call does (MCP's readOnlyHint and
+// destructiveHint annotations); the tool approval policy reads them.
+type Hinted interface {
+	ReadOnly() bool
+	Destructive() bool
+}
+
+// Hints returns what the named tool's server says of it: read-only, or destructive (false, false
+// for a tool that says nothing, or an unknown name).
+func (r *Registry) Hints(name string) (readOnly, destructive bool) {
+	r.mu.RLock()
+	e, ok := r.tools[name]
+	r.mu.RUnlock()
+	if !ok {
+		return false, false
+	}
+	h, ok := e.tool.(Hinted)
+	if !ok {
+		return false, false
+	}
+	return h.ReadOnly(), h.Destructive()
+}
+
+// Server returns the MCP server of the named tool ("" for a built-in or unknown tool).
+func (r *Registry) Server(name string) string {
+	r.mu.RLock()
+	e, ok := r.tools[name]
+	r.mu.RUnlock()
+	if !ok {
+		return ""
+	}
+	if s, ok := e.tool.(Sourced); ok {
+		return s.Server()
+	}
+	return ""
+}
+
+// CheckArgs validates args against the named tool's argument checks (its JSON Schema, made
+// strict, and the key and size limits), as a call would be checked before it runs; the error
+// says what is wrong. Prompt-injection patterns are not looked for: these are a person's edits.
+func (r *Registry) CheckArgs(name string, args []byte) error {
+	r.mu.RLock()
+	e, ok := r.tools[name]
+	r.mu.RUnlock()
+	if !ok {
+		return parley.Errorf(parley.ECNotFound, "unknown tool %q", name)
+	}
+	obj, err := guard.Decode(args)
+	if err != nil {
+		return parley.Errorf(parley.ECInvalid, "arguments: not a JSON object")
+	}
+	if e.checker != nil {
+		if err := e.checker.Validate(obj); err != nil {
+			return parley.Errorf(parley.ECInvalid, "arguments do not fit the schema of %s: %v", name, err)
+		}
+	}
+	return nil
+}
+
 // Option configures a Registry.
 type Option func(*Registry)
 

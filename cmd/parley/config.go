@@ -15,6 +15,7 @@ import (
 	"time"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/approval"
 	"github.com/parleyhq/parley/limit"
 	"github.com/parleyhq/parley/provider/router"
 	"github.com/parleyhq/parley/tools/mcp"
@@ -82,6 +83,10 @@ type config struct {
 	RunRetain          time.Duration
 	EventRetention     time.Duration
 	PauseTimeout       time.Duration
+	ToolPolicy         string
+	ToolPolicyDefault  string
+	ApprovalTimeout    time.Duration
+	ApprovalPoll       time.Duration
 	InstanceID         string
 	RunLease           time.Duration
 	Heartbeat          time.Duration
@@ -179,6 +184,10 @@ func serveFlags(fs *flag.FlagSet, c *config) {
 	fs.DurationVar(&c.RunRetain, "run-retain", 5*time.Minute, "how long a finished run's events stay in memory for clients that resume")
 	fs.DurationVar(&c.EventRetention, "event-retention", 72*time.Hour, "how long run events stay in the database for clients that resume a stream (0: forever)")
 	fs.DurationVar(&c.PauseTimeout, "pause-timeout", 10*time.Minute, "a run paused for longer is aborted")
+	fs.StringVar(&c.ToolPolicy, "tool-policy", "", "tool approval policy: comma-separated pattern=auto|ask|deny (tool names, * and ? wildcards; the exact name, else the most specific pattern wins), e.g. 'mcp_fs_*=ask,mcp_fs_read*=auto,calculator=auto'; a project's tool_policy overrides it")
+	fs.StringVar(&c.ToolPolicyDefault, "tool-policy-default", "auto", "policy of a tool no pattern names: auto, ask or deny; MCP tools marked destructive (destructiveHint) ask and read-only ones (readOnlyHint) run, whatever this says")
+	fs.DurationVar(&c.ApprovalTimeout, "approval-timeout", 10*time.Minute, "a tool call waiting for approval this long is denied (the model is told nobody answered)")
+	fs.DurationVar(&c.ApprovalPoll, "approval-poll", 2*time.Second, "how often a run waiting for approval reads the database, for decisions given on an instance that could not tell it directly (without --redis-url)")
 	fs.StringVar(&c.InstanceID, "instance-id", "", "this process's name among instances sharing the database, stable across restarts (default: host name and --addr; random when the port is 0)")
 	fs.DurationVar(&c.RunLease, "run-lease", 30*time.Second, "a run whose process stops renewing it for this long is taken over by another instance")
 	fs.DurationVar(&c.Heartbeat, "heartbeat", 15*time.Second, "interval of keep-alives on streams: SSE comments, WebSocket pings")
@@ -398,6 +407,15 @@ func (c *config) validate() error {
 	}
 	if c.EventRetention < 0 || c.PauseTimeout <= 0 || c.MaxStreams < 0 || c.StreamIdle <= 0 || c.StreamLifetime <= 0 {
 		errs = append(errs, errors.New("pause-timeout, stream-idle and stream-lifetime must be positive; event-retention and max-streams-per-user not negative"))
+	}
+	if _, err := approval.Parse(c.ToolPolicy); err != nil {
+		errs = append(errs, err)
+	}
+	if !approval.ValidMode(c.ToolPolicyDefault) {
+		errs = append(errs, fmt.Errorf("tool-policy-default must be auto, ask or deny, not %q", c.ToolPolicyDefault))
+	}
+	if c.ApprovalTimeout <= 0 || c.ApprovalPoll <= 0 {
+		errs = append(errs, errors.New("approval-timeout and approval-poll must be positive"))
 	}
 	if c.RunLease < 3*time.Second {
 		errs = append(errs, errors.New("run-lease must be at least 3s"))

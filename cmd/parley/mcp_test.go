@@ -104,7 +104,7 @@ func TestChatCallsAnMCPTool(t *testing.T) {
 			found = tool.Server == "t" && tool.Health == "ready" && tool.Breaker == "closed"
 		}
 	}
-	if !found || len(tl.Servers) != 1 || tl.Servers[0].State != "ready" || tl.Servers[0].Tools != 7 {
+	if !found || len(tl.Servers) != 1 || tl.Servers[0].State != "ready" || tl.Servers[0].Tools != 8 {
 		t.Fatalf("tools: %+v", tl)
 	}
 

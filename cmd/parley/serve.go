@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/parleyhq/parley/agent"
+	"github.com/parleyhq/parley/approval"
 	"github.com/parleyhq/parley/chat"
 	"github.com/parleyhq/parley/files"
 	"github.com/parleyhq/parley/httpapi"
@@ -142,7 +143,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 
 	peers := newCluster(guard.redis, instance, log, met.RelayLag)
 	runOpts := runs.Options{Retain: c.RunRetain, Log: log, MaxActive: c.MaxRuns, Events: store, PauseTimeout: c.PauseTimeout,
-		Runs: store, Instance: instance, Lease: c.RunLease, Metrics: met}
+		Runs: store, Instance: instance, Lease: c.RunLease, Metrics: met, ApprovalPoll: c.ApprovalPoll}
 	peers.wire(&runOpts)
 	runMgr := runs.NewManager(runOpts)
 	peers.start(runMgr)
@@ -160,7 +161,15 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		}
 	})
 	defer stopRuns()
+	toolPolicy, _ := approval.Parse(c.ToolPolicy) // checked with the flags
+	approvals := &approval.Resolver{Server: toolPolicy, Default: c.ToolPolicyDefault, Store: store,
+		Hints: func(tool string) approval.Hints {
+			ro, d := reg.Hints(tool)
+			return approval.Hints{ReadOnly: ro, Destructive: d}
+		}}
 	ag := agent.New(agent.Config{
+		Approvals:         approvals,
+		ApprovalTimeout:   c.ApprovalTimeout,
 		Store:             store,
 		History:           historycache.New(store, int64(c.HistoryCacheMB)<<20),
 		Resolve:           models.Resolve,
@@ -217,6 +226,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		Store:        store,
 		Chat:         svc,
 		Runs:         runMgr,
+		Approvals:    &approval.Service{Store: store, CheckArgs: reg.CheckArgs, Notify: runMgr.NotifyApproval},
 		Files:        fileSvc,
 		Tools:        func() ([]httpapi.ToolInfo, []httpapi.ServerInfo) { return toolInfos(reg, mcpServers) },
 		Models:       func() []httpapi.ModelInfo { return modelInfos(models) },

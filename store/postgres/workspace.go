@@ -62,12 +62,20 @@ func (s *Store) Todos(ctx context.Context, sessionID string) ([]parley.Todo, err
 	return out, nil
 }
 
-const projectCols = `id, owner, name, instructions, created_at, updated_at`
+const projectCols = `id, owner, name, instructions, tool_policy, created_at, updated_at`
 
 func scanProject(r pgx.Row) (*parley.Project, error) {
-	var p parley.Project
-	if err := r.Scan(&p.ID, &p.Owner, &p.Name, &p.Instructions, &p.CreatedAt, &p.UpdatedAt); err != nil {
+	var (
+		p      parley.Project
+		policy string
+	)
+	if err := r.Scan(&p.ID, &p.Owner, &p.Name, &p.Instructions, &policy, &p.CreatedAt, &p.UpdatedAt); err != nil {
 		return nil, err
+	}
+	if policy != "" {
+		if err := json.Unmarshal([]byte(policy), &p.ToolPolicy); err != nil {
+			return nil, fmt.Errorf("postgres: decoding a project's tool policy: %w", err)
+		}
 	}
 	p.CreatedAt, p.UpdatedAt = p.CreatedAt.UTC(), p.UpdatedAt.UTC()
 	return &p, nil
@@ -78,8 +86,8 @@ func (s *Store) CreateProject(ctx context.Context, p *parley.Project) error {
 	if p.ID == "" || p.Owner == "" || p.CreatedAt.IsZero() || p.UpdatedAt.IsZero() {
 		return parley.Errorf(parley.ECInvalid, "project: id, owner, created_at and updated_at are required")
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO projects (`+projectCols+`) VALUES ($1, $2, $3, $4, $5, $6)`,
-		p.ID, p.Owner, p.Name, p.Instructions, p.CreatedAt.UTC(), p.UpdatedAt.UTC())
+	_, err := s.pool.Exec(ctx, `INSERT INTO projects (`+projectCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+		p.ID, p.Owner, p.Name, p.Instructions, encodePolicy(p.ToolPolicy), p.CreatedAt.UTC(), p.UpdatedAt.UTC())
 	if err != nil {
 		return fmt.Errorf("postgres: creating project: %w", err)
 	}
@@ -143,8 +151,8 @@ func (s *Store) ListProjects(ctx context.Context, owner string, pg parley.Page) 
 
 // UpdateProject stores p's name, instructions and updated_at.
 func (s *Store) UpdateProject(ctx context.Context, p *parley.Project) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE projects SET name = $1, instructions = $2, updated_at = $3 WHERE id = $4`,
-		p.Name, p.Instructions, p.UpdatedAt.UTC(), p.ID)
+	tag, err := s.pool.Exec(ctx, `UPDATE projects SET name = $1, instructions = $2, tool_policy = $3, updated_at = $4 WHERE id = $5`,
+		p.Name, p.Instructions, encodePolicy(p.ToolPolicy), p.UpdatedAt.UTC(), p.ID)
 	if err != nil {
 		return fmt.Errorf("postgres: updating project: %w", err)
 	}
@@ -282,4 +290,13 @@ func (s *Store) DeleteMemory(ctx context.Context, projectID, id string) error {
 		return notFound("memory entry", id)
 	}
 	return nil
+}
+
+// encodePolicy is a project's tool policy as stored: a JSON object, or "" for none.
+func encodePolicy(m map[string]string) string {
+	if len(m) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(m) // a map of strings always encodes
+	return string(b)
 }

@@ -80,14 +80,18 @@ func (s *Store) Todos(ctx context.Context, sessionID string) ([]parley.Todo, err
 	return out, nil
 }
 
-const projectCols = `id, owner, name, instructions, created_at, updated_at`
+const projectCols = `id, owner, name, instructions, tool_policy, created_at, updated_at`
 
 func scanProject(r scanner) (*parley.Project, error) {
 	var (
 		p        parley.Project
 		cre, upd int64
+		policy   string
 	)
-	if err := r.Scan(&p.ID, &p.Owner, &p.Name, &p.Instructions, &cre, &upd); err != nil {
+	if err := r.Scan(&p.ID, &p.Owner, &p.Name, &p.Instructions, &policy, &cre, &upd); err != nil {
+		return nil, err
+	}
+	if err := decodePolicy(policy, &p.ToolPolicy); err != nil {
 		return nil, err
 	}
 	p.CreatedAt, p.UpdatedAt = fromMicros(cre), fromMicros(upd)
@@ -100,8 +104,8 @@ func (s *Store) CreateProject(ctx context.Context, p *parley.Project) error {
 		return parley.Errorf(parley.ECInvalid, "project: id, owner, created_at and updated_at are required")
 	}
 	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO projects (`+projectCols+`) VALUES (?, ?, ?, ?, ?, ?)`,
-			p.ID, p.Owner, p.Name, p.Instructions, micros(p.CreatedAt), micros(p.UpdatedAt))
+		_, err := tx.ExecContext(ctx, `INSERT INTO projects (`+projectCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			p.ID, p.Owner, p.Name, p.Instructions, encodePolicy(p.ToolPolicy), micros(p.CreatedAt), micros(p.UpdatedAt))
 		if err != nil {
 			return fmt.Errorf("sqlite: creating project: %w", err)
 		}
@@ -168,8 +172,8 @@ func (s *Store) ListProjects(ctx context.Context, owner string, pg parley.Page) 
 // UpdateProject stores p's name, instructions and updated_at.
 func (s *Store) UpdateProject(ctx context.Context, p *parley.Project) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE projects SET name = ?, instructions = ?, updated_at = ? WHERE id = ?`,
-			p.Name, p.Instructions, micros(p.UpdatedAt), p.ID)
+		res, err := tx.ExecContext(ctx, `UPDATE projects SET name = ?, instructions = ?, tool_policy = ?, updated_at = ? WHERE id = ?`,
+			p.Name, p.Instructions, encodePolicy(p.ToolPolicy), micros(p.UpdatedAt), p.ID)
 		if err != nil {
 			return fmt.Errorf("sqlite: updating project: %w", err)
 		}
@@ -323,4 +327,23 @@ func (s *Store) DeleteMemory(ctx context.Context, projectID, id string) error {
 		}
 		return nil
 	})
+}
+
+// encodePolicy is a project's tool policy as stored: a JSON object, or "" for none.
+func encodePolicy(m map[string]string) string {
+	if len(m) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(m) // a map of strings always encodes
+	return string(b)
+}
+
+func decodePolicy(s string, dst *map[string]string) error {
+	if s == "" {
+		return nil
+	}
+	if err := json.Unmarshal([]byte(s), dst); err != nil {
+		return fmt.Errorf("sqlite: decoding a project's tool policy: %w", err)
+	}
+	return nil
 }

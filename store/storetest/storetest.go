@@ -61,6 +61,8 @@ func Run(t *testing.T, open func(t *testing.T) parley.Store) {
 		{"Memory", testMemory},
 		{"Artifacts", testArtifacts},
 		{"SearchCosts", testSearchCosts},
+		{"Approvals", testApprovals},
+		{"ProjectToolPolicy", testProjectToolPolicy},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

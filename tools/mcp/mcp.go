@@ -350,7 +350,13 @@ func (s *Server) Refresh(ctx context.Context) error {
 		// The server's own hints say whether a call may run twice: read-only tools, and tools whose
 		// repeated calls have no further effect.
 		rerun := t.Annotations != nil && (t.Annotations.ReadOnlyHint || t.Annotations.IdempotentHint)
-		tools = append(tools, &Tool{server: s, remote: t.Name, rerun: rerun, spec: parley.ToolSpec{Name: name, Description: desc, Parameters: schema}})
+		// And whether a call needs a person's approval: a destructive tool asks by default, a
+		// read-only one runs (package approval). MCP's destructiveHint defaults to true, but
+		// only a server that says so marks a tool destructive here: most say nothing.
+		readOnly := t.Annotations != nil && t.Annotations.ReadOnlyHint
+		destructive := !readOnly && t.Annotations != nil && t.Annotations.DestructiveHint != nil && *t.Annotations.DestructiveHint
+		tools = append(tools, &Tool{server: s, remote: t.Name, rerun: rerun, readOnly: readOnly, destructive: destructive,
+			spec: parley.ToolSpec{Name: name, Description: desc, Parameters: schema}})
 	}
 	sort.Slice(tools, func(i, j int) bool { return tools[i].spec.Name < tools[j].spec.Name })
 	s.mu.Lock()
@@ -423,7 +429,16 @@ type Tool struct {
 	remote string // the name the server knows
 	spec   parley.ToolSpec
 	rerun  bool // the server marks the tool read-only or idempotent
+
+	readOnly, destructive bool // the server's readOnlyHint, and destructiveHint (true) on a tool not read-only
 }
+
+// ReadOnly reports whether the server marks the tool read-only (readOnlyHint).
+func (t *Tool) ReadOnly() bool { return t.readOnly }
+
+// Destructive reports whether the server marks the tool destructive (destructiveHint true) and
+// not read-only.
+func (t *Tool) Destructive() bool { return t.destructive }
 
 var _ parley.Tool = (*Tool)(nil)
 

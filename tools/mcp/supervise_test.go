@@ -108,7 +108,7 @@ func callText(t *testing.T, s *Server, tool, args string) (string, error) {
 func TestKilledServerComesBack(t *testing.T) {
 	s, pidFile := supervised(t, Options{}, "")
 	<-s.Started()
-	if h := s.Health(); h.State != StateReady || h.Tools != 7 || h.Breaker != "closed" || h.Transport != "stdio" {
+	if h := s.Health(); h.State != StateReady || h.Tools != 8 || h.Breaker != "closed" || h.Transport != "stdio" {
 		t.Fatalf("health after start: %+v", h)
 	}
 	first, err := callText(t, s, "pid", `{}`)

@@ -149,7 +149,8 @@ func journaled(verb string) sdk.ToolHandler {
 }
 
 // NewServer returns the server: tools echo, add, pid, sleep, crash, and the journaled write (no
-// hints: it may not run twice) and read (read-only: it may).
+// hints: it may not run twice), read (read-only: it may) and erase (destructive: it asks for
+// approval by default).
 func NewServer() *sdk.Server {
 	srv := sdk.NewServer(&sdk.Implementation{Name: "parley-mcptest", Version: "1"}, nil)
 	srv.AddTool(&sdk.Tool{Name: "echo", Description: "Echoes the text back.",
@@ -186,6 +187,9 @@ func NewServer() *sdk.Server {
 	srv.AddTool(&sdk.Tool{Name: "write", Description: "Writes key to the journal.", InputSchema: args}, journaled("wrote"))
 	srv.AddTool(&sdk.Tool{Name: "read", Description: "Reads key from the journal.", InputSchema: args,
 		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}}, journaled("read"))
+	destructive := true
+	srv.AddTool(&sdk.Tool{Name: "erase", Description: "Erases key (writes it to the journal).", InputSchema: args,
+		Annotations: &sdk.ToolAnnotations{DestructiveHint: &destructive}}, journaled("erased"))
 	srv.AddTool(&sdk.Tool{Name: "crash", Description: "Exits the server process at once.", InputSchema: json.RawMessage(`{"type":"object"}`)},
 		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 			os.Exit(3)
