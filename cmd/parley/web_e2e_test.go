@@ -81,7 +81,10 @@ func TestWebUIInABrowser(t *testing.T) {
 	}
 	searx := fakeSearXNG(t)
 	imgs := fakeOpenAIImages(t, filestest.PNG(40, 30))
+	// --tool-policy: t__write asks for approval by this flag, t__erase by its destructiveHint (the
+	// approval case uses both).
 	common := []string{"--config", cfgPath, "--rate-limit", "off", "--provider-attempts", "1", "--breaker-failures", "1000", "--artifacts",
+		"--tool-policy", "t__write=ask",
 		"--search-backend", "searxng", "--searxng-url", searx.URL,
 		"--image-backend", "openai", "--image-model", "dall-e-2", "--image-base-url", imgs.URL + "/v1", "--image-api-key-env", "IMG_KEY"}
 	imgEnv := map[string]string{"IMG_KEY": "sk-img"}

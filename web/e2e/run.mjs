@@ -943,7 +943,9 @@ const cases = [
   [
     'tool approval: a card with editable arguments, a schema error, approve, deny with a reason, always allow; a page opened late sees it',
     async () => {
-      const erase = (id, key) => ({ ToolCalls: [{ id, type: 'function', function: { name: 't__erase', arguments: JSON.stringify({ key }) } }] })
+      // t__erase asks by its MCP destructiveHint, t__write by the harness's --tool-policy.
+      const call = (tool, id, key) => ({ ToolCalls: [{ id, type: 'function', function: { name: tool, arguments: JSON.stringify({ key }) } }] })
+      const erase = (id, key) => call('t__erase', id, key)
       await enqueue(erase('call_ap1', 'alpha'), { Content: 'Erased it.' })
       const page = await newPage()
       await page.goto(BASE + '/')
@@ -987,12 +989,12 @@ const cases = [
       await tc.locator('summary').click()
       assert((await tc.locator('.tool-body').innerText()).includes('erased beta'), 'the call ran with the edited arguments')
       // Deny with a reason: the model gets a result that says so, and why.
-      await enqueue(erase('call_ap2', 'gamma'), { Content: 'Left gamma alone.' })
-      await send(page, 'Erase gamma')
+      await enqueue(call('t__write', 'call_ap2', 'gamma'), { Content: 'Left gamma alone.' })
+      await send(page, 'Write gamma')
       await card.waitFor({ timeout: T })
       await card.getByLabel(/Reason, if you deny it/).fill('gamma is still needed')
       await card.getByRole('button', { name: 'Deny' }).click()
-      for (const p of [page, late]) await p.locator('[data-testid=approval-note]', { hasText: 'Denied t__erase: gamma is still needed' }).waitFor({ timeout: T })
+      for (const p of [page, late]) await p.locator('[data-testid=approval-note]', { hasText: 'Denied t__write: gamma is still needed' }).waitFor({ timeout: T })
       await page.getByText('Left gamma alone.').waitFor({ timeout: T })
       await idle(page)
       const reqs = await control('GET', '/requests')

@@ -51,7 +51,6 @@ function ApprovalCard(props: { item: ApprovalItem }) {
       <div className="approval-head">
         <strong>Run {it.tool}?</strong>
         {it.server && <span className="badge">{it.server}</span>}
-        <span className="tool-status">needs approval</span>
       </div>
       {it.why && <p className="approval-why small">{it.why}</p>}
       <label htmlFor={key + '-args'} className="tool-label">

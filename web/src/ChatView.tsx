@@ -443,9 +443,10 @@ function Messages(props: { state: ChatState; loading: boolean; running: boolean;
     // A final answer (an assistant message without tool calls) ends the run: no "answering" row
     // after it while the run's `done` is on its way.
     const answered = last?.kind === 'assistant' && last.toolCalls.length === 0 && !last.partial
-    if ((props.running && !answered) || state.draft.text || state.draft.reasoning) r.push({ kind: 'draft', id: 'draft-' + state.entries.length })
+    // While a call waits for approval nothing is being answered: its card is the last thing.
+    if ((props.running && !answered && state.run !== 'awaiting') || state.draft.text || state.draft.reasoning) r.push({ kind: 'draft', id: 'draft-' + state.entries.length })
     return r
-  }, [state.entries, state.draft, state.approvals, props.running])
+  }, [state.entries, state.draft, state.approvals, state.run, props.running])
   const lastError = useMemo(() => {
     for (let i = state.entries.length - 1; i >= 0; i--) if (state.entries[i].kind === 'error') return state.entries[i].id
     return ''

@@ -110,7 +110,7 @@ export function AssistantBody(props: { entry: Extract<Entry, { kind: 'assistant'
   return (
     <>
       {e.reasoning && <Reasoning text={e.reasoning} streaming={props.streaming} ms={e.thoughtMs} draft={props.draft} />}
-      {e.text ? <Markdown text={e.text} /> : props.streaming && !e.reasoning ? <span className="typing" aria-label="The model is answering" /> : null}
+      {e.text ? <Markdown text={e.text} /> : props.streaming && !e.reasoning ? <span className="typing" role="img" aria-label="The model is answering" /> : null}
       {e.toolCalls.map((c) => (
         <Fragment key={c.id}>
           <ToolCard call={c} state={props.state} toolServers={props.toolServers} />
