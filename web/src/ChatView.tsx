@@ -24,7 +24,7 @@ import {
   type Usage,
 } from './api'
 import { answerStart, applyFrame, cutFrom, initialChat, showBranch, withApprovals, withDecision, withHistory, withTree, type ChatState, type Entry, type Frame } from './chat'
-import { indexTree, siblings, type TreeIndex } from './branches'
+import { endsAnswer, indexTree, siblings, type TreeIndex } from './branches'
 import { ApprovalAnswer, ApprovalView, type Answer } from './ApprovalCard'
 import { BranchNav, UserEditor } from './Branches'
 import { Conn, type ConnState } from './ws'
@@ -517,7 +517,7 @@ function Messages(props: { state: ChatState; loading: boolean; running: boolean;
                   canRetry={row.id === lastError}
                   onRetry={props.onRetry}
                   branch={props.branch}
-                  final={row.kind === 'assistant' && isFinal(rows, it.index)}
+                  final={endsAnswer(rows, it.index)}
                 />
               </div>
             )
@@ -526,19 +526,6 @@ function Messages(props: { state: ChatState; loading: boolean; running: boolean;
       </div>
     </div>
   )
-}
-
-// isFinal: the assistant row at i ends its turn (no more of the answer follows it), so it offers
-// Regenerate and Fork.
-function isFinal(rows: Row[], i: number): boolean {
-  const r = rows[i]
-  if (r.kind !== 'assistant' || r.partial) return false
-  for (let j = i + 1; j < rows.length; j++) {
-    const k = rows[j].kind
-    if (k === 'user') return true
-    if (k === 'assistant' || k === 'draft') return false
-  }
-  return r.toolCalls.length === 0
 }
 
 function RowView(props: {

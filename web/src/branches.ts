@@ -56,3 +56,17 @@ export function mergeNodes(current: readonly TreeNode[] | null, read: TreeNode[]
   const extra = current.filter((n) => !have.has(n.id))
   return extra.length ? [...read, ...extra] : read
 }
+
+// endsAnswer says whether row i is the last assistant message of an answer (nothing more of that
+// answer follows it: the next row is a question, or there is none and it asks for no tools): it
+// offers Regenerate and Fork.
+export function endsAnswer(rows: readonly { kind: string; partial?: boolean; toolCalls?: unknown[] }[], i: number): boolean {
+  const r = rows[i]
+  if (r?.kind !== 'assistant' || r.partial) return false
+  for (let j = i + 1; j < rows.length; j++) {
+    const k = rows[j].kind
+    if (k === 'user') return true
+    if (k === 'assistant' || k === 'draft') return false
+  }
+  return (r.toolCalls?.length ?? 0) === 0
+}

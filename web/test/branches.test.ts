@@ -2,7 +2,7 @@
 // (src/chat.ts: an edit or a regeneration, seen live, cuts the old branch away; a switch replaces it).
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { addNodes, indexTree, mergeNodes, siblings } from '../src/branches'
+import { addNodes, endsAnswer, indexTree, mergeNodes, siblings } from '../src/branches'
 import { answerStart, applyFrame, cutFrom, initialChat, showBranch, withHistory, withTree, type ChatState, type Frame } from '../src/chat'
 import type { Message, TreeNode } from '../src/api'
 
@@ -153,4 +153,22 @@ test('answerStart: a regeneration takes away the whole answer, its tool rounds i
   assert.equal(answerStart(s, 'a3'), 'a3')
   assert.deepEqual(texts(cutFrom(s, answerStart(s, 'a2'))), ['user:q'])
   assert.equal(answerStart(s, 'unknown'), 'unknown')
+})
+
+test('endsAnswer: Regenerate and Fork sit on the last message of each answer only', () => {
+  const call = [{}]
+  const rows = [
+    { kind: 'user' },
+    { kind: 'assistant', toolCalls: call }, // asks for a tool: the answer goes on
+    { kind: 'assistant', toolCalls: [] }, // the answer's end
+    { kind: 'error' },
+    { kind: 'user' },
+    { kind: 'assistant', toolCalls: [], partial: true }, // not stored: nothing to regenerate
+    { kind: 'user' },
+    { kind: 'assistant', toolCalls: call }, // the last row, still asking for tools
+  ]
+  assert.deepEqual(rows.map((_, i) => endsAnswer(rows, i)), [false, false, true, false, false, false, false, false])
+  const streaming = [{ kind: 'user' }, { kind: 'assistant', toolCalls: [] }, { kind: 'draft' }]
+  assert.equal(endsAnswer(streaming, 1), false, 'a draft after it: the answer is still going')
+  assert.equal(endsAnswer([{ kind: 'assistant', toolCalls: [] }], 0), true)
 })
