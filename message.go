@@ -48,7 +48,7 @@ type Message struct {
 	// Metadata kept by Parley.
 	ID         string `json:"id,omitempty"`          // UUIDv7, time-ordered
 	SessionID  string `json:"session_id,omitempty"`  // owning session
-	Seq        int64  `json:"seq,omitempty"`         // 1-based position in the session, set by the store
+	Seq        int64  `json:"seq,omitempty"`         // 1-based storage order in the session (all branches), set by the store
 	RunID      string `json:"run_id,omitempty"`      // the run that produced it
 	Model      string `json:"model,omitempty"`       // assistant: the model that answered
 	LatencyMS  int64  `json:"latency_ms,omitempty"`  // assistant: model time; tool: execution time
@@ -56,6 +56,9 @@ type Message struct {
 	Success    *bool  `json:"success,omitempty"`     // tool: whether the tool succeeded
 	ResourceID string `json:"resource_id,omitempty"` // tool: a resource the result refers to
 	Server     string `json:"server,omitempty"`      // tool: the MCP server that ran the tool
+	// ParentID is the message this one follows in its branch ("" for a first message); set by
+	// the store (see BranchStore).
+	ParentID string `json:"parent_id,omitempty"`
 	// Error marks a failed turn: on the assistant message stored when a run's model call failed
 	// (an upstream error, a cut stream, a timeout), the code of that error. The message holds
 	// what was streamed before the failure. A failed turn is left out of what the model is sent

@@ -17,6 +17,9 @@ type Session struct {
 	UpdatedAt time.Time `json:"updated_at"`
 	// ProjectID is the project the session belongs to ("" for none).
 	ProjectID string `json:"project_id,omitempty"`
+	// LeafID is the last message of the session's active branch ("" while it has no message).
+	// Stores fill it in; it is ignored by CreateSession.
+	LeafID string `json:"leaf_id,omitempty"`
 	// Usage totals the token usage of the session's messages. Stores fill it in; it is ignored by
 	// CreateSession.
 	Usage Usage `json:"usage"`
@@ -59,18 +62,21 @@ type Store interface {
 	// DeleteSession deletes the session, its messages and resources.
 	DeleteSession(ctx context.Context, id string) error
 
-	// AppendMessages appends msgs to the session in one transaction, sets each one's Seq (and
-	// SessionID), adds their Usage to the session's, and bumps the session's updated_at to the last
-	// message's CreatedAt (it never moves back). Each message
-	// must have ID and CreatedAt set. An unknown session gives ErrNotFound.
+	// AppendMessages appends msgs to the session in one transaction, sets each one's Seq,
+	// SessionID and ParentID, links them into the session's tree and makes the last one the
+	// active leaf (see BranchStore), adds their Usage to the session's, and bumps the session's
+	// updated_at to the last message's CreatedAt (it never moves back). Each message must have
+	// ID and CreatedAt set; a ParentID given must name a message of the session (or be
+	// ParentRoot). An unknown session gives ErrNotFound.
 	AppendMessages(ctx context.Context, sessionID string, msgs ...*Message) error
-	// ListMessages returns up to limit messages with Seq > afterSeq, in order.
+	// ListMessages returns up to limit messages of the active branch with Seq > afterSeq, in
+	// order.
 	ListMessages(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]Message, error)
-	// History returns every message of the session, in order.
+	// History returns every message of the active branch, in order.
 	History(ctx context.Context, sessionID string) ([]Message, error)
-	// ModelHistory returns every message of the session, in order, with only the fields a model
-	// is sent and the mark of a failed turn (Message.ModelView): the cheap read the agent loop
-	// makes before each model call.
+	// ModelHistory returns every message of the active branch, in order, with only the fields a
+	// model is sent and the mark of a failed turn (Message.ModelView): the cheap read the agent
+	// loop makes before each model call.
 	ModelHistory(ctx context.Context, sessionID string) ([]Message, error)
 	// OwnerUsage totals the token usage of all of owner's sessions.
 	OwnerUsage(ctx context.Context, owner string) (Usage, error)
@@ -84,6 +90,7 @@ type Store interface {
 	PutResource(ctx context.Context, r *Resource) error
 	GetResource(ctx context.Context, id string) (*Resource, error)
 
+	BranchStore
 	KeyStore
 	EventStore
 	RunStore

@@ -74,6 +74,10 @@ type Request struct {
 	// ProjectID puts the session a message without session_id creates into this project of the
 	// caller's (issue 20).
 	ProjectID string `json:"project_id,omitempty"`
+	// ParentID is the message of session_id the new user message follows (issue 23): "" for the
+	// session's active leaf, parley.ParentRoot for none (a new first message). Naming another
+	// message starts a new branch there, which becomes the active one.
+	ParentID string `json:"parent_id,omitempty"`
 }
 
 // Started describes a run that has begun: the user's message is stored.
@@ -151,7 +155,7 @@ func (s *Service) Send(ctx context.Context, owner string, req Request) (*Started
 		return nil, err
 	}
 	user := &parley.Message{
-		ID: parley.NewID(), Role: parley.RoleUser, Content: content, RunID: run.ID, CreatedAt: now,
+		ID: parley.NewID(), Role: parley.RoleUser, Content: content, RunID: run.ID, CreatedAt: now, ParentID: req.ParentID,
 	}
 	if err := s.Store.AppendMessages(ctx, sess.ID, user); err != nil {
 		run.Release()
@@ -352,6 +356,14 @@ func (s *Service) validate(req *Request) (parley.Content, error) {
 	}
 	if err := parley.CheckText("model", req.Model, parley.TextName); err != nil {
 		return parley.Content{}, err
+	}
+	if req.ParentID != "" {
+		if req.SessionID == "" {
+			return parley.Content{}, parley.Errorf(parley.ECInvalid, "parent_id: only with session_id")
+		}
+		if err := parley.CheckText("parent_id", req.ParentID, parley.TextName); err != nil || len(req.ParentID) > 64 {
+			return parley.Content{}, parley.Errorf(parley.ECInvalid, "parent_id: not a message id")
+		}
 	}
 	if req.ProjectID != "" {
 		if req.SessionID != "" {

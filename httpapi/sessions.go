@@ -297,7 +297,16 @@ func (s *server) handleListMessages() http.Handler {
 			writeError(w, err)
 			return
 		}
-		msgs, err := s.Store.ListMessages(r.Context(), sess.ID, int64(after), limit)
+		// The active branch, or the branch of ?leaf= (issue 23).
+		leaf := r.URL.Query().Get("leaf")
+		if leaf != "" && !validID(leaf) {
+			writeError(w, parley.Errorf(parley.ECInvalid, "leaf: not a message id"))
+			return
+		}
+		msgs, _, err := s.Store.ListBranch(r.Context(), sess.ID, leaf, int64(after), limit)
+		if parley.CodeOf(err) == parley.ECNotFound {
+			err = parley.Errorf(parley.ECNotFound, "message %q not found in this session", leaf)
+		}
 		if err != nil {
 			writeError(w, err)
 			return

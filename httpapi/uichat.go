@@ -43,10 +43,10 @@ func (s *server) uiSession(ctx context.Context, owner, chatID string) (*parley.S
 }
 
 // handleUIChat is POST /api/v1/ui/chat. The last user message is the turn; the chat's session is
-// created on first use. trigger "regenerate-message" answers the last question again: a failed
-// last turn is retried (as POST …/retry does, storing nothing new), otherwise the question is
-// stored again as a new turn and answered (Parley's history is append-only: the earlier answer
-// stays in it).
+// created on first use. trigger "regenerate-message" answers the last question again, storing
+// no new user message: a failed last turn is retried (as POST …/retry does), otherwise the answer
+// is regenerated (as POST …/messages/{id}/regenerate does): the new answer is a sibling of the
+// old one, which stays on its own branch.
 func (s *server) handleUIChat() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		owner := identityOf(r).User
@@ -140,7 +140,7 @@ func (s *server) startUITurn(ctx context.Context, owner string, sess *parley.Ses
 		// The model the client names, or (none) the one that failed, as POST …/retry.
 		return s.Chat.Retry(ctx, owner, sess.ID, chat.RetryRequest{Model: req.Model, SelectedTools: req.SelectedTools})
 	}
-	return s.Chat.Send(ctx, owner, turn)
+	return s.Chat.Regenerate(ctx, owner, sess.ID, last.ID, chat.RetryRequest{Model: req.Model, SelectedTools: req.SelectedTools})
 }
 
 // handleUIStream is GET /api/v1/ui/chat/{id}/stream: the chat's run in progress from its first

@@ -180,9 +180,9 @@ func TestUIChatBadInput(t *testing.T) {
 	}
 }
 
-// TestUIChatRegenerate: regenerating a good answer stores the question again as a new turn and
-// answers it; regenerating a failed answer retries that turn without storing anything new;
-// only the last answer can be regenerated.
+// TestUIChatRegenerate: regenerating a good answer answers the question again, the new answer a
+// sibling of the old (no second copy of the question); regenerating a failed answer retries
+// that turn without storing anything new; only the last answer can be regenerated.
 func TestUIChatRegenerate(t *testing.T) { bothStores(t, testUIChatRegenerate) }
 
 func testUIChatRegenerate(t *testing.T, e *env) {
@@ -202,8 +202,16 @@ func testUIChatRegenerate(t *testing.T, e *env) {
 	}
 	second := uiChunks(t, raw)[0].MessageID
 	h, _ := e.store.History(ctx, sid)
-	if second == first || len(h) != 4 || h[2].Role != parley.RoleUser || h[2].Content.String() != "Q" || h[3].RunID != second {
+	if second == first || len(h) != 2 || h[0].Content.String() != "Q" || h[1].RunID != second || h[1].ParentID != h[0].ID {
 		t.Fatalf("after regenerating a good answer: runs %s %s, history %+v", first, second, h)
+	}
+	_, nodes, _ := e.store.Tree(ctx, sid)
+	if len(nodes) != 3 || nodes[1].ParentID != h[0].ID || nodes[2].ParentID != h[0].ID {
+		t.Fatalf("the two answers are not siblings: %+v", nodes)
+	}
+	// The chat's messages are the active branch: the question and its new answer.
+	if resp, raw := e.ui(t, "alice", "GET", "/api/v1/ui/chat/"+chat+"/messages", ""); resp.StatusCode != 200 || strings.Count(raw, `"role":"user"`) != 1 {
+		t.Fatalf("messages after regenerating: %d %s", resp.StatusCode, raw)
 	}
 
 	// A failed answer: regenerating retries the turn (no second copy of the question).

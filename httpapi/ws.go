@@ -57,6 +57,7 @@ type wsUserMessage struct {
 	Model         string        `json:"model,omitempty"`
 	SelectedTools []string      `json:"selected_tools,omitempty"`
 	ProjectID     string        `json:"project_id,omitempty"` // the project of the session the first message creates
+	ParentID      string        `json:"parent_id,omitempty"`  // the message of the session it follows: an edit (issue 23)
 }
 
 // wsControl is the data of a control frame.
@@ -493,8 +494,16 @@ func (w *wsConn) handle(ctx context.Context, data []byte) {
 		}
 		out, err := w.approvalFrame(ctx, a)
 		w.answer(in.ID, out, err)
+	case "regenerate":
+		var m wsRegenerate
+		if err := decodeData(in.Data, &m); err != nil {
+			w.fail(in.ID, err)
+			return
+		}
+		out, err := w.regenerate(ctx, m)
+		w.answer(in.ID, out, err)
 	default:
-		w.fail(in.ID, parley.Errorf(parley.ECInvalid, "type: %q is not a client frame (user_message, control, approval or ping)", truncate(in.Type, 40)))
+		w.fail(in.ID, parley.Errorf(parley.ECInvalid, "type: %q is not a client frame (user_message, control, approval, regenerate or ping)", truncate(in.Type, 40)))
 	}
 }
 
@@ -542,7 +551,7 @@ func (w *wsConn) userMessage(ctx context.Context, m wsUserMessage) (map[string]a
 	if err := w.admit(ctx); err != nil {
 		return nil, err
 	}
-	req := chat.Request{Message: m.Text, BinaryContent: m.BinaryContent, FileIDs: m.FileIDs, SessionID: w.sessionID, Model: m.Model, SelectedTools: m.SelectedTools, ProjectID: m.ProjectID}
+	req := chat.Request{Message: m.Text, BinaryContent: m.BinaryContent, FileIDs: m.FileIDs, SessionID: w.sessionID, Model: m.Model, SelectedTools: m.SelectedTools, ProjectID: m.ProjectID, ParentID: m.ParentID}
 	if err := s.Chat.Validate(&req); err != nil {
 		return nil, err
 	}

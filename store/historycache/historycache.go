@@ -2,10 +2,13 @@
 // agent loop, which needs a session's whole history before every model call, reads from the
 // database only the messages stored since its last read.
 //
-// A session's history is append-only and its seqs are contiguous, so a cached view is brought up
-// to date by reading the rows with seq > the last one it holds; rows another instance appended are
-// found the same way. The cache holds at most a configured number of bytes (estimated from the
-// messages' sizes), evicting the least recently used sessions.
+// The model view is of the session's active branch (parley.BranchStore). Messages never change
+// once stored and seqs grow along a branch, so a view cached for a leaf is brought up to date by
+// reading the rows of the active branch with seq > the leaf's: when the first of them follows the
+// cached leaf, the branch grew and the rows are appended; when the active leaf is the cached one,
+// nothing changed; otherwise (an edit, a regenerated answer, a switch of branch, on this instance
+// or another) the view is read again whole. The cache holds at most a configured number of bytes
+// (estimated from the messages' sizes), evicting the least recently used sessions.
 package historycache
 
 import (
@@ -34,7 +37,7 @@ type Cache struct {
 
 type entry struct {
 	session string
-	lastSeq int64
+	tip     parley.BranchTip // the last message of the view
 	msgs    []parley.Message // model views (Message.ModelView); never changed in place once published
 	size    int64
 }
@@ -87,52 +90,63 @@ func (c *Cache) ModelHistory(ctx context.Context, sessionID string) ([]parley.Me
 	}
 	c.mu.Lock()
 	var (
-		msgs    []parley.Message
-		lastSeq int64
-		size    int64
+		msgs []parley.Message
+		tip  parley.BranchTip
+		size int64
 	)
 	if el, ok := c.entries[sessionID]; ok {
 		e := el.Value.(*entry)
-		msgs, lastSeq, size = e.msgs, e.lastSeq, e.size
+		msgs, tip, size = e.msgs, e.tip, e.size
 		c.lru.MoveToFront(el)
 	}
 	c.mu.Unlock()
 
 	if msgs == nil {
-		fresh, err := c.st.ModelHistory(ctx, sessionID)
-		if err != nil {
-			return nil, err
-		}
-		// ModelHistory carries no seqs: the session's messages are numbered 1..n.
-		kept := slices.Clone(fresh)
-		c.put(sessionID, kept, int64(len(fresh)), sizeOf(kept))
-		return fresh, nil
+		return c.load(ctx, sessionID, "")
 	}
-	var added []parley.Message
-	for {
-		rows, err := c.st.ListMessages(ctx, sessionID, lastSeq, page)
-		if err != nil {
-			return nil, err
-		}
-		for _, m := range rows {
-			added = append(added, m.ModelView())
-			lastSeq = m.Seq
-		}
-		if len(rows) < page {
-			break
-		}
+	rows, now, err := c.st.ListBranch(ctx, sessionID, "", tip.Seq, page)
+	if err != nil {
+		return nil, err
 	}
-	if len(added) > 0 {
+	if now.ID != tip.ID {
+		if len(rows) == 0 || rows[0].ParentID != tip.ID {
+			// Another branch is active now: it shares no tail with the view.
+			return c.load(ctx, sessionID, now.ID)
+		}
+		var added []parley.Message
+		for {
+			for _, m := range rows {
+				added = append(added, m.ModelView())
+			}
+			if len(rows) < page {
+				break
+			}
+			// The next page of the same branch (named: the active one may move meanwhile).
+			if rows, _, err = c.st.ListBranch(ctx, sessionID, now.ID, rows[len(rows)-1].Seq, page); err != nil {
+				return nil, err
+			}
+		}
 		// A new array: readers of the old one may still hold it. Its size follows from the old
 		// one's without walking the whole session again.
 		grown := make([]parley.Message, 0, len(msgs)+len(added)+1)
 		size += int64(cap(grown)-cap(msgs))*messageSize + contentSize(added)
 		msgs = append(append(grown, msgs...), added...)
-		c.put(sessionID, msgs, lastSeq, size)
+		c.put(sessionID, msgs, now, size)
 	}
 	out := make([]parley.Message, len(msgs), len(msgs)+1)
 	copy(out, msgs)
 	return out, nil
+}
+
+// load reads the view of the branch that ends at leaf ("": the active one) whole and keeps it.
+func (c *Cache) load(ctx context.Context, sessionID, leaf string) ([]parley.Message, error) {
+	fresh, tip, err := c.st.ModelBranch(ctx, sessionID, leaf)
+	if err != nil {
+		return nil, err
+	}
+	kept := slices.Clone(fresh)
+	c.put(sessionID, kept, tip, sizeOf(kept))
+	return fresh, nil
 }
 
 // Forget drops a session's cached view (after it was deleted, say).
@@ -151,20 +165,18 @@ func (c *Cache) Size() int64 {
 	return c.total
 }
 
-func (c *Cache) put(sessionID string, msgs []parley.Message, lastSeq, size int64) {
+func (c *Cache) put(sessionID string, msgs []parley.Message, tip parley.BranchTip, size int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.entries[sessionID]; ok {
-		e := el.Value.(*entry)
-		if e.lastSeq > lastSeq {
-			return // a concurrent reader stored a newer view
-		}
+		// A view stored by a concurrent reader may be of another branch, or older: each is whole
+		// for its leaf, and the next read checks the leaf, so the last one stored stays.
 		c.remove(el)
 	}
 	if size > c.max {
 		return
 	}
-	c.entries[sessionID] = c.lru.PushFront(&entry{session: sessionID, lastSeq: lastSeq, msgs: msgs, size: size})
+	c.entries[sessionID] = c.lru.PushFront(&entry{session: sessionID, tip: tip, msgs: msgs, size: size})
 	c.total += size
 	for c.total > c.max {
 		c.remove(c.lru.Back())

@@ -21,17 +21,17 @@ type counting struct {
 	rowsRead  int
 }
 
-func (c *counting) ModelHistory(ctx context.Context, id string) ([]parley.Message, error) {
+func (c *counting) ModelBranch(ctx context.Context, id, leaf string) ([]parley.Message, parley.BranchTip, error) {
 	c.fullReads++
-	h, err := c.Store.ModelHistory(ctx, id)
+	h, tip, err := c.Store.ModelBranch(ctx, id, leaf)
 	c.rowsRead += len(h)
-	return h, err
+	return h, tip, err
 }
 
-func (c *counting) ListMessages(ctx context.Context, id string, after int64, limit int) ([]parley.Message, error) {
-	m, err := c.Store.ListMessages(ctx, id, after, limit)
+func (c *counting) ListBranch(ctx context.Context, id, leaf string, after int64, limit int) ([]parley.Message, parley.BranchTip, error) {
+	m, tip, err := c.Store.ListBranch(ctx, id, leaf, after, limit)
 	c.rowsRead += len(m)
-	return m, err
+	return m, tip, err
 }
 
 func setup(t *testing.T) (*counting, string) {
@@ -94,6 +94,65 @@ func TestMatchesTheStoreAndReadsOnlyNewRows(t *testing.T) {
 	}
 	if st.rowsRead != 30*4 {
 		t.Fatalf("read %d rows for 120 messages", st.rowsRead)
+	}
+}
+
+// TestFollowsTheActiveBranch: an edit, a regenerated answer and a switch of branch, made behind
+// the cache's back, are what the next read gives, as the store gives it; a branch that grows is
+// still read by its new rows only.
+func TestFollowsTheActiveBranch(t *testing.T) {
+	ctx := context.Background()
+	st, sid := setup(t)
+	c := New(st, 1<<20)
+	same := func(step string) {
+		t.Helper()
+		got, err := c.ModelHistory(ctx, sid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := st.Store.ModelHistory(ctx, sid)
+		if js(got) != js(want) {
+			t.Fatalf("%s: cache %s\nstore %s", step, js(got), js(want))
+		}
+	}
+	for i := range 3 {
+		appendRound(t, st.Store, sid, i)
+	}
+	same("three rounds")
+	h, _ := st.Store.History(ctx, sid)
+	now := time.Now().UTC()
+	// An edit of the second question: a sibling of it, and the active branch.
+	edit := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("edited"), ParentID: h[3].ID, CreatedAt: now}
+	if err := st.Store.AppendMessages(ctx, sid, edit); err != nil {
+		t.Fatal(err)
+	}
+	same("after an edit")
+	reads, rows := st.fullReads, st.rowsRead
+	ans := &parley.Message{ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text("answer"), CreatedAt: now}
+	if err := st.Store.AppendMessages(ctx, sid, ans); err != nil {
+		t.Fatal(err)
+	}
+	same("after the edit's answer")
+	if st.fullReads != reads || st.rowsRead != rows+1 {
+		t.Fatalf("a growing branch was read again: %d full reads (was %d), %d rows (was %d)", st.fullReads, reads, st.rowsRead, rows)
+	}
+	// A regenerated answer: the leaf goes back to the question, then a sibling answer.
+	if err := st.Store.SetLeaf(ctx, sid, edit.ID); err != nil {
+		t.Fatal(err)
+	}
+	same("at the question")
+	again := &parley.Message{ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text("again"), CreatedAt: now}
+	if err := st.Store.AppendMessages(ctx, sid, again); err != nil {
+		t.Fatal(err)
+	}
+	same("after the regenerated answer")
+	// Back to the first branch, whose messages are all older than the view's.
+	if _, err := st.Store.SwitchBranch(ctx, sid, h[4].ID); err != nil {
+		t.Fatal(err)
+	}
+	same("after a switch to the old branch")
+	if got, _ := c.ModelHistory(ctx, sid); len(got) != 12 {
+		t.Fatalf("the old branch has %d messages, want 12", len(got))
 	}
 }
 

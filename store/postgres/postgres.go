@@ -171,13 +171,13 @@ func (s *Store) CreateSession(ctx context.Context, sess *parley.Session) error {
 }
 
 const sessionCols = `id, title, owner, created_at, updated_at, prompt_tokens, completion_tokens, total_tokens,
-	reasoning_tokens, cached_tokens, cost, COALESCE(project_id, '')`
+	reasoning_tokens, cached_tokens, cost, COALESCE(project_id, ''), COALESCE(leaf_id, '')`
 
 func scanSession(r pgx.Row) (*parley.Session, error) {
 	var sess parley.Session
 	u := &sess.Usage
 	if err := r.Scan(&sess.ID, &sess.Title, &sess.Owner, &sess.CreatedAt, &sess.UpdatedAt, &u.PromptTokens,
-		&u.CompletionTokens, &u.TotalTokens, &u.ReasoningTokens, &u.CachedTokens, &u.Cost, &sess.ProjectID); err != nil {
+		&u.CompletionTokens, &u.TotalTokens, &u.ReasoningTokens, &u.CachedTokens, &u.Cost, &sess.ProjectID, &sess.LeafID); err != nil {
 		return nil, err
 	}
 	sess.CreatedAt, sess.UpdatedAt = sess.CreatedAt.UTC(), sess.UpdatedAt.UTC()
@@ -281,8 +281,9 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 }
 
 const insertMessage = `INSERT INTO messages (id, session_id, seq, role, content, parts, name, tool_calls,
-	tool_call_id, reasoning, run_id, model, latency_ms, usage, success, resource_id, created_at, thinking_blocks, server, error)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)`
+	tool_call_id, reasoning, run_id, model, latency_ms, usage, success, resource_id, created_at, thinking_blocks, server, error,
+	parent_id)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`
 
 // AppendMessages appends msgs to the session in one transaction.
 func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...*parley.Message) error {
@@ -301,34 +302,38 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...*p
 		cols[i] = c
 	}
 	total := rowcodec.TotalUsage(msgs)
-	var last int64
+	var (
+		last  int64
+		links rowcodec.Links
+	)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// One statement reserves the seqs, totals the usage and touches the session, holding the
-		// session's row lock until commit; no row means no session.
-		err := tx.QueryRow(ctx, `UPDATE sessions SET last_seq = last_seq + $1, updated_at = GREATEST(updated_at, $2),
+		// One statement locks the session's row until commit, reserves the seqs, totals the usage,
+		// moves the leaf and touches the session, and returns the leaf it had: the parent of the
+		// first message, unless that names its own. No row means no session.
+		var leaf pgtype.Text
+		err := tx.QueryRow(ctx, `WITH old AS (SELECT leaf_id FROM sessions WHERE id = $10 FOR UPDATE)
+			UPDATE sessions SET last_seq = last_seq + $1, updated_at = GREATEST(updated_at, $2),
 			prompt_tokens = prompt_tokens + $3, completion_tokens = completion_tokens + $4, total_tokens = total_tokens + $5,
 			reasoning_tokens = reasoning_tokens + $6, cached_tokens = cached_tokens + $7, cost = cost + $8,
-			open_calls = GREATEST(0, open_calls + $9)
-			WHERE id = $10 RETURNING last_seq`,
+			open_calls = GREATEST(0, open_calls + $9), leaf_id = $11
+			FROM old WHERE sessions.id = $10 RETURNING last_seq, old.leaf_id`,
 			len(msgs), msgs[len(msgs)-1].CreatedAt.UTC(), total.PromptTokens, total.CompletionTokens, total.TotalTokens,
-			total.ReasoningTokens, total.CachedTokens, total.Cost, rowcodec.OpenCallsDelta(msgs), sessionID).Scan(&last)
+			total.ReasoningTokens, total.CachedTokens, total.Cost, rowcodec.OpenCallsDelta(msgs), sessionID,
+			msgs[len(msgs)-1].ID).Scan(&last, &leaf)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return notFound("session", sessionID)
 		}
 		if err != nil {
 			return fmt.Errorf("postgres: appending messages: %w", err)
 		}
-		first := last - int64(len(msgs)) + 1
+		links = rowcodec.LinkParents(msgs, leaf.String)
+		if err := checkParents(ctx, tx, sessionID, links.Outside); err != nil {
+			return err
+		}
 		b := &pgx.Batch{}
-		for i, m := range msgs {
-			c := cols[i]
-			var success any
-			if m.Success != nil {
-				success = *m.Success
-			}
-			b.Queue(insertMessage, m.ID, sessionID, first+int64(i), string(m.Role), c.Text, c.Parts, nullStr(m.Name),
-				c.ToolCalls, nullStr(m.ToolCallID), nullStr(m.Reasoning), nullStr(m.RunID), nullStr(m.Model),
-				m.LatencyMS, c.Usage, success, nullStr(m.ResourceID), m.CreatedAt.UTC(), c.Thinking, nullStr(m.Server), nullStr(string(m.Error)))
+		queueMessages(b, sessionID, last-int64(len(msgs))+1, msgs, cols, links.Parents)
+		if links.Branches {
+			b.Queue(`UPDATE sessions SET branched = true WHERE id = $1 AND NOT branched`, sessionID)
 		}
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("postgres: appending messages: %w", err)
@@ -340,9 +345,25 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...*p
 	}
 	first := last - int64(len(msgs)) + 1
 	for i, m := range msgs {
-		m.Seq, m.SessionID = first+int64(i), sessionID
+		m.Seq, m.SessionID, m.ParentID = first+int64(i), sessionID, links.Parents[i]
 	}
 	return nil
+}
+
+// queueMessages queues the inserts of msgs (cols their encoded columns) with seqs from first on
+// and their parents.
+func queueMessages(b *pgx.Batch, sessionID string, first int64, msgs []*parley.Message, cols []rowcodec.Columns, parents []string) {
+	for i, m := range msgs {
+		c := cols[i]
+		var success any
+		if m.Success != nil {
+			success = *m.Success
+		}
+		b.Queue(insertMessage, m.ID, sessionID, first+int64(i), string(m.Role), c.Text, c.Parts, nullStr(m.Name),
+			c.ToolCalls, nullStr(m.ToolCallID), nullStr(m.Reasoning), nullStr(m.RunID), nullStr(m.Model),
+			m.LatencyMS, c.Usage, success, nullStr(m.ResourceID), m.CreatedAt.UTC(), c.Thinking, nullStr(m.Server), nullStr(string(m.Error)),
+			nullStr(parents[i]))
+	}
 }
 
 func nullStr(s string) any {
@@ -353,7 +374,7 @@ func nullStr(s string) any {
 }
 
 const messageCols = `id, session_id, seq, role, content, parts, name, tool_calls, tool_call_id, reasoning, run_id,
-	model, latency_ms, usage, success, resource_id, created_at, thinking_blocks, server, error`
+	model, latency_ms, usage, success, resource_id, created_at, thinking_blocks, server, error, parent_id`
 
 func scanMessage(r pgx.Row) (parley.Message, error) {
 	var (
@@ -361,13 +382,13 @@ func scanMessage(r pgx.Row) (parley.Message, error) {
 		role                          string
 		text, name, callID, reasoning pgtype.Text
 		run, model, resource, server  pgtype.Text
-		failed                        pgtype.Text
+		failed, parent                pgtype.Text
 		parts, calls, usage, thinking []byte
 		latency                       pgtype.Int8
 		success                       pgtype.Bool
 	)
 	if err := r.Scan(&m.ID, &m.SessionID, &m.Seq, &role, &text, &parts, &name, &calls, &callID, &reasoning, &run,
-		&model, &latency, &usage, &success, &resource, &m.CreatedAt, &thinking, &server, &failed); err != nil {
+		&model, &latency, &usage, &success, &resource, &m.CreatedAt, &thinking, &server, &failed, &parent); err != nil {
 		return m, err
 	}
 	if err := decodeOpenAI(&m, role, text, name, callID, reasoning, parts, calls, usage, thinking); err != nil {
@@ -379,6 +400,7 @@ func scanMessage(r pgx.Row) (parley.Message, error) {
 	}
 	m.RunID, m.Model, m.ResourceID, m.Server, m.LatencyMS = run.String, model.String, resource.String, server.String, latency.Int64
 	m.Error = parley.ErrorCode(failed.String)
+	m.ParentID = parent.String
 	m.CreatedAt = m.CreatedAt.UTC()
 	return m, nil
 }
@@ -396,47 +418,11 @@ func decodeOpenAI(m *parley.Message, role string, text, name, callID, reasoning 
 	return rowcodec.DecodeJSON(m, parts, calls, usage)
 }
 
-// ModelHistory returns the session's messages with only the fields a model is sent and the mark
-// of a failed turn (parley.Message.ModelView).
+// ModelHistory returns the active branch's messages with only the fields a model is sent and the
+// mark of a failed turn (parley.Message.ModelView).
 func (s *Store) ModelHistory(ctx context.Context, sessionID string) ([]parley.Message, error) {
-	// The session's last seq is its message count: size the slice once instead of growing it.
-	var n int64
-	err := s.pool.QueryRow(ctx, `SELECT last_seq FROM sessions WHERE id = $1`, sessionID).Scan(&n)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return []parley.Message{}, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("postgres: reading history: %w", err)
-	}
-	rows, err := s.pool.Query(ctx, `SELECT role, content, parts, name, tool_calls, tool_call_id, reasoning, thinking_blocks, error
-		FROM messages WHERE session_id = $1 ORDER BY seq`, sessionID)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: reading history: %w", err)
-	}
-	defer rows.Close()
-	// One spare slot lets llmctx.BuildOwned put a system prompt first without copying.
-	out := make([]parley.Message, 0, min(n, 1<<20)+1)
-	var (
-		role                          string
-		text, name, callID, reasoning pgtype.Text
-		failed                        pgtype.Text
-		parts, calls, thinking        []byte
-	)
-	for rows.Next() {
-		if err := rows.Scan(&role, &text, &parts, &name, &calls, &callID, &reasoning, &thinking, &failed); err != nil {
-			return nil, fmt.Errorf("postgres: reading history: %w", err)
-		}
-		var m parley.Message
-		if err := decodeOpenAI(&m, role, text, name, callID, reasoning, parts, calls, nil, thinking); err != nil {
-			return nil, fmt.Errorf("postgres: reading history: %w", err)
-		}
-		m.Error = parley.ErrorCode(failed.String)
-		out = append(out, m)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("postgres: reading history: %w", err)
-	}
-	return out, nil
+	h, _, err := s.ModelBranch(ctx, sessionID, "")
+	return h, err
 }
 
 // OwnerUsage totals the token usage of owner's sessions.
@@ -467,18 +453,19 @@ func (s *Store) SessionsWithOpenToolCalls(ctx context.Context, afterID string, l
 	return ids, nil
 }
 
-// ListMessages returns up to limit messages of the session with seq > afterSeq.
+// ListMessages returns up to limit messages of the active branch with seq > afterSeq.
 func (s *Store) ListMessages(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]parley.Message, error) {
 	if limit <= 0 {
 		limit = DefaultPageSize
 	}
-	return s.queryMessages(ctx, `SELECT `+messageCols+` FROM messages WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`,
-		sessionID, afterSeq, limit)
+	msgs, _, err := s.ListBranch(ctx, sessionID, "", afterSeq, limit)
+	return msgs, err
 }
 
-// History returns all of the session's messages, in order.
+// History returns all of the active branch's messages, in order.
 func (s *Store) History(ctx context.Context, sessionID string) ([]parley.Message, error) {
-	return s.queryMessages(ctx, `SELECT `+messageCols+` FROM messages WHERE session_id = $1 ORDER BY seq`, sessionID)
+	msgs, _, err := s.ListBranch(ctx, sessionID, "", 0, 0)
+	return msgs, err
 }
 
 func (s *Store) queryMessages(ctx context.Context, q string, args ...any) ([]parley.Message, error) {

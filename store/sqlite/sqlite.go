@@ -156,7 +156,7 @@ func (s *Store) CreateSession(ctx context.Context, sess *parley.Session) error {
 }
 
 const sessionCols = `id, title, owner, created_at, updated_at, prompt_tokens, completion_tokens, total_tokens,
-	reasoning_tokens, cached_tokens, cost, COALESCE(project_id, '')`
+	reasoning_tokens, cached_tokens, cost, COALESCE(project_id, ''), COALESCE(leaf_id, '')`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -167,7 +167,7 @@ func scanSession(r scanner) (*parley.Session, error) {
 	)
 	u := &sess.Usage
 	if err := r.Scan(&sess.ID, &sess.Title, &sess.Owner, &cre, &upd, &u.PromptTokens, &u.CompletionTokens, &u.TotalTokens,
-		&u.ReasoningTokens, &u.CachedTokens, &u.Cost, &sess.ProjectID); err != nil {
+		&u.ReasoningTokens, &u.CachedTokens, &u.Cost, &sess.ProjectID, &sess.LeafID); err != nil {
 		return nil, err
 	}
 	sess.CreatedAt, sess.UpdatedAt = fromMicros(cre), fromMicros(upd)
@@ -292,45 +292,64 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...*p
 		rows[i] = r
 	}
 	total := rowcodec.TotalUsage(msgs)
-	var last int64
+	var (
+		last  int64
+		links rowcodec.Links
+	)
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		// One statement reserves the seqs, totals the usage and touches the session; no row means
-		// no session.
-		err := tx.QueryRowContext(ctx, `UPDATE sessions SET last_seq = last_seq + ?, updated_at = MAX(updated_at, ?),
-			prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ?, total_tokens = total_tokens + ?,
-			reasoning_tokens = reasoning_tokens + ?, cached_tokens = cached_tokens + ?, cost = cost + ?,
-			open_calls = MAX(0, open_calls + ?)
-			WHERE id = ? RETURNING last_seq`,
-			len(msgs), micros(msgs[len(msgs)-1].CreatedAt), total.PromptTokens, total.CompletionTokens, total.TotalTokens,
-			total.ReasoningTokens, total.CachedTokens, total.Cost, rowcodec.OpenCallsDelta(msgs), sessionID).Scan(&last)
+		// The session's leaf is the parent of the first message, unless it names its own.
+		var leaf sql.NullString
+		err := tx.QueryRowContext(ctx, `SELECT leaf_id FROM sessions WHERE id = ?`, sessionID).Scan(&leaf)
 		if errors.Is(err, sql.ErrNoRows) {
 			return notFound("session", sessionID)
 		}
 		if err != nil {
 			return fmt.Errorf("sqlite: appending messages: %w", err)
 		}
-		stmt, err := tx.PrepareContext(ctx, `INSERT INTO messages (id, session_id, seq, role, content, parts, name, tool_calls,
-			tool_call_id, reasoning, run_id, model, latency_ms, usage, success, resource_id, created_at, thinking_blocks, server, error)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+		links = rowcodec.LinkParents(msgs, leaf.String)
+		if err := checkParents(ctx, tx, sessionID, links.Outside); err != nil {
+			return err
+		}
+		// One statement reserves the seqs, totals the usage, moves the leaf and touches the
+		// session.
+		err = tx.QueryRowContext(ctx, `UPDATE sessions SET last_seq = last_seq + ?, updated_at = MAX(updated_at, ?),
+			prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ?, total_tokens = total_tokens + ?,
+			reasoning_tokens = reasoning_tokens + ?, cached_tokens = cached_tokens + ?, cost = cost + ?,
+			open_calls = MAX(0, open_calls + ?), leaf_id = ?, branched = MAX(branched, ?)
+			WHERE id = ? RETURNING last_seq`,
+			len(msgs), micros(msgs[len(msgs)-1].CreatedAt), total.PromptTokens, total.CompletionTokens, total.TotalTokens,
+			total.ReasoningTokens, total.CachedTokens, total.Cost, rowcodec.OpenCallsDelta(msgs), msgs[len(msgs)-1].ID,
+			links.Branches, sessionID).Scan(&last)
 		if err != nil {
 			return fmt.Errorf("sqlite: appending messages: %w", err)
 		}
-		defer stmt.Close()
-		first := last - int64(len(msgs)) + 1
-		for i, r := range rows {
-			args := append([]any{r[0], sessionID, first + int64(i)}, r[1:]...)
-			if _, err := stmt.ExecContext(ctx, args...); err != nil {
-				return fmt.Errorf("sqlite: appending message %d: %w", i, err)
-			}
-		}
-		return nil
+		return insertMessages(ctx, tx, sessionID, last-int64(len(msgs))+1, rows, links.Parents)
 	})
 	if err != nil {
 		return err
 	}
 	first := last - int64(len(msgs)) + 1
 	for i, m := range msgs {
-		m.Seq, m.SessionID = first+int64(i), sessionID
+		m.Seq, m.SessionID, m.ParentID = first+int64(i), sessionID, links.Parents[i]
+	}
+	return nil
+}
+
+// insertMessages inserts the message rows (messageRow) with seqs from first on and their parents.
+func insertMessages(ctx context.Context, tx *sql.Tx, sessionID string, first int64, rows [][]any, parents []string) error {
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO messages (id, session_id, seq, role, content, parts, name, tool_calls,
+		tool_call_id, reasoning, run_id, model, latency_ms, usage, success, resource_id, created_at, thinking_blocks, server, error,
+		parent_id)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		return fmt.Errorf("sqlite: appending messages: %w", err)
+	}
+	defer stmt.Close()
+	for i, r := range rows {
+		args := append([]any{r[0], sessionID, first + int64(i)}, r[1:]...)
+		if _, err := stmt.ExecContext(ctx, append(args, nullStr(parents[i]))...); err != nil {
+			return fmt.Errorf("sqlite: appending message %d: %w", i, err)
+		}
 	}
 	return nil
 }
@@ -361,7 +380,7 @@ func nullStr(s string) any {
 }
 
 const messageCols = `id, session_id, seq, role, content, parts, name, tool_calls, tool_call_id, reasoning, run_id,
-	model, latency_ms, usage, success, resource_id, created_at, thinking_blocks, server, error`
+	model, latency_ms, usage, success, resource_id, created_at, thinking_blocks, server, error, parent_id`
 
 func scanMessage(r scanner) (parley.Message, error) {
 	var (
@@ -369,13 +388,13 @@ func scanMessage(r scanner) (parley.Message, error) {
 		role                          string
 		text, name, callID, reasoning sql.NullString
 		run, model, resource, server  sql.NullString
-		failed                        sql.NullString
+		failed, parent                sql.NullString
 		parts, calls, usage, thinking sql.RawBytes
 		latency, success              sql.NullInt64
 		created                       int64
 	)
 	if err := r.Scan(&m.ID, &m.SessionID, &m.Seq, &role, &text, &parts, &name, &calls, &callID, &reasoning, &run,
-		&model, &latency, &usage, &success, &resource, &created, &thinking, &server, &failed); err != nil {
+		&model, &latency, &usage, &success, &resource, &created, &thinking, &server, &failed, &parent); err != nil {
 		return m, err
 	}
 	if err := decodeOpenAI(&m, role, text, name, callID, reasoning, parts, calls, usage, thinking); err != nil {
@@ -387,6 +406,7 @@ func scanMessage(r scanner) (parley.Message, error) {
 	}
 	m.RunID, m.Model, m.ResourceID, m.Server, m.LatencyMS = run.String, model.String, resource.String, server.String, latency.Int64
 	m.Error = parley.ErrorCode(failed.String)
+	m.ParentID = parent.String
 	m.CreatedAt = fromMicros(created)
 	return m, nil
 }
@@ -404,47 +424,11 @@ func decodeOpenAI(m *parley.Message, role string, text, name, callID, reasoning 
 	return rowcodec.DecodeJSON(m, parts, calls, usage)
 }
 
-// ModelHistory returns the session's messages with only the fields a model is sent and the mark
-// of a failed turn (parley.Message.ModelView).
+// ModelHistory returns the active branch's messages with only the fields a model is sent and the
+// mark of a failed turn (parley.Message.ModelView).
 func (s *Store) ModelHistory(ctx context.Context, sessionID string) ([]parley.Message, error) {
-	// The session's last seq is its message count: size the slice once instead of growing it.
-	var n int64
-	err := s.db.QueryRowContext(ctx, `SELECT last_seq FROM sessions WHERE id = ?`, sessionID).Scan(&n)
-	if errors.Is(err, sql.ErrNoRows) {
-		return []parley.Message{}, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: reading history: %w", err)
-	}
-	rows, err := s.db.QueryContext(ctx, `SELECT role, content, parts, name, tool_calls, tool_call_id, reasoning, thinking_blocks, error
-		FROM messages WHERE session_id = ? ORDER BY seq`, sessionID)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: reading history: %w", err)
-	}
-	defer rows.Close()
-	// One spare slot lets llmctx.BuildOwned put a system prompt first without copying.
-	out := make([]parley.Message, 0, min(n, 1<<20)+1)
-	var (
-		role                          string
-		text, name, callID, reasoning sql.NullString
-		failed                        sql.NullString
-		parts, calls, thinking        sql.RawBytes
-	)
-	for rows.Next() {
-		if err := rows.Scan(&role, &text, &parts, &name, &calls, &callID, &reasoning, &thinking, &failed); err != nil {
-			return nil, fmt.Errorf("sqlite: reading history: %w", err)
-		}
-		var m parley.Message
-		if err := decodeOpenAI(&m, role, text, name, callID, reasoning, parts, calls, nil, thinking); err != nil {
-			return nil, fmt.Errorf("sqlite: reading history: %w", err)
-		}
-		m.Error = parley.ErrorCode(failed.String)
-		out = append(out, m)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlite: reading history: %w", err)
-	}
-	return out, nil
+	h, _, err := s.ModelBranch(ctx, sessionID, "")
+	return h, err
 }
 
 // OwnerUsage totals the token usage of owner's sessions.
@@ -480,18 +464,19 @@ func (s *Store) SessionsWithOpenToolCalls(ctx context.Context, afterID string, l
 	return ids, rows.Err()
 }
 
-// ListMessages returns up to limit messages of the session with seq > afterSeq.
+// ListMessages returns up to limit messages of the active branch with seq > afterSeq.
 func (s *Store) ListMessages(ctx context.Context, sessionID string, afterSeq int64, limit int) ([]parley.Message, error) {
 	if limit <= 0 {
 		limit = DefaultPageSize
 	}
-	return s.queryMessages(ctx, `SELECT `+messageCols+` FROM messages WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?`,
-		sessionID, afterSeq, limit)
+	msgs, _, err := s.ListBranch(ctx, sessionID, "", afterSeq, limit)
+	return msgs, err
 }
 
-// History returns all of the session's messages, in order.
+// History returns all of the active branch's messages, in order.
 func (s *Store) History(ctx context.Context, sessionID string) ([]parley.Message, error) {
-	return s.queryMessages(ctx, `SELECT `+messageCols+` FROM messages WHERE session_id = ? ORDER BY seq`, sessionID)
+	msgs, _, err := s.ListBranch(ctx, sessionID, "", 0, 0)
+	return msgs, err
 }
 
 func (s *Store) queryMessages(ctx context.Context, q string, args ...any) ([]parley.Message, error) {

@@ -63,6 +63,13 @@ func Run(t *testing.T, open func(t *testing.T) parley.Store) {
 		{"SearchCosts", testSearchCosts},
 		{"Approvals", testApprovals},
 		{"ProjectToolPolicy", testProjectToolPolicy},
+		{"BranchChain", testBranchChain},
+		{"BranchConcurrent", testBranchConcurrent},
+		{"BranchEdits", testBranchEdits},
+		{"BranchBadInput", testBranchBadInput},
+		{"BranchSwitchUnderRun", testBranchSwitchUnderRun},
+		{"Fork", testFork},
+		{"BranchProperty", testBranchProperty},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

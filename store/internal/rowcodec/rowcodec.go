@@ -100,6 +100,9 @@ func Validate(i int, m *parley.Message) error {
 	if !m.Role.Valid() {
 		return parley.Errorf(parley.ECInvalid, "message %d: unknown role %q", i, m.Role)
 	}
+	if m.ParentID != "" && m.ParentID == m.ID {
+		return parley.Errorf(parley.ECInvalid, "message %d: parent_id names the message itself", i)
+	}
 	if f := nulField(m); f != "" {
 		// PostgreSQL's text and jsonb cannot hold U+0000; every store refuses it alike.
 		return parley.Errorf(parley.ECInvalid, "message %d: %s contains a NUL character (U+0000)", i, f)
@@ -131,7 +134,7 @@ func nulField(m *parley.Message) string {
 		}
 	}
 	for _, f := range [...]struct{ name, v string }{{"name", m.Name}, {"tool_call_id", m.ToolCallID},
-		{"reasoning_content", m.Reasoning}, {"run_id", m.RunID}, {"model", m.Model}, {"resource_id", m.ResourceID}, {"server", m.Server}, {"id", m.ID}} {
+		{"reasoning_content", m.Reasoning}, {"run_id", m.RunID}, {"model", m.Model}, {"resource_id", m.ResourceID}, {"server", m.Server}, {"id", m.ID}, {"parent_id", m.ParentID}} {
 		if has(f.v) {
 			return f.name
 		}
@@ -198,3 +201,95 @@ func DecodeCursor(c string) (int64, string, error) {
 	}
 	return 0, "", parley.Errorf(parley.ECInvalid, "cursor: not a cursor this server issued")
 }
+
+// Links are the parents AppendMessages gives a batch of messages.
+type Links struct {
+	// Parents[i] is the parent of message i ("" for none).
+	Parents []string
+	// Outside are the parents given explicitly that are not in the batch: the store checks that
+	// each is a message of the session.
+	Outside []string
+	// Branches is true when the batch does not simply extend the session's chain: a message's
+	// parent is not the message before it (the session's leaf, for the first).
+	Branches bool
+}
+
+// LinkParents resolves the parents of msgs, appended to a session whose active leaf is leaf
+// ("" when it has no message): a message's ParentID when given (parley.ParentRoot for none),
+// else the message before it in the batch, or leaf for the first. It does not change msgs.
+func LinkParents(msgs []*parley.Message, leaf string) Links {
+	l := Links{Parents: make([]string, len(msgs))}
+	prev := leaf
+	var batch map[string]bool
+	for i, m := range msgs {
+		p := m.ParentID
+		switch p {
+		case "":
+			p = prev
+		case parley.ParentRoot:
+			p = ""
+		default:
+			if !batch[p] {
+				l.Outside = append(l.Outside, p)
+			}
+		}
+		if p != prev {
+			l.Branches = true
+		}
+		l.Parents[i] = p
+		prev = m.ID
+		if len(msgs) > 1 {
+			if batch == nil {
+				batch = make(map[string]bool, len(msgs))
+			}
+			batch[m.ID] = true
+		}
+	}
+	return l
+}
+
+// Distinct returns ids without repeats, in their first order.
+func Distinct(ids []string) []string {
+	seen := make(map[string]bool, len(ids))
+	out := ids[:0:0]
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// NewestInSubtree returns the newest message (the last in nodes, which are in seq order) of the
+// subtree of id, id itself included: the most recent leaf under it. It returns "" when id is not
+// in nodes.
+func NewestInSubtree(nodes []parley.TreeNode, id string) string {
+	in := map[string]bool{}
+	newest := ""
+	for _, n := range nodes {
+		if n.ID == id || (n.ParentID != "" && in[n.ParentID]) {
+			in[n.ID] = true
+			newest = n.ID
+		}
+	}
+	return newest
+}
+
+// Copies returns copies of a branch (in order) for a new session: new ids, each the parent of the
+// next (parents[i] is the parent of copy i), Seq and SessionID cleared for the store to set.
+func Copies(branch []parley.Message) (copies []parley.Message, parents []string) {
+	copies = make([]parley.Message, len(branch))
+	parents = make([]string, len(branch))
+	for i, m := range branch {
+		m.ID, m.Seq, m.SessionID, m.ParentID = parley.NewID(), 0, "", ""
+		if i > 0 {
+			parents[i] = copies[i-1].ID
+		}
+		copies[i] = m
+	}
+	return copies, parents
+}
+
+// ErrRunning refuses a switch of branch while a run is running in the session.
+var ErrRunning = parley.Errorf(parley.ECConflict, "a run is in progress in this session: switch branches when it has ended")

@@ -1,0 +1,291 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/store/internal/rowcodec"
+)
+
+// tip is what reading a branch needs to know of its session.
+type tip struct {
+	leaf     string
+	seq      int64 // the leaf's
+	branched bool  // the branch is found by walking up from leaf, not by seq alone
+}
+
+// branchTip reads the session and the leaf of the branch asked for ("" for the active one).
+func branchTip(ctx context.Context, q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}, sessionID, leaf string) (tip, error) {
+	var (
+		t   tip
+		id  pgtype.Text
+		seq pgtype.Int8
+	)
+	err := q.QueryRow(ctx, `SELECT s.branched, m.id, m.seq FROM sessions s
+		LEFT JOIN messages m ON m.session_id = s.id AND m.id = COALESCE(NULLIF($1, ''), s.leaf_id)
+		WHERE s.id = $2`, leaf, sessionID).Scan(&t.branched, &id, &seq)
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && !id.Valid {
+		if leaf != "" {
+			return t, notFound("message", leaf)
+		}
+		return t, nil // no session, or no message yet
+	}
+	if err != nil {
+		return t, fmt.Errorf("postgres: reading branch: %w", err)
+	}
+	t.leaf, t.seq = id.String, seq.Int64
+	return t, nil
+}
+
+// branchQuery returns the query of the columns cols of the branch that ends at t's leaf, with seq
+// > after, in order, at most limit rows (<= 0: all). A session that is one chain reads its rows
+// by seq; another walks up from the leaf, stopping at the first seq not above after.
+func branchQuery(cols, sessionID string, t tip, after int64, limit int) (string, []any) {
+	var (
+		q    string
+		args []any
+	)
+	if !t.branched {
+		q = `SELECT ` + cols + ` FROM messages WHERE session_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq`
+		args = []any{sessionID, after, t.seq}
+	} else {
+		q = `WITH RECURSIVE path(id, parent_id) AS (
+			SELECT id, parent_id FROM messages WHERE id = $2 AND seq > $3
+			UNION ALL
+			SELECT m.id, m.parent_id FROM messages m JOIN path ON m.id = path.parent_id WHERE m.seq > $3)
+			SELECT ` + cols + ` FROM messages WHERE session_id = $1 AND id IN (SELECT id FROM path) ORDER BY seq`
+		args = []any{sessionID, t.leaf, after}
+	}
+	if limit > 0 {
+		q += fmt.Sprintf(` LIMIT %d`, limit)
+	}
+	return q, args
+}
+
+// ListBranch returns messages of the branch that ends at leaf ("": the active leaf).
+func (s *Store) ListBranch(ctx context.Context, sessionID, leaf string, afterSeq int64, limit int) ([]parley.Message, parley.BranchTip, error) {
+	t, err := branchTip(ctx, s.pool, sessionID, leaf)
+	if err != nil || t.leaf == "" {
+		return []parley.Message{}, parley.BranchTip{}, err
+	}
+	q, args := branchQuery(messageCols, sessionID, t, afterSeq, limit)
+	msgs, err := s.queryMessages(ctx, q, args...)
+	return msgs, parley.BranchTip{ID: t.leaf, Seq: t.seq}, err
+}
+
+// ModelBranch returns the model view of the branch that ends at leaf ("": the active leaf).
+func (s *Store) ModelBranch(ctx context.Context, sessionID, leaf string) ([]parley.Message, parley.BranchTip, error) {
+	t, err := branchTip(ctx, s.pool, sessionID, leaf)
+	if err != nil || t.leaf == "" {
+		return []parley.Message{}, parley.BranchTip{}, err
+	}
+	q, args := branchQuery(`role, content, parts, name, tool_calls, tool_call_id, reasoning, thinking_blocks, error`, sessionID, t, 0, 0)
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, parley.BranchTip{}, fmt.Errorf("postgres: reading history: %w", err)
+	}
+	defer rows.Close()
+	// The leaf's seq bounds the branch's length: size the slice once instead of growing it. One
+	// spare slot lets llmctx.BuildOwned put a system prompt first without copying.
+	out := make([]parley.Message, 0, min(t.seq, 1<<20)+1)
+	var (
+		role                          string
+		text, name, callID, reasoning pgtype.Text
+		failed                        pgtype.Text
+		parts, calls, thinking        []byte
+	)
+	for rows.Next() {
+		if err := rows.Scan(&role, &text, &parts, &name, &calls, &callID, &reasoning, &thinking, &failed); err != nil {
+			return nil, parley.BranchTip{}, fmt.Errorf("postgres: reading history: %w", err)
+		}
+		var m parley.Message
+		if err := decodeOpenAI(&m, role, text, name, callID, reasoning, parts, calls, nil, thinking); err != nil {
+			return nil, parley.BranchTip{}, fmt.Errorf("postgres: reading history: %w", err)
+		}
+		m.Error = parley.ErrorCode(failed.String)
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, parley.BranchTip{}, fmt.Errorf("postgres: reading history: %w", err)
+	}
+	return out, parley.BranchTip{ID: t.leaf, Seq: t.seq}, nil
+}
+
+// Tree returns the session's active leaf and all its messages, compact, in seq order.
+func (s *Store) Tree(ctx context.Context, sessionID string) (string, []parley.TreeNode, error) {
+	var leaf string
+	err := s.pool.QueryRow(ctx, `SELECT COALESCE(leaf_id, '') FROM sessions WHERE id = $1`, sessionID).Scan(&leaf)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil, notFound("session", sessionID)
+	}
+	if err != nil {
+		return "", nil, fmt.Errorf("postgres: reading tree: %w", err)
+	}
+	nodes, err := treeNodes(ctx, s.pool, sessionID)
+	return leaf, nodes, err
+}
+
+// treeNodes reads the session's nodes in seq order.
+func treeNodes(ctx context.Context, q interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, sessionID string) ([]parley.TreeNode, error) {
+	rows, err := q.Query(ctx, `SELECT id, COALESCE(parent_id, ''), role, created_at FROM messages
+		WHERE session_id = $1 ORDER BY seq`, sessionID)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: reading tree: %w", err)
+	}
+	defer rows.Close()
+	nodes := []parley.TreeNode{}
+	for rows.Next() {
+		var (
+			n    parley.TreeNode
+			role string
+		)
+		if err := rows.Scan(&n.ID, &n.ParentID, &role, &n.CreatedAt); err != nil {
+			return nil, fmt.Errorf("postgres: reading tree: %w", err)
+		}
+		n.Role, n.CreatedAt = parley.Role(role), n.CreatedAt.UTC()
+		nodes = append(nodes, n)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: reading tree: %w", err)
+	}
+	return nodes, nil
+}
+
+// SwitchBranch makes the newest message of messageID's subtree the active leaf.
+func (s *Store) SwitchBranch(ctx context.Context, sessionID, messageID string) (string, error) {
+	return s.setLeaf(ctx, sessionID, messageID, true)
+}
+
+// SetLeaf makes messageID the active leaf.
+func (s *Store) SetLeaf(ctx context.Context, sessionID, messageID string) error {
+	_, err := s.setLeaf(ctx, sessionID, messageID, false)
+	return err
+}
+
+// setLeaf makes messageID, or the newest message of its subtree, the active leaf.
+func (s *Store) setLeaf(ctx context.Context, sessionID, messageID string, newest bool) (string, error) {
+	var leaf string
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// The session's row lock orders this after any append in progress.
+		var one int
+		err := tx.QueryRow(ctx, `SELECT 1 FROM sessions WHERE id = $1 FOR UPDATE`, sessionID).Scan(&one)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return notFound("session", sessionID)
+		}
+		if err != nil {
+			return fmt.Errorf("postgres: setting leaf: %w", err)
+		}
+		if newest {
+			if err := noRunningRun(ctx, tx, sessionID); err != nil {
+				return err
+			}
+		}
+		nodes, err := treeNodes(ctx, tx, sessionID)
+		if err != nil {
+			return err
+		}
+		if leaf = rowcodec.NewestInSubtree(nodes, messageID); leaf == "" {
+			return notFound("message", messageID)
+		}
+		if !newest {
+			leaf = messageID
+		}
+		// A leaf that is not the last message makes the tree more than a chain to read.
+		if _, err := tx.Exec(ctx, `UPDATE sessions SET leaf_id = $1, branched = branched OR $2 WHERE id = $3`,
+			leaf, leaf != nodes[len(nodes)-1].ID, sessionID); err != nil {
+			return fmt.Errorf("postgres: setting leaf: %w", err)
+		}
+		return nil
+	})
+	return leaf, err
+}
+
+// noRunningRun refuses to switch branches under a running run, whose next message would land on
+// the other branch. Read after the session's row lock is held: a run whose message was appended
+// before is seen (its record was committed before its first append), and one whose first append
+// comes after waits for the lock and goes on from the new leaf.
+func noRunningRun(ctx context.Context, tx pgx.Tx, sessionID string) error {
+	var one int
+	err := tx.QueryRow(ctx, `SELECT 1 FROM runs WHERE session_id = $1 AND state = 'running'`, sessionID).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: setting leaf: %w", err)
+	}
+	return rowcodec.ErrRunning
+}
+
+// checkParents checks that each id is a message of the session.
+func checkParents(ctx context.Context, tx pgx.Tx, sessionID string, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	ids = rowcodec.Distinct(ids)
+	var n int
+	err := tx.QueryRow(ctx, `SELECT COUNT(*) FROM messages WHERE session_id = $1 AND id = ANY($2)`, sessionID, ids).Scan(&n)
+	if err != nil {
+		return fmt.Errorf("postgres: checking parents: %w", err)
+	}
+	if n != len(ids) {
+		return parley.Errorf(parley.ECInvalid, "parent_id: not a message of this session")
+	}
+	return nil
+}
+
+// Fork copies the branch that ends at messageID into the new session into.
+func (s *Store) Fork(ctx context.Context, sessionID, messageID string, into *parley.Session) ([]parley.Message, error) {
+	if into.ID == "" || into.CreatedAt.IsZero() || into.UpdatedAt.IsZero() {
+		return nil, parley.Errorf(parley.ECInvalid, "session: id, created_at and updated_at are required")
+	}
+	if messageID == "" {
+		return nil, notFound("message", messageID)
+	}
+	path, _, err := s.ListBranch(ctx, sessionID, messageID, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	copies, parents := rowcodec.Copies(path)
+	cols := make([]rowcodec.Columns, len(copies))
+	ptrs := make([]*parley.Message, len(copies))
+	for i := range copies {
+		if cols[i], err = rowcodec.Encode(&copies[i]); err != nil {
+			return nil, fmt.Errorf("message %d: %w", i, err)
+		}
+		ptrs[i] = &copies[i]
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO sessions (id, title, owner, created_at, updated_at, project_id, last_seq, leaf_id, open_calls)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+			into.ID, into.Title, into.Owner, into.CreatedAt.UTC(), into.UpdatedAt.UTC(), nullable(into.ProjectID),
+			len(copies), copies[len(copies)-1].ID, max(0, rowcodec.OpenCallsDelta(ptrs)))
+		if isFKViolation(err) {
+			return notFound("project", into.ProjectID)
+		}
+		if err != nil {
+			return fmt.Errorf("postgres: creating session: %w", err)
+		}
+		b := &pgx.Batch{}
+		queueMessages(b, into.ID, 1, ptrs, cols, parents)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return fmt.Errorf("postgres: forking session: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i := range copies {
+		copies[i].SessionID, copies[i].Seq, copies[i].ParentID = into.ID, int64(i+1), parents[i]
+	}
+	return copies, nil
+}

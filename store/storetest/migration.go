@@ -1,0 +1,108 @@
+package storetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	parley "github.com/parleyhq/parley"
+)
+
+// FillChains writes sessions as a store before branches held them: each one chain of messages,
+// appended in calls of one and of several, interleaved across sessions, with every field of the
+// format (RoundTripMessages and the goldens), tool rounds, usage and a failed turn, and an empty
+// session. It returns the sessions' ids. A store's migration test writes them, takes a Snapshot,
+// migrates down to the version before branches and up again, and compares.
+func FillChains(t *testing.T, s parley.Store) []string {
+	t.Helper()
+	var ids []string
+	sessions := make([]*parley.Session, 4)
+	for i := range sessions {
+		sessions[i] = newSession(t, s, fmt.Sprintf("owner%d", i%2), base.Add(time.Duration(i)*time.Second))
+		ids = append(ids, sessions[i].ID)
+	}
+	res := &parley.Resource{ID: parley.NewID(), SessionID: sessions[0].ID, Kind: "page", URI: "https://example.com/", CreatedAt: base}
+	if err := s.PutResource(ctx, res); err != nil {
+		t.Fatal(err)
+	}
+	// Session 0: every field, in one call, then more turns one message at a time.
+	if err := s.AppendMessages(ctx, sessions[0].ID, RoundTripMessages(res.ID, base)...); err != nil {
+		t.Fatal(err)
+	}
+	// Sessions 1 and 2: the goldens' histories, turn by turn, interleaved with session 0.
+	files, err := goldens.ReadDir("testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for fi, f := range files {
+		raw, err := goldens.ReadFile("testdata/" + f.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var msgs []parley.Message
+		if err := json.Unmarshal(raw, &msgs); err != nil {
+			t.Fatal(err)
+		}
+		target := sessions[1+fi%2].ID
+		for i := range msgs {
+			m := msgs[i]
+			m.ID, m.CreatedAt, m.RunID = parley.NewID(), base.Add(time.Duration(fi*100+i)*time.Millisecond), fmt.Sprintf("run-%d", fi)
+			if m.Role == parley.RoleAssistant {
+				m.Usage = &parley.Usage{PromptTokens: int64(10 * (i + 1)), CompletionTokens: int64(i), TotalTokens: int64(11*i + 10)}
+			}
+			if err := s.AppendMessages(ctx, target, &m); err != nil {
+				t.Fatal(err)
+			}
+			extra := msg(parley.RoleUser, fmt.Sprintf("between %d.%d", fi, i), base.Add(time.Hour))
+			if err := s.AppendMessages(ctx, sessions[0].ID, extra); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Session 3 stays empty.
+	return ids
+}
+
+// Snapshot is everything the store gives back of the sessions, as JSON: each session, its
+// History, ModelHistory, ListMessages in pages of 3 and its Tree, and the owners' usage.
+func Snapshot(t *testing.T, s parley.Store, ids []string) string {
+	t.Helper()
+	var b strings.Builder
+	put := func(name string, v any, err error) {
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		fmt.Fprintf(&b, "%s %s\n", name, jsonOf(t, v))
+	}
+	for _, id := range ids {
+		sess, err := s.GetSession(ctx, id)
+		put("session", sess, err)
+		h, err := s.History(ctx, id)
+		put("history", h, err)
+		mh, err := s.ModelHistory(ctx, id)
+		put("model", mh, err)
+		var after int64
+		for {
+			page, err := s.ListMessages(ctx, id, after, 3)
+			put("page", page, err)
+			if len(page) == 0 {
+				break
+			}
+			after = page[len(page)-1].Seq
+		}
+		leaf, nodes, err := s.Tree(ctx, id)
+		put("tree", struct {
+			Leaf  string
+			Nodes []parley.TreeNode
+		}{leaf, nodes}, err)
+	}
+	for _, owner := range []string{"owner0", "owner1"} {
+		u, err := s.OwnerUsage(ctx, owner)
+		put("usage", u, err)
+	}
+	open, err := s.SessionsWithOpenToolCalls(ctx, "", 100)
+	put("open", open, err)
+	return b.String()
+}
