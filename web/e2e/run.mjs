@@ -962,9 +962,10 @@ const cases = [
       await axeCheck(page, 'approval card')
       // A page that opens the session now shows the same pending card (GET …/approvals, and the
       // run's events replayed from its start).
-      const late = await newPage()
+      const late = await newPage({ colorScheme: 'dark' })
       await late.goto(page.url())
       await late.locator('[data-testid=approval-card]').waitFor({ timeout: T })
+      await axeCheck(late, 'approval card, dark')
       // Arguments that break the tool's schema are refused with the server's reason; the call stays pending.
       await card.locator('textarea').fill('{"key": 5}')
       await card.getByRole('button', { name: 'Approve' }).click()
