@@ -34,7 +34,14 @@ var crossUserRoutes = map[string]struct {
 	"POST /api/v1/sessions/{id}/pause":   {"POST", "/api/v1/sessions/{A}/pause", "", 403, nil},
 	"POST /api/v1/sessions/{id}/resume":  {"POST", "/api/v1/sessions/{A}/resume", "", 403, nil},
 	"POST /api/v1/sessions/{id}/retry":   {"POST", "/api/v1/sessions/{A}/retry", "", 403, nil},
-	"GET /api/ws":                        {"GET", "/api/ws?convId={A}&after=0", "", 403, nil},
+	// Branches (issue 23): {G} is a message of alice's session.
+	"GET /api/v1/sessions/{id}/tree":  {"GET", "/api/v1/sessions/{A}/tree", "", 403, nil},
+	"PUT /api/v1/sessions/{id}/leaf":  {"PUT", "/api/v1/sessions/{A}/leaf", `{"message_id":"{G}"}`, 403, nil},
+	"POST /api/v1/sessions/{id}/fork": {"POST", "/api/v1/sessions/{A}/fork", `{"message_id":"{G}"}`, 403, nil},
+	"POST /api/v1/sessions/{id}/messages/{message_id}/edit": {"POST", "/api/v1/sessions/{A}/messages/{G}/edit",
+		`{"message":"mine now"}`, 403, nil},
+	"POST /api/v1/sessions/{id}/messages/{message_id}/regenerate": {"POST", "/api/v1/sessions/{A}/messages/{G}/regenerate", "", 403, nil},
+	"GET /api/ws": {"GET", "/api/ws?convId={A}&after=0", "", 403, nil},
 	// Tool approval (issue 23): TestApprovalOnlyOwner shows a pending call of alice's stays so.
 	"GET /api/v1/sessions/{id}/approvals":            {"GET", "/api/v1/sessions/{A}/approvals", "", 403, nil},
 	"POST /api/v1/sessions/{id}/approvals/{call_id}": {"POST", "/api/v1/sessions/{A}/approvals/call_1", `{"decision":"approve"}`, 403, nil},
@@ -162,8 +169,8 @@ func TestCrossUser(t *testing.T) {
 
 	for route, c := range crossUserRoutes {
 		t.Run(route, func(t *testing.T) {
-			path := strings.NewReplacer("{A}", sid, "{K}", keys[0].ID, "{P}", pid, "{M}", mid, "{F}", fid, "{R}", art.ID).Replace(c.path)
-			body := strings.ReplaceAll(c.body, "{A}", sid)
+			path := strings.NewReplacer("{A}", sid, "{K}", keys[0].ID, "{P}", pid, "{M}", mid, "{F}", fid, "{R}", art.ID, "{G}", before[0].ID).Replace(c.path)
+			body := strings.NewReplacer("{A}", sid, "{G}", before[0].ID).Replace(c.body)
 			resp, raw := e.raw(t, c.method, path, body, "Authorization", "Bearer "+e.key(t, "bob"), "Content-Type", "application/json")
 			if resp.StatusCode != c.status {
 				t.Fatalf("%s %s as bob: %d %s, want %d", c.method, path, resp.StatusCode, raw, c.status)
@@ -188,6 +195,9 @@ func TestCrossUser(t *testing.T) {
 	after, _ := e.store.History(ctx, sid)
 	if len(after) != len(before) {
 		t.Fatalf("alice's history went from %d to %d messages", len(before), len(after))
+	}
+	if leaf, nodes, _ := e.store.Tree(ctx, sid); len(nodes) != len(before) || leaf != before[len(before)-1].ID {
+		t.Fatalf("alice's tree changed: leaf %q, %d messages", leaf, len(nodes))
 	}
 	if _, err := e.store.APIKeyByHash(ctx, keys[0].Hash); err != nil {
 		t.Fatal(err)
