@@ -880,7 +880,7 @@ const cases = [
       await button.click()
       await button.filter({ hasText: 'clicked 1' }).waitFor({ timeout: T })
       if (SHOTS) await page.screenshot({ path: path.join(SHOTS, 'artifacts-light.png') })
-      await page.getByRole('button', { name: 'Code' }).click()
+      await page.getByRole('button', { name: 'Code', exact: true }).click()
       assert((await page.locator('[data-testid=artifact-code]').innerText()).includes('useState(0)'), 'the code view shows the source')
       const cards = page.locator('[data-testid=search-sources] .source-card')
       await cards.first().waitFor({ timeout: T })
