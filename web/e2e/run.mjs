@@ -1017,6 +1017,42 @@ const cases = [
     },
   ],
   [
+    'tool approval: another user cannot answer; a call nobody answers expires and the model is told',
+    async () => {
+      // On the server with keys (--approval-timeout 8s): two guests, the second a stranger to the session.
+      if (!AUTH) throw new Error('PARLEY_AUTH_URL is not set')
+      const guest = () => fetch(AUTH + '/api/v1/auth/guest', { method: 'POST' }).then((r) => r.json())
+      const [owner, stranger] = [await guest(), await guest()]
+      await enqueue({ ToolCalls: [{ id: 'call_exp1', type: 'function', function: { name: 't__erase', arguments: '{"key":"zeta"}' } }] }, { Content: 'Nobody approved it.' })
+      const page = await newPage()
+      await page.context().addInitScript((k) => localStorage.setItem('parley.key', k), owner.token)
+      await page.goto(AUTH + '/')
+      await page.locator('#prompt').waitFor({ timeout: T })
+      await send(page, 'Erase zeta')
+      const card = page.locator('[data-testid=approval-card]')
+      await card.waitFor({ timeout: T })
+      const sid = /\/s\/([0-9a-fA-F-]+)/.exec(page.url())[1]
+      const r = await fetch(`${AUTH}/api/v1/sessions/${sid}/approvals/call_exp1`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', Authorization: 'Bearer ' + stranger.token },
+        body: JSON.stringify({ decision: 'approve' }),
+      })
+      assert(r.status === 403 || r.status === 404, 'another user cannot answer: ' + r.status)
+      const pending = await fetch(`${AUTH}/api/v1/sessions/${sid}/approvals`, { headers: { Authorization: 'Bearer ' + owner.token } }).then((x) => x.json())
+      assert(pending.approvals.some((a) => a.call_id === 'call_exp1'), 'the call still waits for its owner: ' + JSON.stringify(pending))
+      assert((await card.count()) === 1, 'the owner still sees the card')
+      console.log('    the stranger got ' + r.status)
+      await page.locator('[data-testid=approval-note]', { hasText: 'not approved in time' }).waitFor({ timeout: T })
+      await page.getByText('Nobody approved it.').waitFor({ timeout: T })
+      await idle(page)
+      const reqs = await control('GET', '/requests')
+      const told = reqs[reqs.length - 1].last
+      assert(/approv/i.test(told) && !told.includes('erased zeta'), 'the model got a result saying the call was not approved and did not run: ' + told)
+      console.log('    the model was told: ' + told)
+      return page
+    },
+  ],
+  [
     'branches: edit a message, "‹ 1 / 2 ›" switches, regenerate, a reload keeps the branch, another page follows, fork opens a new session',
     async () => {
       const page = await newPage()
