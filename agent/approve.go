@@ -51,9 +51,12 @@ func (a *Agent) approve(ctx context.Context, in Input, t *turn, calls []parley.T
 	if a.cfg.Approvals == nil || budget == 0 {
 		return nil, nil
 	}
-	sess, err := a.cfg.Approvals.Session(ctx, in.SessionID)
-	if err != nil {
-		return nil, err
+	sess := a.cfg.Approvals.NoSession()
+	if !a.sessionless {
+		var err error
+		if sess, err = a.cfg.Approvals.Session(ctx, in.SessionID); err != nil {
+			return nil, a.canceledOr(ctx, err)
+		}
 	}
 	out := map[string]verdict{}
 	var waiting []*parley.ApprovalRecord

@@ -150,3 +150,41 @@ func TestCannotAskRefuses(t *testing.T) {
 		t.Fatalf("approvals %+v, ran %d", list, ran)
 	}
 }
+
+// noSessions is a Resolver store that knows no session, as the store knows none of a stateless
+// request's conversation.
+type noSessions struct{ parley.Store }
+
+func (noSessions) GetSession(context.Context, string) (*parley.Session, error) {
+	return nil, parley.ErrNotFound
+}
+
+// A conversation held outside the store (WithStore: the stateless OpenAI API) is decided by the
+// server's policy alone: no session is looked up, a call that runs runs, one that asks is refused.
+func TestSessionlessUsesTheServerPolicy(t *testing.T) {
+	f := newFixture(t)
+	ran := 0
+	f.tool(t, "rm", func(context.Context, json.RawMessage) (*parley.ToolResult, error) {
+		ran++
+		return &parley.ToolResult{Content: parley.Text("x")}, nil
+	})
+	f.tool(t, "ls", func(context.Context, json.RawMessage) (*parley.ToolResult, error) {
+		ran++
+		return &parley.ToolResult{Content: parley.Text("x")}, nil
+	})
+	f.prov.steps = append(f.prov.steps, callTools("", [2]string{"rm", `{}`}, [2]string{"ls", `{}`}), say("fine"))
+	policy, _ := approval.Parse("rm=ask")
+	a := f.agent(func(c *Config) { c.Approvals = &approval.Resolver{Server: policy, Store: noSessions{f.store}} }).WithStore(f.store)
+	if _, err := f.run(t, context.Background(), a, "go", nil); err != nil {
+		t.Fatal(err)
+	}
+	results := map[string]string{}
+	for _, m := range f.history(t) {
+		if m.Role == parley.RoleTool {
+			results[m.Name] = m.Content.String()
+		}
+	}
+	if ran != 1 || results["ls"] != "x" || !strings.Contains(results["rm"], "cannot be asked for") {
+		t.Fatalf("ran %d, results %q", ran, results)
+	}
+}

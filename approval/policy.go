@@ -194,6 +194,12 @@ func (r *Resolver) Session(ctx context.Context, sessionID string) (*Session, err
 	return s, nil
 }
 
+// NoSession decides the calls of a conversation held outside the store (the stateless OpenAI
+// API): the server's policy, the hints and the default only.
+func (r *Resolver) NoSession() *Session {
+	return &Session{r: r, always: map[string]bool{}}
+}
+
 // Mode returns the mode of a call of tool, and why (for the person asked, or the model refused).
 // The project's policy comes first, then the server's, then the tool's MCP hints, then the
 // default; a tool that would ask runs when its owner allowed it for the rest of the session.

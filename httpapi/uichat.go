@@ -6,6 +6,7 @@ import (
 	"time"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/approval"
 	"github.com/parleyhq/parley/chat"
 	"github.com/parleyhq/parley/httpapi/uistream"
 )
@@ -21,6 +22,9 @@ import (
 func (s *server) checkUIChat(req *uistream.Request) error {
 	if err := req.Check(); err != nil {
 		return err
+	}
+	if len(req.Answers) > 0 {
+		return nil // no turn: answers to the run's tool approvals
 	}
 	return s.Chat.Validate(&req.Turn)
 }
@@ -54,6 +58,10 @@ func (s *server) handleUIChat() http.Handler {
 		sess, err := s.uiSession(r.Context(), owner, req.ID)
 		if err != nil {
 			writeError(w, err)
+			return
+		}
+		if len(req.Answers) > 0 {
+			s.uiAnswers(w, r, owner, sess, req)
 			return
 		}
 		created := false
@@ -218,6 +226,61 @@ func (s *server) handleUIMessages() http.Handler {
 // event (then [DONE]) or until the client leaves (the run goes on), the stream is idle for
 // StreamIdle or open for StreamLifetime.
 func (s *server) uiStream(w http.ResponseWriter, r *http.Request, sessionID, runID string, after int64) {
+	s.uiStreamWith(w, r, sessionID, after, uistream.NewTranslator(runID))
+}
+
+// uiAnswers takes useChat's answers to the run's tool approvals (the request after
+// addToolApprovalResponse), stores them as POST …/approvals/{call_id} does, and streams the rest
+// of the run as the continuation of its assistant message. An answer to a call already decided
+// (another client, the timeout) is no error: the stream shows how it was decided.
+func (s *server) uiAnswers(w http.ResponseWriter, r *http.Request, owner string, sess *parley.Session, req *uistream.Request) {
+	if sess == nil {
+		writeError(w, parley.Errorf(parley.ECNotFound, "chat %q not found", req.ID))
+		return
+	}
+	// The run is found before the answers are stored: it may end at once after them.
+	var runID string
+	var after int64
+	if run, ok := s.Runs.Active(sess.ID); ok {
+		runID, after = run.ID, run.Log.FirstSeq()-1
+	} else if rec, err := s.Store.ActiveRun(r.Context(), sess.ID); err == nil {
+		runID, after = rec.ID, rec.FirstSeq-1
+	} else if parley.CodeOf(err) != parley.ECNotFound {
+		writeError(w, err)
+		return
+	}
+	if runID == "" {
+		writeError(w, parley.Errorf(parley.ECConflict, "no run of chat %q waits for approval", req.ID))
+		return
+	}
+	if req.MessageID != "" && req.MessageID != runID {
+		writeError(w, parley.Errorf(parley.ECConflict, "messageId: the answers are for the run in progress (%q)", runID))
+		return
+	}
+	ids := make([]string, 0, len(req.Answers))
+	for _, a := range req.Answers {
+		ans := approval.Answer{Decision: approval.DecisionApprove}
+		if !a.Approved {
+			ans = approval.Answer{Decision: approval.DecisionDeny, Reason: a.Reason}
+		}
+		_, err := s.decideApproval(r.Context(), owner, sess.ID, a.CallID, ans)
+		if err != nil && parley.CodeOf(err) != parley.ECConflict {
+			writeError(w, err)
+			return
+		}
+		ids = append(ids, a.CallID)
+	}
+	release, err := s.acquireStream(owner)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	defer release()
+	s.uiStreamWith(w, r, sess.ID, after, uistream.NewContinuation(runID, ids))
+}
+
+// uiStreamWith is uiStream with the translator given.
+func (s *server) uiStreamWith(w http.ResponseWriter, r *http.Request, sessionID string, after int64, tr *uistream.Translator) {
 	w.Header().Set(uistream.Header, uistream.HeaderValue)
 	w.Header().Set("X-Parley-Session", sessionID) // for the native routes (abort, records…)
 	sse, err := newSSEWriter(w, s.WriteTimeout)
@@ -236,7 +299,6 @@ func (s *server) uiStream(w http.ResponseWriter, r *http.Request, sessionID, run
 	defer idle.Stop()
 	recheck, stopRecheck := s.recheckTicks()
 	defer stopRecheck()
-	tr := uistream.NewTranslator(runID)
 	emit := func(c uistream.Chunk) { sse.data(mustJSON(c)) }
 	for {
 		select {

@@ -59,7 +59,8 @@ func TestAISDKInterop(t *testing.T) {
 		keys[user] = strings.TrimSpace(out)
 	}
 	url := startInProcess(t, map[string]string{"PARLEY_OPENAI_BASE_URL": upstream.URL + "/v1"},
-		"--db", db, "--auth", "keys", "--rate-limit", "off", "--provider-attempts", "1", "--heartbeat", "1h")
+		"--db", db, "--auth", "keys", "--rate-limit", "off", "--provider-attempts", "1", "--heartbeat", "1h",
+		"--tool-policy", "get_current_time=ask")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

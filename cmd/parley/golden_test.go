@@ -101,19 +101,19 @@ type goldenServer struct {
 	up  *gatedUpstream
 }
 
-func startGoldenServer(t *testing.T) *goldenServer {
+func startGoldenServer(t *testing.T, extra ...string) *goldenServer {
 	t.Helper()
 	up := &gatedUpstream{fake: llmtest.NewServer(llmtest.WithChunkSize(8))}
 	hs := httptest.NewServer(up)
 	t.Cleanup(hs.Close)
-	url, _ := startGolden(t, hs.URL, filepath.Join(t.TempDir(), "p.db"))
+	url, _ := startGolden(t, hs.URL, filepath.Join(t.TempDir(), "p.db"), extra...)
 	return &goldenServer{url: url, up: up}
 }
 
 // startGolden runs parley serve in this process on the SQLite file db with the fake upstream at
 // upstream, and returns its URL and a function that stops it (as SIGTERM does) and waits; the
 // test's end stops it too.
-func startGolden(t *testing.T, upstream, db string) (string, func()) {
+func startGolden(t *testing.T, upstream, db string, extra ...string) (string, func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
@@ -121,6 +121,7 @@ func startGolden(t *testing.T, upstream, db string) (string, func()) {
 	env := map[string]string{"PARLEY_OPENAI_BASE_URL": upstream + "/v1"}
 	args := []string{"serve", "--addr", "127.0.0.1:0", "--db", db, "--heartbeat", "1h",
 		"--provider-attempts", "1", "--rate-limit", "off"}
+	args = append(args, extra...)
 	go func() {
 		err := run(ctx, args, func(k string) string { return env[k] }, io.Discard, pw)
 		pw.Close()

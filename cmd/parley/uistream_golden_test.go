@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -81,4 +83,55 @@ func (s *goldenServer) uiDo(t *testing.T, ctx context.Context, method, path, bod
 		t.Fatal(err)
 	}
 	return resp, string(raw)
+}
+
+// TestUIStreamApprovalGolden pins tool approval in the UI message stream: the calculator asks
+// (--tool-policy), so the first response ends with tool-approval-request and finish while the
+// run waits; useChat's next request (the assistant message with the tool part answered, as
+// addToolApprovalResponse leaves it) gets the rest of the same message. Once approved, once
+// denied (tool-output-denied; the model reads the refusal).
+func TestUIStreamApprovalGolden(t *testing.T) {
+	s := startGoldenServer(t, "--tool-policy", "calculator=ask")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const intro = "Golden transcript of Parley's AI SDK UI message stream (see cmd/parley/uistream_golden_test.go:\n" +
+		"ids and timestamps normalized; -update rewrites it).\n"
+	for _, c := range []struct {
+		name, chat string
+		approved   bool
+		reason     string
+		answer     string
+	}{
+		{"ui-approval", "chatApprove01", true, "", "6*7 = 42."},
+		{"ui-approval-denied", "chatDeny01", false, "not now", "I did not compute it."},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s.up.fake.Enqueue(llmtest.Turn{ToolCalls: []parley.ToolCall{{ID: "call_ask", Type: "function",
+				Function: parley.FunctionCall{Name: "calculator", Arguments: `{"expression":"6*7"}`}}}, Usage: usage1},
+				llmtest.Turn{Content: c.answer, Usage: usage1})
+			body := `{"id":"` + c.chat + `","messages":[{"id":"u1","role":"user","parts":[{"type":"text","text":"What is 6*7?"}]}],"trigger":"submit-message"}`
+			resp, first := s.uiDo(t, ctx, "POST", "/api/v1/ui/chat", body)
+			if resp.StatusCode != 200 || !strings.HasSuffix(first, "data: [DONE]\n\n") || !strings.Contains(first, `"tool-approval-request"`) {
+				t.Fatalf("first response: %d\n%s", resp.StatusCode, first)
+			}
+			msgID := regexp.MustCompile(`"messageId":"([^"]+)"`).FindStringSubmatch(first)[1]
+			approved, _ := json.Marshal(c.approved)
+			answer := `{"id":"` + c.chat + `","trigger":"submit-message","messageId":"` + msgID + `","messages":[` +
+				`{"id":"u1","role":"user","parts":[{"type":"text","text":"What is 6*7?"}]},` +
+				`{"id":"` + msgID + `","role":"assistant","parts":[{"type":"step-start"},{"type":"tool-calculator","toolCallId":"call_ask",` +
+				`"state":"approval-responded","input":{"expression":"6*7"},"providerExecuted":true,` +
+				`"approval":{"id":"call_ask","approved":` + string(approved) + `,"reason":"` + c.reason + `"}}]}]}`
+			resp, second := s.uiDo(t, ctx, "POST", "/api/v1/ui/chat", answer)
+			if resp.StatusCode != 200 || !strings.HasSuffix(second, "data: [DONE]\n\n") {
+				t.Fatalf("second response: %d\n%s", resp.StatusCode, second)
+			}
+			// Answering again: the call is decided, the run over.
+			if resp, again := s.uiDo(t, ctx, "POST", "/api/v1/ui/chat", answer); resp.StatusCode != 409 {
+				t.Fatalf("answering again: %d %s", resp.StatusCode, again)
+			}
+			_, msgs := s.uiDo(t, ctx, "GET", "/api/v1/ui/chat/"+c.chat+"/messages", "")
+			checkGolden(t, c.name, intro+"A call that asks for approval, answered in useChat's next request ("+map[bool]string{true: "approved", false: "denied"}[c.approved]+").\n",
+				section{"first", first}, section{"answer", second}, section{"messages", msgs})
+		})
+	}
 }

@@ -38,10 +38,14 @@ const (
 	TypeToolInputAvailable = "tool-input-available"
 	TypeToolOutputAvail    = "tool-output-available"
 	TypeToolOutputError    = "tool-output-error"
-	TypeFinish             = "finish"
-	TypeAbort              = "abort"
-	TypeError              = "error"
-	TypeDataStatus         = "data-parley-status"
+	// Tool approval (issue 23): a call waits for the user's approval; a call the user (or the
+	// approval timeout) denied.
+	TypeToolApprovalRequest = "tool-approval-request"
+	TypeToolOutputDenied    = "tool-output-denied"
+	TypeFinish              = "finish"
+	TypeAbort               = "abort"
+	TypeError               = "error"
+	TypeDataStatus          = "data-parley-status"
 )
 
 // Chunk is one UI message chunk. Only the fields of its type are set; the field order is the
@@ -53,6 +57,8 @@ type Chunk struct {
 	// text-*, reasoning-*, data-*
 	ID    string `json:"id,omitempty"`
 	Delta string `json:"delta,omitempty"`
+	// tool-approval-request (the approval's id is the call's)
+	ApprovalID string `json:"approvalId,omitempty"`
 	// tool-*
 	ToolCallID       string          `json:"toolCallId,omitempty"`
 	ToolName         string          `json:"toolName,omitempty"`

@@ -2,7 +2,9 @@ package uistream
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -33,6 +35,17 @@ type Request struct {
 
 	// Turn is the chat request the last user message makes (set by Check).
 	Turn chat.Request `json:"-"`
+	// Answers are the user's answers to tool approvals when the last message is the assistant's
+	// with tool parts in state "approval-responded" (useChat's request after
+	// addToolApprovalResponse; set by Check): no turn then, the run goes on.
+	Answers []Answer `json:"-"`
+}
+
+// Answer is a user's answer to one tool approval, as useChat sends it.
+type Answer struct {
+	CallID   string
+	Approved bool
+	Reason   string
 }
 
 // UIRequest is a UIMessage as a client sends it; only what Parley reads of it.
@@ -48,6 +61,17 @@ type UIRequestPart struct {
 	Text      string `json:"text"`
 	MediaType string `json:"mediaType"`
 	URL       string `json:"url"`
+	// tool parts (type "tool-<name>" or "dynamic-tool")
+	ToolCallID string      `json:"toolCallId"`
+	State      string      `json:"state"`
+	Approval   *UIApproval `json:"approval"`
+}
+
+// UIApproval is a tool part's approval; Approved is set once the user answered.
+type UIApproval struct {
+	ID       string `json:"id"`
+	Approved *bool  `json:"approved"`
+	Reason   string `json:"reason"`
 }
 
 // UnmarshalJSON decodes leniently: an app's extra fields, and the many fields of a UIMessage that
@@ -70,9 +94,6 @@ func (r *Request) Check() error {
 	default:
 		return parley.Errorf(parley.ECInvalid, "trigger: must be %q or %q", TriggerSubmit, TriggerRegenerate)
 	}
-	if r.Trigger != TriggerRegenerate && r.MessageID != "" {
-		return parley.Errorf(parley.ECInvalid, "messageId: editing an earlier message is not supported (Parley keeps every turn); send a new message instead")
-	}
 	if err := parley.CheckText("messageId", r.MessageID, parley.TextName); err != nil {
 		return err
 	}
@@ -81,6 +102,12 @@ func (r *Request) Check() error {
 	}
 	n := len(r.Messages) - 1
 	last := r.Messages[n]
+	if last.Role == "assistant" && r.Trigger != TriggerRegenerate {
+		return r.checkAnswers(n, last)
+	}
+	if r.Trigger != TriggerRegenerate && r.MessageID != "" {
+		return parley.Errorf(parley.ECInvalid, "messageId: editing an earlier message is not supported (Parley keeps every turn); send a new message instead")
+	}
 	if last.Role != "user" {
 		return parley.Errorf(parley.ECInvalid, "messages[%d].role: the last message must be the user's (role \"user\"), not %q", n, truncate(last.Role, 20))
 	}
@@ -98,6 +125,40 @@ func (r *Request) Check() error {
 		}
 	}
 	r.Turn = chat.Request{Message: strings.Join(text, "\n"), BinaryContent: files, Model: r.Model, SelectedTools: r.SelectedTools}
+	return nil
+}
+
+// checkAnswers reads the answers to tool approvals of the last message, the assistant's.
+func (r *Request) checkAnswers(n int, last UIRequest) error {
+	for i, p := range last.Parts {
+		if p.State != "approval-responded" {
+			continue
+		}
+		a := p.Approval
+		if a == nil || a.Approved == nil {
+			return parley.Errorf(parley.ECInvalid, "messages[%d].parts[%d].approval: approved is required in state approval-responded", n, i)
+		}
+		id := a.ID
+		if id == "" {
+			id = p.ToolCallID
+		}
+		if id == "" || len(id) > 128 {
+			return parley.Errorf(parley.ECInvalid, "messages[%d].parts[%d].approval.id: not a tool call id", n, i)
+		}
+		if err := parley.CheckText(fmt.Sprintf("messages[%d].parts[%d].approval.id", n, i), id, parley.TextName); err != nil {
+			return err
+		}
+		if err := parley.CheckText(fmt.Sprintf("messages[%d].parts[%d].approval.reason", n, i), a.Reason, parley.TextMessage); err != nil {
+			return err
+		}
+		if utf8.RuneCountInString(a.Reason) > 2000 {
+			return parley.Errorf(parley.ECInvalid, "messages[%d].parts[%d].approval.reason: at most 2000 characters", n, i)
+		}
+		r.Answers = append(r.Answers, Answer{CallID: id, Approved: *a.Approved, Reason: a.Reason})
+	}
+	if len(r.Answers) == 0 {
+		return parley.Errorf(parley.ECInvalid, "messages[%d]: the last message must be the user's, or the assistant's with tool approvals answered (state approval-responded)", n)
+	}
 	return nil
 }
 

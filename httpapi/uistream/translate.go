@@ -37,11 +37,33 @@ type Translator struct {
 	hasUsage bool
 	model    string
 	ended    bool
+
+	asked bool            // a tool-approval-request went out: the stream ends when the run waits
+	held  map[string]bool // NewContinuation: nothing goes out until one of these calls is resolved
 }
 
 // NewTranslator returns a translator for the run with the given id.
 func NewTranslator(runID string) *Translator {
 	return &Translator{runID: runID, recorded: map[string]bool{}, calls: map[string]bool{}}
+}
+
+// NewContinuation returns a translator that goes on with the run's assistant message after the
+// user answered the approvals of callIDs (useChat's next request after addToolApprovalResponse):
+// fed the run's events from its start, it sends nothing until the approval_resolved of one of
+// those calls, then a start chunk of the same message and the rest of the run.
+//
+// Tool approval in the UI message stream: an approval_required event of a call becomes a
+// tool-approval-request chunk (its approvalId is the call's id); when the run then waits (status
+// awaiting_approval) the stream ends with finish, as the AI SDK's own server does, and the run
+// waits on the server. A call denied (or expired) becomes tool-output-denied.
+func NewContinuation(runID string, callIDs []string) *Translator {
+	t := NewTranslator(runID)
+	t.held = map[string]bool{}
+	for _, id := range callIDs {
+		t.held[id] = true
+		t.calls[id] = true // a run taken over does not record its assistant message again
+	}
+	return t
 }
 
 // Ended reports whether the run's done event was translated (the stream's last chunk sent).
@@ -53,6 +75,18 @@ func (t *Translator) Event(ev *parley.Event, emit func(Chunk)) {
 	if t.ended || (ev.RunID != "" && ev.RunID != t.runID) {
 		return
 	}
+	if t.held != nil {
+		if ev.Type != parley.EventApprovalResolved || ev.Approval == nil || !t.held[ev.Approval.CallID] {
+			t.event(ev, func(Chunk) {}) // the client has all this already
+			return
+		}
+		t.held = nil
+		emit(Chunk{Type: TypeStart, MessageID: t.runID})
+	}
+	t.event(ev, emit)
+}
+
+func (t *Translator) event(ev *parley.Event, emit func(Chunk)) {
 	if !t.started {
 		t.started = true
 		emit(Chunk{Type: TypeStart, MessageID: t.runID})
@@ -89,6 +123,17 @@ func (t *Translator) Event(ev *parley.Event, emit func(Chunk)) {
 				emit(Chunk{Type: TypeToolOutputAvail, ToolCallID: m.ToolCallID, Output: &out, ProviderExecuted: true})
 			}
 		}
+	case parley.EventApprovalRequired:
+		if a := ev.Approval; a != nil && t.calls[a.CallID] {
+			t.asked = true
+			emit(Chunk{Type: TypeToolApprovalRequest, ApprovalID: a.CallID, ToolCallID: a.CallID})
+		}
+	case parley.EventApprovalResolved:
+		if a := ev.Approval; a != nil && t.calls[a.CallID] && a.Decision != parley.ApprovalApproved {
+			// Its tool message (the refusal the model reads) is not sent as an error as well.
+			delete(t.calls, a.CallID)
+			emit(Chunk{Type: TypeToolOutputDenied, ToolCallID: a.CallID})
+		}
 	case parley.EventUsage:
 		if ev.Usage != nil {
 			t.usage.Add(*ev.Usage)
@@ -104,6 +149,19 @@ func (t *Translator) Event(ev *parley.Event, emit func(Chunk)) {
 			}
 		}
 		emit(Chunk{Type: TypeDataStatus, Data: map[string]string{"state": ev.State}, Transient: true})
+		if ev.State == parley.RunAwaitingApproval && t.asked {
+			// The user answers in the next request (NewContinuation); the run waits here.
+			t.asked = false
+			t.closeParts(emit)
+			if t.inStep {
+				emit(Chunk{Type: TypeFinishStep})
+				t.inStep = false
+			}
+			if t.held == nil {
+				emit(Chunk{Type: TypeFinish, FinishReason: "tool-calls", MessageMetadata: t.metadata()})
+				t.ended = true
+			}
+		}
 	case parley.EventError:
 		// Sent with the end: useChat stops reading at an error chunk and lets its user send
 		// again, which the session takes only once the run has ended (done).

@@ -11,6 +11,7 @@ import assert from 'node:assert/strict'
 import {
   AbstractChat,
   DefaultChatTransport,
+  lastAssistantMessageIsCompleteWithApprovalResponses,
   readUIMessageStream,
   uiMessageChunkSchema,
   validateUIMessages,
@@ -68,6 +69,14 @@ class TestChat extends AbstractChat {
     this.errors = []
     this.onErrorHook = (e) => this.errors.push(e)
   }
+}
+
+// waitReady waits for the chat's automatic request (sendAutomaticallyWhen) to be made and end.
+async function waitReady(chat) {
+  for (let i = 0; i < 500 && (chat.status !== 'ready' || chat.messages.at(-1).parts.every((p) => p.state !== 'output-available' && p.state !== 'output-denied')); i++) {
+    await new Promise((r) => setTimeout(r, 20))
+  }
+  assert.equal(chat.status, 'ready', String(chat.error))
 }
 
 const plain = (x) => JSON.parse(JSON.stringify(x)) // drops undefined fields, as JSON does
@@ -257,6 +266,34 @@ const cases = [
     assert.equal(history.length, 2)
     assert.deepEqual(plain(reloaded.messages), plain(history))
     assert.equal(history[1].parts.at(-1).text, 'A long answer that keeps coming.')
+  }],
+
+  ['tool approval: tool-approval-request, addToolApprovalResponse, and the run goes on in the next request', async () => {
+    // The server runs with --tool-policy get_current_time=ask (cmd/parley TestAISDKInterop).
+    const ask = (id) => ({ ToolCalls: [{ id, type: 'function', function: { name: 'get_current_time', arguments: '{}' } }] })
+    await control('/enqueue', [ask('call_t1'), { Content: 'It is now.' }, ask('call_t2'), { Content: 'Fine, I will not.' }])
+    const id = newChatId()
+    const chat = new TestChat({ id, transport: transport(), sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses })
+    await chat.sendMessage({ text: 'What time is it?' })
+    assert.equal(chat.status, 'ready', String(chat.error))
+    let tool = chat.messages[1].parts.find((p) => p.type === 'tool-get_current_time')
+    assert.equal(tool.state, 'approval-requested')
+    assert.equal(tool.approval.id, 'call_t1')
+    await chat.addToolApprovalResponse({ id: 'call_t1', approved: true })
+    await waitReady(chat)
+    assert.equal(chat.messages.length, 2, 'the answer continues the same assistant message')
+    tool = chat.messages[1].parts.find((p) => p.type === 'tool-get_current_time')
+    assert.equal(tool.state, 'output-available', JSON.stringify(chat.messages[1].parts))
+    assert.equal(chat.messages[1].parts.at(-1).text, 'It is now.')
+    assert.deepEqual(plain((await stored(id))[1].parts.at(-1)), plain(chat.messages[1].parts.at(-1)))
+
+    // Denied with a reason: tool-output-denied, and the model's answer to the refusal.
+    await chat.sendMessage({ text: 'And again?' })
+    await chat.addToolApprovalResponse({ id: 'call_t2', approved: false, reason: 'not twice' })
+    await waitReady(chat)
+    tool = chat.messages[3].parts.find((p) => p.type === 'tool-get_current_time')
+    assert.equal(tool.state, 'output-denied', JSON.stringify(chat.messages[3].parts))
+    assert.equal(chat.messages[3].parts.at(-1).text, 'Fine, I will not.')
   }],
 
   ['errors: 400 with its reason, 401 without a key, and chat ids are per user', async () => {
