@@ -220,3 +220,36 @@ func TestInterruptAnswersOpenCallsWithoutRunningThem(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A regeneration whose process died before it stored anything goes on from the question it
+// answers again: the active leaf is that question (chat.Service.Regenerate set it), so the model
+// is not sent the old answer, and the new answer is its sibling.
+func TestResumeOfARegenerationAnswersOnItsBranch(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	q := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("q"), RunID: "run1", CreatedAt: now}
+	old := &parley.Message{ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text("old"), RunID: "run1", CreatedAt: now}
+	if err := f.store.AppendMessages(ctx, f.sess, q, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.store.SetLeaf(ctx, f.sess, q.ID); err != nil {
+		t.Fatal(err)
+	}
+	f.prov.steps = append(f.prov.steps, say("new"))
+	res, err := f.agent(nil).Resume(ctx, Input{SessionID: f.sess, RunID: "run2"}, f.record)
+	if err != nil || res.FinishReason != parley.FinishStop || res.Final == nil || res.Final.ParentID != q.ID {
+		t.Fatalf("Resume: %+v %v", res, err)
+	}
+	if h := f.history(t); len(h) != 2 || h[1].Content.String() != "new" {
+		t.Fatalf("active branch after the resume: %+v", h)
+	}
+	reqs := f.prov.requests()
+	if len(reqs) != 1 || len(reqs[0].Messages) != 1 || reqs[0].Messages[0].Content.String() != "q" {
+		t.Fatalf("the model was sent %+v, want the question alone", reqs)
+	}
+	_, nodes, _ := f.store.Tree(ctx, f.sess)
+	if len(nodes) != 3 || nodes[2].ParentID != q.ID {
+		t.Fatalf("tree: %+v", nodes)
+	}
+}

@@ -38,6 +38,24 @@ func BenchmarkModelContext10k(b *testing.B) {
 	storetest.BenchModelContext(b, s, storetest.Seed10k(b, s))
 }
 
+// The same reads on a session that has branches: the active branch is found by walking up the
+// tree from its leaf.
+func BenchmarkHistory10kBranched(b *testing.B) {
+	s := openTest(b)
+	defer s.Close()
+	sid := storetest.Seed10k(b, s)
+	storetest.Branch10k(b, s, sid)
+	storetest.BenchHistory(b, s, sid)
+}
+
+func BenchmarkModelContext10kBranched(b *testing.B) {
+	s := openTest(b)
+	defer s.Close()
+	sid := storetest.Seed10k(b, s)
+	storetest.Branch10k(b, s, sid)
+	storetest.BenchModelContext(b, s, sid)
+}
+
 // seedSessions copies n sessions of owner in, one second apart.
 func seedSessions(b *testing.B, s *Store, owner string, n int) {
 	b.Helper()

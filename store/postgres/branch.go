@@ -56,11 +56,11 @@ func branchQuery(cols, sessionID string, t tip, after int64, limit int) (string,
 		q = `SELECT ` + cols + ` FROM messages WHERE session_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq`
 		args = []any{sessionID, after, t.seq}
 	} else {
-		q = `WITH RECURSIVE path(id, parent_id) AS (
-			SELECT id, parent_id FROM messages WHERE id = $2 AND seq > $3
+		q = `WITH RECURSIVE path(pid, up) AS (
+			SELECT id, parent_id FROM messages WHERE id = $2 AND session_id = $1 AND seq > $3
 			UNION ALL
-			SELECT m.id, m.parent_id FROM messages m JOIN path ON m.id = path.parent_id WHERE m.seq > $3)
-			SELECT ` + cols + ` FROM messages WHERE session_id = $1 AND id IN (SELECT id FROM path) ORDER BY seq`
+			SELECT m.id, m.parent_id FROM messages m JOIN path ON m.id = path.up WHERE m.seq > $3)
+			SELECT ` + cols + ` FROM path JOIN messages ON messages.id = path.pid ORDER BY seq`
 		args = []any{sessionID, t.leaf, after}
 	}
 	if limit > 0 {

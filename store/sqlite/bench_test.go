@@ -42,6 +42,22 @@ func BenchmarkModelContext10k(b *testing.B) {
 	storetest.BenchModelContext(b, s, sid)
 }
 
+// The same reads on a session that has branches: the active branch is found by walking up the
+// tree from its leaf.
+func BenchmarkHistory10kBranched(b *testing.B) {
+	s, sid := history10k(b)
+	defer s.Close()
+	storetest.Branch10k(b, s, sid)
+	storetest.BenchHistory(b, s, sid)
+}
+
+func BenchmarkModelContext10kBranched(b *testing.B) {
+	s, sid := history10k(b)
+	defer s.Close()
+	storetest.Branch10k(b, s, sid)
+	storetest.BenchModelContext(b, s, sid)
+}
+
 // seedSessions inserts n sessions of owner in one transaction, one second apart.
 func seedSessions(b *testing.B, s *Store, owner string, n int) {
 	b.Helper()

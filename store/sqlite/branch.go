@@ -53,12 +53,12 @@ func branchQuery(cols, sessionID string, t tip, after int64, limit int) (string,
 		q = `SELECT ` + cols + ` FROM messages WHERE session_id = ? AND seq > ? AND seq <= ? ORDER BY seq`
 		args = []any{sessionID, after, t.seq}
 	} else {
-		q = `WITH RECURSIVE path(id, parent_id) AS (
-			SELECT id, parent_id FROM messages WHERE id = ? AND seq > ?
+		q = `WITH RECURSIVE path(rid, up) AS (
+			SELECT rowid, parent_id FROM messages WHERE id = ? AND session_id = ? AND seq > ?
 			UNION ALL
-			SELECT m.id, m.parent_id FROM messages m JOIN path ON m.id = path.parent_id WHERE m.seq > ?)
-			SELECT ` + cols + ` FROM messages WHERE session_id = ? AND id IN (SELECT id FROM path) ORDER BY seq`
-		args = []any{t.leaf, after, after, sessionID}
+			SELECT m.rowid, m.parent_id FROM messages m JOIN path ON m.id = path.up WHERE m.seq > ?)
+			SELECT ` + cols + ` FROM path JOIN messages ON messages.rowid = path.rid ORDER BY seq`
+		args = []any{t.leaf, sessionID, after, after}
 	}
 	if limit > 0 {
 		q += ` LIMIT ?`

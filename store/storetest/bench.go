@@ -116,3 +116,23 @@ func BenchPageAll(b *testing.B, s parley.Store, owner string, n int) {
 	}
 	b.ReportMetric(float64(pages)/b.Elapsed().Seconds(), "pages/s")
 }
+
+// Branch10k makes a session of Seed10k branched: it edits the first question (a sibling of it)
+// and switches back, so that its active branch is its 10,000 messages again, now read by walking
+// up the tree from the leaf instead of by seq.
+func Branch10k(b *testing.B, s parley.Store, sid string) {
+	b.Helper()
+	ctx := context.Background()
+	leaf, nodes, err := s.Tree(ctx, sid)
+	if err != nil || len(nodes) != 10_000 {
+		b.Fatalf("tree: %d %v", len(nodes), err)
+	}
+	edit := benchMessage(-1)
+	edit.ParentID = parley.ParentRoot
+	if err := s.AppendMessages(ctx, sid, edit); err != nil {
+		b.Fatal(err)
+	}
+	if got, err := s.SwitchBranch(ctx, sid, leaf); err != nil || got != leaf {
+		b.Fatalf("switch back: %q %v", got, err)
+	}
+}
