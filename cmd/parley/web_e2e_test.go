@@ -236,7 +236,8 @@ func startCrashable(t *testing.T, upstreamURL string) *crashableServer {
 		t.Fatal(err)
 	}
 	c := &crashableServer{args: []string{"serve", "--log-format", "json", "--config", cfgPath, "--db", filepath.Join(dir, "crash.db"),
-		"--data-dir", filepath.Join(dir, "data"), "--instance-id", "e2e-crash", "--rate-limit", "off", "--provider-attempts", "1"}}
+		"--data-dir", filepath.Join(dir, "data"), "--instance-id", "e2e-crash", "--rate-limit", "off", "--provider-attempts", "1",
+		"--tool-policy", "calculator=ask"}} // the approval case waits on a calculator call through a crash
 	t.Cleanup(func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()

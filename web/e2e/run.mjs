@@ -407,6 +407,44 @@ const cases = [
     },
   ],
   [
+    'an approval outlives its server: the card is there after a SIGKILL and restart, and Approve runs the call once',
+    async () => {
+      assert(CRASH, 'PARLEY_CRASH_URL is set')
+      // The crashable server asks before every calculator call (--tool-policy calculator=ask).
+      await enqueue({ ToolCalls: [{ id: 'call_crash1', type: 'function', function: { name: 'calculator', arguments: '{"expression":"6*7"}' } }] }, { Content: 'It is 42.' })
+      const page = await newPage()
+      const frames = []
+      page.on('websocket', (ws) => ws.on('framereceived', (f) => typeof f.payload === 'string' && frames.push(f.payload)))
+      await page.goto(CRASH + '/')
+      await page.getByRole('heading', { name: 'What can I help with?' }).waitFor({ timeout: T })
+      await send(page, 'What is 6*7?')
+      const card = page.locator('[data-testid=approval-card]')
+      await card.waitFor({ timeout: T })
+      await page.locator('.conn', { hasText: 'Waiting for approval' }).waitFor({ timeout: T })
+      const before = frames.length
+      await control('POST', '/crash-restart') // SIGKILL, then the same server again
+      // The page reconnects; the new process takes the run over and waits for the same call again.
+      for (const t0 = Date.now(); !frames.slice(before).some((f) => /"state":"awaiting_approval"/.test(f)); ) {
+        assert(Date.now() - t0 < T, 'the run taken over waits again: ' + frames.slice(before).join('\n').slice(0, 1500))
+        await new Promise((r) => setTimeout(r, 100))
+      }
+      const after = frames.slice(before)
+      assert(after.some((f) => /"state":"recovered"/.test(f)), 'the new process took the run over')
+      await page.locator('.conn', { hasText: 'Waiting for approval' }).waitFor({ timeout: T })
+      assert((await card.count()) === 1, 'one card after the restart')
+      await card.getByRole('button', { name: 'Approve' }).click()
+      await page.locator('[data-testid=approval-note]', { hasText: 'Approved calculator' }).waitFor({ timeout: T })
+      await page.getByText('It is 42.').waitFor({ timeout: T })
+      await idle(page)
+      const id = page.url().split('/s/')[1]
+      const stored = (await api('GET', `/api/v1/sessions/${id}/messages`, undefined, CRASH)).body.messages
+      const results = stored.filter((m) => m.role === 'tool' && m.tool_call_id === 'call_crash1')
+      assert(results.length === 1 && results[0].content.includes('42'), 'the call ran once, after the approval: ' + JSON.stringify(results.map((m) => m.content)))
+      assert((await api('GET', `/api/v1/sessions/${id}/approvals`, undefined, CRASH)).body.approvals.length === 0, 'nothing left pending')
+      return page
+    },
+  ],
+  [
     'two pages on one session see the same run',
     async () => {
       await enqueue({ Content: 'First answer.' })
