@@ -559,6 +559,16 @@ const cases = [
       assert(last.last.includes('hello from a text file') && last.last.includes('notes.txt'), 'the model got the text file: ' + last.last)
       await page.reload()
       await page.locator('[data-testid=user-message] img.inline-image').nth(1).waitFor({ timeout: T })
+      // An edit of the message keeps its attachments (issue 23): the model gets them again.
+      await enqueue({ Content: 'Still two squares and a note.' })
+      await page.locator('[data-testid=user-message]').getByRole('button', { name: 'Edit message' }).click()
+      const editor = page.getByTestId('user-editor')
+      await editor.getByLabel('Edit message').fill('What are these, briefly?')
+      await editor.getByRole('button', { name: 'Send edit' }).click()
+      await page.getByText('Still two squares and a note.').waitFor({ timeout: T })
+      const edited = (await control('GET', '/requests')).at(-1)
+      assert(edited.last.includes('What are these, briefly?') && edited.last.includes('hello from a text file') && edited.images.length === 2, 'the edit kept the files: ' + JSON.stringify(edited).slice(0, 300))
+      await page.locator('[data-testid=user-message] .file-chip').filter({ hasText: 'notes.txt' }).waitFor({ timeout: T })
       return page
     },
   ],

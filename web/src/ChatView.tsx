@@ -254,13 +254,16 @@ export function ChatView(p: Props) {
   )
 
   const sendEdit = useCallback(
-    async (id: string, text: string, fileIds: string[]) => {
+    async (id: string, text: string, fileIds: string[], images: string[]) => {
       const sid = sessionRef.current
       if (!sid) return false
-      const body: { message: string; model?: string; selected_tools?: string[]; file_ids?: string[] } = { message: text }
+      const body: Parameters<typeof editMessage>[2] = { message: text }
       if (model) body.model = model
       if (selected) body.selected_tools = selected
+      // The edited message keeps the original's attachments: its files, and its inline images.
       if (fileIds.length) body.file_ids = fileIds
+      const inline = images.filter((u) => u.startsWith('data:image/'))
+      if (inline.length) body.binary_content = inline.map((url) => ({ type: 'image_url', image_url: { url } }))
       try {
         await editMessage(sid, id, body)
         setNotice('')
@@ -417,7 +420,7 @@ interface BranchProps {
   busy: boolean // a run is going (or there is no session yet): no branch actions
   editing: string | null
   onEdit: (id: string | null) => void
-  onSendEdit: (id: string, text: string, fileIds: string[]) => Promise<boolean>
+  onSendEdit: (id: string, text: string, fileIds: string[], images: string[]) => Promise<boolean>
   onGo: (id: string) => void
   onRegenerate: (id: string) => void
   onFork: (id: string) => void
@@ -547,7 +550,7 @@ function RowView(props: {
           <div className="msg user editing" data-testid="user-message">
             <UserEditor
               text={row.text}
-              onSend={(t) => branch.onSendEdit(row.id, t, row.files.map((f) => f.id))}
+              onSend={(t) => branch.onSendEdit(row.id, t, row.files.map((f) => f.id), row.images)}
               onCancel={() => branch.onEdit(null)}
             />
           </div>
