@@ -24,7 +24,7 @@ import {
   type Usage,
 } from './api'
 import { answerStart, applyFrame, cutFrom, initialChat, showBranch, withApprovals, withDecision, withHistory, withTree, type ChatState, type Entry, type Frame } from './chat'
-import { endsAnswer, indexTree, siblings, type TreeIndex } from './branches'
+import { editBody, endsAnswer, indexTree, siblings, type TreeIndex } from './branches'
 import { ApprovalAnswer, ApprovalView, type Answer } from './ApprovalCard'
 import { BranchNav, UserEditor } from './Branches'
 import { Conn, type ConnState } from './ws'
@@ -257,13 +257,7 @@ export function ChatView(p: Props) {
     async (id: string, text: string, fileIds: string[], images: string[]) => {
       const sid = sessionRef.current
       if (!sid) return false
-      const body: Parameters<typeof editMessage>[2] = { message: text }
-      if (model) body.model = model
-      if (selected) body.selected_tools = selected
-      // The edited message keeps the original's attachments: its files, and its inline images.
-      if (fileIds.length) body.file_ids = fileIds
-      const inline = images.filter((u) => u.startsWith('data:image/'))
-      if (inline.length) body.binary_content = inline.map((url) => ({ type: 'image_url', image_url: { url } }))
+      const body = editBody(text, { fileIds, images }, model, selected)
       try {
         await editMessage(sid, id, body)
         setNotice('')

@@ -193,11 +193,15 @@ export interface RunStarted {
 export const getTree = (id: string) => api<{ leaf_id?: string; nodes: TreeNode[] }>('GET', `/api/v1/sessions/${id}/tree`)
 export const setLeaf = (id: string, messageId: string) => api<{ leaf_id: string }>('PUT', `/api/v1/sessions/${id}/leaf`, { message_id: messageId })
 export const forkSession = (id: string, messageId: string) => api<{ session: Session }>('POST', `/api/v1/sessions/${id}/fork`, { message_id: messageId })
-export const editMessage = (
-  id: string,
-  messageId: string,
-  body: { message: string; model?: string; selected_tools?: string[]; file_ids?: string[]; binary_content?: { type: 'image_url'; image_url: { url: string } }[] },
-) =>
+export interface EditBody {
+  message: string
+  model?: string
+  selected_tools?: string[]
+  file_ids?: string[]
+  binary_content?: { type: 'image_url'; image_url: { url: string } }[]
+}
+
+export const editMessage = (id: string, messageId: string, body: EditBody) =>
   api<RunStarted>('POST', `/api/v1/sessions/${id}/messages/${messageId}/edit`, body)
 export const regenerate = (id: string, messageId: string, body: { model?: string }) =>
   api<RunStarted>('POST', `/api/v1/sessions/${id}/messages/${messageId}/regenerate`, body)

@@ -3,7 +3,7 @@
 // each stored message a run announces; "‹ 2 / 3 ›" on a message counts its siblings: the messages
 // of the same role with the same parent, in storage order.
 
-import type { TreeNode } from './api'
+import type { EditBody, TreeNode } from './api'
 
 export interface TreeIndex {
   byId: Map<string, TreeNode>
@@ -69,4 +69,18 @@ export function endsAnswer(rows: readonly { kind: string; partial?: boolean; too
     if (k === 'assistant' || k === 'draft') return false
   }
   return (r.toolCalls?.length ?? 0) === 0
+}
+
+// editBody is the body of POST …/messages/{id}/edit: the edited text, with the original message's
+// attachments (its files by id, its inline images as binary_content), and the model and tools
+// picked in the composer.
+export function editBody(text: string, orig: { fileIds: string[]; images: string[] }, model: string, selected: string[] | null): EditBody {
+  const body: EditBody = { message: text }
+  if (model) body.model = model
+  if (selected) body.selected_tools = selected
+  if (orig.fileIds.length) body.file_ids = orig.fileIds
+  // Images that are not inline (a URL) stay out: they name nothing this message can send again.
+  const inline = orig.images.filter((u) => u.startsWith('data:image/'))
+  if (inline.length) body.binary_content = inline.map((url) => ({ type: 'image_url', image_url: { url } }))
+  return body
 }

@@ -2,7 +2,7 @@
 // (src/chat.ts: an edit or a regeneration, seen live, cuts the old branch away; a switch replaces it).
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { addNodes, endsAnswer, indexTree, mergeNodes, siblings } from '../src/branches'
+import { addNodes, editBody, endsAnswer, indexTree, mergeNodes, siblings } from '../src/branches'
 import { answerStart, applyFrame, cutFrom, initialChat, showBranch, withHistory, withTree, type ChatState, type Frame } from '../src/chat'
 import type { Message, TreeNode } from '../src/api'
 
@@ -171,4 +171,16 @@ test('endsAnswer: Regenerate and Fork sit on the last message of each answer onl
   const streaming = [{ kind: 'user' }, { kind: 'assistant', toolCalls: [] }, { kind: 'draft' }]
   assert.equal(endsAnswer(streaming, 1), false, 'a draft after it: the answer is still going')
   assert.equal(endsAnswer([{ kind: 'assistant', toolCalls: [] }], 0), true)
+})
+
+test('editBody: the edit keeps the attachments of the message it replaces, and the composer\'s model and tools', () => {
+  assert.deepEqual(editBody('again', { fileIds: [], images: [] }, '', null), { message: 'again' })
+  assert.deepEqual(editBody('again', { fileIds: ['f1', 'f2'], images: ['data:image/png;base64,AAAA', 'https://example.com/a.png'] }, 'oa/gpt-4o', ['calculator']), {
+    message: 'again',
+    model: 'oa/gpt-4o',
+    selected_tools: ['calculator'],
+    file_ids: ['f1', 'f2'],
+    binary_content: [{ type: 'image_url', image_url: { url: 'data:image/png;base64,AAAA' } }],
+  })
+  assert.deepEqual(editBody('x', { fileIds: [], images: [] }, '', []).selected_tools, [], 'no tools stays no tools')
 })
