@@ -1147,7 +1147,9 @@ const cases = [
       assert((await page.getByText('Answer to the edit.').count()) === 0, 'the edit is on the other branch')
       await nav(userMsg(page, 'Second question')).filter({ hasText: '1 / 2' }).waitFor({ timeout: T })
 
-      // Regenerate the answer on this branch: a sibling answer, "2 / 2" on it.
+      // Regenerate the answer on this branch with the model picked: a sibling answer, "2 / 2" on it.
+      await page.waitForFunction(() => document.querySelectorAll('select option').length >= 3, null, { timeout: T })
+      await page.getByRole('combobox', { name: 'Model' }).selectOption('oa/gpt-4o-mini')
       await enqueue({ Content: 'Answer two, again.' })
       await asstMsg(page, 'Answer two.').getByRole('button', { name: 'Regenerate answer' }).click()
       await page.getByText('Answer two, again.').waitFor({ timeout: T })
@@ -1156,6 +1158,7 @@ const cases = [
       await nav(asstMsg(page, 'Answer two, again.')).filter({ hasText: '2 / 2' }).waitFor({ timeout: T })
       reqs = await control('GET', '/requests')
       assert(reqs[reqs.length - 1].last === 'Second question', 'the regeneration answered the same question: ' + reqs[reqs.length - 1].last)
+      assert(reqs[reqs.length - 1].model === 'gpt-4o-mini', 'the regeneration used the model picked: ' + reqs[reqs.length - 1].model)
       if (SHOTS) await page.screenshot({ path: path.join(SHOTS, 'branches-light.png') })
       await axeCheck(page, 'branches')
 

@@ -279,14 +279,17 @@ export function ChatView(p: Props) {
       if (!sid) return
       try {
         const from = answerStart(stateRef.current, id)
-        await regenerate(sid, id, model ? { model } : {})
+        const body: Parameters<typeof regenerate>[2] = {}
+        if (model) body.model = model
+        if (selected) body.selected_tools = selected
+        await regenerate(sid, id, body)
         setNotice('')
         dispatch({ t: 'cut', id: from })
       } catch (e) {
         failed(e)
       }
     },
-    [model, failed],
+    [model, selected, failed],
   )
 
   const fork = useCallback(

@@ -203,5 +203,5 @@ export interface EditBody {
 
 export const editMessage = (id: string, messageId: string, body: EditBody) =>
   api<RunStarted>('POST', `/api/v1/sessions/${id}/messages/${messageId}/edit`, body)
-export const regenerate = (id: string, messageId: string, body: { model?: string }) =>
+export const regenerate = (id: string, messageId: string, body: { model?: string; selected_tools?: string[] }) =>
   api<RunStarted>('POST', `/api/v1/sessions/${id}/messages/${messageId}/regenerate`, body)
