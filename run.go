@@ -2,8 +2,15 @@ package parley
 
 import (
 	"context"
+	"errors"
 	"time"
 )
+
+// ErrHandedOver is the cause of a run's context when its process stops without ending the run:
+// at a graceful shutdown, a run waiting for a person's approval is left running in its record,
+// its calls unanswered, and the instance that takes it over (this one restarted, or another)
+// waits on (issue 23). A run body that sees it stores nothing more.
+var ErrHandedOver = errors.New("the run is left to the instance that takes it over")
 
 // The states of a durable run record.
 const (

@@ -313,7 +313,9 @@ func (a *Agent) loop(ctx context.Context, in Input, t *turn, res *Result) (*Resu
 		}
 		verdicts, err := a.approve(ctx, in, t, msg.ToolCalls, budget)
 		if err != nil {
-			a.closeCalls(ctx, in, msg.ToolCalls, emitSafe)
+			if !handedOver(ctx) {
+				a.closeCalls(ctx, in, msg.ToolCalls, emitSafe)
+			}
 			return res, err
 		}
 		if err := a.runTools(ctx, in, msg.ToolCalls, budget, allowed, verdicts, emitSafe); err != nil {

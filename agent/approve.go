@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -129,7 +130,7 @@ func (a *Agent) approve(ctx context.Context, in Input, t *turn, calls []parley.T
 		return len(waiting) == 0, nil
 	}
 	if err := in.AwaitApproval(ctx, until, check); err != nil {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil && !handedOver(ctx) {
 			// Nobody can answer these any more: they are closed, and every client is told.
 			for _, w := range waiting {
 				rec, err := a.decide(context.WithoutCancel(ctx), in.SessionID, w, parley.ApprovalDecision{State: parley.ApprovalDenied, Answer: stoppedAnswer, At: a.now()})
@@ -141,6 +142,12 @@ func (a *Agent) approve(ctx context.Context, in Input, t *turn, calls []parley.T
 		return nil, a.canceledOr(ctx, err)
 	}
 	return out, nil
+}
+
+// handedOver reports whether the run stops to be taken over (parley.ErrHandedOver): it then
+// stores nothing more, its calls left open for the instance that goes on with it.
+func handedOver(ctx context.Context) bool {
+	return errors.Is(context.Cause(ctx), parley.ErrHandedOver)
 }
 
 // decide records d on rec unless it was decided meanwhile, and returns the record as stored.

@@ -87,7 +87,9 @@ func (a *Agent) Resume(ctx context.Context, in Input, emit func(parley.Event)) (
 		}
 		verdicts, err := a.approve(ctx, in, t, again, len(again))
 		if err != nil {
-			a.closeCalls(ctx, in, again, t.emit)
+			if !handedOver(ctx) {
+				a.closeCalls(ctx, in, again, t.emit)
+			}
 			return res, err
 		}
 		if err := a.runTools(ctx, in, again, len(again), t.allowed, verdicts, t.emit); err != nil {

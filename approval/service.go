@@ -128,6 +128,23 @@ func (s *Service) Decide(ctx context.Context, by, sessionID, callID string, a An
 	if err != nil {
 		return nil, err
 	}
+	if d.Always {
+		// The tool is allowed for the rest of the session: its other calls waiting now are too.
+		pending, err := s.Store.ListApprovals(ctx, sessionID, true)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range pending {
+			if p.Tool != rec.Tool {
+				continue
+			}
+			_, err := s.Store.DecideApproval(ctx, sessionID, p.CallID, parley.ApprovalDecision{State: parley.ApprovalApproved,
+				Answer: "allowed for the rest of this session", DecidedBy: by, At: d.At})
+			if err != nil && parley.CodeOf(err) != parley.ECConflict {
+				return nil, err
+			}
+		}
+	}
 	if s.Notify != nil {
 		s.Notify(ctx, sessionID)
 	}

@@ -28,26 +28,38 @@ func (r *Run) AwaitApproval(ctx context.Context, until time.Time, check func(con
 	r.mu.Lock()
 	r.awaiting = true
 	r.mu.Unlock()
-	defer func() {
+	if r.m.closingDown() {
+		// Shutdown may have looked for waiting runs before this one was: hand it over now.
+		r.handOver()
+	}
+	// Once the wait is over the run is no longer handed over (handOver looks under r.mu): it
+	// either ends waiting here, or goes on.
+	stop := func() bool {
 		r.mu.Lock()
+		defer r.mu.Unlock()
 		r.awaiting = false
-		r.mu.Unlock()
-	}()
+		return ctx.Err() == nil
+	}
 	poll := r.m.opts.ApprovalPoll
 	failures := 0
 	for {
 		over, err := check(ctx)
 		if ctx.Err() != nil {
+			stop()
 			return ctx.Err()
 		}
 		switch {
 		case err != nil:
 			failures++
 			if failures >= 3 {
+				stop()
 				return err
 			}
 			r.logger.Warn("could not read the run's approvals", "err", err)
 		case over:
+			if !stop() {
+				return ctx.Err()
+			}
 			r.emit(parley.Event{Type: parley.EventStatus, State: parley.RunResumed})
 			return nil
 		default:
@@ -92,4 +104,65 @@ func (m *Manager) NotifyApproval(ctx context.Context, sessionID string) {
 	if _, _, err := m.Control(ctx, sessionID, ActionApproval); err != nil && err != ErrNoRun {
 		m.opts.Log.Warn("could not tell the run of an approval", "session_id", sessionID, "err", err)
 	}
+}
+
+// handOverAwaiting stops, without ending them, the runs that wait for approval: a person may take
+// minutes, a shutdown should not. Each stays running in its record, and the instance that takes
+// it over (this one restarted under its name, at once; another, when the lease ends) waits on.
+// Without Options.Runs nothing takes a run over: they are left to the shutdown's grace.
+func (m *Manager) handOverAwaiting() {
+	if m.opts.Runs == nil {
+		return
+	}
+	m.mu.Lock()
+	rs := make([]*Run, 0, len(m.active))
+	for _, r := range m.active {
+		rs = append(rs, r)
+	}
+	m.mu.Unlock()
+	for _, r := range rs {
+		r.handOver()
+	}
+}
+
+// handOver stops the run, without ending it, if it waits for approval.
+func (r *Run) handOver() {
+	if r.m.opts.Runs == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.awaiting {
+		r.cancelCause(parley.ErrHandedOver)
+	}
+}
+
+// closingDown reports whether the manager shuts down.
+func (m *Manager) closingDown() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.closing
+}
+
+// leave ends a run handed over (parley.ErrHandedOver) here without ending it in its record: its
+// log is closed (what it emitted is stored), the session is free on this instance, and no done
+// event, no end of the record, no release of its event numbers (the run that takes it over
+// numbers its events after them).
+func (r *Run) leave() {
+	r.mu.Lock()
+	r.finish, r.endedAt = "", r.m.opts.Now()
+	r.mu.Unlock()
+	r.emitMu.Lock()
+	r.ended = true
+	r.emitMu.Unlock()
+	r.Log.Close()
+	close(r.closed)
+	<-r.written
+	<-r.relayed
+	r.m.mu.Lock()
+	if r.m.active[r.SessionID] == r {
+		delete(r.m.active, r.SessionID)
+	}
+	r.m.mu.Unlock()
+	close(r.done)
 }

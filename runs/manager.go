@@ -172,16 +172,18 @@ type Run struct {
 	// RunRecovered rather than a start.
 	Recovered bool
 
-	m       *Manager
-	ctx     context.Context
-	cancel  context.CancelFunc
-	logger  *slog.Logger      // Options.Log with the run's run_id and session_id
-	parent  trace.SpanContext // the span of the request that began the run, if any
-	started bool
-	done    chan struct{}
-	closed  chan struct{} // closed once the log is complete: the event writer drains it and stops
-	written chan struct{} // closed when the event writer has stopped
-	relayed chan struct{} // closed when the relay publisher has stopped
+	m      *Manager
+	ctx    context.Context
+	cancel context.CancelFunc
+	// cancelCause cancels ctx with a cause: parley.ErrHandedOver leaves the run to a takeover.
+	cancelCause context.CancelCauseFunc
+	logger      *slog.Logger      // Options.Log with the run's run_id and session_id
+	parent      trace.SpanContext // the span of the request that began the run, if any
+	started     bool
+	done        chan struct{}
+	closed      chan struct{} // closed once the log is complete: the event writer drains it and stops
+	written     chan struct{} // closed when the event writer has stopped
+	relayed     chan struct{} // closed when the relay publisher has stopped
 
 	emitMu   sync.Mutex // one event at a time, whoever emits it
 	seqLimit int64      // the last sequence number reserved for this run
@@ -292,10 +294,10 @@ func (m *Manager) open(id string, spec Spec, first int64) (*Run, error) {
 	if m.closing {
 		return nil, ErrClosing
 	}
-	rctx, cancel := context.WithCancel(m.ctx)
+	rctx, cancelCause := context.WithCancelCause(m.ctx)
 	r := &Run{
 		ID: id, SessionID: spec.Session, Model: spec.Model, StartedAt: m.opts.Now(),
-		Log: bus.NewLogFrom(m.opts.MaxEvents, first), m: m, ctx: rctx, cancel: cancel,
+		Log: bus.NewLogFrom(m.opts.MaxEvents, first), m: m, ctx: rctx, cancel: func() { cancelCause(nil) }, cancelCause: cancelCause,
 		done: make(chan struct{}), closed: make(chan struct{}), written: make(chan struct{}), relayed: make(chan struct{}),
 		seqLimit: first + seqBlock - 1,
 		logger:   m.opts.Log.With("run_id", id, "session_id", spec.Session),
@@ -427,6 +429,13 @@ func (r *Run) Go(fn Func) {
 		// the model and tool call spans.
 		ctx, span := r.startSpan()
 		finish, err := r.safeCall(ctx, fn, r.emit)
+		if errors.Is(context.Cause(r.ctx), parley.ErrHandedOver) {
+			// Left running in its record for the instance that takes it over: no end here.
+			endSpan(span, "handed_over", nil)
+			r.logger.Info("run left to be taken over", "err", err)
+			r.leave()
+			return
+		}
 		if err != nil {
 			if parley.CodeOf(err) == parley.ECCanceled || errors.Is(err, context.Canceled) {
 				finish = parley.FinishAborted
@@ -752,12 +761,15 @@ func (m *Manager) pruneLocked() {
 }
 
 // Shutdown stops accepting runs, lets active runs finish until ctx ends, then aborts the rest and
-// waits for them to store what they had. It returns ctx's error if runs had to be aborted.
+// waits for them to store what they had. It returns ctx's error if runs had to be aborted. Runs
+// waiting for approval (Options.Runs set) are not waited for: they are handed over at once
+// (handOverAwaiting).
 func (m *Manager) Shutdown(ctx context.Context) error {
 	m.mu.Lock()
 	m.closing = true
 	m.mu.Unlock()
 	m.adopting.Wait() // a run being taken over is started (or given up) before the runs are waited for
+	m.handOverAwaiting()
 	idle := make(chan struct{})
 	go func() { m.wg.Wait(); close(idle) }()
 	select {

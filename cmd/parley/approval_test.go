@@ -10,10 +10,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/internal/redistest"
 	"github.com/parleyhq/parley/provider/llmtest"
 	"github.com/parleyhq/parley/tools/mcp/mcptest"
 )
@@ -206,17 +208,26 @@ func checkStoredHistory(t *testing.T, url, session string) []parley.Message {
 	return msgs
 }
 
-// TestApprovalAcrossInstances: two instances on one SQLite file, no Redis. A call waits on A; its
-// owner answers on B, and A's run notices (it polls the store) and runs the tool. A second call
-// then waits on A; A is killed, B takes the run over when its lease ends, finds the pending
-// approval, and an approve on B runs the tool once.
+// TestApprovalAcrossInstances: two instances on one SQLite file. A call waits on A; its owner
+// answers on B, and A's run learns of it: without Redis by polling the store, with Redis by the
+// control B sends it (the poll is then an hour: only the control can wake it). A second call then
+// waits on A; A is killed, B takes the run over when its lease ends, finds the pending approval,
+// and an approve on B runs the tool once.
 func TestApprovalAcrossInstances(t *testing.T) {
+	t.Run("poll", func(t *testing.T) { approvalAcrossInstances(t, "--approval-poll", "200ms") })
+	t.Run("redis", func(t *testing.T) {
+		redistest.Client(t) // skips, or fails where Redis is required, when none answers
+		approvalAcrossInstances(t, "--approval-poll", "1h", "--redis-url", redistest.URL())
+	})
+}
+
+func approvalAcrossInstances(t *testing.T, extra ...string) {
 	fake := llmtest.NewServer()
 	hs := httptest.NewServer(fake)
 	defer hs.Close()
 	journal := filepath.Join(t.TempDir(), "journal")
 	cfg := mcpChatConfigWith(t, hs.URL, mcptest.Options{Journal: journal})
-	common := []string{"--db", filepath.Join(t.TempDir(), "shared.db"), "--config", cfg, "--run-lease", "3s", "--approval-poll", "200ms"}
+	common := append([]string{"--db", filepath.Join(t.TempDir(), "shared.db"), "--config", cfg, "--run-lease", "3s"}, extra...)
 	a := startChild(t, append(common, "--instance-id", "approval-a")...)
 	b := startChild(t, append(common, "--instance-id", "approval-b")...)
 	fake.Enqueue(llmtest.Turn{ToolCalls: []parley.ToolCall{eraseCall("call_one", "one")}},
@@ -397,5 +408,64 @@ func TestApprovalTimeoutDenies(t *testing.T) {
 	}
 	if code, _ := answerApproval(t, srv.url, req.SessionID, "call_late", `{"decision":"approve"}`); code != 409 {
 		t.Fatalf("approving an expired call: %d, want 409", code)
+	}
+}
+
+// TestApprovalSurvivesGracefulRestart: SIGTERM while a call waits does not deny it nor wait for
+// the shutdown grace: the run is handed over, the restarted server waits on, and an approve runs
+// the tool once.
+func TestApprovalSurvivesGracefulRestart(t *testing.T) {
+	fake := llmtest.NewServer()
+	hs := httptest.NewServer(fake)
+	defer hs.Close()
+	journal := filepath.Join(t.TempDir(), "journal")
+	args := []string{"--db", filepath.Join(t.TempDir(), "parley.db"), "--instance-id", "approval-term", "--shutdown-grace", "10m",
+		"--config", mcpChatConfigWith(t, hs.URL, mcptest.Options{Journal: journal})}
+	srv := startChild(t, args...)
+	fake.Enqueue(llmtest.Turn{ToolCalls: []parley.ToolCall{eraseCall("call_term", "kept")}}, llmtest.Turn{Content: "Erased."})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	evs := startChat(t, ctx, srv.url, "Erase kept.")
+	var seen []parley.Event
+	req := nextEvent(t, ctx, evs, &seen, ofType(parley.EventApprovalRequired))
+	nextEvent(t, ctx, evs, &seen, ofType(parley.EventStatus))
+	if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// The grace is 10 minutes: the server is down long before unless it waited for the run.
+	exited := make(chan error, 1)
+	go func() { exited <- srv.cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("the server exited with %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the server waited for the run waiting for approval")
+	}
+	if strings.Contains(srv.logs.String(), "active runs were aborted") {
+		t.Fatalf("runs were aborted at shutdown:\n%s", srv.logs.String())
+	}
+
+	srv = startChild(t, args...)
+	if pend := pendingApprovals(t, srv.url, req.SessionID); len(pend) != 1 || pend[0].CallID != "call_term" {
+		t.Fatalf("pending after the restart: %+v (a shutdown must not deny it)", pend)
+	}
+	waitLog(t, srv.logs, "taking over a run")
+	after := followSSE(t, ctx, srv.url, req.SessionID, "")
+	if code, out := answerApproval(t, srv.url, req.SessionID, "call_term", `{"decision":"approve"}`); code != 200 {
+		t.Fatalf("approve: %d %v", code, out)
+	}
+	var seen2 []parley.Event
+	done := nextEvent(t, ctx, after, &seen2, func(ev parley.Event) bool { return ev.Type == parley.EventDone && ev.RunID == req.RunID })
+	if done.FinishReason != parley.FinishStop {
+		t.Fatalf("done: %+v", done)
+	}
+	if j := mcptest.Journal(journal); !slices.Equal(j, []string{"start:kept", "end", "kept"}) {
+		t.Fatalf("journal: %v", j)
+	}
+	msgs := checkStoredHistory(t, srv.url, req.SessionID)
+	if last := msgs[len(msgs)-1]; last.Content.String() != "Erased." {
+		t.Fatalf("last message: %+v", last)
 	}
 }
