@@ -1050,12 +1050,18 @@ const cases = [
       const afterDeny = reqs[reqs.length - 1].last
       assert(afterDeny.includes('gamma is still needed'), 'the model read the denial and its reason: ' + afterDeny)
       // Always allow: this call runs, and the next call of the tool in the session asks no more.
-      await enqueue(erase('call_ap3', 'delta'), { Content: 'Erased delta.' }, erase('call_ap4', 'epsilon'), { Content: 'Erased epsilon.' })
-      await send(page, 'Erase delta')
-      await card.waitFor({ timeout: T })
-      await card.getByRole('button', { name: 'Always allow' }).click()
-      await page.locator('[data-testid=approval-note]', { hasText: 'Always allowed t__erase in this session' }).waitFor({ timeout: T })
+      // Two calls of the tool wait at once: "Always allow" on one approves the other too.
+      const twoCalls = { ToolCalls: [...erase('call_ap3', 'delta').ToolCalls, ...erase('call_ap3b', 'delta2').ToolCalls] }
+      await enqueue(twoCalls, { Content: 'Erased delta.' }, erase('call_ap4', 'epsilon'), { Content: 'Erased epsilon.' })
+      await send(page, 'Erase delta and delta2')
+      await card.nth(1).waitFor({ timeout: T })
+      assert((await card.count()) === 2, 'a card for each call')
+      await card.first().getByRole('button', { name: 'Always allow' }).click()
+      await page.locator('[data-testid=approval-note]', { hasText: 'Always allowed t__erase in this session' }).first().waitFor({ timeout: T })
       await page.getByText('Erased delta.').waitFor({ timeout: T })
+      assert((await card.count()) === 0, 'both calls were decided')
+      const bodies = await page.locator('[data-testid=tool-card] .tool-body').allTextContents()
+      assert(bodies.some((b) => b.includes('erased delta2')), 'the other call ran too')
       await idle(page)
       await send(page, 'Erase epsilon')
       await page.getByText('Erased epsilon.').waitFor({ timeout: T })
