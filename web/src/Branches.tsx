@@ -9,8 +9,13 @@ export function BranchNav(props: { sib: Siblings; disabled: boolean; onGo: (id: 
       <button type="button" className="icon" aria-label="Previous version" disabled={props.disabled || !sib.prev} onClick={() => sib.prev && props.onGo(sib.prev)}>
         ‹
       </button>
-      <span className="branch-pos" aria-label={`Version ${sib.index + 1} of ${sib.count}`}>
-        {sib.index + 1} / {sib.count}
+      <span className="branch-pos">
+        <span aria-hidden="true">
+          {sib.index + 1} / {sib.count}
+        </span>
+        <span className="visually-hidden">
+          version {sib.index + 1} of {sib.count}
+        </span>
       </span>
       <button type="button" className="icon" aria-label="Next version" disabled={props.disabled || !sib.next} onClick={() => sib.next && props.onGo(sib.next)}>
         ›
