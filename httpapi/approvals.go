@@ -93,3 +93,19 @@ func (w *wsConn) approvalFrame(ctx context.Context, a wsApproval) (map[string]an
 	}
 	return map[string]any{"action": "approval", "session_id": sessionID, "approval": out}, nil
 }
+
+// flatApproval reads an approval frame written without "data": {"type": "approval", "id"?,
+// "session_id"?, "call_id", "decision", …}. ok is false for anything else (or a frame that does
+// not check), which is then refused as any bad frame is.
+func flatApproval(data []byte) (a wsApproval, id string, ok bool) {
+	var f struct {
+		Type string `json:"type"`
+		ID   string `json:"id,omitempty"`
+		wsApproval
+	}
+	if decodeStrict(data, &f) != nil || f.Type != "approval" || len(f.ID) > 128 ||
+		parley.CheckText("id", f.ID, parley.TextName) != nil || f.Check() != nil {
+		return wsApproval{}, "", false
+	}
+	return f.wsApproval, f.ID, true
+}

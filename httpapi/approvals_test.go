@@ -207,6 +207,11 @@ func TestApprovalTwoClients(t *testing.T) {
 			}
 		}
 	}
+	// The same frame written flat (its fields beside "type") is read too: here a conflict.
+	c1.send(`{"type":"approval","id":"a3","session_id":"` + sid + `","call_id":"call_wipe","decision":"approve"}`)
+	if f := c1.expect("error", "a3"); errorCode(t, f) != parley.ECConflict {
+		t.Fatalf("flat frame: %s", f.Data)
+	}
 	// Answering again is a conflict, as an error frame.
 	c1.send(`{"type":"approval","id":"a2","data":{"call_id":"call_wipe","decision":"approve"}}`)
 	if f := c1.expect("error", "a2"); errorCode(t, f) != parley.ECConflict {

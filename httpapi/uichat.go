@@ -218,7 +218,12 @@ func (s *server) handleUIMessages() http.Handler {
 			writeError(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, uistream.FromHistory(h))
+		recs, err := s.Store.ListApprovals(r.Context(), sess.ID, false)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, uistream.WithApprovals(uistream.FromHistory(h), recs))
 	})
 }
 

@@ -452,6 +452,12 @@ func (w *wsConn) readFrame(connCtx, ctx context.Context) (typ websocket.MessageT
 func (w *wsConn) handle(ctx context.Context, data []byte) {
 	var in wsIn
 	if err := decodeStrict(data, &in); err != nil {
+		if a, id, ok := flatApproval(data); ok {
+			// An approval frame may also carry its fields beside "type" (docs/protocol.md).
+			out, err := w.approvalFrame(ctx, a)
+			w.answer(id, out, err)
+			return
+		}
 		w.fail("", err)
 		return
 	}

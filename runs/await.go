@@ -166,3 +166,15 @@ func (r *Run) leave() {
 	r.m.mu.Unlock()
 	close(r.done)
 }
+
+// stopTakenOver stops a run that another instance took over: one waiting for approval is handed
+// over (its approvals stay pending for the new owner), any other aborted.
+func (r *Run) stopTakenOver() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.awaiting {
+		r.cancelCause(parley.ErrHandedOver)
+		return
+	}
+	r.cancelCause(nil)
+}

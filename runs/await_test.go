@@ -184,3 +184,32 @@ func TestShutdownHandsOverAWaitingRun(t *testing.T) {
 		t.Fatal("the run was not taken back")
 	}
 }
+
+// A run waiting for approval whose lease another instance took (this one stalled) is handed over
+// here, not aborted: its approvals stay pending for the new owner.
+func TestTakenOverWhileWaitingIsHandedOver(t *testing.T) {
+	st := durableStore(t, "s1")
+	a := durable(t, st, "a", 300*time.Millisecond)
+	a.Start(nil)
+	r, err := a.Begin(context.Background(), Spec{Session: "s1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cause := make(chan error, 1)
+	r.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
+		err := r.AwaitApproval(ctx, time.Now().Add(time.Hour), func(context.Context) (bool, error) { return false, nil })
+		cause <- context.Cause(ctx)
+		return "", err
+	})
+	waitUntil(t, r.Awaiting)
+	if recs, err := st.ClaimRuns(context.Background(), "b", "a", time.Now(), time.Now().Add(time.Hour), 10); err != nil || len(recs) != 1 {
+		t.Fatalf("claim: %v %v", recs, err)
+	}
+	waitDone(t, r)
+	if c := <-cause; !errors.Is(c, parley.ErrHandedOver) {
+		t.Fatalf("cause %v, want handed over", c)
+	}
+	if rec, err := st.ActiveRun(context.Background(), "s1"); err != nil || rec.Instance != "b" {
+		t.Fatalf("record %+v %v: b's, running", rec, err)
+	}
+}

@@ -88,7 +88,7 @@ func (m *Manager) renew() {
 		// Ended meanwhile (its record is already ended), or taken over by another instance.
 		if finish, _ := r.Result(); finish == "" {
 			m.opts.Log.Error("run taken over by another instance while it ran here: aborted here", "run_id", id, "session_id", r.SessionID)
-			r.cancel()
+			r.stopTakenOver()
 		}
 	}
 }

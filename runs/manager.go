@@ -172,18 +172,19 @@ type Run struct {
 	// RunRecovered rather than a start.
 	Recovered bool
 
-	m      *Manager
-	ctx    context.Context
-	cancel context.CancelFunc
+	m       *Manager
+	ctx     context.Context
+	cancel  context.CancelFunc
+	logger  *slog.Logger      // Options.Log with the run's run_id and session_id
+	parent  trace.SpanContext // the span of the request that began the run, if any
+	started bool
+	done    chan struct{}
+	closed  chan struct{} // closed once the log is complete: the event writer drains it and stops
+	written chan struct{} // closed when the event writer has stopped
+	relayed chan struct{} // closed when the relay publisher has stopped
+
 	// cancelCause cancels ctx with a cause: parley.ErrHandedOver leaves the run to a takeover.
 	cancelCause context.CancelCauseFunc
-	logger      *slog.Logger      // Options.Log with the run's run_id and session_id
-	parent      trace.SpanContext // the span of the request that began the run, if any
-	started     bool
-	done        chan struct{}
-	closed      chan struct{} // closed once the log is complete: the event writer drains it and stops
-	written     chan struct{} // closed when the event writer has stopped
-	relayed     chan struct{} // closed when the relay publisher has stopped
 
 	emitMu   sync.Mutex // one event at a time, whoever emits it
 	seqLimit int64      // the last sequence number reserved for this run

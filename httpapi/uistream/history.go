@@ -33,6 +33,50 @@ type UIPart struct {
 	Output           *string         `json:"output,omitempty"`
 	ErrorText        string          `json:"errorText,omitempty"`
 	ProviderExecuted bool            `json:"providerExecuted,omitempty"`
+	// a tool call that asked for approval (WithApprovals)
+	Approval *PartApproval `json:"approval,omitempty"`
+}
+
+// PartApproval is a tool part's approval, as the AI SDK keeps it: its id (the call's), and once
+// answered whether it was approved and the reason given.
+type PartApproval struct {
+	ID       string `json:"id"`
+	Approved *bool  `json:"approved,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// WithApprovals marks the tool parts of msgs whose calls asked for approval, as useChat would
+// hold them: a call still waiting is "approval-requested" (answer it with
+// addToolApprovalResponse), a denied or expired one "output-denied" (with the reason), an
+// approved one keeps its output and notes the approval.
+func WithApprovals(msgs []UIMessage, recs []parley.ApprovalRecord) []UIMessage {
+	if len(recs) == 0 {
+		return msgs
+	}
+	byCall := make(map[string]*parley.ApprovalRecord, len(recs))
+	for i := range recs {
+		byCall[recs[i].CallID] = &recs[i]
+	}
+	for i := range msgs {
+		for j := range msgs[i].Parts {
+			p := &msgs[i].Parts[j]
+			rec := byCall[p.ToolCallID]
+			if rec == nil || !strings.HasPrefix(p.Type, "tool-") {
+				continue
+			}
+			yes, no := true, false
+			switch {
+			case rec.State == parley.ApprovalPending && p.State == "input-available":
+				p.State, p.Approval = "approval-requested", &PartApproval{ID: rec.CallID}
+			case rec.State == parley.ApprovalApproved && p.State == "output-available":
+				p.Approval = &PartApproval{ID: rec.CallID, Approved: &yes}
+			case (rec.State == parley.ApprovalDenied || rec.State == parley.ApprovalExpired) && p.State == "output-error":
+				p.State, p.ErrorText = "output-denied", ""
+				p.Approval = &PartApproval{ID: rec.CallID, Approved: &no, Reason: rec.Answer}
+			}
+		}
+	}
+	return msgs
 }
 
 // FromHistory turns a session's stored messages into UIMessages: each user message is one

@@ -279,21 +279,27 @@ const cases = [
     let tool = chat.messages[1].parts.find((p) => p.type === 'tool-get_current_time')
     assert.equal(tool.state, 'approval-requested')
     assert.equal(tool.approval.id, 'call_t1')
-    await chat.addToolApprovalResponse({ id: 'call_t1', approved: true })
-    await waitReady(chat)
-    assert.equal(chat.messages.length, 2, 'the answer continues the same assistant message')
-    tool = chat.messages[1].parts.find((p) => p.type === 'tool-get_current_time')
-    assert.equal(tool.state, 'output-available', JSON.stringify(chat.messages[1].parts))
-    assert.equal(chat.messages[1].parts.at(-1).text, 'It is now.')
-    assert.deepEqual(plain((await stored(id))[1].parts.at(-1)), plain(chat.messages[1].parts.at(-1)))
+    // A page reloaded while the call waits: the stored history holds the same waiting part, and
+    // a chat made from it answers it the same way.
+    const waiting = await stored(id)
+    assert.deepEqual(plain(waiting[1].parts.find((p) => p.type === 'tool-get_current_time')), plain(tool))
+    const reloaded = new TestChat({ id, messages: waiting, transport: transport(), sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses })
+    await reloaded.addToolApprovalResponse({ id: 'call_t1', approved: true })
+    await waitReady(reloaded)
+    assert.equal(reloaded.messages.length, 2, 'the answer continues the same assistant message')
+    tool = reloaded.messages[1].parts.find((p) => p.type === 'tool-get_current_time')
+    assert.equal(tool.state, 'output-available', JSON.stringify(reloaded.messages[1].parts))
+    assert.equal(reloaded.messages[1].parts.at(-1).text, 'It is now.')
+    assert.deepEqual(plain((await stored(id))[1].parts), plain(reloaded.messages[1].parts))
 
     // Denied with a reason: tool-output-denied, and the model's answer to the refusal.
-    await chat.sendMessage({ text: 'And again?' })
-    await chat.addToolApprovalResponse({ id: 'call_t2', approved: false, reason: 'not twice' })
-    await waitReady(chat)
-    tool = chat.messages[3].parts.find((p) => p.type === 'tool-get_current_time')
-    assert.equal(tool.state, 'output-denied', JSON.stringify(chat.messages[3].parts))
-    assert.equal(chat.messages[3].parts.at(-1).text, 'Fine, I will not.')
+    await reloaded.sendMessage({ text: 'And again?' })
+    await reloaded.addToolApprovalResponse({ id: 'call_t2', approved: false, reason: 'not twice' })
+    await waitReady(reloaded)
+    tool = reloaded.messages[3].parts.find((p) => p.type === 'tool-get_current_time')
+    assert.equal(tool.state, 'output-denied', JSON.stringify(reloaded.messages[3].parts))
+    assert.equal(reloaded.messages[3].parts.at(-1).text, 'Fine, I will not.')
+    assert.deepEqual(plain((await stored(id))[3].parts), plain(reloaded.messages[3].parts))
   }],
 
   ['errors: 400 with its reason, 401 without a key, and chat ids are per user', async () => {
