@@ -142,20 +142,43 @@ func (s *Service) SwitchBranch(ctx context.Context, owner, sessionID, messageID 
 }
 
 // Fork makes a new session of owner's holding a copy of the branch of sessionID that ends at
-// messageID, in the same project, and returns it.
+// messageID, in the same project, and returns it. A fork at an assistant message that called
+// tools takes along the tool messages that answer it, so that the copy ends at a whole step.
 func (s *Service) Fork(ctx context.Context, owner, sessionID, messageID string) (*parley.Session, error) {
 	src, err := s.owned(ctx, owner, sessionID)
 	if err != nil {
 		return nil, err
 	}
+	_, nodes, err := s.Store.Tree(ctx, sessionID)
+	if err != nil {
+		return nil, err
+	}
+	end := withResults(nodes, messageID)
 	now := s.now()
 	into := &parley.Session{ID: parley.NewID(), Title: Title(src.Title + " (fork)"), Owner: owner, ProjectID: src.ProjectID,
 		CreatedAt: now, UpdatedAt: now}
-	if _, err := s.Store.Fork(ctx, sessionID, messageID, into); err != nil {
+	if _, err := s.Store.Fork(ctx, sessionID, end, into); err != nil {
 		if parley.CodeOf(err) == parley.ECNotFound {
 			return nil, parley.Errorf(parley.ECNotFound, "message %q not found in this session", messageID)
 		}
 		return nil, err
 	}
 	return s.Store.GetSession(ctx, into.ID)
+}
+
+// withResults returns the last of the tool messages that follow id (its tool results, stored one
+// after the other), or id when none follows it. nodes are in storage order.
+func withResults(nodes []parley.TreeNode, id string) string {
+	for {
+		next := ""
+		for _, n := range nodes {
+			if n.ParentID == id && n.Role == parley.RoleTool {
+				next = n.ID // the newest, should a crash and a retry have left two
+			}
+		}
+		if next == "" {
+			return id
+		}
+		id = next
+	}
 }

@@ -191,3 +191,55 @@ func TestEditRegenerateSwitchFork(t *testing.T) {
 		t.Fatalf("switch after the run: %v", err)
 	}
 }
+
+// A fork at an assistant message that called tools takes its tool results along: the fork's
+// history is whole, with no call left open.
+func TestForkAtAToolCallKeepsItsResults(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "c.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	mgr := runs.NewManager(runs.Options{})
+	defer mgr.Shutdown(ctx)
+	s := &Service{Store: st, Runs: mgr, Agent: nopAgent{}, DefaultModel: "mock"}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	sess := &parley.Session{ID: parley.NewID(), Title: "t", Owner: "alice", CreatedAt: now, UpdatedAt: now}
+	if err := st.CreateSession(ctx, sess); err != nil {
+		t.Fatal(err)
+	}
+	call := func(id string) parley.ToolCall {
+		return parley.ToolCall{ID: id, Type: "function", Function: parley.FunctionCall{Name: "calc", Arguments: "{}"}}
+	}
+	q := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("q"), CreatedAt: now}
+	ask := &parley.Message{ID: parley.NewID(), Role: parley.RoleAssistant, ToolCalls: []parley.ToolCall{call("c1"), call("c2")}, CreatedAt: now}
+	r1 := &parley.Message{ID: parley.NewID(), Role: parley.RoleTool, ToolCallID: "c2", Name: "calc", Content: parley.Text("2"), CreatedAt: now}
+	r2 := &parley.Message{ID: parley.NewID(), Role: parley.RoleTool, ToolCallID: "c1", Name: "calc", Content: parley.Text("1"), CreatedAt: now}
+	a := &parley.Message{ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text("3"), CreatedAt: now}
+	if err := st.AppendMessages(ctx, sess.ID, q, ask, r1, r2, a); err != nil {
+		t.Fatal(err)
+	}
+	fork, err := s.Fork(ctx, "alice", sess.ID, ask.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := st.History(ctx, fork.ID)
+	if len(h) != 4 || h[3].ToolCallID != "c1" {
+		t.Fatalf("fork: %+v", h)
+	}
+	if err := parley.CheckHistory(h); err != nil {
+		t.Fatalf("the fork's history: %v", err)
+	}
+	if open, _ := st.SessionsWithOpenToolCalls(ctx, "", 10); len(open) != 0 {
+		t.Fatalf("open tool calls in %v", open)
+	}
+	// At a message that called no tool, the fork ends there.
+	fork2, err := s.Fork(ctx, "alice", sess.ID, q.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := st.History(ctx, fork2.ID); len(h) != 1 {
+		t.Fatalf("fork at the question: %+v", h)
+	}
+}
