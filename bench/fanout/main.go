@@ -1,17 +1,21 @@
-// Command fanout measures Parley's live broadcast to many clients of one session. It builds
-// `parley`, runs a fake OpenAI-compatible model in this process (one content chunk every -gap,
-// each stamped with the time it was flushed), starts `parley serve` pointed at it as a real child
-// process on loopback, opens one session and connects -ws idle WebSockets (GET /api/ws?convId=…)
-// and -sse idle SSE streams (GET /api/v1/sessions/{id}/stream) to it. It reports Parley's resident
-// memory per connection, then starts -runs runs on the session (POST /api/v1/chat) and reports the
-// latency from each model token to every subscriber and to the last one.
+// Command fanout measures Parley's live broadcast to many clients of one session, and what an idle
+// connection costs it. It builds `parley`, runs a fake OpenAI-compatible model in this process
+// (one content chunk every -gap, each stamped with the time it was flushed), starts `parley serve`
+// pointed at it as a real child process on loopback (bench/internal/benchproc), opens one session
+// and connects -ws idle WebSockets (GET /api/ws?convId=…) and -sse idle SSE streams
+// (GET /api/v1/sessions/{id}/stream) to it, from -sources loopback addresses (127.0.0.2, …: one
+// address has only the ephemeral port range for its connections to the server's port). It raises
+// the open files limit for itself and the server. It reports Parley's resident memory per
+// connection and against issue 25's targets (PASS/FAIL), then starts -runs runs on the session
+// (POST /api/v1/chat) and reports the latency from each model token to every subscriber and to the
+// last one.
 //
 //	go run ./bench/fanout -ws 10000 -sse 1000
-//	go run ./bench/fanout -ws 200 -sse 50    # a quick check
+//	go run ./bench/fanout -ws 50000 -sse 0 -runs 0   # memory only: 50,000 idle WebSockets
+//	go run ./bench/fanout -ws 200 -sse 50            # a quick check
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -22,10 +26,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,6 +35,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/parleyhq/parley/bench/internal/benchproc"
 )
 
 func main() {
@@ -55,6 +59,8 @@ type options struct {
 	serverArgs  string
 	serverLog   string
 	serverEnv   string
+	sources     int
+	project     int
 }
 
 func run() error {
@@ -72,9 +78,14 @@ func run() error {
 	flag.StringVar(&o.serverArgs, "server-args", "", "extra flags for parley serve, space-separated")
 	flag.StringVar(&o.serverLog, "server-log", "", "file to copy parley serve's whole log (stderr) to")
 	flag.StringVar(&o.serverEnv, "server-env", "", "extra environment of parley serve only, space-separated KEY=VALUE (e.g. GOGC=200)")
+	flag.IntVar(&o.sources, "sources", 0, "loopback addresses the clients connect from (127.0.0.2, 127.0.0.3, …), each good for about 28,000 connections to the server's one port; 0: one per 20,000 connections")
+	flag.IntVar(&o.project, "project", 0, "also report the server memory this many idle WebSockets would take, extrapolated from the measured memory per WebSocket (for a count the open files limit keeps from being measured); 0: none")
 	flag.Parse()
-	if o.ws < 0 || o.sse < 0 || o.ws+o.sse == 0 || o.tokens < 1 || o.runs < 1 || o.concurrency < 1 || o.gap <= 0 {
-		return errors.New("need -ws + -sse > 0, -tokens, -runs and -concurrency at least 1, -gap positive")
+	if o.ws < 0 || o.sse < 0 || o.ws+o.sse == 0 || o.tokens < 1 || o.runs < 0 || o.concurrency < 1 || o.gap <= 0 || o.sources < 0 || o.sources > 250 {
+		return errors.New("need -ws + -sse > 0, -tokens and -concurrency at least 1, -runs at least 0 (0: memory only), -gap positive, -sources from 0 to 250")
+	}
+	if o.sources == 0 {
+		o.sources = (o.ws + o.sse + 19_999) / 20_000
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
@@ -85,7 +96,7 @@ func run() error {
 	// Every connection is a file descriptor on both sides. Raised here, the limit is inherited by
 	// parley serve (Go's own raise at start is not passed on to children).
 	subs := o.ws + o.sse
-	fdLimit, err := raiseFDLimit(uint64(subs + 512))
+	fdLimit, err := benchproc.RaiseFDLimit(uint64(subs + 512))
 	if err != nil {
 		return err
 	}
@@ -96,11 +107,8 @@ func run() error {
 	}
 	defer os.RemoveAll(dir)
 	if o.parley == "" {
-		o.parley = filepath.Join(dir, "parley")
-		build := exec.CommandContext(ctx, "go", "build", "-o", o.parley, "./cmd/parley")
-		build.Stderr = os.Stderr
-		if err := build.Run(); err != nil {
-			return fmt.Errorf("building parley: %w", err)
+		if o.parley, err = benchproc.Build(ctx, dir); err != nil {
+			return err
 		}
 	}
 
@@ -130,10 +138,10 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	defer srv.stop()
-	fmt.Fprintf(os.Stderr, "parley serve: pid %d, %s\n", srv.cmd.Process.Pid, srv.url)
+	defer srv.Stop()
+	fmt.Fprintf(os.Stderr, "parley serve: pid %d, %s\n", srv.Pid(), srv.URL)
 
-	api := &apiClient{base: srv.url, hc: &http.Client{Timeout: o.runTimeout}}
+	api := &apiClient{base: srv.URL, hc: &http.Client{Timeout: o.runTimeout}}
 	session, err := api.createSession(ctx)
 	if err != nil {
 		return err
@@ -152,7 +160,7 @@ func run() error {
 	if err := api.chat(ctx, session, "warm-up"); err != nil {
 		return fmt.Errorf("warm-up run: %w", err)
 	}
-	pid := srv.cmd.Process.Pid
+	pid := srv.Pid()
 	sleep(ctx, o.settle)
 	base, err := procStatus(pid)
 	if err != nil {
@@ -160,11 +168,18 @@ func run() error {
 	}
 	clientBase := selfRSS()
 
-	wsHC := &http.Client{Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: -1}}
-	sseHC := &http.Client{Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: -1,
-		ResponseHeaderTimeout: 30 * time.Second}}
+	// One client per source address: a connection to one server port needs a port of its own on
+	// its source address, and one address has only the ephemeral range (32768–60999 here).
+	var wsHCs, sseHCs []*http.Client
+	for i := range o.sources {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i))}, Timeout: 30 * time.Second}
+		wsHCs = append(wsHCs, &http.Client{Transport: &http.Transport{DialContext: d.DialContext, DisableCompression: true, MaxIdleConnsPerHost: -1}})
+		sseHCs = append(sseHCs, &http.Client{Transport: &http.Transport{DialContext: d.DialContext, DisableCompression: true, MaxIdleConnsPerHost: -1,
+			ResponseHeaderTimeout: 30 * time.Second}})
+	}
+	wsHC := wsHCs[0]
 	wsConnect, err := connectAll(ctx, o.ws, o.concurrency, func(ctx context.Context, i int) error {
-		return clients.dialWS(ctx, wsHC, srv.url, session, i, 30*time.Second)
+		return clients.dialWS(ctx, wsHCs[i%len(wsHCs)], srv.URL, session, i, 30*time.Second)
 	})
 	if err != nil {
 		return fmt.Errorf("connecting WebSockets: %w", err)
@@ -176,7 +191,7 @@ func run() error {
 	}
 	streamCtx := ctx // an SSE stream lives as long as its request's context, not just connectAll's
 	sseConnect, err := connectAll(ctx, o.sse, o.concurrency, func(_ context.Context, i int) error {
-		return clients.dialSSE(streamCtx, sseHC, srv.url, session, o.ws+i)
+		return clients.dialSSE(streamCtx, sseHCs[(o.ws+i)%len(sseHCs)], srv.URL, session, o.ws+i)
 	})
 	if err != nil {
 		return fmt.Errorf("connecting SSE streams: %w", err)
@@ -197,9 +212,9 @@ func run() error {
 		if err != nil {
 			return fmt.Errorf("run %d: %w", n, err)
 		}
-		cpu0, _ := procCPU(pid)
+		cpu0, _ := benchproc.CPU(pid)
 		sleep(ctx, o.settle)
-		cpu1, _ := procCPU(pid)
+		cpu1, _ := benchproc.CPU(pid)
 		res.serverCPUAfter = cpu1 - cpu0
 		results = append(results, res)
 		fmt.Fprintf(os.Stderr, "run %d: token→last p50 %s p99 %s, every delivery p50 %s p99 %s, %d/%d complete\n", n,
@@ -215,29 +230,6 @@ func run() error {
 		dropped: clients.droppedCount(), dropErrs: clients.dropSummary(), serverDrops: srv.drops.Load(), upstreamCalls: up.requests.Load()}
 	rep.print(os.Stdout)
 	return nil
-}
-
-// raiseFDLimit sets the soft limit of open files to the hard one (raising the hard one to need if
-// it is lower and this process may), and fails when the result is below need.
-func raiseFDLimit(need uint64) (uint64, error) {
-	var l syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
-		return 0, err
-	}
-	want := syscall.Rlimit{Cur: max(l.Max, need), Max: max(l.Max, need)}
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err != nil {
-		want = syscall.Rlimit{Cur: l.Max, Max: l.Max} // without privilege: up to the hard limit
-		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want); err != nil {
-			return 0, err
-		}
-	}
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
-		return 0, err
-	}
-	if l.Cur < need {
-		return l.Cur, fmt.Errorf("open files limit %d, need %d: raise the hard limit (ulimit -Hn)", l.Cur, need)
-	}
-	return l.Cur, nil
 }
 
 // connectAll calls dial for 0..n-1, conc at a time, and stops at the first error.
@@ -315,7 +307,7 @@ func (r runResult) all() []time.Duration { return append(slices.Clone(r.ws), r.s
 // its done event, or -run-timeout.
 func measureRun(ctx context.Context, o options, api *apiClient, session string, pid int, clients *subscribers, rd *runData, hc *http.Client) (runResult, error) {
 	var res runResult
-	cpu0, err := procCPU(pid)
+	cpu0, err := benchproc.CPU(pid)
 	if err != nil {
 		return res, err
 	}
@@ -333,7 +325,7 @@ func measureRun(ctx context.Context, o options, api *apiClient, session string, 
 	for {
 		if d := rd.done.Load(); d != seen {
 			seen = d
-			if c, err := procCPU(pid); err == nil {
+			if c, err := benchproc.CPU(pid); err == nil {
 				cpu1, self1 = c, selfCPU()
 			}
 		}
@@ -471,96 +463,39 @@ func (a *apiClient) chat(ctx context.Context, session, msg string) error {
 
 // proc is parley serve as a child process.
 type proc struct {
-	cmd   *exec.Cmd
-	url   string
+	*benchproc.Proc
 	drops atomic.Int64 // "client dropped" lines it logged
-	done  chan struct{}
-
-	mu   sync.Mutex
-	tail []string // its last log lines
 }
 
-var listenRE = regexp.MustCompile(`msg=listening.*?addr=([0-9.]+:[0-9]+)`)
-
-// start runs parley with args and waits for its "listening" log line. Its warnings and errors are
-// copied to stderr (the first 20), and the streams it says it dropped are counted.
+// start runs parley with args and waits for its "listening" log line. Its whole log goes to
+// logFile, if named; its warnings and errors are copied to stderr (the first 20), and the streams
+// it says it dropped are counted.
 func start(ctx context.Context, logFile string, env []string, bin string, args ...string) (*proc, error) {
-	var logw io.Writer = io.Discard
+	var logw io.Writer
 	if logFile != "" {
 		f, err := os.Create(logFile)
 		if err != nil {
 			return nil, err
 		}
-		logw = f // closed when the process exits
+		logw = f // left open until this program exits: the process may log until then
 	}
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // no orphan if this process dies
-	stderr, err := cmd.StderrPipe()
+	p := &proc{}
+	shown := 0
+	bp, err := benchproc.StartWith(ctx, benchproc.Options{Env: env, Log: logw, OnLine: func(line string) {
+		if strings.Contains(line, "client dropped") {
+			p.drops.Add(1)
+		}
+		if (strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR")) &&
+			!strings.Contains(line, "authentication is off") && shown < 20 {
+			shown++
+			fmt.Fprintln(os.Stderr, "parley:", line)
+		}
+	}}, bin, args...)
 	if err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	p := &proc{cmd: cmd, done: make(chan struct{})}
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		shown := 0
-		for sc.Scan() {
-			line := sc.Text()
-			fmt.Fprintln(logw, line)
-			p.mu.Lock()
-			if p.tail = append(p.tail, line); len(p.tail) > 5 {
-				p.tail = p.tail[1:]
-			}
-			p.mu.Unlock()
-			if m := listenRE.FindStringSubmatch(line); m != nil {
-				select {
-				case found <- m[1]:
-				default:
-				}
-			}
-			if strings.Contains(line, "client dropped") {
-				p.drops.Add(1)
-			}
-			if (strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR")) &&
-				!strings.Contains(line, "authentication is off") && shown < 20 {
-				shown++
-				fmt.Fprintln(os.Stderr, "parley:", line)
-			}
-		}
-		io.Copy(logw, stderr)
-		if c, ok := logw.(io.Closer); ok {
-			c.Close()
-		}
-	}()
-	go func() { _ = cmd.Wait(); close(p.done) }()
-	select {
-	case addr := <-found:
-		p.url = "http://" + addr
-		return p, nil
-	case <-p.done:
-		time.Sleep(100 * time.Millisecond) // let the reader take the last lines
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return nil, fmt.Errorf("%s %s exited at start:\n%s", bin, args[0], strings.Join(p.tail, "\n"))
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		return nil, fmt.Errorf("%s %s did not start", bin, args[0])
-	}
-}
-
-func (p *proc) stop() {
-	_ = p.cmd.Process.Signal(os.Interrupt)
-	select {
-	case <-p.done:
-	case <-time.After(15 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
+	p.Proc = bp
+	return p, nil
 }
 
 // status is what /proc/<pid>/status says of a process's memory.
@@ -599,26 +534,6 @@ func procStatus(pid int) (status, error) {
 func selfRSS() int64 {
 	s, _ := procStatus(os.Getpid())
 	return s.rss
-}
-
-// procCPU is the user and system CPU time the process has used, from /proc/<pid>/stat (in clock
-// ticks of 1/100 s, Linux's USER_HZ).
-func procCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, errors.New("malformed /proc/<pid>/stat")
-	}
-	f := strings.Fields(string(b[i+1:])) // f[0] is field 3 (state)
-	if len(f) < 13 {
-		return 0, errors.New("malformed /proc/<pid>/stat")
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond, nil
 }
 
 func selfCPU() time.Duration {

@@ -5,6 +5,8 @@ import (
 	"io"
 	"runtime"
 	"time"
+
+	"github.com/parleyhq/parley/bench/internal/benchproc"
 )
 
 // report is everything the benchmark prints.
@@ -26,8 +28,8 @@ type report struct {
 func (r report) print(w io.Writer) {
 	o := r.o
 	subs := o.ws + o.sse
-	fmt.Fprintf(w, "%d WebSockets + %d SSE streams on one session; %d tokens %s apart per run; %d runs after a warm-up; %d CPUs; open files limit %d\n\n",
-		o.ws, o.sse, o.tokens, o.gap, o.runs, runtime.NumCPU(), r.fdLimit)
+	fmt.Fprintf(w, "%d WebSockets + %d SSE streams on one session, from %d loopback addresses; %d tokens %s apart per run; %d runs after a warm-up; %d CPUs; open files limit %d\n\n",
+		o.ws, o.sse, o.sources, o.tokens, o.gap, o.runs, runtime.NumCPU(), r.fdLimit)
 	if o.ws > 0 {
 		fmt.Fprintf(w, "connected %d WebSockets in %.1f s (%.0f/s)\n", o.ws, r.ws.elapsed.Seconds(), r.ws.rate())
 	}
@@ -51,6 +53,32 @@ func (r report) print(w io.Writer) {
 	fmt.Fprintf(w, "| OS threads: no client / connected / after the runs | %d / %d / %d |\n", r.base.threads, r.afterSSE.threads, r.final.threads)
 	fmt.Fprintf(w, "| the clients (this process, not counted above) | +%s |\n", mib(r.clientConnected-r.clientBase))
 	fmt.Fprintln(w)
+
+	fmt.Fprintln(w, "Issue 25's targets:")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| target | measured | verdict |")
+	fmt.Fprintln(w, "|---|---|---|")
+	if o.ws > 0 {
+		per := float64(r.afterWS.rss-r.base.rss) / float64(o.ws)
+		fmt.Fprintf(w, "| memory per idle WebSocket ≤ 16 KiB | %s | %s |\n", kib(per), benchproc.Verdict(per <= 16<<10))
+	}
+	if o.sse > 0 {
+		per := float64(r.afterSSE.rss-r.afterWS.rss) / float64(o.sse)
+		fmt.Fprintf(w, "| memory per idle SSE stream ≤ 8 KiB | %s | %s |\n", kib(per), benchproc.Verdict(per <= 8<<10))
+	}
+	fmt.Fprintf(w, "| server memory holding %d WebSockets + %d SSE streams < 1 GiB (the target is for 50,000 WebSockets) | %s | %s |\n",
+		o.ws, o.sse, mib(r.afterSSE.rss), benchproc.Verdict(r.afterSSE.rss < 1<<30))
+	if o.project > 0 && o.ws > 0 {
+		per := float64(r.afterWS.rss-r.base.rss) / float64(o.ws)
+		est := float64(r.base.rss) + per*float64(o.project)
+		fmt.Fprintf(w, "| server memory holding %d idle WebSockets < 1 GiB: **extrapolated**, not measured (%s idle + %d × %s) | %s | %s (extrapolated) |\n",
+			o.project, mib(r.base.rss), o.project, kib(per), mib(int64(est)), benchproc.Verdict(est < 1<<30))
+	}
+	fmt.Fprintln(w)
+	if len(r.runs) == 0 {
+		fmt.Fprintf(w, "connections dropped: %d (parley logged %d drops)\n", r.dropped, r.serverDrops)
+		return
+	}
 
 	head := "| broadcast |"
 	sep := "|---|"

@@ -1,24 +1,28 @@
-// Command gateway measures Parley side by side with what a streamed chat costs without it. It
-// builds `parley` and starts, as real processes on loopback:
+// Command gateway measures Parley side by side with what a streamed chat costs without it (issue
+// 25, item 5). It builds `parley` and starts, as real processes on loopback (bench/internal/benchproc):
 //
 //   - the fake model, `parley mockllm` (OpenAI-compatible; every answer is 3 content chunks sent at
 //     once, then usage and [DONE]);
 //   - a bare Go reverse proxy to it (httputil.ReverseProxy, flushing every write; this program run
 //     as a child), the practical limit of any HTTP gateway written in Go;
-//   - Parley on SQLite and Parley on PostgreSQL (a database of its own, dropped at the end), both
-//     pointed at the fake model, with the rate limit off and no run budget, so that neither
-//     refuses a chat.
+//   - Parley on SQLite (a real file, synchronous=FULL: every commit fsynced) and Parley on
+//     PostgreSQL (a database of its own, dropped at the end; the server's fsync and
+//     synchronous_commit are read and reported), both pointed at the fake model, with the rate
+//     limit off and no run budget, so that neither refuses a chat.
 //
-// It then runs the same closed-loop streamed chats through each path (a client starts its next
-// chat when its last one ended; Parley: POST /api/v1/chat/stream with a new session each time),
-// interleaved: for each round, for each concurrency level, every path in turn. Each loop is bounded
-// in chats (-chats) and in time (-max-loop). Time to first token (TTFT) is measured from sending
-// the request to the first content chunk: the first `chunk` event of Parley, the first content
-// delta of the model. It reports TTFT p50/p99 at each level and streams per second, and the
-// PostgreSQL connections Parley opened per 100 chats (pg_stat_database.sessions of its database).
+// It then runs the same closed-loop streamed chats through each path in one run (a client starts
+// its next chat when its last one ended; Parley: POST /api/v1/chat/stream with a new session each
+// time), interleaved: for each round, for each concurrency level, every path in turn. Each loop
+// is bounded in chats (-chats) and in time (-max-loop). Time to first token (TTFT) is measured
+// from sending the request to the first content chunk: Parley's first `chunk` event, the model's
+// first content delta. It reports TTFT p50/p99 at each level and streams per second, the
+// PostgreSQL connections Parley opened per 100 chats (pg_stat_database.sessions of its database)
+// and the lines each Parley logged at level ERROR; then issue 25's targets, each with PASS or FAIL.
+// With -profile DIR it also profiles Parley on SQLite at 32 in flight (its --pprof-addr).
 //
 //	go run ./bench/gateway                                  # 1, 32 and 128 in flight, 3 rounds
 //	go run ./bench/gateway -levels 1,8 -chats 100 -rounds 1 # a quick check
+//	go run ./bench/gateway -chats 300 -rounds 1 -profile /tmp/prof
 package main
 
 import (
@@ -45,9 +49,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/parleyhq/parley/bench/internal/benchproc"
 )
 
 // proxyEnv, set in this program's environment, makes it the reverse proxy to the URL it holds.
@@ -101,12 +107,15 @@ func serveProxy(target string) error {
 type options struct {
 	parley   string
 	postgres string
+	pgPool   int
 	levels   []int
 	rounds   int
 	chats    int
 	maxLoop  time.Duration
 	message  string
 	timeout  time.Duration
+	profile  string
+	profSecs int
 }
 
 func run() error {
@@ -114,12 +123,15 @@ func run() error {
 	var levels string
 	flag.StringVar(&o.parley, "parley", "", "parley binary (default: built from ./cmd/parley into a temp dir)")
 	flag.StringVar(&o.postgres, "postgres", "postgres://127.0.0.1:5432/test?sslmode=disable", "PostgreSQL server (a database is created on it for Parley and dropped at the end); empty: no PostgreSQL path")
+	flag.IntVar(&o.pgPool, "pg-pool", 0, "Parley's PostgreSQL pool size (pool_max_conns in its URL); 0: pgx's default, max(4, cores)")
 	flag.StringVar(&levels, "levels", "1,32,128", "streams in flight, comma-separated")
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds; each runs every level through every path once")
 	flag.IntVar(&o.chats, "chats", 1000, "chats per loop (one level, one path, one round)")
 	flag.DurationVar(&o.maxLoop, "max-loop", 20*time.Second, "time bound of one loop: no new chat starts after it")
 	flag.StringVar(&o.message, "message", "Tell me something about streaming servers, please.", "user message (the mock answers without tools)")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "time bound of the whole benchmark")
+	flag.StringVar(&o.profile, "profile", "", "after the rounds, profile Parley on SQLite at 32 in flight and write cpu.pprof, mutex.pprof, block.pprof and allocs.pprof into this directory (it runs with --pprof-addr)")
+	flag.IntVar(&o.profSecs, "profile-seconds", 15, "length of the -profile loop")
 	flag.Parse()
 	for _, f := range strings.Split(levels, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -128,8 +140,8 @@ func run() error {
 		}
 		o.levels = append(o.levels, n)
 	}
-	if o.rounds < 1 || o.chats < 1 || o.maxLoop <= 0 {
-		return errors.New("-rounds and -chats must be at least 1, -max-loop positive")
+	if o.rounds < 1 || o.chats < 1 || o.maxLoop <= 0 || o.pgPool < 0 || o.profSecs < 1 {
+		return errors.New("-rounds, -chats and -profile-seconds must be at least 1, -max-loop positive, -pg-pool not negative")
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
@@ -140,11 +152,8 @@ func run() error {
 	}
 	defer os.RemoveAll(dir)
 	if o.parley == "" {
-		o.parley = filepath.Join(dir, "parley")
-		build := exec.CommandContext(ctx, "go", "build", "-o", o.parley, "./cmd/parley")
-		build.Stderr = os.Stderr
-		if err := build.Run(); err != nil {
-			return fmt.Errorf("building parley: %w", err)
+		if o.parley, err = benchproc.Build(ctx, dir); err != nil {
+			return err
 		}
 	}
 
@@ -158,47 +167,56 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	defer mock.stop()
+	defer mock.Stop()
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	proxy, err := start(ctx, []string{proxyEnv + "=" + mock.url}, self)
+	proxy, err := start(ctx, []string{proxyEnv + "=" + mock.URL}, self)
 	if err != nil {
 		return err
 	}
-	defer proxy.stop()
+	defer proxy.Stop()
 
+	// Parley as it ships: SQLite opens with synchronous=FULL (each commit fsynced), PostgreSQL
+	// commits as the server says (checked below). Only what would refuse chats is turned off.
 	parleyArgs := func(db ...string) []string {
 		return append([]string{"serve", "--addr", "127.0.0.1:0",
-			"--openai-base-url", mock.url + "/v1", "--openai-api-key", "bench", "--model", "openai/bench-model",
+			"--openai-base-url", mock.URL + "/v1", "--openai-api-key", "bench", "--model", "openai/bench-model",
 			"--rate-limit", "off", "--max-runs", "0", "--max-conns-per-addr", "0"}, db...)
 	}
-	sqlite, err := start(ctx, nil, o.parley, parleyArgs("--db", filepath.Join(dir, "bench.db"))...)
+	sqliteArgs := parleyArgs("--db", filepath.Join(dir, "bench.db"))
+	if o.profile != "" {
+		sqliteArgs = append(sqliteArgs, "--pprof-addr", "127.0.0.1:0")
+	}
+	sqlite, err := start(ctx, nil, o.parley, sqliteArgs...)
 	if err != nil {
 		return err
 	}
-	defer sqlite.stop()
+	defer sqlite.Stop()
 
 	paths := []*path{
-		{name: "client → model directly", url: mock.url + "/v1/chat/completions", parley: false},
-		{name: "bare Go reverse proxy", url: proxy.url + "/v1/chat/completions", parley: false},
-		{name: "Parley, SQLite", url: sqlite.url + "/api/v1/chat/stream", parley: true},
+		{name: "client → model directly", url: mock.URL + "/v1/chat/completions", parley: false},
+		{name: "bare Go reverse proxy", url: proxy.URL + "/v1/chat/completions", parley: false, proxy: true},
+		{name: "Parley, SQLite", url: sqlite.URL + "/api/v1/chat/stream", parley: true},
 	}
 	var pg *pgBench
 	if o.postgres != "" {
-		pg, err = newPGBench(ctx, o.postgres)
+		pg, err = newPGBench(ctx, o.postgres, o.pgPool)
 		if err != nil {
 			return err
 		}
 		defer pg.drop()
-		srv, err := start(ctx, nil, o.parley, parleyArgs("--database-url", pg.url)...)
+		srv, err := start(ctx, nil, o.parley, parleyArgs("--database-url", pg.parleyURL)...)
 		if err != nil {
 			return err
 		}
 		pg.proc = srv
-		defer srv.stop()
-		paths = append(paths, &path{name: "Parley, PostgreSQL", url: srv.url + "/api/v1/chat/stream", parley: true, pg: true})
+		defer srv.Stop()
+		paths = append(paths, &path{name: "Parley, PostgreSQL", url: srv.URL + "/api/v1/chat/stream", parley: true, pg: true})
+		if err := pg.watch(ctx); err != nil {
+			return err
+		}
 	}
 	maxLevel := slices.Max(o.levels)
 	for _, p := range paths {
@@ -219,6 +237,7 @@ func run() error {
 		}
 	}
 
+	t0 := time.Now()
 	for round := 1; round <= o.rounds; round++ {
 		for _, level := range o.levels {
 			for _, p := range paths {
@@ -232,29 +251,26 @@ func run() error {
 			}
 		}
 	}
+	elapsed := time.Since(t0)
 
-	var chatsPG int
-	if pg != nil {
-		for _, p := range paths {
-			if p.pg {
-				chatsPG = p.total
-			}
-		}
-		pg.proc.stop()
-	}
-	report(o, size, paths)
-	fmt.Printf("\nLines Parley logged at level ERROR (store errors among them): %d on SQLite", sqlite.errorLines())
-	if pg != nil {
-		fmt.Printf(", %d on PostgreSQL", pg.proc.errorLines())
-	}
-	fmt.Println(".")
-	if pg != nil {
-		opened, err := pg.sessions(ctx)
-		if err != nil {
+	var profiled string
+	if o.profile != "" {
+		if profiled, err = profileSQLite(ctx, o, sqlite, paths[2]); err != nil {
 			return err
 		}
-		fmt.Printf("Parley on PostgreSQL opened %d connections for %d chats (warm-up included): %.1f per 100 chats; its pool holds max(4, cores) = %d.\n",
-			opened, chatsPG, float64(opened)*100/float64(max(chatsPG, 1)), max(4, runtime.NumCPU()))
+	}
+
+	var st pgStats
+	if pg != nil {
+		pg.proc.Stop()
+		if st, err = pg.stats(ctx, paths[3].total); err != nil {
+			return err
+		}
+	}
+	sqlite.Stop()
+	report(os.Stdout, o, size, elapsed, paths, sqlite, pg, st)
+	if profiled != "" {
+		fmt.Println("\n" + profiled)
 	}
 	return nil
 }
@@ -266,6 +282,7 @@ type path struct {
 	body    []byte
 	parley  bool
 	pg      bool
+	proxy   bool
 	client  *http.Client
 	byLevel map[int]*result
 	total   int // chats made, warm-up included
@@ -428,9 +445,9 @@ func answerSize(ctx context.Context, o options) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer mock.stop()
+	defer mock.Stop()
 	body, _ := json.Marshal(map[string]any{"model": "bench-model", "messages": []map[string]string{{"role": "user", "content": o.message}}})
-	resp, err := http.Post(mock.url+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+	resp, err := http.Post(mock.URL+"/v1/chat/completions", "application/json", bytes.NewReader(body))
 	if err != nil {
 		return 0, err
 	}
@@ -450,13 +467,25 @@ func answerSize(ctx context.Context, o options) (int, error) {
 
 // pgBench is Parley's PostgreSQL database, made for the benchmark.
 type pgBench struct {
-	admin *pgx.Conn
-	name  string
-	url   string
-	proc  *proc
+	admin     *pgx.Conn
+	name      string
+	parleyURL string
+	pool      int // Parley's pool size
+	proc      *proc
+
+	peak      atomic.Int64 // the most backends seen on the database at once
+	stopWatch context.CancelFunc
+	watched   chan struct{}
 }
 
-func newPGBench(ctx context.Context, server string) (*pgBench, error) {
+// pgStats is what the benchmark read of Parley's PostgreSQL connections and durability.
+type pgStats struct {
+	opened, peak int64
+	chats, pool  int
+	fsync, sync  string // the server's fsync and synchronous_commit
+}
+
+func newPGBench(ctx context.Context, server string, pool int) (*pgBench, error) {
 	admin, err := pgx.Connect(ctx, server)
 	if err != nil {
 		return nil, fmt.Errorf("PostgreSQL (-postgres; empty to leave it out): %w", err)
@@ -473,32 +502,90 @@ func newPGBench(ctx context.Context, server string) (*pgBench, error) {
 		return nil, err
 	}
 	u.Path = "/" + name
-	return &pgBench{admin: admin, name: name, url: u.String()}, nil
+	p := &pgBench{admin: admin, name: name, pool: max(4, runtime.NumCPU())}
+	if pool > 0 {
+		q := u.Query()
+		q.Set("pool_max_conns", strconv.Itoa(pool))
+		u.RawQuery = q.Encode()
+		p.pool = pool
+	}
+	p.parleyURL = u.String()
+	return p, nil
 }
 
-// sessions waits until Parley's backends are gone (each reports its statistics as it ends) and
-// returns how many sessions were established to its database.
-func (p *pgBench) sessions(ctx context.Context) (int64, error) {
+// watch samples, every 50 ms until stats, how many backends are connected to Parley's
+// database, on a connection of its own.
+func (p *pgBench) watch(ctx context.Context) error {
+	cfg := p.admin.Config().Copy()
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	ctx, p.stopWatch = context.WithCancel(ctx)
+	p.watched = make(chan struct{})
+	go func() {
+		defer close(p.watched)
+		defer c.Close(context.Background())
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			var n int64
+			if err := c.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = $1", p.name).Scan(&n); err == nil && n > p.peak.Load() {
+				p.peak.Store(n)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return nil
+}
+
+// stats, once Parley has stopped, waits until its backends are gone (each reports its
+// statistics as it ends) and reads how many sessions were established to its database.
+func (p *pgBench) stats(ctx context.Context, chats int) (pgStats, error) {
+	st := pgStats{chats: chats, pool: p.pool}
+	if p.stopWatch != nil {
+		p.stopWatch()
+		<-p.watched
+	}
+	st.peak = p.peak.Load()
 	for {
 		var n int
 		if err := p.admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = $1", p.name).Scan(&n); err != nil {
-			return 0, err
+			return st, err
 		}
 		if n == 0 {
 			break
 		}
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return st, ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
 	if _, err := p.admin.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {
-		return 0, err
+		return st, err
 	}
-	var s int64
-	err := p.admin.QueryRow(ctx, "SELECT sessions FROM pg_stat_database WHERE datname = $1", p.name).Scan(&s)
-	return s, err
+	if err := p.admin.QueryRow(ctx, "SELECT sessions FROM pg_stat_database WHERE datname = $1", p.name).Scan(&st.opened); err != nil {
+		return st, err
+	}
+	if err := p.admin.QueryRow(ctx, "SELECT current_setting('fsync'), current_setting('synchronous_commit')").Scan(&st.fsync, &st.sync); err != nil {
+		return st, err
+	}
+	// A setting of the database or of Parley's role would override the server's.
+	var over string
+	if err := p.admin.QueryRow(ctx, `SELECT coalesce(string_agg(array_to_string(setconfig, ','), ','), '')
+		FROM pg_db_role_setting s LEFT JOIN pg_database d ON d.oid = s.setdatabase
+		WHERE d.datname = $1 OR s.setdatabase = 0`, p.name).Scan(&over); err != nil {
+		return st, err
+	}
+	if strings.Contains(over, "synchronous_commit") || strings.Contains(over, "fsync") {
+		st.sync += " (overridden: " + over + ")"
+	}
+	return st, nil
 }
 
 func (p *pgBench) drop() {
@@ -510,12 +597,64 @@ func (p *pgBench) drop() {
 	p.admin.Close(ctx)
 }
 
-func report(o options, size int, paths []*path) {
-	fmt.Printf("Closed loop, %d round(s), at most %d chats or %s per loop; the fake model answers %d bytes in 3 chunks at once.\n\n",
-		o.rounds, o.chats, o.maxLoop, size)
+// profileSQLite runs a closed loop of 32 streams through Parley on SQLite for o.profSecs and
+// meanwhile fetches its CPU, mutex, block and allocation profiles into o.profile; it returns
+// the top of the CPU profile.
+func profileSQLite(ctx context.Context, o options, sqlite *proc, p *path) (string, error) {
+	addr := sqlite.pprofAddr()
+	if addr == "" {
+		return "", errors.New("-profile: Parley did not log its pprof address")
+	}
+	if err := os.MkdirAll(o.profile, 0o755); err != nil {
+		return "", err
+	}
+	secs := strconv.Itoa(o.profSecs)
+	kinds := map[string]string{"cpu": "profile", "mutex": "mutex", "block": "block", "allocs": "allocs"}
+	errs := make(chan error, len(kinds)+1)
+	for name, route := range kinds {
+		go func() {
+			resp, err := http.Get("http://" + addr + "/debug/pprof/" + route + "?seconds=" + secs)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err == nil && resp.StatusCode != 200 {
+				err = fmt.Errorf("%s profile: HTTP %d %.200s", name, resp.StatusCode, b)
+			}
+			if err == nil {
+				err = os.WriteFile(filepath.Join(o.profile, name+".pprof"), b, 0o644)
+			}
+			errs <- err
+		}()
+	}
+	var res *result
+	go func() {
+		var err error
+		res, err = loop(ctx, p, 32, 1<<30, time.Duration(o.profSecs+1)*time.Second)
+		errs <- err
+	}()
+	for range len(kinds) + 1 {
+		if err := <-errs; err != nil {
+			return "", fmt.Errorf("-profile: %w", err)
+		}
+	}
+	out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount=30", filepath.Join(o.profile, "cpu.pprof")).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go tool pprof: %v: %s", err, out)
+	}
+	return fmt.Sprintf("Profiled Parley on SQLite at 32 in flight for %d s (%d streams, %.0f/s); profiles in %s. CPU, by own time:\n%s",
+		o.profSecs, res.streams, res.rate(), o.profile, out), nil
+}
+
+// report prints the table of every path and level, then issue 25's targets with a verdict each.
+func report(w io.Writer, o options, size int, elapsed time.Duration, paths []*path, sqlite *proc, pg *pgBench, st pgStats) {
+	fmt.Fprintf(w, "Closed loop, %d round(s), at most %d chats or %s per loop, all paths interleaved in one run (%.0f s); the fake model answers %d bytes in 3 chunks at once. %d CPUs, load average %s.\n\n",
+		o.rounds, o.chats, o.maxLoop, elapsed.Seconds(), size, runtime.NumCPU(), loadavg())
 	var proxy *path
 	for _, p := range paths {
-		if strings.Contains(p.name, "proxy") {
+		if p.proxy {
 			proxy = p
 		}
 	}
@@ -530,8 +669,8 @@ func report(o options, size int, paths []*path) {
 		head += fmt.Sprintf(" streams/s, %d in flight (× proxy) | TTFT p50 / p99, %d in flight |", l, l)
 		sep += "---|---|"
 	}
-	fmt.Println(head)
-	fmt.Println(sep)
+	fmt.Fprintln(w, head)
+	fmt.Fprintln(w, sep)
 	for _, p := range paths {
 		row := "| " + p.name + " |"
 		for _, l := range o.levels {
@@ -541,13 +680,74 @@ func report(o options, size int, paths []*path) {
 				continue
 			}
 			ratio := ""
-			if proxy != nil && p != proxy {
+			if p != proxy {
 				ratio = fmt.Sprintf(" (%.2f×)", r.rate()/proxy.byLevel[l].rate())
 			}
 			row += fmt.Sprintf(" %.0f%s | %s / %s |", r.rate(), ratio, ms(pct(r.ttft, 50)), ms(pct(r.ttft, 99)))
 		}
-		fmt.Println(row)
+		fmt.Fprintln(w, row)
 	}
+
+	fmt.Fprintln(w, "\nIssue 25's targets (Parley against the bare proxy of this run):")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| target | measured | verdict |")
+	fmt.Fprintln(w, "|---|---|---|")
+	line := func(target, measured string, ok bool) {
+		fmt.Fprintf(w, "| %s | %s | %s |\n", target, measured, benchproc.Verdict(ok))
+	}
+	for _, p := range paths {
+		if !p.parley {
+			continue
+		}
+		store, floor := "SQLite", 0.5
+		if p.pg {
+			store, floor = "PostgreSQL", 0.4
+		}
+		for _, l := range []int{32, 128} {
+			if r, pr := p.byLevel[l], proxy.byLevel[l]; r != nil && pr != nil {
+				x := r.rate() / pr.rate()
+				line(fmt.Sprintf("%s streams/s ≥ %.1f × proxy at %d in flight", store, floor, l), fmt.Sprintf("%.0f / %.0f = %.2f×", r.rate(), pr.rate(), x), x >= floor)
+			}
+		}
+		if r, pr := p.byLevel[1], proxy.byLevel[1]; r != nil && pr != nil {
+			d50 := pct(r.ttft, 50) - pct(pr.ttft, 50)
+			d99 := pct(r.ttft, 99) - pct(pr.ttft, 99)
+			line(store+" TTFT overhead at 1 stream, p50 ≤ 1 ms", fmt.Sprintf("%s − %s = %s", ms(pct(r.ttft, 50)), ms(pct(pr.ttft, 50)), ms(d50)), d50 <= time.Millisecond)
+			line(store+" TTFT overhead at 1 stream, p99 ≤ 3 ms", fmt.Sprintf("%s − %s = %s", ms(pct(r.ttft, 99)), ms(pct(pr.ttft, 99)), ms(d99)), d99 <= 3*time.Millisecond)
+		}
+		if r, pr := p.byLevel[128], proxy.byLevel[128]; r != nil && pr != nil {
+			x := float64(pct(r.ttft, 99)) / float64(pct(pr.ttft, 99))
+			line(store+" TTFT p99 at 128 in flight ≤ 2 × proxy", fmt.Sprintf("%s / %s = %.2f×", ms(pct(r.ttft, 99)), ms(pct(pr.ttft, 99)), x), x <= 2)
+		}
+		errs := sqlite.errorLines()
+		if p.pg {
+			errs = pg.proc.errorLines()
+		}
+		line(store+": no line logged at level ERROR", fmt.Sprint(errs), errs == 0)
+	}
+	if pg != nil {
+		per100 := float64(st.opened) * 100 / float64(max(st.chats, 1))
+		line(fmt.Sprintf("PostgreSQL backends opened per 100 chats ≤ the pool size (%d)", st.pool),
+			fmt.Sprintf("%d opened for %d chats (warm-up included) = %.1f per 100; at most %d at once", st.opened, st.chats, per100, st.peak),
+			per100 <= float64(st.pool))
+		line("PostgreSQL commits durably (fsync on, synchronous_commit not off)", "fsync="+st.fsync+", synchronous_commit="+st.sync,
+			st.fsync == "on" && st.sync != "off" && !strings.Contains(st.sync, "overridden"))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprint(w, "Durability: SQLite opens with synchronous=FULL (every commit fsynced; Parley has no other mode)")
+	if pg != nil {
+		fmt.Fprintf(w, "; PostgreSQL server fsync=%s, synchronous_commit=%s", st.fsync, st.sync)
+	}
+	fmt.Fprintln(w, ".")
+}
+
+// loadavg is the first three fields of /proc/loadavg.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
 }
 
 func ms(d time.Duration) string {
@@ -568,79 +768,48 @@ func pct(ds []time.Duration, p int) time.Duration {
 	return s[min(max(i-1, 0), len(s)-1)]
 }
 
-// proc is a child process that announced its listening address.
+// proc is a child process (benchproc) whose log lines at level ERROR are counted and whose
+// warnings and errors are copied to stderr.
 type proc struct {
-	cmd    *exec.Cmd
-	url    string
-	once   sync.Once
-	mu     sync.Mutex
-	errors int // log lines at level ERROR
+	*benchproc.Proc
+	errors atomic.Int64 // log lines at level ERROR
+	pprof  atomic.Pointer[string]
+}
+
+var pprofRE = regexp.MustCompile(`msg="pprof listening" addr=([0-9.]+:[0-9]+)`)
+
+// pprofAddr is the address of the process's pprof listener, if it logged one.
+func (p *proc) pprofAddr() string {
+	if a := p.pprof.Load(); a != nil {
+		return *a
+	}
+	return ""
 }
 
 // errorLines returns how many lines the process logged at level ERROR.
-func (p *proc) errorLines() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.errors
-}
-
-var listenRE = regexp.MustCompile(`msg=listening.*?addr=([0-9.]+:[0-9]+)`)
+func (p *proc) errorLines() int64 { return p.errors.Load() }
 
 // start runs bin with args (and env added to this process's) and waits until it says where it
-// listens. Its error lines are copied to stderr.
+// listens.
 func start(ctx context.Context, env []string, bin string, args ...string) (*proc, error) {
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	stderr, err := cmd.StderrPipe()
+	p := &proc{}
+	name := filepath.Base(bin)
+	bp, err := benchproc.StartWith(ctx, benchproc.Options{Env: env, OnLine: func(line string) {
+		if m := pprofRE.FindStringSubmatch(line); m != nil {
+			p.pprof.Store(&m[1])
+		}
+		isErr := strings.Contains(line, "level=ERROR")
+		if isErr {
+			p.errors.Add(1)
+		}
+		if benchproc.ListenAddr(line) == "" && (isErr || strings.Contains(line, "level=WARN") || !strings.Contains(line, "level=")) &&
+			!strings.Contains(line, "authentication is off") {
+			fmt.Fprintln(os.Stderr, name, line)
+		}
+	}}, bin, args...)
 	if err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	found := make(chan string, 1)
-	p := &proc{cmd: cmd}
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "level=ERROR") {
-				p.mu.Lock()
-				p.errors++
-				p.mu.Unlock()
-			}
-			if m := listenRE.FindStringSubmatch(sc.Text()); m != nil {
-				select {
-				case found <- m[1]:
-				default:
-				}
-			} else if !strings.Contains(sc.Text(), "level=") || strings.Contains(sc.Text(), "level=ERROR") || strings.Contains(sc.Text(), "level=WARN") {
-				fmt.Fprintln(os.Stderr, filepath.Base(bin), sc.Text())
-			}
-		}
-	}()
-	select {
-	case addr := <-found:
-		p.url = "http://" + addr
-		return p, nil
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return nil, fmt.Errorf("%s %s did not start", bin, strings.Join(args, " "))
-	}
-}
-
-// stop ends the process as SIGINT does, killing it after 10 s; it may be called twice.
-func (p *proc) stop() {
-	p.once.Do(func() {
-		_ = p.cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = p.cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-done
-		}
-	})
+	p.Proc = bp
+	return p, nil
 }

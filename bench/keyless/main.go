@@ -63,11 +63,8 @@ func run() error {
 	}
 	defer os.RemoveAll(dir)
 	if o.parley == "" {
-		o.parley = filepath.Join(dir, "parley")
-		build := exec.CommandContext(ctx, "go", "build", "-o", o.parley, "./cmd/parley")
-		build.Stderr = os.Stderr
-		if err := build.Run(); err != nil {
-			return fmt.Errorf("building parley: %w", err)
+		if o.parley, err = benchproc.Build(ctx, dir); err != nil {
+			return err
 		}
 	}
 	db := filepath.Join(dir, "bench.db")

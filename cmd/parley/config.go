@@ -29,6 +29,7 @@ import (
 type config struct {
 	Addr               string
 	MetricsAddr        string
+	PprofAddr          string
 	DB                 string
 	DatabaseURL        string
 	Migrate            bool
@@ -130,6 +131,7 @@ func (c *config) fileSections() map[string]any {
 func serveFlags(fs *flag.FlagSet, c *config) {
 	fs.StringVar(&c.Addr, "addr", "127.0.0.1:8080", "address to listen on (host:port; port 0 picks a free one)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "address of a separate listener serving GET /metrics to anyone who reaches it (host:port; keep it private); empty: /metrics is on --addr, for admin keys only")
+	fs.StringVar(&c.PprofAddr, "pprof-addr", "", "address of a separate listener serving Go's profiles (/debug/pprof/) to anyone who reaches it, with mutex and block profiling on (host:port; keep it private; for profiling only); empty: none")
 	fs.StringVar(&c.DB, "db", "parley.db", "SQLite database file (created if missing)")
 	fs.StringVar(&c.DatabaseURL, "database-url", "", "PostgreSQL URL (postgres://user:password@host:5432/db); when set, used instead of --db")
 	fs.BoolVar(&c.Migrate, "migrate", true, "apply database migrations at start")

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -262,5 +263,31 @@ func TestMetricsAccess(t *testing.T) {
 	}
 	if code, body := get(t, url+"/metrics", admin); code != 404 {
 		t.Errorf("/metrics on the API's listener with --metrics-addr: %d %.200s, want 404", code, body)
+	}
+}
+
+// TestPprofListener: --pprof-addr serves Go's profiles on a listener of its own, with the mutex
+// and block profiles on while it runs; the API's listener serves none of them.
+func TestPprofListener(t *testing.T) {
+	url, logs := startInProcessLogs(t, nil, "--pprof-addr", "127.0.0.1:0")
+	m := regexp.MustCompile(`msg="pprof listening" addr=([0-9.]+:[0-9]+)`).FindStringSubmatch(logs.String())
+	if m == nil {
+		t.Fatalf("no pprof listening line in the log:\n%s", logs.String())
+	}
+	for p, want := range map[string]string{"/debug/pprof/": "Types of profiles available", "/debug/pprof/heap?debug=1": "heap profile",
+		"/debug/pprof/mutex?debug=1": "sampling period=100", "/debug/pprof/goroutine?debug=1": "goroutine profile"} {
+		if code, body := get(t, "http://"+m[1]+p, ""); code != 200 || !strings.Contains(body, want) {
+			t.Errorf("GET %s on the pprof listener: %d %.200s", p, code, body)
+		}
+	}
+	if rate := runtime.SetMutexProfileFraction(-1); rate != 100 {
+		t.Errorf("mutex profile fraction %d while the pprof listener runs, want 100", rate)
+	}
+	// (The API's listener answers unknown paths with the web UI's page.)
+	if code, body := get(t, url+"/debug/pprof/goroutine?debug=1", ""); strings.Contains(body, "goroutine profile") {
+		t.Errorf("the API's listener serves /debug/pprof/: %d", code)
+	}
+	if code, _ := get(t, "http://"+m[1]+"/api/v1/me", ""); code != 404 {
+		t.Errorf("the pprof listener serves the API: /api/v1/me answered %d", code)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -273,6 +275,15 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		log.Info("metrics listening", "addr", mln.Addr().String())
 	}
 	defer stopMetrics()
+	if c.PprofAddr != "" {
+		pln, err := listen("tcp", c.PprofAddr)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("pprof listener: %w", err)
+		}
+		defer servePprof(pln, log)()
+		log.Info("pprof listening", "addr", pln.Addr().String())
+	}
 	// Streams end when baseCtx is cancelled, which happens before Shutdown: Shutdown does not
 	// interrupt active connections, so without this a long SSE stream would hold it up.
 	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
@@ -329,6 +340,41 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// servePprof serves Go's profiles under /debug/pprof/ on ln until the returned stop is called. It
+// turns on the mutex and block profiles (a sample of 1 in 100 contention events, and blocking
+// events of 10 µs or more), which cost a little on every lock and channel wait while it runs.
+func servePprof(ln net.Listener, log *slog.Logger) (stop func()) {
+	runtime.SetMutexProfileFraction(100)
+	runtime.SetBlockProfileRate(10_000)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("the pprof listener failed", "err", err)
+		}
+	}()
+	return sync.OnceFunc(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+		runtime.SetMutexProfileFraction(0)
+		runtime.SetBlockProfileRate(0)
+	})
 }
 
 // serveMetrics serves GET /metrics (and nothing else) on ln until the returned stop is called.

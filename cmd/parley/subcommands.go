@@ -48,6 +48,7 @@ func runMockLLM(ctx context.Context, args []string, getenv func(string) string, 
 	addr := fs.String("addr", "127.0.0.1:8081", "address to listen on")
 	delay := fs.Duration("token-delay", 0, "delay between streamed chunks")
 	chunk := fs.Int("chunk-size", 0, "characters per streamed content chunk (0: the server's default)")
+	chunks := fs.Int("chunks", 0, "answer every request with this many content chunks of filler text, no tool call (0: the demo model's answers)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := parsed(fs, parseFlags(fs, args, getenv, nil, nil), stdout); err != nil {
 		return err
@@ -56,7 +57,7 @@ func runMockLLM(ctx context.Context, args []string, getenv func(string) string, 
 	if err != nil {
 		return err
 	}
-	opts := []llmtest.Option{llmtest.WithTokenDelay(*delay)}
+	opts := []llmtest.Option{llmtest.WithTokenDelay(*delay), llmtest.WithChunks(*chunks)}
 	if *chunk > 0 {
 		opts = append(opts, llmtest.WithChunkSize(*chunk))
 	}

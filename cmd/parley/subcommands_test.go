@@ -119,7 +119,7 @@ func TestHelpShowsTheCommandsOwnFlags(t *testing.T) {
 		{[]string{"keys", "revoke", "-h"}, []string{"keys revoke", "-db"}, []string{"-user", "-admin", "-name"}},
 		{[]string{"keys", "-h"}, []string{"create", "list", "revoke"}, nil},
 		{[]string{"migrate", "-h"}, []string{"migrate", "-db", "PARLEY_DB"}, []string{"-addr"}},
-		{[]string{"mockllm", "-h"}, []string{"mockllm", "-token-delay"}, []string{"-config", "-db"}},
+		{[]string{"mockllm", "-h"}, []string{"mockllm", "-token-delay", "-chunks"}, []string{"-config", "-db"}},
 		{[]string{"serve", "-h"}, []string{"serve", "-addr", "-max-runs", "PARLEY_<FLAG>"}, nil},
 		{[]string{"help"}, []string{"Commands:"}, nil},
 	}

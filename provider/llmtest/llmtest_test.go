@@ -250,6 +250,24 @@ func TestInvalidRequests(t *testing.T) {
 	}
 }
 
+// TestChunks: WithChunks answers an unscripted request with that many content chunks of the
+// chunk size, and a scripted turn still wins.
+func TestChunks(t *testing.T) {
+	s := NewServer(WithChunks(25), WithChunkSize(3))
+	c := openai.New(openai.Config{BaseURL: "http://mock.invalid/v1", HTTPClient: &http.Client{Transport: Transport(s)}})
+	evs, resp, err := collect(t, c, userReq("What is 2+2? And the time?", "calculator", "get_current_time"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := count(evs, parley.StreamContent); n != 25 || len(resp.Content) != 75 || len(resp.ToolCalls) != 0 {
+		t.Fatalf("%d content chunks, %d characters, %d tool calls; want 25, 75, 0", n, len(resp.Content), len(resp.ToolCalls))
+	}
+	s.Enqueue(Turn{Content: "scripted"})
+	if _, resp, err := collect(t, c, userReq("x")); err != nil || resp.Content != "scripted" {
+		t.Fatalf("a scripted turn under WithChunks: %q, %v", resp.Content, err)
+	}
+}
+
 func TestTokenDelayAndCancel(t *testing.T) {
 	s := NewServer(WithTokenDelay(20*time.Millisecond), WithChunkSize(1))
 	c := openai.New(openai.Config{BaseURL: "http://mock.invalid/v1", HTTPClient: &http.Client{Transport: Transport(s)}})

@@ -28,10 +28,11 @@ const (
 
 // Server is the fake upstream. It is an http.Handler and safe for concurrent use.
 type Server struct {
-	tokenDelay time.Duration
-	chunkSize  int
-	model      string
-	clock      func() time.Time
+	tokenDelay   time.Duration
+	chunkSize    int
+	fillerChunks int // > 0: unscripted answers are this many content chunks of filler text
+	model        string
+	clock        func() time.Time
 
 	mu    sync.Mutex
 	queue []Turn
@@ -53,6 +54,11 @@ func WithChunkSize(n int) Option {
 		}
 	}
 }
+
+// WithChunks makes every unscripted request answered with n content chunks of chunk-size
+// characters of filler text and no tool call, instead of the demo brain's answer: a stream of a
+// known length for benchmarks.
+func WithChunks(n int) Option { return func(s *Server) { s.fillerChunks = max(n, 0) } }
 
 // WithModel sets the model name answered when a request names none (default "mock").
 func WithModel(name string) Option { return func(s *Server) { s.model = name } }
@@ -192,7 +198,11 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, wf wireFormat) {
 	}
 	turn, scripted := s.next(*req)
 	if !scripted {
-		turn = demo(req)
+		if s.fillerChunks > 0 {
+			turn = Turn{Content: filler(s.fillerChunks * s.chunkSize)}
+		} else {
+			turn = demo(req)
+		}
 	}
 	if turn.Status != 0 {
 		if turn.RetryAfter != "" {
@@ -228,6 +238,17 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request, wf wireFormat) {
 		return
 	}
 	writeJSON(w, http.StatusOK, wf.full(s, c, req, turn))
+}
+
+// filler returns n characters of text, words and spaces.
+func filler(n int) string {
+	const words = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor "
+	var b strings.Builder
+	b.Grow(n)
+	for b.Len() < n {
+		b.WriteString(words[:min(len(words), n-b.Len())])
+	}
+	return b.String()
 }
 
 // estimate counts about four characters per token, as OpenAI's rule of thumb does.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"unicode/utf8"
 
 	"github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/provider/internal/upstream"
@@ -84,30 +85,39 @@ func (m *wireRespMessage) reasoning() string {
 type chunkDecoder struct {
 	lastIndex int // index of the last tool-call delta, -1 before the first
 	lastID    string
-	count     int // one more than the highest tool-call index seen
+	count     int       // one more than the highest tool-call index seen
+	ch        wireChunk // decoded into again for each chunk, so that its choices are allocated once
+}
+
+// wireChunk is one chat.completion.chunk object.
+type wireChunk struct {
+	Choices []wireChoice    `json:"choices"`
+	Usage   *wireUsage      `json:"usage"`
+	Error   json.RawMessage `json:"error"`
+}
+
+type wireChoice struct {
+	Index        int       `json:"index"`
+	Delta        wireDelta `json:"delta"`
+	FinishReason *string   `json:"finish_reason"`
 }
 
 func newChunkDecoder() *chunkDecoder { return &chunkDecoder{lastIndex: -1} }
 
-// decode returns the events of one chunk, in the order reasoning, content, tool calls, finish,
-// usage. Choices other than the first (index 0) are ignored: Parley never asks for n > 1.
-func (d *chunkDecoder) decode(data []byte) ([]parley.StreamEvent, error) {
-	var ch struct {
-		Choices []struct {
-			Index        int       `json:"index"`
-			Delta        wireDelta `json:"delta"`
-			FinishReason *string   `json:"finish_reason"`
-		} `json:"choices"`
-		Usage *wireUsage      `json:"usage"`
-		Error json.RawMessage `json:"error"`
-	}
-	if err := json.Unmarshal(data, &ch); err != nil {
-		return nil, parley.WrapError(parley.ECUpstream, err, "invalid provider stream chunk")
+// decode appends the events of one chunk to evs, in the order reasoning, content, tool calls,
+// finish, usage. Choices other than the first (index 0) are ignored: Parley never asks for n > 1.
+func (d *chunkDecoder) decode(evs []parley.StreamEvent, data []byte) ([]parley.StreamEvent, error) {
+	// encoding/json decodes a slice's elements into its backing array without zeroing them: the
+	// last chunk's choices are cleared first.
+	ch := &d.ch
+	clear(ch.Choices[:cap(ch.Choices)])
+	*ch = wireChunk{Choices: ch.Choices[:0]}
+	if err := json.Unmarshal(data, ch); err != nil {
+		return evs, parley.WrapError(parley.ECUpstream, err, "invalid provider stream chunk")
 	}
 	if upstream.IsSet(ch.Error) {
-		return nil, parley.WrapError(parley.ECUpstream, upstream.ParseError(ch.Error), "provider stream failed")
+		return evs, parley.WrapError(parley.ECUpstream, upstream.ParseError(ch.Error), "provider stream failed")
 	}
-	var evs []parley.StreamEvent
 	for _, c := range ch.Choices {
 		if c.Index != 0 {
 			continue
@@ -186,11 +196,26 @@ func (d *wireDelta) reasoning() string {
 
 // altReasoning reads the "reasoning" field when it is a string and ignores any other form.
 func altReasoning(raw json.RawMessage) string {
-	var s string
-	if len(raw) > 0 && raw[0] == '"' && json.Unmarshal(raw, &s) == nil {
-		return s
+	if len(raw) > 0 && raw[0] == '"' {
+		if s, err := jsonString(raw); err == nil {
+			return s
+		}
 	}
 	return ""
+}
+
+// jsonString decodes b, a JSON string (quotes included) that the enclosing decoder has already
+// checked. Text without escapes and in valid UTF-8 is the bytes between the quotes, copied once;
+// anything else goes through encoding/json, which also replaces invalid UTF-8.
+func jsonString(b []byte) (string, error) {
+	if n := len(b); n >= 2 && b[0] == '"' && b[n-1] == '"' {
+		if in := b[1 : n-1]; bytes.IndexByte(in, '\\') < 0 && utf8.Valid(in) {
+			return string(in), nil
+		}
+	}
+	var s string
+	err := json.Unmarshal(b, &s)
+	return s, err
 }
 
 type wireUsage struct {
@@ -228,8 +253,8 @@ func (t *textField) UnmarshalJSON(b []byte) error {
 	case len(b) == 0 || bytes.Equal(b, []byte("null")):
 		*t = ""
 	case b[0] == '"':
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
+		s, err := jsonString(b)
+		if err != nil {
 			return err
 		}
 		*t = textField(s)
@@ -264,8 +289,8 @@ func (a *argsField) UnmarshalJSON(b []byte) error {
 	case len(b) == 0 || bytes.Equal(b, []byte("null")):
 		*a = ""
 	case b[0] == '"':
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
+		s, err := jsonString(b)
+		if err != nil {
 			return err
 		}
 		*a = argsField(s)

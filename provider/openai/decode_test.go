@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -95,5 +96,39 @@ func TestDecodeResponse(t *testing.T) {
 				t.Errorf("got\n%s\nwant\n%s", got, want)
 			}
 		})
+	}
+}
+
+// TestChunkDecoderReusesNothingStale: the decoder decodes every chunk into the same choices; a
+// chunk must not show what the one before it had (a finish, a tool call, reasoning, usage).
+func TestChunkDecoderReusesNothingStale(t *testing.T) {
+	d := newChunkDecoder()
+	first := `{"choices":[{"index":0,"delta":{"reasoning_content":"hm","content":"a","tool_calls":[{"index":0,"id":"c1","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"tool_calls"},{"index":1,"delta":{"content":"other"}}],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}`
+	evs, err := d.decode(nil, []byte(first))
+	if err != nil || len(evs) != 5 {
+		t.Fatalf("first chunk: %d events %+v, %v; want reasoning, content, tool call, finish, usage", len(evs), evs, err)
+	}
+	evs, err = d.decode(evs[:0], []byte(`{"choices":[{"index":0,"delta":{"content":"b"}}]}`))
+	if err != nil || len(evs) != 1 || evs[0].Type != parley.StreamContent || evs[0].Content != "b" {
+		t.Fatalf("second chunk: %+v, %v; want only the content b", evs, err)
+	}
+	evs, err = d.decode(evs[:0], []byte(`{"choices":[]}`))
+	if err != nil || len(evs) != 0 {
+		t.Fatalf("a chunk without choices: %+v, %v", evs, err)
+	}
+}
+
+// TestJSONString: the fast path for plain text gives what encoding/json gives, and escapes and
+// invalid UTF-8 still go through encoding/json.
+func TestJSONString(t *testing.T) {
+	for _, in := range []string{`""`, `"plain text"`, `"wörld 🌍"`, `"a\"b\\c\n\u00e9\ud83c\udf0d"`, "\"bad \xff utf-8\"", `"\/"`} {
+		var want string
+		if err := json.Unmarshal([]byte(in), &want); err != nil {
+			t.Fatal(err)
+		}
+		got, err := jsonString([]byte(in))
+		if err != nil || got != want {
+			t.Errorf("jsonString(%q) = %q, %v; want %q", in, got, err, want)
+		}
 	}
 }

@@ -35,14 +35,16 @@ func newStream(ctx context.Context, body io.ReadCloser) *upstream.Stream {
 		case ev.Type == "error":
 			return out, parley.WrapError(parley.ECUpstream, upstream.EventError(data), "provider stream failed")
 		}
-		evs, err := dec.decode(data)
-		for _, e := range evs {
+		n := len(out)
+		out, err = dec.decode(out, data)
+		kept := out[:n]
+		for _, e := range out[n:] {
 			if e.Type == parley.StreamUsage {
 				usage = e.Usage // totals so far; only the last is reported
 				continue
 			}
-			out = append(out, e)
+			kept = append(kept, e)
 		}
-		return out, err
+		return kept, err
 	})
 }

@@ -255,3 +255,30 @@ func TestStreamEventTooLarge(t *testing.T) {
 		t.Errorf("got %v", err)
 	}
 }
+
+// openaiAnswer is a streamed Chat Completions answer of n content deltas in the shape OpenAI
+// sends them, then the finish, the usage chunk and [DONE].
+func openaiAnswer(n int) []byte {
+	var sb strings.Builder
+	head := `data: {"id":"chatcmpl-B1","object":"chat.completion.chunk","created":1700000000,"model":"gpt-4o-mini","system_fingerprint":"fp_1","choices":[{"index":0,"delta":`
+	sb.WriteString(head + `{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}` + "\n\n")
+	for range n {
+		sb.WriteString(head + `{"content":"Hello, wörld "},"logprobs":null,"finish_reason":null}]}` + "\n\n")
+	}
+	sb.WriteString(head + `{},"logprobs":null,"finish_reason":"stop"}]}` + "\n\n")
+	sb.WriteString(`data: {"id":"chatcmpl-B1","object":"chat.completion.chunk","created":1700000000,"model":"gpt-4o-mini","choices":[],"usage":{"prompt_tokens":25,"completion_tokens":1000,"total_tokens":1025}}` + "\n\n")
+	sb.WriteString("data: [DONE]\n\n")
+	return []byte(sb.String())
+}
+
+// BenchmarkStream decodes an answer of 1,000 content deltas: the adapter's cost per streamed
+// event.
+func BenchmarkStream(b *testing.B) {
+	golden.BenchStream(b, openaiAnswer(1000), 1002, NewStream)
+}
+
+// BenchmarkStreamShort decodes an answer of 3 content deltas (bench/gateway's): what every
+// streamed model call costs besides its events.
+func BenchmarkStreamShort(b *testing.B) {
+	golden.BenchStream(b, openaiAnswer(3), 5, NewStream)
+}

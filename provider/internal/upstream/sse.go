@@ -10,6 +10,9 @@ import (
 // MaxEventSize bounds one line of a provider's event stream, and the data of one event.
 const MaxEventSize = 4 << 20
 
+// initialBuffer is the SSE reader's first line buffer.
+const initialBuffer = 4 << 10
+
 // ErrTooLarge reports a line or an event larger than MaxEventSize.
 var ErrTooLarge = errors.New("event stream line or event too large")
 
@@ -35,7 +38,9 @@ type SSEReader struct {
 
 func NewSSEReader(r io.Reader) *SSEReader {
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), MaxEventSize)
+	// A model's chunks are a few hundred bytes: the buffer starts small (a stream holds it for
+	// its whole answer) and doubles for a longer line, up to MaxEventSize.
+	sc.Buffer(make([]byte, 0, initialBuffer), MaxEventSize)
 	sc.Split(splitLine)
 	return &SSEReader{sc: sc, first: true}
 }

@@ -50,6 +50,9 @@ func TestSSEReader(t *testing.T) {
 		{"BOM", "\xEF\xBB\xBFdata: a\n\n", []ev{{"", "a"}}, io.EOF},
 		{"complete event without blank line at EOF", "data: a\n\ndata: b\n", []ev{{"", "a"}, {"", "b"}}, io.EOF},
 		{"partial last line dropped", "data: a\n\ndata: {\"x\":", []ev{{"", "a"}}, io.EOF},
+		{"a line longer than the first buffer", "data: " + strings.Repeat("x", 5*initialBuffer) + "\n\ndata: b\n\n",
+			[]ev{{"", strings.Repeat("x", 5*initialBuffer)}, {"", "b"}}, io.EOF},
+		{"line as long as it may be", "data:" + strings.Repeat("x", MaxEventSize-6) + "\n\n", []ev{{"", strings.Repeat("x", MaxEventSize-6)}}, io.EOF},
 		{"line too long", "data: " + strings.Repeat("x", MaxEventSize) + "\n\n", nil, ErrTooLarge},
 		{"event too large", strings.Repeat("data: "+strings.Repeat("x", 1<<20)+"\n", 5) + "\n", nil, ErrTooLarge},
 	}

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+)
+
+// TestReadSSE: events are split on blank lines with their id, type and data; comments are
+// skipped; a body that ends without the callback stopping is an unexpected end.
+func TestReadSSE(t *testing.T) {
+	body := "id: 1\nevent: start\ndata: {\"seq\":1}\n\n: ping\n\nid: 2\nevent: chunk\ndata: {\"content\":\"a\"}\n\nid: 3\nevent: done\ndata: {}\n\n"
+	var got []event
+	err := readSSE(strings.NewReader(body), func(ev event) bool { got = append(got, ev); return ev.typ != "done" })
+	if err != nil || len(got) != 3 {
+		t.Fatalf("%d events, %v", len(got), err)
+	}
+	if got[1].seq != 2 || got[1].typ != "chunk" || got[1].data != `{"content":"a"}` {
+		t.Errorf("second event %+v", got[1])
+	}
+	if got[0].kept().sum == got[1].kept().sum || got[1].kept().data != "" {
+		t.Error("kept events: different data must hash differently, and the data is dropped")
+	}
+	err = readSSE(strings.NewReader("id: 1\nevent: start\ndata: {}\n\n"), func(event) bool { return true })
+	if err != io.ErrUnexpectedEOF {
+		t.Errorf("a stream cut before done: %v", err)
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	rs := []streamResult{{done: true, chunks: 5}, {done: true, chunks: 4}, {done: false, chunks: 5}, {err: io.EOF}}
+	failed, short, first := summarize(rs, 5)
+	if failed != 2 || short != 1 || first == nil {
+		t.Errorf("failed %d short %d first %v; want 2, 1, an error", failed, short, first)
+	}
+	if n := liveEvents([]streamResult{{done: true, events: make([]event, 3)}, {err: io.EOF, events: make([]event, 7)}}); n != 3 {
+		t.Errorf("liveEvents counted %d, want only the 3 of the chat that ended", n)
+	}
+}
