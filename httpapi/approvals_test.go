@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -227,4 +228,32 @@ func errorCode(t *testing.T, f frame) parley.ErrorCode {
 		t.Fatalf("error frame %s: %v", f.Data, err)
 	}
 	return b.Code
+}
+
+// A project's tool_policy is set, checked and cleared through the projects routes.
+func TestProjectToolPolicyRoutes(t *testing.T) {
+	e := newEnv(t, nil)
+	code, out := e.do(t, "POST", "/api/v1/projects", `{"name":"ops","tool_policy":{"mcp_fs_*":"sometimes"}}`)
+	if e, _ := out["error"].(map[string]any); code != 400 || e == nil || !strings.Contains(e["message"].(string), "tool_policy") {
+		t.Fatalf("bad mode: %d %v", code, out)
+	}
+	code, out = e.do(t, "POST", "/api/v1/projects", `{"name":"ops","tool_policy":{"mcp_fs_*":"ask","mcp_fs_read*":"auto"}}`)
+	if code != 201 {
+		t.Fatalf("create: %d %v", code, out)
+	}
+	id := out["id"].(string)
+	if p, _ := out["tool_policy"].(map[string]any); p["mcp_fs_*"] != "ask" || p["mcp_fs_read*"] != "auto" {
+		t.Fatalf("created: %v", out)
+	}
+	if code, out := e.do(t, "PATCH", "/api/v1/projects/"+id, `{"tool_policy":{"[":"ask"}}`); code != 400 {
+		t.Fatalf("bad pattern: %d %v", code, out)
+	}
+	code, out = e.do(t, "PATCH", "/api/v1/projects/"+id, `{"tool_policy":{}}`)
+	if _, has := out["tool_policy"]; code != 200 || has {
+		t.Fatalf("cleared: %d %v", code, out)
+	}
+	code, out = e.do(t, "PATCH", "/api/v1/projects/"+id, `{"tool_policy":{"calculator":"deny"}}`)
+	if p, _ := out["tool_policy"].(map[string]any); code != 200 || p["calculator"] != "deny" || out["name"] != "ops" {
+		t.Fatalf("patched: %d %v", code, out)
+	}
 }

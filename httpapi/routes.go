@@ -26,14 +26,14 @@ func (s *server) routes() {
 	s.mux.Handle("POST /api/v1/sessions/{id}/pause", s.pipe(user, s.handleControl("pause")))
 	s.mux.Handle("POST /api/v1/sessions/{id}/resume", s.pipe(user, s.handleControl("resume")))
 	s.mux.Handle("POST /api/v1/sessions/{id}/retry", s.pipe(policy{body: jsonBody(true, s.Chat.ValidateRetry), run: true}, s.handleRetry()))
-	s.mux.Handle("GET /api/v1/sessions/{id}/approvals", s.pipe(user, s.handleListApprovals()))
-	s.mux.Handle("POST /api/v1/sessions/{id}/approvals/{call_id}", s.pipe(policy{body: jsonBody(false, (*approval.Answer).Check)}, s.handleDecideApproval()))
 	// Branches (issue 23, branch.go).
 	s.mux.Handle("GET /api/v1/sessions/{id}/tree", s.pipe(user, s.handleTree()))
 	s.mux.Handle("PUT /api/v1/sessions/{id}/leaf", s.pipe(policy{body: jsonBody(false, checkMessageRef)}, s.handleSetLeaf()))
 	s.mux.Handle("POST /api/v1/sessions/{id}/fork", s.pipe(policy{body: jsonBody(false, checkMessageRef)}, s.handleFork()))
 	s.mux.Handle("POST /api/v1/sessions/{id}/messages/{message_id}/edit", s.pipe(policy{body: jsonBody(false, s.checkEdit), run: true}, s.handleEdit()))
 	s.mux.Handle("POST /api/v1/sessions/{id}/messages/{message_id}/regenerate", s.pipe(policy{body: jsonBody(true, s.Chat.ValidateRetry), run: true}, s.handleRegenerate()))
+	s.mux.Handle("GET /api/v1/sessions/{id}/approvals", s.pipe(user, s.handleListApprovals()))
+	s.mux.Handle("POST /api/v1/sessions/{id}/approvals/{call_id}", s.pipe(policy{body: jsonBody(false, (*approval.Answer).Check)}, s.handleDecideApproval()))
 	s.mux.Handle("GET /api/ws", s.pipe(user, s.handleWS()))
 
 	// Files (issue 20).

@@ -488,6 +488,14 @@ func (w *wsConn) handle(ctx context.Context, data []byte) {
 		}
 		out, err := w.controlFrame(ctx, c)
 		w.answer(in.ID, out, err)
+	case "regenerate":
+		var m wsRegenerate
+		if err := decodeData(in.Data, &m); err != nil {
+			w.fail(in.ID, err)
+			return
+		}
+		out, err := w.regenerate(ctx, m)
+		w.answer(in.ID, out, err)
 	case "approval":
 		var a wsApproval
 		if err := decodeData(in.Data, &a); err != nil {
@@ -500,16 +508,8 @@ func (w *wsConn) handle(ctx context.Context, data []byte) {
 		}
 		out, err := w.approvalFrame(ctx, a)
 		w.answer(in.ID, out, err)
-	case "regenerate":
-		var m wsRegenerate
-		if err := decodeData(in.Data, &m); err != nil {
-			w.fail(in.ID, err)
-			return
-		}
-		out, err := w.regenerate(ctx, m)
-		w.answer(in.ID, out, err)
 	default:
-		w.fail(in.ID, parley.Errorf(parley.ECInvalid, "type: %q is not a client frame (user_message, control, approval, regenerate or ping)", truncate(in.Type, 40)))
+		w.fail(in.ID, parley.Errorf(parley.ECInvalid, "type: %q is not a client frame (user_message, control, regenerate, approval or ping)", truncate(in.Type, 40)))
 	}
 }
 

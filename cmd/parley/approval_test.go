@@ -469,3 +469,70 @@ func TestApprovalSurvivesGracefulRestart(t *testing.T) {
 		t.Fatalf("last message: %+v", last)
 	}
 }
+
+// TestProjectPolicyAsks: the mcptest write tool says nothing of itself (it runs by default); in a
+// project whose tool_policy says ask, its call waits for approval, and "always" then lets the
+// session's next call of it run at once.
+func TestProjectPolicyAsks(t *testing.T) {
+	fake := llmtest.NewServer()
+	hs := httptest.NewServer(fake)
+	defer hs.Close()
+	journal := filepath.Join(t.TempDir(), "journal")
+	cfg := mcpChatConfigWith(t, hs.URL, mcptest.Options{Journal: journal})
+	srv := startChild(t, "--db", filepath.Join(t.TempDir(), "parley.db"), "--config", cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	resp, err := http.Post(srv.url+"/api/v1/projects", "application/json", strings.NewReader(`{"name":"careful","tool_policy":{"t__w*":"ask"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p parley.Project
+	json.NewDecoder(resp.Body).Decode(&p)
+	resp.Body.Close()
+	if resp.StatusCode != 201 || p.ToolPolicy["t__w*"] != "ask" {
+		t.Fatalf("project: %d %+v", resp.StatusCode, p)
+	}
+	write := func(id, key string) parley.ToolCall {
+		return parley.ToolCall{ID: id, Type: "function", Function: parley.FunctionCall{Name: "t__write", Arguments: `{"key":"` + key + `"}`}}
+	}
+	fake.Enqueue(llmtest.Turn{ToolCalls: []parley.ToolCall{write("call_w1", "one")}}, llmtest.Turn{Content: "Written."},
+		llmtest.Turn{ToolCalls: []parley.ToolCall{write("call_w2", "two")}}, llmtest.Turn{Content: "Written again."})
+	evs := postStreamEvents(t, ctx, srv.url, map[string]any{"message": "Write one.", "model": "oa/gpt-4o", "project_id": p.ID})
+	var seen []parley.Event
+	req := nextEvent(t, ctx, evs, &seen, ofType(parley.EventApprovalRequired))
+	if !strings.Contains(req.Approval.Reason, `project "careful"`) {
+		t.Fatalf("reason: %q", req.Approval.Reason)
+	}
+	if code, out := answerApproval(t, srv.url, req.SessionID, "call_w1", `{"decision":"always"}`); code != 200 {
+		t.Fatalf("always: %d %v", code, out)
+	}
+	if ev := nextEvent(t, ctx, evs, &seen, ofType(parley.EventApprovalResolved)); !ev.Approval.Always {
+		t.Fatalf("approval_resolved: %+v", ev.Approval)
+	}
+	nextEvent(t, ctx, evs, &seen, ofType(parley.EventDone))
+	// The next call of the tool in this session runs without asking.
+	evs = postStreamEvents(t, ctx, srv.url, map[string]any{"message": "Write two.", "model": "oa/gpt-4o", "session_id": req.SessionID})
+	seen = nil
+	nextEvent(t, ctx, evs, &seen, ofType(parley.EventDone))
+	for _, ev := range seen {
+		if ev.Type == parley.EventApprovalRequired {
+			t.Fatalf("asked again after always: %s", render(seen))
+		}
+	}
+	if got := toolMessageSent(t, fake, "call_w2"); got != "wrote two" {
+		t.Fatalf("second call: %q", got)
+	}
+}
+
+// postStreamEvents posts a chat with body and returns its events.
+func postStreamEvents(t *testing.T, ctx context.Context, url string, body map[string]any) <-chan parley.Event {
+	t.Helper()
+	resp := postStream(t, ctx, url, body)
+	out := make(chan parley.Event, 1000)
+	go func() {
+		defer close(out)
+		defer resp.Body.Close()
+		scanSSE(resp.Body, func(ev sseEvent) bool { out <- ev.Data; return true })
+	}()
+	return out
+}

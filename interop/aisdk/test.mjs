@@ -206,11 +206,11 @@ const cases = [
     assert.equal(chat.messages.length, 2)
     assert.notEqual(chat.messages[1].id, firstId)
     assert.equal(chat.messages[1].parts.at(-1).text, 'Second answer.')
-    // Parley keeps every turn: the question again, and its new answer.
+    // Parley keeps every answer: the new one is a sibling of the old, on the active branch.
     history = await stored(id)
-    assert.equal(history.length, 4)
-    assert.equal(history[2].parts[0].text, 'Say something')
-    assert.deepEqual(plain(history[3]), plain(chat.messages[1]))
+    assert.equal(history.length, 2)
+    assert.equal(history[0].parts[0].text, 'Say something')
+    assert.deepEqual(plain(history[1]), plain(chat.messages[1]))
 
     // Regenerating a failed answer retries it: nothing new stored but the answer.
     await control('/enqueue', [{ Status: 500, ErrorMessage: 'The server had an error while processing your request.' }])
@@ -220,9 +220,9 @@ const cases = [
     await chat.regenerate()
     assert.equal(chat.status, 'ready', String(chat.error))
     history = await stored(id)
-    assert.equal(history.length, 7) // … question, failed answer, retried answer
-    assert.equal(history[4].parts[0].text, 'And now?')
-    assert.deepEqual(plain(history[6]), plain(chat.messages.at(-1)))
+    assert.equal(history.length, 5) // … question, failed answer, retried answer
+    assert.equal(history[2].parts[0].text, 'And now?')
+    assert.deepEqual(plain(history[4]), plain(chat.messages.at(-1)))
     assert.deepEqual(sent, [1, 1, 3, 3], 'useChat had the whole chat to send each time')
   }],
 

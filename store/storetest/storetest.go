@@ -61,8 +61,6 @@ func Run(t *testing.T, open func(t *testing.T) parley.Store) {
 		{"Memory", testMemory},
 		{"Artifacts", testArtifacts},
 		{"SearchCosts", testSearchCosts},
-		{"Approvals", testApprovals},
-		{"ProjectToolPolicy", testProjectToolPolicy},
 		{"BranchChain", testBranchChain},
 		{"BranchConcurrent", testBranchConcurrent},
 		{"BranchEdits", testBranchEdits},
@@ -70,6 +68,8 @@ func Run(t *testing.T, open func(t *testing.T) parley.Store) {
 		{"BranchSwitchUnderRun", testBranchSwitchUnderRun},
 		{"Fork", testFork},
 		{"BranchProperty", testBranchProperty},
+		{"Approvals", testApprovals},
+		{"ProjectToolPolicy", testProjectToolPolicy},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
