@@ -77,3 +77,41 @@ type RunStore interface {
 	// ToolCallStates returns the recorded state of each of callIDs that has one.
 	ToolCallStates(ctx context.Context, sessionID string, callIDs []string) (map[string]string, error)
 }
+
+// RunBeginner is a store that writes what begins and what ends a run each in one transaction,
+// so that a chat waits for one durable write before its model call and one after it, instead of
+// one per record. Both stores of this repository implement it; runs.Manager uses it when its
+// Runs store does.
+type RunBeginner interface {
+	// BeginRun stores b in one transaction and returns the first of the event numbers it
+	// reserved; on error nothing of b is stored.
+	BeginRun(ctx context.Context, b *RunBegin) (first int64, err error)
+	// FinishRun gives back the event numbers after last when limit is still the last one
+	// reserved (ReleaseEventSeqs) and marks the run ended (EndRun), in one transaction. It
+	// returns EndRun's ECConflict when the instance no longer runs the run; the numbers are
+	// given back all the same.
+	FinishRun(ctx context.Context, f RunFinish) error
+}
+
+// RunBegin is what begins a run, written in this order.
+type RunBegin struct {
+	// NewSession, if set, is created first (CreateSession); otherwise the session must exist.
+	NewSession *Session
+	SessionID  string
+	// Reserve is how many event numbers of the session to reserve (ReserveEventSeqs, > 0).
+	Reserve int64
+	// Run, if set, is stored running (CreateRun) with FirstSeq the first number reserved.
+	Run *RunRecord
+	// Messages are appended last (AppendMessages); each gets its Seq and SessionID.
+	Messages []*Message
+}
+
+// RunFinish is what ends a run: FinishRun's arguments.
+type RunFinish struct {
+	SessionID   string
+	Limit, Last int64 // ReleaseEventSeqs
+	RunID       string
+	Instance    string
+	Finish      string
+	At          time.Time
+}

@@ -143,23 +143,11 @@ func (s *Service) Send(ctx context.Context, owner string, req Request) (*Started
 			}
 			sess.ProjectID = p.ID
 		}
-		if err := s.Store.CreateSession(ctx, sess); err != nil {
-			return nil, err
-		}
 		newSession = true
 	}
-
-	run, err := s.Runs.Begin(ctx, runs.Spec{Session: sess.ID, Model: req.Model, Owner: owner, SelectedTools: req.SelectedTools})
+	user := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: content, CreatedAt: now, ParentID: req.ParentID}
+	run, err := s.begin(ctx, owner, req, sess, newSession, user)
 	if err != nil {
-		s.dropNew(ctx, sess, newSession)
-		return nil, err
-	}
-	user := &parley.Message{
-		ID: parley.NewID(), Role: parley.RoleUser, Content: content, RunID: run.ID, CreatedAt: now, ParentID: req.ParentID,
-	}
-	if err := s.Store.AppendMessages(ctx, sess.ID, user); err != nil {
-		run.Release()
-		s.dropNew(ctx, sess, newSession)
 		return nil, err
 	}
 	// The files in no session join this one, once the message that names them is stored (a
@@ -178,6 +166,44 @@ func (s *Service) Send(ctx context.Context, owner string, req Request) (*Started
 		return "", err
 	})
 	return &Started{Session: sess, Run: run, UserMessage: user, NewSession: newSession}, nil
+}
+
+// begin begins the run of a chat and stores its new session (if newSession) and user message.
+// With a store that can, all of it is one durable write (runs.Manager.OneWrite): the session,
+// the run's event numbers and record, and the message; otherwise one write each, in that order.
+func (s *Service) begin(ctx context.Context, owner string, req Request, sess *parley.Session, newSession bool, user *parley.Message) (*runs.Run, error) {
+	spec := runs.Spec{Session: sess.ID, Model: req.Model, Owner: owner, SelectedTools: req.SelectedTools}
+	if s.Runs.OneWrite() {
+		spec.Messages = []*parley.Message{user}
+		if newSession {
+			spec.NewSession = sess
+		}
+		run, err := s.Runs.Begin(ctx, spec)
+		if err != nil {
+			// A failed write stored nothing; a run refused after it (the server shutting
+			// down) leaves the session it created.
+			s.dropNew(ctx, sess, newSession)
+			return nil, err
+		}
+		return run, nil
+	}
+	if newSession {
+		if err := s.Store.CreateSession(ctx, sess); err != nil {
+			return nil, err
+		}
+	}
+	run, err := s.Runs.Begin(ctx, spec)
+	if err != nil {
+		s.dropNew(ctx, sess, newSession)
+		return nil, err
+	}
+	user.RunID = run.ID
+	if err := s.Store.AppendMessages(ctx, sess.ID, user); err != nil {
+		run.Release()
+		s.dropNew(ctx, sess, newSession)
+		return nil, err
+	}
+	return run, nil
 }
 
 // RetryRequest asks for a failed turn to be answered again, by the model that failed (the

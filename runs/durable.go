@@ -85,8 +85,9 @@ func (m *Manager) renew() {
 		if kept[id] {
 			continue
 		}
-		// Ended meanwhile (its record is already ended), or taken over by another instance.
-		if finish, _ := r.Result(); finish == "" {
+		// Ended meanwhile (its record is already ended, or being ended: the renewal may commit in
+		// the same transaction as the run's end), or taken over by another instance.
+		if finish, _ := r.Result(); finish == "" && !r.ending.Load() {
 			m.opts.Log.Error("run taken over by another instance while it ran here: aborted here", "run_id", id, "session_id", r.SessionID)
 			r.stopTakenOver()
 		}

@@ -412,3 +412,45 @@ func TestOwnStalledRunIsKeptNotRetaken(t *testing.T) {
 		t.Fatalf("a stalled run of this instance was taken over as another's:\n%s", out)
 	}
 }
+
+// endGate holds a run's FinishRun after it committed, until the test lets it return.
+type endGate struct {
+	*sqlite.Store
+	committed, proceed chan struct{}
+}
+
+func (g *endGate) FinishRun(ctx context.Context, f parley.RunFinish) error {
+	err := g.Store.FinishRun(ctx, f)
+	close(g.committed)
+	<-g.proceed
+	return err
+}
+
+// A lease renewal that finds a run's record ended while the run is ending (with group commit
+// both may commit in one transaction) is no takeover: the run is not aborted, nothing is logged.
+func TestRenewalDuringARunsEndIsNoTakeover(t *testing.T) {
+	st := durableStore(t, "s1")
+	g := &endGate{Store: st, committed: make(chan struct{}), proceed: make(chan struct{})}
+	var logs testlog.Buffer
+	m := NewManager(Options{Events: g, Runs: g, Instance: "a", Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	defer m.Shutdown(context.Background())
+	r, err := m.Begin(context.Background(), Spec{Session: "s1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) { return parley.FinishStop, nil })
+	select {
+	case <-g.committed:
+	case <-time.After(time.Minute):
+		t.Fatal("the run never ended its record")
+	}
+	m.renew() // the record is ended; the run has not finished here yet
+	close(g.proceed)
+	waitDone(t, r)
+	if finish, _ := r.Result(); finish != parley.FinishStop {
+		t.Errorf("finish %q, want stop", finish)
+	}
+	if l := logs.String(); strings.Contains(l, "taken over") {
+		t.Errorf("a run ending here was taken for a takeover:\n%s", l)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -93,6 +94,11 @@ type Spec struct {
 	Model         string
 	Owner         string   // who the run acts for
 	SelectedTools []string // nil offers every tool
+	// NewSession, if set, is Session, created with the run's record, and Messages are stored
+	// with it (each given the run's id): one durable write in all, when the store can
+	// (OneWrite). Without it, Begin refuses both.
+	NewSession *parley.Session
+	Messages   []*parley.Message
 }
 
 // seqBlock is how many sequence numbers a run reserves at a time.
@@ -189,6 +195,9 @@ type Run struct {
 	emitMu   sync.Mutex // one event at a time, whoever emits it
 	seqLimit int64      // the last sequence number reserved for this run
 	ended    bool       // the done event is out: nothing more is appended
+	// ending is set before the run's record is ended in the store: a lease renewal that finds
+	// the record ended from then on is no takeover.
+	ending atomic.Bool
 
 	mu       sync.Mutex
 	finish   string
@@ -222,31 +231,64 @@ func (m *Manager) Full() bool {
 // Begin claims the session for a new run and returns it, not yet started: the caller prepares (for
 // example stores the user's message) and then calls Go, or Release to give the session back. With
 // Options.Runs the run's record is stored first; a session running on any instance is ErrBusy.
+// When the store is a parley.RunBeginner (OneWrite), the event numbers, the record and the spec's
+// new session and messages are one write (BeginRun), and the run's end with the numbers it did
+// not use another (FinishRun).
 func (m *Manager) Begin(ctx context.Context, spec Spec) (*Run, error) {
+	rb := m.beginner()
+	if rb == nil && (spec.NewSession != nil || len(spec.Messages) > 0) {
+		return nil, parley.Errorf(parley.ECInternal, "runs: this store cannot begin a run with its session and messages")
+	}
+	if spec.NewSession != nil && spec.NewSession.ID != spec.Session {
+		return nil, parley.Errorf(parley.ECInternal, "runs: the new session is not the run's")
+	}
 	if err := m.claim(spec.Session, true); err != nil {
 		return nil, err
 	}
-	// Reserved outside the lock: with a store this is a write.
-	first, err := m.reserve(ctx, spec.Session, seqBlock)
-	if err != nil {
-		m.unclaim(spec.Session)
-		return nil, err
-	}
 	id := parley.NewID()
-	if m.opts.Runs != nil {
+	var first int64
+	if rb != nil {
+		// The session (if new), the event numbers, the run's record and its messages: one write.
 		now := m.opts.Now()
 		rec := &parley.RunRecord{ID: id, SessionID: spec.Session, Owner: spec.Owner, Model: spec.Model, SelectedTools: spec.SelectedTools,
-			Instance: m.opts.Instance, LeaseUntil: now.Add(m.opts.Lease), FirstSeq: first, CreatedAt: now}
+			Instance: m.opts.Instance, LeaseUntil: now.Add(m.opts.Lease), CreatedAt: now}
+		for _, msg := range spec.Messages {
+			msg.RunID = id
+		}
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
-		err := m.opts.Runs.CreateRun(sctx, rec)
+		var err error
+		first, err = rb.BeginRun(sctx, &parley.RunBegin{NewSession: spec.NewSession, SessionID: spec.Session, Reserve: seqBlock, Run: rec, Messages: spec.Messages})
 		cancel()
 		if err != nil {
 			m.unclaim(spec.Session)
-			m.release(spec.Session, first+seqBlock-1, first-1)
 			if parley.CodeOf(err) == parley.ECConflict {
 				return nil, ErrBusy
 			}
 			return nil, err
+		}
+	} else {
+		// Reserved outside the lock: with a store this is a write.
+		var err error
+		first, err = m.reserve(ctx, spec.Session, seqBlock)
+		if err != nil {
+			m.unclaim(spec.Session)
+			return nil, err
+		}
+		if m.opts.Runs != nil {
+			now := m.opts.Now()
+			rec := &parley.RunRecord{ID: id, SessionID: spec.Session, Owner: spec.Owner, Model: spec.Model, SelectedTools: spec.SelectedTools,
+				Instance: m.opts.Instance, LeaseUntil: now.Add(m.opts.Lease), FirstSeq: first, CreatedAt: now}
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+			err := m.opts.Runs.CreateRun(sctx, rec)
+			cancel()
+			if err != nil {
+				m.unclaim(spec.Session)
+				m.release(spec.Session, first+seqBlock-1, first-1)
+				if parley.CodeOf(err) == parley.ECConflict {
+					return nil, ErrBusy
+				}
+				return nil, err
+			}
 		}
 	}
 	r, err := m.open(id, spec, first)
@@ -261,6 +303,23 @@ func (m *Manager) Begin(ctx context.Context, spec Spec) (*Run, error) {
 		}
 	}
 	return r, err
+}
+
+// OneWrite reports whether Begin stores a run's new session and messages with its record in
+// one write (Spec.NewSession, Spec.Messages), and a run's end with its unused event numbers.
+func (m *Manager) OneWrite() bool { return m.beginner() != nil }
+
+// beginner is the store that writes a run's beginning and end each in one transaction: Runs,
+// when it is a parley.RunBeginner and also the store of the events' numbers.
+func (m *Manager) beginner() parley.RunBeginner {
+	if m.opts.Events == nil || m.opts.Runs == nil {
+		return nil
+	}
+	rb, ok := m.opts.Runs.(parley.RunBeginner)
+	if !ok || any(rb) != any(m.opts.Events) {
+		return nil
+	}
+	return rb
 }
 
 // claim reserves the session for a run being begun; budget applies MaxActive.
@@ -472,15 +531,25 @@ func (r *Run) emitDone(finish string) {
 	r.emitMu.Lock()
 	defer r.emitMu.Unlock()
 	last := r.Log.Next() // done's number
-	m.release(r.SessionID, r.seqLimit, last)
-	r.seqLimit = last
-	if m.opts.Runs != nil { // the session is free on every instance before done goes out
+	r.ending.Store(true)
+	if rb := m.beginner(); rb != nil { // both in one write
 		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-		if err := m.opts.Runs.EndRun(ctx, r.ID, m.opts.Instance, finish, m.opts.Now()); err != nil {
+		if err := rb.FinishRun(ctx, parley.RunFinish{SessionID: r.SessionID, Limit: r.seqLimit, Last: last,
+			RunID: r.ID, Instance: m.opts.Instance, Finish: finish, At: m.opts.Now()}); err != nil {
 			r.logger.Error("could not record the end of a run", "err", err)
 		}
 		cancel()
+	} else {
+		m.release(r.SessionID, r.seqLimit, last)
+		if m.opts.Runs != nil { // the session is free on every instance before done goes out
+			ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+			if err := m.opts.Runs.EndRun(ctx, r.ID, m.opts.Instance, finish, m.opts.Now()); err != nil {
+				r.logger.Error("could not record the end of a run", "err", err)
+			}
+			cancel()
+		}
 	}
+	r.seqLimit = last
 	m.mu.Lock()
 	if m.active[r.SessionID] == r {
 		delete(m.active, r.SessionID)

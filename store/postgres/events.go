@@ -2,14 +2,13 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/store/internal/rowcodec"
 )
 
 // ReserveEventSeqs reserves n numbers of the session's event stream and returns the first.
@@ -17,8 +16,17 @@ func (s *Store) ReserveEventSeqs(ctx context.Context, sessionID string, n int64)
 	if n <= 0 {
 		return 0, parley.Errorf(parley.ECInvalid, "events: must reserve at least one number")
 	}
+	var first int64
+	err := s.writeFor(ctx, sessionID, func(ctx context.Context, tx pgx.Tx) (err error) {
+		first, err = reserveEventSeqs(ctx, tx, sessionID, n)
+		return err
+	})
+	return first, err
+}
+
+func reserveEventSeqs(ctx context.Context, tx pgx.Tx, sessionID string, n int64) (int64, error) {
 	var last int64
-	err := s.pool.QueryRow(ctx, `UPDATE sessions SET event_seq = event_seq + $1 WHERE id = $2 RETURNING event_seq`, n, sessionID).Scan(&last)
+	err := tx.QueryRow(ctx, `UPDATE sessions SET event_seq = event_seq + $1 WHERE id = $2 RETURNING event_seq`, n, sessionID).Scan(&last)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, notFound("session", sessionID)
 	}
@@ -30,38 +38,74 @@ func (s *Store) ReserveEventSeqs(ctx context.Context, sessionID string, n int64)
 
 // ReleaseEventSeqs gives back the numbers after last if limit is still the last one reserved.
 func (s *Store) ReleaseEventSeqs(ctx context.Context, sessionID string, limit, last int64) error {
-	if _, err := s.pool.Exec(ctx, `UPDATE sessions SET event_seq = $1 WHERE id = $2 AND event_seq = $3`, last, sessionID, limit); err != nil {
+	return s.writeFor(ctx, sessionID, func(ctx context.Context, tx pgx.Tx) error {
+		return releaseEventSeqs(ctx, tx, sessionID, limit, last)
+	})
+}
+
+func releaseEventSeqs(ctx context.Context, tx pgx.Tx, sessionID string, limit, last int64) error {
+	if _, err := tx.Exec(ctx, `UPDATE sessions SET event_seq = $1 WHERE id = $2 AND event_seq = $3`, last, sessionID, limit); err != nil {
 		return fmt.Errorf("postgres: releasing event numbers: %w", err)
 	}
 	return nil
 }
 
-// AppendEvents stores evs; events already stored are skipped.
+// AppendEvents stores evs, a batch per row; events already stored are skipped.
 func (s *Store) AppendEvents(ctx context.Context, sessionID string, at time.Time, evs []parley.Event) error {
 	if len(evs) == 0 {
 		return nil
 	}
-	var b pgx.Batch
-	for i := range evs {
-		if evs[i].Seq <= 0 {
-			return parley.Errorf(parley.ECInvalid, "events: event %d has no sequence number", i)
-		}
-		data, err := json.Marshal(&evs[i])
-		if err != nil {
-			return fmt.Errorf("postgres: encoding event: %w", err)
-		}
-		b.Queue(`INSERT INTO events (session_id, seq, run_id, type, data, created_at) VALUES ($1, $2, $3, $4, $5, $6)
-			ON CONFLICT (session_id, seq) DO NOTHING`, sessionID, evs[i].Seq, evs[i].RunID, string(evs[i].Type), data, at.UTC())
-	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		return tx.SendBatch(ctx, &b).Close()
-	})
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "23503" { // foreign_key_violation: no such session
-		return notFound("session", sessionID)
-	}
+	evs, err := rowcodec.CheckEvents(evs)
 	if err != nil {
-		return fmt.Errorf("postgres: storing events: %w", err)
+		return err
+	}
+	// Encoded before the transaction; again inside it only if a retried write overlaps.
+	batches, err := rowcodec.EventBatches(evs, nil)
+	if err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	return s.writeFor(ctx, sessionID, func(ctx context.Context, tx pgx.Tx) error {
+		err := appendEvents(ctx, tx, sessionID, at, evs, batches)
+		if isFKViolation(err) { // no such session
+			return notFound("session", sessionID)
+		}
+		if err != nil {
+			return fmt.Errorf("postgres: storing events: %w", err)
+		}
+		return nil
+	})
+}
+
+func appendEvents(ctx context.Context, tx pgx.Tx, sessionID string, at time.Time, evs []parley.Event, batches []rowcodec.EventBatch) error {
+	// The rows already stored that these events overlap (a retried write).
+	rows, err := tx.Query(ctx, `SELECT first_seq, last_seq FROM event_batches WHERE session_id = $1 AND first_seq <= $2 AND last_seq >= $3`,
+		sessionID, evs[len(evs)-1].Seq, evs[0].Seq)
+	if err != nil {
+		return err
+	}
+	var stored [][2]int64
+	for rows.Next() {
+		var r [2]int64
+		if err := rows.Scan(&r[0], &r[1]); err != nil {
+			rows.Close()
+			return err
+		}
+		stored = append(stored, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(stored) > 0 {
+		if batches, err = rowcodec.EventBatches(evs, rowcodec.RangesCover(stored)); err != nil {
+			return err
+		}
+	}
+	for _, b := range batches {
+		if _, err := tx.Exec(ctx, `INSERT INTO event_batches (session_id, first_seq, last_seq, data, created_at) VALUES ($1, $2, $3, $4, $5)`,
+			sessionID, b.First, b.Last, b.Data, at.UTC()); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -71,22 +115,22 @@ func (s *Store) ListEvents(ctx context.Context, sessionID string, after int64, l
 	if limit <= 0 {
 		limit = 256
 	}
-	rows, err := s.pool.Query(ctx, `SELECT data FROM events WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`, sessionID, after, limit)
+	// Each row holds one event at least: limit rows are enough.
+	rows, err := s.pool.Query(ctx, `SELECT data FROM event_batches WHERE session_id = $1 AND last_seq > $2 ORDER BY first_seq LIMIT $3`,
+		sessionID, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: listing events: %w", err)
 	}
 	defer rows.Close()
 	var out []parley.Event
-	for rows.Next() {
+	for rows.Next() && len(out) < limit {
 		var data []byte
 		if err := rows.Scan(&data); err != nil {
-			return nil, fmt.Errorf("postgres: reading event: %w", err)
+			return nil, fmt.Errorf("postgres: reading events: %w", err)
 		}
-		var ev parley.Event
-		if err := json.Unmarshal(data, &ev); err != nil {
-			return nil, fmt.Errorf("postgres: decoding event: %w", err)
+		if out, err = rowcodec.DecodeEventBatch(out, data, after, limit); err != nil {
+			return nil, fmt.Errorf("postgres: %w", err)
 		}
-		out = append(out, ev)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("postgres: listing events: %w", err)
@@ -96,9 +140,12 @@ func (s *Store) ListEvents(ctx context.Context, sessionID string, after int64, l
 
 // DeleteEventsBefore deletes the events stored before t.
 func (s *Store) DeleteEventsBefore(ctx context.Context, t time.Time) (int64, error) {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM events WHERE created_at < $1`, t.UTC())
+	// Rows hold consecutive numbers: each held last-first+1 events.
+	var n int64
+	err := s.pool.QueryRow(ctx, `WITH gone AS (DELETE FROM event_batches WHERE created_at < $1 RETURNING last_seq - first_seq + 1 AS n)
+		SELECT COALESCE(SUM(n), 0)::bigint FROM gone`, t.UTC()).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: deleting events: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }

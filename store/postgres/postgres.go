@@ -23,6 +23,7 @@ import (
 	"github.com/pressly/goose/v3"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/store/internal/groupcommit"
 	"github.com/parleyhq/parley/store/internal/migrate"
 	"github.com/parleyhq/parley/store/internal/rowcodec"
 )
@@ -39,12 +40,18 @@ const (
 // Store is a parley.Store on a PostgreSQL database.
 type Store struct {
 	pool *pgxpool.Pool
+	// w batches the writes of a chat's path (sessions, messages, runs, event numbers, events,
+	// the tool-call ledger) of concurrent callers into one transaction: one commit, one WAL
+	// flush, one pooled connection for the lot.
+	w *groupcommit.Writer[pgx.Tx]
 }
 
 var _ parley.Store = (*Store)(nil)
 
 type options struct {
 	migrate bool
+	batched func(n int, err error) // tests: told the size of each group-commit batch
+	writers int                    // tests: transactions written at once (default: half the pool)
 }
 
 // Option configures Open.
@@ -73,11 +80,18 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
 	s := &Store{pool: pool}
+	// Half the pool writes, a batch per connection, so that reads always find a connection.
+	if o.writers <= 0 {
+		o.writers = max(1, int(cfg.MaxConns)/2)
+	}
+	s.w = groupcommit.New[pgx.Tx](pgTx{pool}, groupcommit.Options{Batched: o.batched, Writers: o.writers, Retry: isTransient})
 	if err := s.Ping(ctx); err != nil {
+		s.w.Close()
 		pool.Close()
 		return nil, err
 	}
 	if err := s.checkSchema(ctx, cfg.ConnConfig.RuntimeParams["search_path"]); err != nil {
+		s.w.Close()
 		pool.Close()
 		return nil, err
 	}
@@ -86,6 +100,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		err := Migrate(ctx, db, "up", io.Discard)
 		db.Close()
 		if err != nil {
+			s.w.Close()
 			pool.Close()
 			return nil, err
 		}
@@ -128,8 +143,9 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the pool.
+// Close stops the writer (once the batch under way is durable) and closes the pool.
 func (s *Store) Close() error {
+	s.w.Close()
 	s.pool.Close()
 	return nil
 }
@@ -144,8 +160,72 @@ func Migrate(ctx context.Context, db *sql.DB, command string, out io.Writer) err
 	return migrate.Run(ctx, goose.DialectPostgres, db, sub, command, out)
 }
 
+// write runs fn in a transaction shared with the writes of other callers waiting at the same
+// moment (group commit), and returns once it is committed, or fn's error. fn must use the ctx it
+// is given: a query cancelled by its caller's context would make pgx close the connection.
+func (s *Store) write(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	return s.w.Do(ctx, fn)
+}
+
+// writeFor is write for a write that locks the rows of one session: a batch takes its sessions'
+// locks in the order of their ids, so that batches written at once on two connections do not
+// deadlock over them (groupcommit.Writer.DoKey).
+func (s *Store) writeFor(ctx context.Context, sessionID string, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	return s.w.DoKey(ctx, sessionID, fn)
+}
+
+// pgTx is the group-commit writer's view of the database.
+type pgTx struct{ pool *pgxpool.Pool }
+
+func (d pgTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	tx, err := d.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: begin: %w", err)
+	}
+	return tx, nil
+}
+
+func (pgTx) Savepoint(ctx context.Context, tx pgx.Tx) error { return exec(ctx, tx, `SAVEPOINT op`) }
+func (pgTx) Release(ctx context.Context, tx pgx.Tx) error {
+	return exec(ctx, tx, `RELEASE SAVEPOINT op`)
+}
+func (pgTx) Next(ctx context.Context, tx pgx.Tx) error {
+	return exec(ctx, tx, `RELEASE SAVEPOINT op; SAVEPOINT op`) // one round trip (simple protocol)
+}
+func (pgTx) RollbackTo(ctx context.Context, tx pgx.Tx) error {
+	return exec(ctx, tx, `ROLLBACK TO SAVEPOINT op`)
+}
+
+func (pgTx) Commit(ctx context.Context, tx pgx.Tx) error {
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("postgres: commit: %w", err)
+	}
+	return nil
+}
+
+func (pgTx) Rollback(tx pgx.Tx) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = tx.Rollback(ctx)
+}
+
+func exec(ctx context.Context, tx pgx.Tx, q string) error {
+	if _, err := tx.Exec(ctx, q); err != nil {
+		return fmt.Errorf("postgres: %s: %w", q, err)
+	}
+	return nil
+}
+
 func notFound(kind, id string) error {
 	return fmt.Errorf("%s %q: %w", kind, id, parley.ErrNotFound)
+}
+
+// isTransient reports whether err is a deadlock or a serialization failure: batches written at
+// once on two connections may lock the same sessions' rows in opposite orders, and PostgreSQL
+// then fails one statement; run again after its batch-mates committed, it goes through.
+func isTransient(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
 }
 
 // isFKViolation reports whether err is a foreign key violation.
@@ -156,10 +236,24 @@ func isFKViolation(err error) bool {
 
 // CreateSession stores sess.
 func (s *Store) CreateSession(ctx context.Context, sess *parley.Session) error {
+	if err := checkSession(sess); err != nil {
+		return err
+	}
+	return s.writeFor(ctx, sess.ID, func(ctx context.Context, tx pgx.Tx) error {
+		return createSession(ctx, tx, sess)
+	})
+}
+
+func checkSession(sess *parley.Session) error {
 	if sess.ID == "" || sess.CreatedAt.IsZero() || sess.UpdatedAt.IsZero() {
 		return parley.Errorf(parley.ECInvalid, "session: id, created_at and updated_at are required")
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO sessions (id, title, owner, created_at, updated_at, project_id) VALUES ($1, $2, $3, $4, $5, $6)`,
+	return nil
+}
+
+// createSession is CreateSession's work inside a transaction.
+func createSession(ctx context.Context, tx pgx.Tx, sess *parley.Session) error {
+	_, err := tx.Exec(ctx, `INSERT INTO sessions (id, title, owner, created_at, updated_at, project_id) VALUES ($1, $2, $3, $4, $5, $6)`,
 		sess.ID, sess.Title, sess.Owner, sess.CreatedAt.UTC(), sess.UpdatedAt.UTC(), nullable(sess.ProjectID))
 	if isFKViolation(err) {
 		return notFound("project", sess.ProjectID)
@@ -290,64 +384,89 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...*p
 	if len(msgs) == 0 {
 		return nil
 	}
+	cols, err := encodeMessages(msgs)
+	if err != nil {
+		return err
+	}
+	var (
+		last  int64
+		links rowcodec.Links
+	)
+	err = s.writeFor(ctx, sessionID, func(ctx context.Context, tx pgx.Tx) (err error) {
+		last, links, err = appendMessages(ctx, tx, sessionID, msgs, cols)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	setSeqs(sessionID, msgs, last, links)
+	return nil
+}
+
+// encodeMessages validates msgs and encodes their columns.
+func encodeMessages(msgs []*parley.Message) ([]rowcodec.Columns, error) {
 	cols := make([]rowcodec.Columns, len(msgs))
 	for i, m := range msgs {
 		if err := rowcodec.Validate(i, m); err != nil {
-			return err
+			return nil, err
 		}
 		c, err := rowcodec.Encode(m)
 		if err != nil {
-			return fmt.Errorf("message %d: %w", i, err)
+			return nil, fmt.Errorf("message %d: %w", i, err)
 		}
 		cols[i] = c
 	}
+	return cols, nil
+}
+
+// appendMessages is AppendMessages' work inside a transaction: it returns the last seq and the
+// messages' parents.
+func appendMessages(ctx context.Context, tx pgx.Tx, sessionID string, msgs []*parley.Message, cols []rowcodec.Columns) (int64, rowcodec.Links, error) {
 	total := rowcodec.TotalUsage(msgs)
 	var (
 		last  int64
 		links rowcodec.Links
 	)
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// One statement locks the session's row until commit, reserves the seqs, totals the usage,
-		// moves the leaf and touches the session, and returns the leaf it had: the parent of the
-		// first message, unless that names its own. No row means no session.
-		var leaf pgtype.Text
-		err := tx.QueryRow(ctx, `WITH old AS (SELECT leaf_id FROM sessions WHERE id = $10 FOR UPDATE)
-			UPDATE sessions SET last_seq = last_seq + $1, updated_at = GREATEST(updated_at, $2),
-			prompt_tokens = prompt_tokens + $3, completion_tokens = completion_tokens + $4, total_tokens = total_tokens + $5,
-			reasoning_tokens = reasoning_tokens + $6, cached_tokens = cached_tokens + $7, cost = cost + $8,
-			open_calls = GREATEST(0, open_calls + $9), leaf_id = $11
-			FROM old WHERE sessions.id = $10 RETURNING last_seq, old.leaf_id`,
-			len(msgs), msgs[len(msgs)-1].CreatedAt.UTC(), total.PromptTokens, total.CompletionTokens, total.TotalTokens,
-			total.ReasoningTokens, total.CachedTokens, total.Cost, rowcodec.OpenCallsDelta(msgs), sessionID,
-			msgs[len(msgs)-1].ID).Scan(&last, &leaf)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return notFound("session", sessionID)
-		}
-		if err != nil {
-			return fmt.Errorf("postgres: appending messages: %w", err)
-		}
-		links = rowcodec.LinkParents(msgs, leaf.String)
-		if err := checkParents(ctx, tx, sessionID, links.Outside); err != nil {
-			return err
-		}
-		b := &pgx.Batch{}
-		queueMessages(b, sessionID, last-int64(len(msgs))+1, msgs, cols, links.Parents)
-		if links.Branches {
-			b.Queue(`UPDATE sessions SET branched = true WHERE id = $1 AND NOT branched`, sessionID)
-		}
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return fmt.Errorf("postgres: appending messages: %w", err)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
+	// One statement locks the session's row until commit, reserves the seqs, totals the usage,
+	// moves the leaf and touches the session, and returns the leaf it had: the parent of the
+	// first message, unless that names its own. No row means no session.
+	var leaf pgtype.Text
+	err := tx.QueryRow(ctx, `WITH old AS (SELECT leaf_id FROM sessions WHERE id = $10 FOR UPDATE)
+		UPDATE sessions SET last_seq = last_seq + $1, updated_at = GREATEST(updated_at, $2),
+		prompt_tokens = prompt_tokens + $3, completion_tokens = completion_tokens + $4, total_tokens = total_tokens + $5,
+		reasoning_tokens = reasoning_tokens + $6, cached_tokens = cached_tokens + $7, cost = cost + $8,
+		open_calls = GREATEST(0, open_calls + $9), leaf_id = $11
+		FROM old WHERE sessions.id = $10 RETURNING last_seq, old.leaf_id`,
+		len(msgs), msgs[len(msgs)-1].CreatedAt.UTC(), total.PromptTokens, total.CompletionTokens, total.TotalTokens,
+		total.ReasoningTokens, total.CachedTokens, total.Cost, rowcodec.OpenCallsDelta(msgs), sessionID,
+		msgs[len(msgs)-1].ID).Scan(&last, &leaf)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, links, notFound("session", sessionID)
 	}
+	if err != nil {
+		return 0, links, fmt.Errorf("postgres: appending messages: %w", err)
+	}
+	links = rowcodec.LinkParents(msgs, leaf.String)
+	if err := checkParents(ctx, tx, sessionID, links.Outside); err != nil {
+		return 0, links, err
+	}
+	b := &pgx.Batch{}
+	queueMessages(b, sessionID, last-int64(len(msgs))+1, msgs, cols, links.Parents)
+	if links.Branches {
+		b.Queue(`UPDATE sessions SET branched = true WHERE id = $1 AND NOT branched`, sessionID)
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return 0, links, fmt.Errorf("postgres: appending messages: %w", err)
+	}
+	return last, links, nil
+}
+
+// setSeqs numbers msgs, stored with last as the last seq, and sets their parents.
+func setSeqs(sessionID string, msgs []*parley.Message, last int64, links rowcodec.Links) {
 	first := last - int64(len(msgs)) + 1
 	for i, m := range msgs {
 		m.Seq, m.SessionID, m.ParentID = first+int64(i), sessionID, links.Parents[i]
 	}
-	return nil
 }
 
 // queueMessages queues the inserts of msgs (cols their encoded columns) with seqs from first on

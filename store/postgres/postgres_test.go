@@ -153,3 +153,50 @@ func TestMigrationBranchesKeepsChains(t *testing.T) {
 		t.Fatal("the snapshot holds no parents or leaves to compare")
 	}
 }
+
+// Migration 13 keeps the events stored one per row, each as a batch of one, and its down
+// migration gives back one row per event, batches of many included.
+func TestEventsBatchMigrationKeepsEvents(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t, WithoutMigrate())
+	defer s.Close()
+	db := s.DB()
+	defer db.Close()
+	sub, _ := fs.Sub(migrationFiles, "migrations")
+	p, err := goose.NewProvider(goose.DialectPostgres, db, sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 11); err != nil {
+		t.Fatal(err)
+	}
+	old := `INSERT INTO sessions (id, title, owner, created_at, updated_at, event_seq) VALUES ('s1', 't', 'o', now(), now(), 3);
+		INSERT INTO events (session_id, seq, run_id, type, data, created_at) VALUES
+			('s1', 1, 'r1', 'start', convert_to('{"seq":1,"type":"start","run_id":"r1","session_id":"s1"}', 'UTF8'), now()),
+			('s1', 2, 'r1', 'chunk', convert_to('{"seq":2,"type":"chunk","run_id":"r1","session_id":"s1","content":"a\u0000\"b\""}', 'UTF8'), now()),
+			('s1', 3, 'r1', 'done', convert_to('{"seq":3,"type":"done","run_id":"r1","session_id":"s1","finish_reason":"stop"}', 'UTF8'), now());`
+	if _, err := db.ExecContext(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := s.ListEvents(ctx, "s1", 0, 10)
+	if err != nil || len(evs) != 3 || evs[1].Content != "a\x00\"b\"" || evs[2].FinishReason != "stop" {
+		t.Fatalf("events after up: %+v, %v", evs, err)
+	}
+	if err := s.AppendEvents(ctx, "s1", time.Now(), []parley.Event{{Seq: 3, Type: "done"}, {Seq: 4, Type: parley.EventStart, RunID: "r2"}, {Seq: 5, Type: parley.EventDone, RunID: "r2"}}); err != nil {
+		t.Fatal(err)
+	}
+	if evs, err := s.ListEvents(ctx, "s1", 2, 10); err != nil || len(evs) != 3 || evs[0].FinishReason != "stop" || evs[2].Seq != 5 {
+		t.Fatalf("events after a new batch: %+v, %v", evs, err)
+	}
+	if _, err := p.DownTo(ctx, 12); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	var types string
+	if err := db.QueryRowContext(ctx, `SELECT count(*), string_agg(type, ',' ORDER BY seq) FROM events WHERE session_id = 's1'`).Scan(&n, &types); err != nil || n != 5 || types != "start,chunk,done,start,done" {
+		t.Fatalf("after down: %d events (%s), %v", n, types, err)
+	}
+}

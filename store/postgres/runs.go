@@ -10,24 +10,51 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/store/internal/rowcodec"
 )
 
 const runCols = `id, session_id, owner, model, selected_tools, state, finish, instance, lease_until, attempts, first_seq, created_at, updated_at`
 
 // CreateRun stores r as running; a session with a running run gives ECConflict.
 func (s *Store) CreateRun(ctx context.Context, r *parley.RunRecord) error {
+	if err := checkRun(r); err != nil {
+		return err
+	}
+	tools, err := encodeTools(r.SelectedTools)
+	if err != nil {
+		return err
+	}
+	err = s.writeFor(ctx, r.SessionID, func(ctx context.Context, tx pgx.Tx) error {
+		return createRun(ctx, tx, r, tools)
+	})
+	if err != nil {
+		return err
+	}
+	r.State, r.UpdatedAt = parley.RunStateRunning, r.CreatedAt
+	return nil
+}
+
+func checkRun(r *parley.RunRecord) error {
 	if r.ID == "" || r.SessionID == "" || r.Instance == "" || r.CreatedAt.IsZero() {
 		return parley.Errorf(parley.ECInvalid, "run: id, session, instance and created_at are required")
 	}
-	var tools []byte
-	if r.SelectedTools != nil {
-		b, err := json.Marshal(r.SelectedTools)
-		if err != nil {
-			return fmt.Errorf("run: encoding selected tools: %w", err)
-		}
-		tools = b
+	return nil
+}
+
+func encodeTools(tools []string) ([]byte, error) {
+	if tools == nil {
+		return nil, nil
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO runs (`+runCols+`) VALUES ($1, $2, $3, $4, $5, 'running', '', $6, $7, $8, $9, $10, $10)`,
+	b, err := json.Marshal(tools)
+	if err != nil {
+		return nil, fmt.Errorf("run: encoding selected tools: %w", err)
+	}
+	return b, nil
+}
+
+// createRun is CreateRun's work inside a transaction.
+func createRun(ctx context.Context, tx pgx.Tx, r *parley.RunRecord, tools []byte) error {
+	_, err := tx.Exec(ctx, `INSERT INTO runs (`+runCols+`) VALUES ($1, $2, $3, $4, $5, 'running', '', $6, $7, $8, $9, $10, $10)`,
 		r.ID, r.SessionID, r.Owner, r.Model, tools, r.Instance, r.LeaseUntil.UTC(), r.Attempts, r.FirstSeq, r.CreatedAt.UTC())
 	var pe *pgconn.PgError
 	switch {
@@ -38,7 +65,6 @@ func (s *Store) CreateRun(ctx context.Context, r *parley.RunRecord) error {
 	case err != nil:
 		return fmt.Errorf("postgres: creating run: %w", err)
 	}
-	r.State, r.UpdatedAt = parley.RunStateRunning, r.CreatedAt
 	return nil
 }
 
@@ -64,7 +90,13 @@ func (s *Store) RenewRuns(ctx context.Context, instance string, ids []string, un
 
 // EndRun marks the run ended if instance still runs it.
 func (s *Store) EndRun(ctx context.Context, id, instance, finish string, at time.Time) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE runs SET state = 'ended', finish = $1, updated_at = $2 WHERE id = $3 AND instance = $4 AND state = 'running'`,
+	return s.write(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		return endRun(ctx, tx, id, instance, finish, at)
+	})
+}
+
+func endRun(ctx context.Context, tx pgx.Tx, id, instance, finish string, at time.Time) error {
+	tag, err := tx.Exec(ctx, `UPDATE runs SET state = 'ended', finish = $1, updated_at = $2 WHERE id = $3 AND instance = $4 AND state = 'running'`,
 		finish, at.UTC(), id, instance)
 	if err != nil {
 		return fmt.Errorf("postgres: ending run: %w", err)
@@ -144,17 +176,18 @@ func (s *Store) MarkToolCall(ctx context.Context, sessionID, runID, callID, name
 	if state != parley.ToolCallStarted && state != parley.ToolCallDone {
 		return parley.Errorf(parley.ECInvalid, "tool call ledger: unknown state %q", state)
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO tool_calls (session_id, call_id, run_id, name, state, updated_at) VALUES ($1, $2, $3, $4, $5, $6)
-		ON CONFLICT (session_id, call_id) DO UPDATE SET state = excluded.state, run_id = excluded.run_id, updated_at = excluded.updated_at
-		WHERE tool_calls.state <> 'done'`, sessionID, callID, runID, name, state, at.UTC())
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "23503" {
-		return notFound("session", sessionID)
-	}
-	if err != nil {
-		return fmt.Errorf("postgres: recording a tool call: %w", err)
-	}
-	return nil
+	return s.writeFor(ctx, sessionID, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO tool_calls (session_id, call_id, run_id, name, state, updated_at) VALUES ($1, $2, $3, $4, $5, $6)
+			ON CONFLICT (session_id, call_id) DO UPDATE SET state = excluded.state, run_id = excluded.run_id, updated_at = excluded.updated_at
+			WHERE tool_calls.state <> 'done'`, sessionID, callID, runID, name, state, at.UTC())
+		if isFKViolation(err) {
+			return notFound("session", sessionID)
+		}
+		if err != nil {
+			return fmt.Errorf("postgres: recording a tool call: %w", err)
+		}
+		return nil
+	})
 }
 
 // ToolCallStates returns the recorded state of each call that has one.
@@ -197,4 +230,95 @@ func scanRun(row pgx.Row) (*parley.RunRecord, error) {
 	}
 	r.LeaseUntil, r.CreatedAt, r.UpdatedAt = lease.UTC(), created.UTC(), updated.UTC()
 	return &r, nil
+}
+
+var _ parley.RunBeginner = (*Store)(nil)
+
+// BeginRun stores what begins a run in one transaction (parley.RunBeginner).
+func (s *Store) BeginRun(ctx context.Context, b *parley.RunBegin) (int64, error) {
+	if b.Reserve <= 0 {
+		return 0, parley.Errorf(parley.ECInvalid, "events: must reserve at least one number")
+	}
+	sessionID := b.SessionID
+	if b.NewSession != nil {
+		if err := checkSession(b.NewSession); err != nil {
+			return 0, err
+		}
+		sessionID = b.NewSession.ID
+	}
+	var tools []byte
+	if b.Run != nil {
+		if err := checkRun(b.Run); err != nil {
+			return 0, err
+		}
+		if b.Run.SessionID != sessionID {
+			return 0, parley.Errorf(parley.ECInvalid, "run: of session %q, not %q", b.Run.SessionID, sessionID)
+		}
+		var err error
+		if tools, err = encodeTools(b.Run.SelectedTools); err != nil {
+			return 0, err
+		}
+	}
+	var cols []rowcodec.Columns
+	if len(b.Messages) > 0 {
+		var err error
+		if cols, err = encodeMessages(b.Messages); err != nil {
+			return 0, err
+		}
+	}
+	var (
+		first, last int64
+		links       rowcodec.Links
+	)
+	err := s.writeFor(ctx, sessionID, func(ctx context.Context, tx pgx.Tx) (err error) {
+		if b.NewSession != nil {
+			if err := createSession(ctx, tx, b.NewSession); err != nil {
+				return err
+			}
+		}
+		if first, err = reserveEventSeqs(ctx, tx, sessionID, b.Reserve); err != nil {
+			return err
+		}
+		if b.Run != nil {
+			b.Run.FirstSeq = first
+			if err := createRun(ctx, tx, b.Run, tools); err != nil {
+				return err
+			}
+		}
+		if len(b.Messages) > 0 {
+			last, links, err = appendMessages(ctx, tx, sessionID, b.Messages, cols)
+		}
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	if b.Run != nil {
+		b.Run.State, b.Run.UpdatedAt = parley.RunStateRunning, b.Run.CreatedAt
+	}
+	if len(b.Messages) > 0 {
+		setSeqs(sessionID, b.Messages, last, links)
+	}
+	return first, nil
+}
+
+// FinishRun gives back unused event numbers and ends the run in one transaction
+// (parley.RunBeginner).
+func (s *Store) FinishRun(ctx context.Context, f parley.RunFinish) error {
+	var ended error
+	err := s.writeFor(ctx, f.SessionID, func(ctx context.Context, tx pgx.Tx) error {
+		if err := releaseEventSeqs(ctx, tx, f.SessionID, f.Limit, f.Last); err != nil {
+			return err
+		}
+		// A run no longer this instance's is no failure of the transaction: the numbers go back.
+		ended = endRun(ctx, tx, f.RunID, f.Instance, f.Finish, f.At)
+		if parley.CodeOf(ended) != parley.ECConflict {
+			return ended
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return ended
 }

@@ -36,7 +36,7 @@ func (s *Store) CreateApproval(ctx context.Context, r *parley.ApprovalRecord) (*
 		return nil, parley.Errorf(parley.ECInvalid, "approval: session, call, tool, created_at and expires_at are required")
 	}
 	var out *parley.ApprovalRecord
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO approvals (session_id, call_id, run_id, tool, server, arguments, why, state, created_at, expires_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?) ON CONFLICT (session_id, call_id) DO NOTHING`,
 			r.SessionID, r.CallID, r.RunID, r.Tool, r.Server, r.Arguments, r.Why, micros(r.CreatedAt), micros(r.ExpiresAt))
@@ -95,7 +95,7 @@ func (s *Store) DecideApproval(ctx context.Context, sessionID, callID string, d 
 		return nil, parley.Errorf(parley.ECInvalid, "approval: unknown decision %q", d.State)
 	}
 	var out *parley.ApprovalRecord
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		a, err := scanApproval(tx.QueryRowContext(ctx, `UPDATE approvals SET state = ?, run_arguments = ?, edited = ?, always = ?, answer = ?, decided_by = ?, decided_at = ?
 			WHERE session_id = ? AND call_id = ? AND state = 'pending' RETURNING `+approvalCols,
 			d.State, d.RunArguments, d.Edited, d.Always, d.Answer, d.DecidedBy, micros(d.At), sessionID, callID))

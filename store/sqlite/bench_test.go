@@ -107,3 +107,26 @@ func onlySession(b *testing.B, s *Store) string {
 	}
 	return id
 }
+
+// The concurrent benchmarks: 1, 32 and 128 callers at once (group commit shares a transaction
+// among those waiting together).
+
+func BenchmarkAppendConcurrent1(b *testing.B)   { benchAppendConcurrent(b, 1) }
+func BenchmarkAppendConcurrent32(b *testing.B)  { benchAppendConcurrent(b, 32) }
+func BenchmarkAppendConcurrent128(b *testing.B) { benchAppendConcurrent(b, 128) }
+
+func benchAppendConcurrent(b *testing.B, c int) {
+	s := openTemp(b)
+	defer s.Close()
+	storetest.BenchAppendConcurrent(b, s, c)
+}
+
+func BenchmarkChats1(b *testing.B)   { benchChats(b, 1) }
+func BenchmarkChats32(b *testing.B)  { benchChats(b, 32) }
+func BenchmarkChats128(b *testing.B) { benchChats(b, 128) }
+
+func benchChats(b *testing.B, c int) {
+	s := openTemp(b)
+	defer s.Close()
+	storetest.BenchChats(b, s, c)
+}

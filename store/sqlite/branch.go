@@ -178,7 +178,7 @@ func (s *Store) SetLeaf(ctx context.Context, sessionID, messageID string) error 
 // setLeaf makes messageID, or the newest message of its subtree, the active leaf.
 func (s *Store) setLeaf(ctx context.Context, sessionID, messageID string, newest bool) (string, error) {
 	var leaf string
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var one int
 		err := tx.QueryRowContext(ctx, `SELECT 1 FROM sessions WHERE id = ?`, sessionID).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -275,7 +275,7 @@ func (s *Store) Fork(ctx context.Context, sessionID, messageID string, into *par
 		ptrs[i] = &copies[i]
 	}
 	last := copies[len(copies)-1]
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if into.ProjectID != "" {
 			if err := projectExists(ctx, tx, into.ProjectID); err != nil {
 				return err

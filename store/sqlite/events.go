@@ -3,12 +3,12 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/store/internal/rowcodec"
 )
 
 // ReserveEventSeqs reserves n numbers of the session's event stream and returns the first.
@@ -16,69 +16,103 @@ func (s *Store) ReserveEventSeqs(ctx context.Context, sessionID string, n int64)
 	if n <= 0 {
 		return 0, parley.Errorf(parley.ECInvalid, "events: must reserve at least one number")
 	}
-	var last int64
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		err := tx.QueryRowContext(ctx, `UPDATE sessions SET event_seq = event_seq + ? WHERE id = ? RETURNING event_seq`, n, sessionID).Scan(&last)
-		if errors.Is(err, sql.ErrNoRows) {
-			return notFound("session", sessionID)
-		}
-		if err != nil {
-			return fmt.Errorf("sqlite: reserving event numbers: %w", err)
-		}
-		return nil
+	var first int64
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) (err error) {
+		first, err = s.reserveEventSeqs(ctx, tx, sessionID, n)
+		return err
 	})
-	return last - n + 1, err
+	return first, err
+}
+
+func (s *Store) reserveEventSeqs(ctx context.Context, tx *sql.Tx, sessionID string, n int64) (int64, error) {
+	c := s.cached(tx)
+	var last int64
+	err := c.QueryRowContext(ctx, `UPDATE sessions SET event_seq = event_seq + ? WHERE id = ? RETURNING event_seq`, n, sessionID).Scan(&last)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, notFound("session", sessionID)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: reserving event numbers: %w", err)
+	}
+	return last - n + 1, nil
 }
 
 // ReleaseEventSeqs gives back the numbers after last if limit is still the last one reserved.
 func (s *Store) ReleaseEventSeqs(ctx context.Context, sessionID string, limit, last int64) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `UPDATE sessions SET event_seq = ? WHERE id = ? AND event_seq = ?`, last, sessionID, limit)
-		if err != nil {
-			return fmt.Errorf("sqlite: releasing event numbers: %w", err)
-		}
-		return nil
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		return s.releaseEventSeqs(ctx, tx, sessionID, limit, last)
 	})
 }
 
-// AppendEvents stores evs; events already stored are skipped.
+func (s *Store) releaseEventSeqs(ctx context.Context, tx *sql.Tx, sessionID string, limit, last int64) error {
+	c := s.cached(tx)
+	_, err := c.ExecContext(ctx, `UPDATE sessions SET event_seq = ? WHERE id = ? AND event_seq = ?`, last, sessionID, limit)
+	if err != nil {
+		return fmt.Errorf("sqlite: releasing event numbers: %w", err)
+	}
+	return nil
+}
+
+// AppendEvents stores evs, a batch per row; events already stored are skipped.
 func (s *Store) AppendEvents(ctx context.Context, sessionID string, at time.Time, evs []parley.Event) error {
 	if len(evs) == 0 {
 		return nil
 	}
-	rows := make([][]byte, len(evs))
-	for i := range evs {
-		if evs[i].Seq <= 0 {
-			return parley.Errorf(parley.ECInvalid, "events: event %d has no sequence number", i)
-		}
-		b, err := json.Marshal(&evs[i])
-		if err != nil {
-			return fmt.Errorf("sqlite: encoding event: %w", err)
-		}
-		rows[i] = b
+	evs, err := rowcodec.CheckEvents(evs)
+	if err != nil {
+		return err
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
-		var one int
-		err := tx.QueryRowContext(ctx, `SELECT 1 FROM sessions WHERE id = ?`, sessionID).Scan(&one)
-		if errors.Is(err, sql.ErrNoRows) {
-			return notFound("session", sessionID)
-		}
-		if err != nil {
-			return fmt.Errorf("sqlite: storing events: %w", err)
-		}
-		stmt, err := tx.PrepareContext(ctx, `INSERT INTO events (session_id, seq, run_id, type, data, created_at)
-			VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, seq) DO NOTHING`)
-		if err != nil {
-			return fmt.Errorf("sqlite: storing events: %w", err)
-		}
-		defer stmt.Close()
-		for i, ev := range evs {
-			if _, err := stmt.ExecContext(ctx, sessionID, ev.Seq, ev.RunID, string(ev.Type), rows[i], micros(at)); err != nil {
-				return fmt.Errorf("sqlite: storing events: %w", err)
-			}
-		}
-		return nil
+	// Encoded before the transaction; again inside it only if a retried write overlaps.
+	batches, err := rowcodec.EventBatches(evs, nil)
+	if err != nil {
+		return fmt.Errorf("sqlite: %w", err)
+	}
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		return s.appendEvents(ctx, tx, sessionID, at, evs, batches)
 	})
+}
+
+func (s *Store) appendEvents(ctx context.Context, tx *sql.Tx, sessionID string, at time.Time, evs []parley.Event, batches []rowcodec.EventBatch) error {
+	c := s.cached(tx)
+	var one int
+	err := c.QueryRowContext(ctx, `SELECT 1 FROM sessions WHERE id = ?`, sessionID).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return notFound("session", sessionID)
+	}
+	if err != nil {
+		return fmt.Errorf("sqlite: storing events: %w", err)
+	}
+	// The rows already stored that these events overlap (a retried write).
+	rows, err := c.QueryContext(ctx, `SELECT first_seq, last_seq FROM event_batches WHERE session_id = ? AND first_seq <= ? AND last_seq >= ?`,
+		sessionID, evs[len(evs)-1].Seq, evs[0].Seq)
+	if err != nil {
+		return fmt.Errorf("sqlite: storing events: %w", err)
+	}
+	var stored [][2]int64
+	for rows.Next() {
+		var r [2]int64
+		if err := rows.Scan(&r[0], &r[1]); err != nil {
+			rows.Close()
+			return fmt.Errorf("sqlite: storing events: %w", err)
+		}
+		stored = append(stored, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("sqlite: storing events: %w", err)
+	}
+	if len(stored) > 0 {
+		if batches, err = rowcodec.EventBatches(evs, rowcodec.RangesCover(stored)); err != nil {
+			return fmt.Errorf("sqlite: %w", err)
+		}
+	}
+	for _, b := range batches {
+		if _, err := c.ExecContext(ctx, `INSERT INTO event_batches (session_id, first_seq, last_seq, data, created_at) VALUES (?, ?, ?, ?, ?)`,
+			sessionID, b.First, b.Last, b.Data, micros(at)); err != nil {
+			return fmt.Errorf("sqlite: storing events: %w", err)
+		}
+	}
+	return nil
 }
 
 // ListEvents returns up to limit events of the session with Seq > after, in order.
@@ -86,22 +120,22 @@ func (s *Store) ListEvents(ctx context.Context, sessionID string, after int64, l
 	if limit <= 0 {
 		limit = 256
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT data FROM events WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?`, sessionID, after, limit)
+	// Each row holds one event at least: limit rows are enough.
+	rows, err := s.db.QueryContext(ctx, `SELECT data FROM event_batches WHERE session_id = ? AND last_seq > ? ORDER BY first_seq LIMIT ?`,
+		sessionID, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: listing events: %w", err)
 	}
 	defer rows.Close()
 	var out []parley.Event
-	for rows.Next() {
+	for rows.Next() && len(out) < limit {
 		var data []byte
 		if err := rows.Scan(&data); err != nil {
-			return nil, fmt.Errorf("sqlite: reading event: %w", err)
+			return nil, fmt.Errorf("sqlite: reading events: %w", err)
 		}
-		var ev parley.Event
-		if err := json.Unmarshal(data, &ev); err != nil {
-			return nil, fmt.Errorf("sqlite: decoding event: %w", err)
+		if out, err = rowcodec.DecodeEventBatch(out, data, after, limit); err != nil {
+			return nil, fmt.Errorf("sqlite: %w", err)
 		}
-		out = append(out, ev)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sqlite: listing events: %w", err)
@@ -112,12 +146,15 @@ func (s *Store) ListEvents(ctx context.Context, sessionID string, after int64, l
 // DeleteEventsBefore deletes the events stored before t.
 func (s *Store) DeleteEventsBefore(ctx context.Context, t time.Time) (int64, error) {
 	var n int64
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM events WHERE created_at < ?`, micros(t))
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		// Rows hold consecutive numbers: each held last-first+1 events.
+		err := tx.QueryRowContext(ctx, `SELECT COALESCE(SUM(last_seq - first_seq + 1), 0) FROM event_batches WHERE created_at < ?`, micros(t)).Scan(&n)
 		if err != nil {
 			return fmt.Errorf("sqlite: deleting events: %w", err)
 		}
-		n, _ = res.RowsAffected()
+		if _, err := tx.ExecContext(ctx, `DELETE FROM event_batches WHERE created_at < ?`, micros(t)); err != nil {
+			return fmt.Errorf("sqlite: deleting events: %w", err)
+		}
 		return nil
 	})
 	return n, err

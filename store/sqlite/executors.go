@@ -11,7 +11,7 @@ import (
 
 // AddArtifactVersion stores a as the next version of its artifact.
 func (s *Store) AddArtifactVersion(ctx context.Context, a *parley.Artifact) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var one int
 		err := tx.QueryRowContext(ctx, `SELECT 1 FROM sessions WHERE id = ?`, a.SessionID).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -90,7 +90,7 @@ func (s *Store) ListArtifacts(ctx context.Context, sessionID string) ([]parley.A
 
 // AddSearchCost stores the cost of one web search call.
 func (s *Store) AddSearchCost(ctx context.Context, c *parley.SearchCost) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO search_costs (id, owner, session_id, run_id, backend, query, results, credits, dollars, created_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, c.ID, c.Owner, c.SessionID, c.RunID, c.Backend, c.Query, c.Results, c.Credits, c.Dollars, micros(c.CreatedAt))
 		if err != nil {

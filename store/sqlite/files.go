@@ -39,7 +39,7 @@ func (s *Store) CreateFile(ctx context.Context, f *parley.File, quota int64) err
 	if f.ID == "" || f.Owner == "" || f.SHA256 == "" || f.CreatedAt.IsZero() {
 		return parley.Errorf(parley.ECInvalid, "file: id, owner, sha256 and created_at are required")
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if quota > 0 {
 			var used int64
 			if err := tx.QueryRowContext(ctx, `SELECT COALESCE(SUM(size), 0) FROM files WHERE owner = ?`, f.Owner).Scan(&used); err != nil {
@@ -99,7 +99,7 @@ func (s *Store) ListSessionFiles(ctx context.Context, sessionID, afterID string,
 
 // AttachFile puts a file without a session into sessionID.
 func (s *Store) AttachFile(ctx context.Context, id, sessionID string) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var one int
 		if err := tx.QueryRowContext(ctx, `SELECT 1 FROM sessions WHERE id = ?`, sessionID).Scan(&one); errors.Is(err, sql.ErrNoRows) {
 			return notFound("session", sessionID)
@@ -120,7 +120,7 @@ func (s *Store) AttachFile(ctx context.Context, id, sessionID string) error {
 
 // DeleteFile deletes the file's row.
 func (s *Store) DeleteFile(ctx context.Context, id string) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM files WHERE id = ?`, id)
 		if err != nil {
 			return fmt.Errorf("sqlite: deleting file: %w", err)

@@ -39,7 +39,7 @@ func (s *Store) CreateAPIKey(ctx context.Context, k *parley.APIKey) error {
 	if err := checkKey(k); err != nil {
 		return err
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var n int
 		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM api_keys WHERE hash = ? OR id = ?`, k.Hash, k.ID).Scan(&n); err != nil {
 			return fmt.Errorf("sqlite: checking api key: %w", err)
@@ -103,7 +103,7 @@ func (s *Store) ListAPIKeys(ctx context.Context, user string, limit int) ([]parl
 // RevokeAPIKey marks the key revoked.
 func (s *Store) RevokeAPIKey(ctx context.Context, id string, now time.Time) (*parley.APIKey, error) {
 	var k *parley.APIKey
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL`, micros(now), id); err != nil {
 			return fmt.Errorf("sqlite: revoking api key: %w", err)
 		}
@@ -119,7 +119,7 @@ func (s *Store) RevokeAPIKey(ctx context.Context, id string, now time.Time) (*pa
 
 // TouchAPIKey sets the key's last use.
 func (s *Store) TouchAPIKey(ctx context.Context, id string, now time.Time) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `UPDATE api_keys SET last_used_at = ? WHERE id = ?`, micros(now), id)
 		if err != nil {
 			return fmt.Errorf("sqlite: touching api key: %w", err)
@@ -131,7 +131,7 @@ func (s *Store) TouchAPIKey(ctx context.Context, id string, now time.Time) error
 // DeleteExpiredAPIKeys deletes the keys that expired before now.
 func (s *Store) DeleteExpiredAPIKeys(ctx context.Context, now time.Time) (int, error) {
 	var n int64
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM api_keys WHERE expires_at IS NOT NULL AND expires_at < ?`, micros(now))
 		if err != nil {
 			return fmt.Errorf("sqlite: deleting expired api keys: %w", err)

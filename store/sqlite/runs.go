@@ -10,39 +10,57 @@ import (
 	"time"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/store/internal/rowcodec"
 )
 
 const runCols = `id, session_id, owner, model, selected_tools, state, finish, instance, lease_until, attempts, first_seq, created_at, updated_at`
 
 // CreateRun stores r as running; a session with a running run gives ECConflict.
 func (s *Store) CreateRun(ctx context.Context, r *parley.RunRecord) error {
-	if r.ID == "" || r.SessionID == "" || r.Instance == "" || r.CreatedAt.IsZero() {
-		return parley.Errorf(parley.ECInvalid, "run: id, session, instance and created_at are required")
+	if err := checkRun(r); err != nil {
+		return err
 	}
 	tools, err := encodeTools(r.SelectedTools)
 	if err != nil {
 		return err
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
-		var one int
-		err := tx.QueryRowContext(ctx, `SELECT 1 FROM runs WHERE session_id = ? AND state = 'running'`, r.SessionID).Scan(&one)
-		if err == nil {
-			return parley.Errorf(parley.ECConflict, "a run is already active in this session")
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("sqlite: creating run: %w", err)
-		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO runs (`+runCols+`) VALUES (?, ?, ?, ?, ?, 'running', '', ?, ?, ?, ?, ?, ?)`,
-			r.ID, r.SessionID, r.Owner, r.Model, tools, r.Instance, micros(r.LeaseUntil), r.Attempts, r.FirstSeq, micros(r.CreatedAt), micros(r.CreatedAt))
-		if err != nil {
-			if strings.Contains(err.Error(), "FOREIGN KEY") {
-				return notFound("session", r.SessionID)
-			}
-			return fmt.Errorf("sqlite: creating run: %w", err)
-		}
-		r.State, r.UpdatedAt = parley.RunStateRunning, r.CreatedAt
-		return nil
+	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		return s.createRun(ctx, tx, r, tools)
 	})
+	if err != nil {
+		return err
+	}
+	r.State, r.UpdatedAt = parley.RunStateRunning, r.CreatedAt
+	return nil
+}
+
+func checkRun(r *parley.RunRecord) error {
+	if r.ID == "" || r.SessionID == "" || r.Instance == "" || r.CreatedAt.IsZero() {
+		return parley.Errorf(parley.ECInvalid, "run: id, session, instance and created_at are required")
+	}
+	return nil
+}
+
+// createRun is CreateRun's work inside a write transaction.
+func (s *Store) createRun(ctx context.Context, tx *sql.Tx, r *parley.RunRecord, tools any) error {
+	c := s.cached(tx)
+	var one int
+	err := c.QueryRowContext(ctx, `SELECT 1 FROM runs WHERE session_id = ? AND state = 'running'`, r.SessionID).Scan(&one)
+	if err == nil {
+		return parley.Errorf(parley.ECConflict, "a run is already active in this session")
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("sqlite: creating run: %w", err)
+	}
+	_, err = c.ExecContext(ctx, `INSERT INTO runs (`+runCols+`) VALUES (?, ?, ?, ?, ?, 'running', '', ?, ?, ?, ?, ?, ?)`,
+		r.ID, r.SessionID, r.Owner, r.Model, tools, r.Instance, micros(r.LeaseUntil), r.Attempts, r.FirstSeq, micros(r.CreatedAt), micros(r.CreatedAt))
+	if err != nil {
+		if strings.Contains(err.Error(), "FOREIGN KEY") {
+			return notFound("session", r.SessionID)
+		}
+		return fmt.Errorf("sqlite: creating run: %w", err)
+	}
+	return nil
 }
 
 // RenewRuns extends the lease of the instance's running runs among ids.
@@ -51,7 +69,7 @@ func (s *Store) RenewRuns(ctx context.Context, instance string, ids []string, un
 		return nil, nil
 	}
 	renewed := []string{}
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		args := []any{micros(until), instance}
 		for _, id := range ids {
 			args = append(args, id)
@@ -76,22 +94,27 @@ func (s *Store) RenewRuns(ctx context.Context, instance string, ids []string, un
 
 // EndRun marks the run ended if instance still runs it.
 func (s *Store) EndRun(ctx context.Context, id, instance, finish string, at time.Time) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE runs SET state = 'ended', finish = ?, updated_at = ? WHERE id = ? AND instance = ? AND state = 'running'`,
-			finish, micros(at), id, instance)
-		if err != nil {
-			return fmt.Errorf("sqlite: ending run: %w", err)
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return parley.Errorf(parley.ECConflict, "run %s: not running on instance %s", id, instance)
-		}
-		return nil
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		return s.endRun(ctx, tx, id, instance, finish, at)
 	})
+}
+
+func (s *Store) endRun(ctx context.Context, tx *sql.Tx, id, instance, finish string, at time.Time) error {
+	c := s.cached(tx)
+	res, err := c.ExecContext(ctx, `UPDATE runs SET state = 'ended', finish = ?, updated_at = ? WHERE id = ? AND instance = ? AND state = 'running'`,
+		finish, micros(at), id, instance)
+	if err != nil {
+		return fmt.Errorf("sqlite: ending run: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return parley.Errorf(parley.ECConflict, "run %s: not running on instance %s", id, instance)
+	}
+	return nil
 }
 
 // DeleteRun deletes a run record.
 func (s *Store) DeleteRun(ctx context.Context, id string) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM runs WHERE id = ?`, id); err != nil {
 			return fmt.Errorf("sqlite: deleting run: %w", err)
 		}
@@ -106,7 +129,7 @@ func (s *Store) ClaimRuns(ctx context.Context, instance, orphanedBy string, now,
 		limit = 10
 	}
 	var out []parley.RunRecord
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		rows, err := tx.QueryContext(ctx, `UPDATE runs SET instance = ?, lease_until = ?, attempts = attempts + 1, updated_at = ?
 			WHERE id IN (SELECT id FROM runs WHERE state = 'running' AND (lease_until < ? OR (instance = ? AND updated_at < ?))
 				ORDER BY lease_until LIMIT ?)
@@ -139,7 +162,7 @@ func (s *Store) ActiveRun(ctx context.Context, sessionID string) (*parley.RunRec
 // DeleteEndedRunsBefore deletes old ended runs and old ledger entries of calls no running run owns.
 func (s *Store) DeleteEndedRunsBefore(ctx context.Context, t time.Time) (int64, error) {
 	var n int64
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM runs WHERE state = 'ended' AND updated_at < ?`, micros(t))
 		if err != nil {
 			return fmt.Errorf("sqlite: deleting runs: %w", err)
@@ -160,7 +183,7 @@ func (s *Store) MarkToolCall(ctx context.Context, sessionID, runID, callID, name
 	if state != parley.ToolCallStarted && state != parley.ToolCallDone {
 		return parley.Errorf(parley.ECInvalid, "tool call ledger: unknown state %q", state)
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO tool_calls (session_id, call_id, run_id, name, state, updated_at) VALUES (?, ?, ?, ?, ?, ?)
 			ON CONFLICT (session_id, call_id) DO UPDATE SET state = excluded.state, run_id = excluded.run_id, updated_at = excluded.updated_at
 			WHERE tool_calls.state <> 'done'`, sessionID, callID, runID, name, state, micros(at))
@@ -233,4 +256,95 @@ func scanRun(row scanner) (*parley.RunRecord, error) {
 	}
 	r.LeaseUntil, r.CreatedAt, r.UpdatedAt = fromMicros(lease), fromMicros(created), fromMicros(updated)
 	return &r, nil
+}
+
+var _ parley.RunBeginner = (*Store)(nil)
+
+// BeginRun stores what begins a run in one transaction (parley.RunBeginner).
+func (s *Store) BeginRun(ctx context.Context, b *parley.RunBegin) (int64, error) {
+	if b.Reserve <= 0 {
+		return 0, parley.Errorf(parley.ECInvalid, "events: must reserve at least one number")
+	}
+	sessionID := b.SessionID
+	if b.NewSession != nil {
+		if err := checkSession(b.NewSession); err != nil {
+			return 0, err
+		}
+		sessionID = b.NewSession.ID
+	}
+	var tools any
+	if b.Run != nil {
+		if err := checkRun(b.Run); err != nil {
+			return 0, err
+		}
+		if b.Run.SessionID != sessionID {
+			return 0, parley.Errorf(parley.ECInvalid, "run: of session %q, not %q", b.Run.SessionID, sessionID)
+		}
+		var err error
+		if tools, err = encodeTools(b.Run.SelectedTools); err != nil {
+			return 0, err
+		}
+	}
+	var rows [][]any
+	if len(b.Messages) > 0 {
+		var err error
+		if rows, err = messageRows(b.Messages); err != nil {
+			return 0, err
+		}
+	}
+	var (
+		first, last int64
+		links       rowcodec.Links
+	)
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) (err error) {
+		if b.NewSession != nil {
+			if err := s.createSession(ctx, tx, b.NewSession); err != nil {
+				return err
+			}
+		}
+		if first, err = s.reserveEventSeqs(ctx, tx, sessionID, b.Reserve); err != nil {
+			return err
+		}
+		if b.Run != nil {
+			b.Run.FirstSeq = first
+			if err := s.createRun(ctx, tx, b.Run, tools); err != nil {
+				return err
+			}
+		}
+		if len(b.Messages) > 0 {
+			last, links, err = s.appendMessages(ctx, tx, sessionID, b.Messages, rows)
+		}
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	if b.Run != nil {
+		b.Run.State, b.Run.UpdatedAt = parley.RunStateRunning, b.Run.CreatedAt
+	}
+	if len(b.Messages) > 0 {
+		setSeqs(sessionID, b.Messages, last, links)
+	}
+	return first, nil
+}
+
+// FinishRun gives back unused event numbers and ends the run in one transaction
+// (parley.RunBeginner).
+func (s *Store) FinishRun(ctx context.Context, f parley.RunFinish) error {
+	var ended error
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		if err := s.releaseEventSeqs(ctx, tx, f.SessionID, f.Limit, f.Last); err != nil {
+			return err
+		}
+		// A run no longer this instance's is no failure of the transaction: the numbers go back.
+		ended = s.endRun(ctx, tx, f.RunID, f.Instance, f.Finish, f.At)
+		if parley.CodeOf(ended) != parley.ECConflict {
+			return ended
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return ended
 }

@@ -20,6 +20,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/store/internal/groupcommit"
 	"github.com/parleyhq/parley/store/internal/migrate"
 	"github.com/parleyhq/parley/store/internal/rowcodec"
 )
@@ -36,15 +37,19 @@ const (
 // Store is a parley.Store on one SQLite file.
 type Store struct {
 	db *sql.DB
-	// wmu serializes write transactions inside the process, so writers queue in Go instead of
-	// spinning on SQLite's busy timeout.
-	wmu sync.Mutex
+	// w is the one writer of the process: concurrent writes queue in Go instead of spinning on
+	// SQLite's busy timeout, and those waiting together share one transaction and one fsync.
+	w *groupcommit.Writer[*sql.Tx]
+
+	stmtMu sync.Mutex
+	stmts  map[string]*sql.Stmt // the hot writes' statements (cachedTx)
 }
 
 var _ parley.Store = (*Store)(nil)
 
 type options struct {
 	migrate bool
+	batched func(n int, err error) // tests: told the size of each group-commit batch
 }
 
 // Option configures Open.
@@ -72,13 +77,16 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	db.SetMaxOpenConns(8)
 	db.SetMaxIdleConns(8)
 	db.SetConnMaxIdleTime(5 * time.Minute)
-	s := &Store{db: db}
+	s := &Store{db: db, stmts: map[string]*sql.Stmt{}}
+	s.w = groupcommit.New[*sql.Tx](sqlTx{db}, groupcommit.Options{Batched: o.batched})
 	if err := s.Ping(ctx); err != nil {
+		s.w.Close()
 		db.Close()
 		return nil, err
 	}
 	if o.migrate {
 		if err := Migrate(ctx, db, "up", io.Discard); err != nil {
+			s.w.Close()
 			db.Close()
 			return nil, err
 		}
@@ -97,8 +105,16 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+// Close stops the writer (once the batch under way is durable) and closes the database.
+func (s *Store) Close() error {
+	s.w.Close()
+	s.stmtMu.Lock()
+	for _, st := range s.stmts {
+		st.Close()
+	}
+	s.stmtMu.Unlock()
+	return s.db.Close()
+}
 
 // Migrate applies ("up"), reverts the newest ("down") or lists ("status") the embedded
 // migrations, writing what it did to out.
@@ -110,20 +126,107 @@ func Migrate(ctx context.Context, db *sql.DB, command string, out io.Writer) err
 	return migrate.Run(ctx, goose.DialectSQLite3, db, sub, command, out)
 }
 
-// write runs fn in one write transaction.
-func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("sqlite: begin: %w", err)
+// write runs fn in a write transaction shared with the writes of other callers waiting at the
+// same moment (group commit), and returns once that transaction is durable, or fn's error. fn
+// must use the ctx it is given, not its caller's: a statement interrupted by its caller's context
+// would roll back the whole shared transaction.
+func (s *Store) write(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	return s.w.Do(ctx, fn)
+}
+
+// cachedTx runs the statements of the hot writes (a chat's, a run's events) as statements
+// prepared once per connection: SQLite then parses and plans each statement once, not at each
+// write.
+type cachedTx struct {
+	s  *Store
+	tx *sql.Tx
+}
+
+func (s *Store) cached(tx *sql.Tx) cachedTx { return cachedTx{s, tx} }
+
+// stmt returns q prepared, bound to the transaction; nil if it cannot be prepared (the caller
+// then runs q unprepared, which reports the error).
+func (c cachedTx) stmt(ctx context.Context, q string) *sql.Stmt {
+	c.s.stmtMu.Lock()
+	st, ok := c.s.stmts[q]
+	if !ok {
+		var err error
+		if st, err = c.s.db.PrepareContext(ctx, q); err != nil {
+			c.s.stmtMu.Unlock()
+			return nil
+		}
+		c.s.stmts[q] = st
 	}
-	if err := fn(tx); err != nil {
-		tx.Rollback()
+	c.s.stmtMu.Unlock()
+	// database/sql keeps one prepared copy per connection; the transaction's is reused.
+	return c.tx.StmtContext(ctx, st)
+}
+
+func (c cachedTx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	if st := c.stmt(ctx, q); st != nil {
+		return st.ExecContext(ctx, args...)
+	}
+	return c.tx.ExecContext(ctx, q, args...)
+}
+
+func (c cachedTx) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	if st := c.stmt(ctx, q); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return c.tx.QueryRowContext(ctx, q, args...)
+}
+
+func (c cachedTx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	if st := c.stmt(ctx, q); st != nil {
+		return st.QueryContext(ctx, args...)
+	}
+	return c.tx.QueryContext(ctx, q, args...)
+}
+
+func (c cachedTx) PrepareContext(ctx context.Context, q string) (*sql.Stmt, error) {
+	if st := c.stmt(ctx, q); st != nil {
+		return st, nil
+	}
+	return c.tx.PrepareContext(ctx, q)
+}
+
+// sqlTx is the group-commit writer's view of the database.
+type sqlTx struct{ db *sql.DB }
+
+func (d sqlTx) Begin(ctx context.Context) (*sql.Tx, error) {
+	tx, err := d.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: begin: %w", err)
+	}
+	return tx, nil
+}
+
+func (sqlTx) Savepoint(ctx context.Context, tx *sql.Tx) error { return exec(ctx, tx, `SAVEPOINT op`) }
+func (sqlTx) Release(ctx context.Context, tx *sql.Tx) error {
+	return exec(ctx, tx, `RELEASE SAVEPOINT op`)
+}
+func (d sqlTx) Next(ctx context.Context, tx *sql.Tx) error {
+	if err := d.Release(ctx, tx); err != nil {
 		return err
 	}
+	return d.Savepoint(ctx, tx)
+}
+func (sqlTx) RollbackTo(ctx context.Context, tx *sql.Tx) error {
+	return exec(ctx, tx, `ROLLBACK TO SAVEPOINT op`)
+}
+
+func (sqlTx) Commit(_ context.Context, tx *sql.Tx) error {
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("sqlite: commit: %w", err)
+	}
+	return nil
+}
+
+func (sqlTx) Rollback(tx *sql.Tx) { _ = tx.Rollback() }
+
+func exec(ctx context.Context, tx *sql.Tx, q string) error {
+	if _, err := tx.ExecContext(ctx, q); err != nil {
+		return fmt.Errorf("sqlite: %s: %w", q, err)
 	}
 	return nil
 }
@@ -137,22 +240,35 @@ func notFound(kind, id string) error {
 
 // CreateSession stores sess.
 func (s *Store) CreateSession(ctx context.Context, sess *parley.Session) error {
+	if err := checkSession(sess); err != nil {
+		return err
+	}
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		return s.createSession(ctx, tx, sess)
+	})
+}
+
+func checkSession(sess *parley.Session) error {
 	if sess.ID == "" || sess.CreatedAt.IsZero() || sess.UpdatedAt.IsZero() {
 		return parley.Errorf(parley.ECInvalid, "session: id, created_at and updated_at are required")
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
-		if sess.ProjectID != "" {
-			if err := projectExists(ctx, tx, sess.ProjectID); err != nil {
-				return err
-			}
+	return nil
+}
+
+// createSession is CreateSession's work inside a write transaction.
+func (s *Store) createSession(ctx context.Context, tx *sql.Tx, sess *parley.Session) error {
+	c := s.cached(tx)
+	if sess.ProjectID != "" {
+		if err := projectExists(ctx, tx, sess.ProjectID); err != nil {
+			return err
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO sessions (id, title, owner, created_at, updated_at, project_id) VALUES (?, ?, ?, ?, ?, ?)`,
-			sess.ID, sess.Title, sess.Owner, micros(sess.CreatedAt), micros(sess.UpdatedAt), nullable(sess.ProjectID))
-		if err != nil {
-			return fmt.Errorf("sqlite: creating session: %w", err)
-		}
-		return nil
-	})
+	}
+	_, err := c.ExecContext(ctx, `INSERT INTO sessions (id, title, owner, created_at, updated_at, project_id) VALUES (?, ?, ?, ?, ?, ?)`,
+		sess.ID, sess.Title, sess.Owner, micros(sess.CreatedAt), micros(sess.UpdatedAt), nullable(sess.ProjectID))
+	if err != nil {
+		return fmt.Errorf("sqlite: creating session: %w", err)
+	}
+	return nil
 }
 
 const sessionCols = `id, title, owner, created_at, updated_at, prompt_tokens, completion_tokens, total_tokens,
@@ -241,7 +357,7 @@ func (s *Store) ListSessions(ctx context.Context, owner string, p parley.Page) (
 
 // RenameSession sets the session's title.
 func (s *Store) RenameSession(ctx context.Context, id, title string, now time.Time) (*parley.Session, error) {
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE sessions SET title = ?, updated_at = ? WHERE id = ?`, title, micros(now), id)
 		if err != nil {
 			return fmt.Errorf("sqlite: renaming session: %w", err)
@@ -259,7 +375,7 @@ func (s *Store) RenameSession(ctx context.Context, id, title string, now time.Ti
 
 // DeleteSession deletes the session with its messages and resources.
 func (s *Store) DeleteSession(ctx context.Context, id string) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		// Messages first: they refer to the resources that go with them.
 		if _, err := tx.ExecContext(ctx, `DELETE FROM messages WHERE session_id = ?`, id); err != nil {
 			return fmt.Errorf("sqlite: deleting messages: %w", err)
@@ -280,63 +396,94 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...*p
 	if len(msgs) == 0 {
 		return nil
 	}
+	rows, err := messageRows(msgs)
+	if err != nil {
+		return err
+	}
+	var (
+		last  int64
+		links rowcodec.Links
+	)
+	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) (err error) {
+		last, links, err = s.appendMessages(ctx, tx, sessionID, msgs, rows)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	setSeqs(sessionID, msgs, last, links)
+	return nil
+}
+
+// messageRows validates msgs and returns their column values (messageRow).
+func messageRows(msgs []*parley.Message) ([][]any, error) {
 	rows := make([][]any, len(msgs))
 	for i, m := range msgs {
 		if err := rowcodec.Validate(i, m); err != nil {
-			return err
+			return nil, err
 		}
 		r, err := messageRow(m)
 		if err != nil {
-			return fmt.Errorf("message %d: %w", i, err)
+			return nil, fmt.Errorf("message %d: %w", i, err)
 		}
 		rows[i] = r
 	}
+	return rows, nil
+}
+
+// appendMessages is AppendMessages' work inside a write transaction: it returns the last seq and
+// the messages' parents.
+func (s *Store) appendMessages(ctx context.Context, tx *sql.Tx, sessionID string, msgs []*parley.Message, rows [][]any) (int64, rowcodec.Links, error) {
+	c := s.cached(tx)
 	total := rowcodec.TotalUsage(msgs)
 	var (
 		last  int64
 		links rowcodec.Links
 	)
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		// The session's leaf is the parent of the first message, unless it names its own.
-		var leaf sql.NullString
-		err := tx.QueryRowContext(ctx, `SELECT leaf_id FROM sessions WHERE id = ?`, sessionID).Scan(&leaf)
-		if errors.Is(err, sql.ErrNoRows) {
-			return notFound("session", sessionID)
-		}
-		if err != nil {
-			return fmt.Errorf("sqlite: appending messages: %w", err)
-		}
-		links = rowcodec.LinkParents(msgs, leaf.String)
-		if err := checkParents(ctx, tx, sessionID, links.Outside); err != nil {
-			return err
-		}
-		// One statement reserves the seqs, totals the usage, moves the leaf and touches the
-		// session.
-		err = tx.QueryRowContext(ctx, `UPDATE sessions SET last_seq = last_seq + ?, updated_at = MAX(updated_at, ?),
-			prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ?, total_tokens = total_tokens + ?,
-			reasoning_tokens = reasoning_tokens + ?, cached_tokens = cached_tokens + ?, cost = cost + ?,
-			open_calls = MAX(0, open_calls + ?), leaf_id = ?, branched = MAX(branched, ?)
-			WHERE id = ? RETURNING last_seq`,
-			len(msgs), micros(msgs[len(msgs)-1].CreatedAt), total.PromptTokens, total.CompletionTokens, total.TotalTokens,
-			total.ReasoningTokens, total.CachedTokens, total.Cost, rowcodec.OpenCallsDelta(msgs), msgs[len(msgs)-1].ID,
-			links.Branches, sessionID).Scan(&last)
-		if err != nil {
-			return fmt.Errorf("sqlite: appending messages: %w", err)
-		}
-		return insertMessages(ctx, tx, sessionID, last-int64(len(msgs))+1, rows, links.Parents)
-	})
-	if err != nil {
-		return err
+	// The session's leaf is the parent of the first message, unless it names its own.
+	var leaf sql.NullString
+	err := c.QueryRowContext(ctx, `SELECT leaf_id FROM sessions WHERE id = ?`, sessionID).Scan(&leaf)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, links, notFound("session", sessionID)
 	}
+	if err != nil {
+		return 0, links, fmt.Errorf("sqlite: appending messages: %w", err)
+	}
+	links = rowcodec.LinkParents(msgs, leaf.String)
+	if err := checkParents(ctx, tx, sessionID, links.Outside); err != nil {
+		return 0, links, err
+	}
+	// One statement reserves the seqs, totals the usage, moves the leaf and touches the
+	// session.
+	err = c.QueryRowContext(ctx, `UPDATE sessions SET last_seq = last_seq + ?, updated_at = MAX(updated_at, ?),
+		prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ?, total_tokens = total_tokens + ?,
+		reasoning_tokens = reasoning_tokens + ?, cached_tokens = cached_tokens + ?, cost = cost + ?,
+		open_calls = MAX(0, open_calls + ?), leaf_id = ?, branched = MAX(branched, ?)
+		WHERE id = ? RETURNING last_seq`,
+		len(msgs), micros(msgs[len(msgs)-1].CreatedAt), total.PromptTokens, total.CompletionTokens, total.TotalTokens,
+		total.ReasoningTokens, total.CachedTokens, total.Cost, rowcodec.OpenCallsDelta(msgs), msgs[len(msgs)-1].ID,
+		links.Branches, sessionID).Scan(&last)
+	if err != nil {
+		return 0, links, fmt.Errorf("sqlite: appending messages: %w", err)
+	}
+	return last, links, insertMessages(ctx, c, sessionID, last-int64(len(msgs))+1, rows, links.Parents)
+}
+
+// setSeqs numbers msgs, stored with last as the last seq, and sets their parents.
+func setSeqs(sessionID string, msgs []*parley.Message, last int64, links rowcodec.Links) {
 	first := last - int64(len(msgs)) + 1
 	for i, m := range msgs {
 		m.Seq, m.SessionID, m.ParentID = first+int64(i), sessionID, links.Parents[i]
 	}
-	return nil
+}
+
+// preparer is a transaction, or one whose hot statements are prepared once (cachedTx).
+type preparer interface {
+	PrepareContext(ctx context.Context, q string) (*sql.Stmt, error)
 }
 
 // insertMessages inserts the message rows (messageRow) with seqs from first on and their parents.
-func insertMessages(ctx context.Context, tx *sql.Tx, sessionID string, first int64, rows [][]any, parents []string) error {
+func insertMessages(ctx context.Context, tx preparer, sessionID string, first int64, rows [][]any, parents []string) error {
 	stmt, err := tx.PrepareContext(ctx, `INSERT INTO messages (id, session_id, seq, role, content, parts, name, tool_calls,
 		tool_call_id, reasoning, run_id, model, latency_ms, usage, success, resource_id, created_at, thinking_blocks, server, error,
 		parent_id)
@@ -505,7 +652,7 @@ func (s *Store) PutResource(ctx context.Context, r *parley.Resource) error {
 	if err != nil {
 		return err
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var one int
 		err := tx.QueryRowContext(ctx, `SELECT 1 FROM sessions WHERE id = ?`, r.SessionID).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {

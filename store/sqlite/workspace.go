@@ -41,7 +41,7 @@ func (s *Store) PutTodos(ctx context.Context, sessionID string, todos []parley.T
 	if err != nil {
 		return fmt.Errorf("sqlite: encoding todos: %w", err)
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var one int
 		err := tx.QueryRowContext(ctx, `SELECT 1 FROM sessions WHERE id = ?`, sessionID).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -103,7 +103,7 @@ func (s *Store) CreateProject(ctx context.Context, p *parley.Project) error {
 	if p.ID == "" || p.Owner == "" || p.CreatedAt.IsZero() || p.UpdatedAt.IsZero() {
 		return parley.Errorf(parley.ECInvalid, "project: id, owner, created_at and updated_at are required")
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO projects (`+projectCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
 			p.ID, p.Owner, p.Name, p.Instructions, encodePolicy(p.ToolPolicy), micros(p.CreatedAt), micros(p.UpdatedAt))
 		if err != nil {
@@ -171,7 +171,7 @@ func (s *Store) ListProjects(ctx context.Context, owner string, pg parley.Page) 
 
 // UpdateProject stores p's name, instructions and updated_at.
 func (s *Store) UpdateProject(ctx context.Context, p *parley.Project) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE projects SET name = ?, instructions = ?, tool_policy = ?, updated_at = ? WHERE id = ?`,
 			p.Name, p.Instructions, encodePolicy(p.ToolPolicy), micros(p.UpdatedAt), p.ID)
 		if err != nil {
@@ -186,7 +186,7 @@ func (s *Store) UpdateProject(ctx context.Context, p *parley.Project) error {
 
 // DeleteProject deletes the project and its memory; its sessions lose their project.
 func (s *Store) DeleteProject(ctx context.Context, id string) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `UPDATE sessions SET project_id = NULL WHERE project_id = ?`, id); err != nil {
 			return fmt.Errorf("sqlite: detaching sessions: %w", err)
 		}
@@ -206,7 +206,7 @@ func (s *Store) DeleteProject(ctx context.Context, id string) error {
 
 // SetSessionProject moves the session into the project, or out of any with "".
 func (s *Store) SetSessionProject(ctx context.Context, sessionID, projectID string) (*parley.Session, error) {
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if projectID != "" {
 			if err := projectExists(ctx, tx, projectID); err != nil {
 				return err
@@ -246,7 +246,7 @@ func (s *Store) AddMemory(ctx context.Context, e *parley.MemoryEntry, max int) e
 	if e.ID == "" || e.ProjectID == "" || e.CreatedAt.IsZero() || e.UpdatedAt.IsZero() {
 		return parley.Errorf(parley.ECInvalid, "memory entry: id, project_id, created_at and updated_at are required")
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if err := projectExists(ctx, tx, e.ProjectID); err != nil {
 			return err
 		}
@@ -302,7 +302,7 @@ func (s *Store) CountMemory(ctx context.Context, projectID string) (int, error) 
 
 // UpdateMemory stores e's content and updated_at.
 func (s *Store) UpdateMemory(ctx context.Context, e *parley.MemoryEntry) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE memory_entries SET content = ?, updated_at = ? WHERE id = ? AND project_id = ?`,
 			e.Content, micros(e.UpdatedAt), e.ID, e.ProjectID)
 		if err != nil {
@@ -317,7 +317,7 @@ func (s *Store) UpdateMemory(ctx context.Context, e *parley.MemoryEntry) error {
 
 // DeleteMemory deletes the project's entry.
 func (s *Store) DeleteMemory(ctx context.Context, projectID, id string) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM memory_entries WHERE id = ? AND project_id = ?`, id, projectID)
 		if err != nil {
 			return fmt.Errorf("sqlite: deleting memory: %w", err)

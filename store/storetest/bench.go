@@ -3,6 +3,8 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -115,6 +117,115 @@ func BenchPageAll(b *testing.B, s parley.Store, owner string, n int) {
 		}
 	}
 	b.ReportMetric(float64(pages)/b.Elapsed().Seconds(), "pages/s")
+}
+
+// BenchAppendConcurrent runs c writers at once, each appending one message per call to a
+// session of its own, and reports records/s: what group commit shares among concurrent callers.
+func BenchAppendConcurrent(b *testing.B, s parley.Store, c int) {
+	sids := make([]string, c)
+	for i := range sids {
+		sids[i] = BenchSession(b, s, "bench")
+	}
+	benchConcurrent(b, c, func(w, i int) error {
+		return s.AppendMessages(context.Background(), sids[w], benchMessage(i))
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+}
+
+// BenchChats runs c chats at once and reports chats/s, each chat making the writes a streamed
+// chat of a new session makes: before the model call the session, a block of event numbers, the
+// run record and the user's message; after it the assistant's message, the run's 6 events, and
+// the numbers given back with the run's end. A store that is a parley.RunBeginner writes each
+// side in one call (BeginRun, FinishRun), as runs.Manager does; others one call per record.
+func BenchChats(b *testing.B, s parley.Store, c int) {
+	benchConcurrent(b, c, func(_, i int) error { return benchChat(s, i) })
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "chats/s")
+}
+
+func benchChat(s parley.Store, i int) error {
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	sess := &parley.Session{ID: parley.NewID(), Owner: "bench", Title: "bench", CreatedAt: now, UpdatedAt: now}
+	run := &parley.RunRecord{ID: parley.NewID(), SessionID: sess.ID, Owner: "bench", Model: "m", Instance: "bench", LeaseUntil: now.Add(time.Minute), CreatedAt: now}
+	user := benchMessage(i)
+	user.RunID = run.ID
+	rb, combined := s.(parley.RunBeginner)
+	var first int64
+	if combined {
+		var err error
+		if first, err = rb.BeginRun(ctx, &parley.RunBegin{NewSession: sess, Reserve: 1024, Run: run, Messages: []*parley.Message{user}}); err != nil {
+			return err
+		}
+	} else {
+		if err := s.CreateSession(ctx, sess); err != nil {
+			return err
+		}
+		var err error
+		if first, err = s.ReserveEventSeqs(ctx, sess.ID, 1024); err != nil {
+			return err
+		}
+		run.FirstSeq = first
+		if err := s.CreateRun(ctx, run); err != nil {
+			return err
+		}
+		if err := s.AppendMessages(ctx, sess.ID, user); err != nil {
+			return err
+		}
+	}
+	answer := &parley.Message{ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text("An answer of a few words."),
+		RunID: run.ID, CreatedAt: now, Usage: &parley.Usage{TotalTokens: 20}}
+	if err := s.AppendMessages(ctx, sess.ID, answer); err != nil {
+		return err
+	}
+	evs := []parley.Event{{Type: parley.EventStart}, {Type: parley.EventRecord, Message: user}, {Type: parley.EventChunk, Content: "An answer "},
+		{Type: parley.EventChunk, Content: "of a few words."}, {Type: parley.EventRecord, Message: answer}, {Type: parley.EventDone, FinishReason: "stop"}}
+	for j := range evs {
+		evs[j].Seq, evs[j].RunID, evs[j].SessionID = first+int64(j), run.ID, sess.ID
+	}
+	last := first + int64(len(evs)) - 1
+	if combined {
+		if err := rb.FinishRun(ctx, parley.RunFinish{SessionID: sess.ID, Limit: first + 1023, Last: last, RunID: run.ID, Instance: "bench", Finish: "stop", At: now}); err != nil {
+			return err
+		}
+	} else {
+		if err := s.ReleaseEventSeqs(ctx, sess.ID, first+1023, last); err != nil {
+			return err
+		}
+		if err := s.EndRun(ctx, run.ID, "bench", "stop", now); err != nil {
+			return err
+		}
+	}
+	return s.AppendEvents(ctx, sess.ID, now, evs)
+}
+
+// benchConcurrent calls fn b.N times from c goroutines (w: the goroutine, i: the call).
+func benchConcurrent(b *testing.B, c int, fn func(w, i int) error) {
+	b.ResetTimer()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, c)
+	for w := range c {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(b.N) {
+					return
+				}
+				if err := fn(w, int(i)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
 }
 
 // Branch10k makes a session of Seed10k branched: it edits the first question (a sibling of it)

@@ -1,0 +1,317 @@
+// Package groupcommit batches the write operations of many callers into one transaction, so
+// that they share one commit and one fsync. A caller that finds no transaction under way leads
+// one: it takes the operations waiting in the bounded queue (its own among them), runs each inside
+// a savepoint of one transaction (an operation that fails is rolled back alone and its error goes
+// to its caller; its batch-mates go on), commits, and only then answers each caller. Nothing is
+// acknowledged before the commit returned: a caller told "stored" can rely on it after a crash.
+//
+// When the queue is full, callers wait for room, bounded by their context: the store slows its
+// writers down instead of dropping their writes.
+package groupcommit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Tx is what a Writer needs of one database: a transaction with savepoints. The savepoint
+// methods work on one savepoint name the writer reuses for every operation of a batch.
+type Tx[T any] interface {
+	// Begin starts a write transaction.
+	Begin(ctx context.Context) (T, error)
+	// Savepoint sets the savepoint before an operation.
+	Savepoint(ctx context.Context, tx T) error
+	// Release keeps what the operation since the savepoint did.
+	Release(ctx context.Context, tx T) error
+	// Next is Release then Savepoint, between two operations (one round trip where the
+	// database allows it).
+	Next(ctx context.Context, tx T) error
+	// RollbackTo undoes what the operation since the savepoint did; the transaction goes on.
+	RollbackTo(ctx context.Context, tx T) error
+	// Commit makes the transaction durable; Rollback drops it (after a failed commit as well).
+	Commit(ctx context.Context, tx T) error
+	Rollback(tx T)
+}
+
+// Options bound a Writer.
+type Options struct {
+	// Queue is how many operations may wait to be taken (default 1024); a caller beyond it waits.
+	Queue int
+	// MaxBatch is how many operations one transaction takes at most (default 256).
+	MaxBatch int
+	// BatchTimeout bounds one transaction, from its start to its commit (default 30s).
+	BatchTimeout time.Duration
+	// Writers is how many transactions may run at once, each with a batch of its own (default
+	// 1: SQLite has one writer; PostgreSQL can commit several at once).
+	Writers int
+	// Batched, if set, is told the size of each batch once it is answered (metrics, tests).
+	Batched func(n int, err error)
+	// Retry, if set, tells an error that another transaction may not meet (PostgreSQL: a
+	// deadlock with a batch on another connection). An operation that failed with one runs again
+	// in a transaction of its own kind once its batch-mates are committed, twice at most; a batch
+	// whose commit failed with one runs again whole. Its operations must then be safe to run
+	// again: each sets its results, it does not add to them.
+	Retry func(err error) bool
+}
+
+// maxRetries bounds how often an operation runs again (Options.Retry).
+const maxRetries = 2
+
+// ErrClosed is returned for an operation given to a Writer that was closed.
+var ErrClosed = errors.New("groupcommit: the store is closed")
+
+// Writer is one database's group-commit writer. It has no goroutine of its own: a caller that
+// finds no batch under way (a free writer slot) leads, and runs the waiting operations, its own
+// among them, in one transaction; the others wait for their answer. A lone caller thus runs its
+// write on its own goroutine, and under load each commit carries every write that queued during
+// the last one.
+type Writer[T any] struct {
+	db    Tx[T]
+	opts  Options
+	queue chan *op[T]
+	slots chan struct{} // one token per transaction that may run at once (Options.Writers)
+	stop  chan struct{}
+	shut  atomic.Bool
+	once  sync.Once
+}
+
+type op[T any] struct {
+	key   string // DoKey: the batch runs its operations in the order of their keys
+	fn    func(ctx context.Context, tx T) error
+	state atomic.Int32 // opWaiting, opTaken or opGivenUp
+	err   chan error   // buffered: a leader never blocks on an answer
+}
+
+const (
+	opWaiting int32 = iota
+	opTaken
+	opGivenUp
+)
+
+// New returns the writer of db.
+func New[T any](db Tx[T], opts Options) *Writer[T] {
+	if opts.Queue <= 0 {
+		opts.Queue = 1024
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 256
+	}
+	if opts.BatchTimeout <= 0 {
+		opts.BatchTimeout = 30 * time.Second
+	}
+	if opts.Writers <= 0 {
+		opts.Writers = 1
+	}
+	return &Writer[T]{db: db, opts: opts, queue: make(chan *op[T], opts.Queue), slots: make(chan struct{}, opts.Writers),
+		stop: make(chan struct{})}
+}
+
+// Do runs fn inside a transaction shared with the other operations waiting at the same moment and
+// returns once that transaction is durable (nil) or fn's own error, or the commit's. fn gets the
+// batch's context, not ctx: ctx bounds the wait for room in the queue and for a batch to take fn;
+// once fn was taken, Do waits for its answer (bounded by Options.BatchTimeout), so that a caller is
+// never told "failed" about a write that then commits. fn runs once at most unless Options.Retry
+// says otherwise; it must not call Do (the writer would wait on itself).
+func (w *Writer[T]) Do(ctx context.Context, fn func(ctx context.Context, tx T) error) error {
+	return w.DoKey(ctx, "", fn)
+}
+
+// DoKey is Do for an operation that locks the rows of key (a session) alone. A batch runs its
+// operations in the order of their keys (those without one first, each key's in the order they
+// came): batches written at once on several connections then take their locks in one order, and
+// do not deadlock over them. Operations given at the same moment have no order of their own.
+func (w *Writer[T]) DoKey(ctx context.Context, key string, fn func(ctx context.Context, tx T) error) error {
+	if w.shut.Load() {
+		return ErrClosed
+	}
+	o := &op[T]{key: key, fn: fn, err: make(chan error, 1)}
+	for queued := false; !queued; {
+		select {
+		case w.queue <- o:
+			queued = true
+		case w.slots <- struct{}{}: // the queue is full and no batch runs (its callers gave up)
+			w.lead()
+			<-w.slots
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-w.stop:
+			return ErrClosed
+		}
+	}
+	for {
+		select {
+		case err := <-o.err:
+			return err
+		case w.slots <- struct{}{}: // no batch runs in this slot: lead one
+			w.lead()
+			<-w.slots
+		case <-ctx.Done():
+			if o.state.CompareAndSwap(opWaiting, opGivenUp) {
+				return ctx.Err()
+			}
+			return <-o.err // taken: its leader answers it
+		case <-w.stop:
+			if o.state.CompareAndSwap(opWaiting, opGivenUp) {
+				return ErrClosed
+			}
+			return <-o.err
+		}
+	}
+}
+
+// lead runs one batch of the operations waiting in the queue, if any.
+func (w *Writer[T]) lead() {
+	batch := make([]*op[T], 0, min(w.opts.MaxBatch, len(w.queue)+1))
+gather:
+	for len(batch) < w.opts.MaxBatch {
+		select {
+		case o := <-w.queue:
+			batch = append(batch, o)
+		default:
+			break gather
+		}
+	}
+	if len(batch) > 0 {
+		w.run(batch)
+	}
+}
+
+// Leading reports whether a batch is under way.
+func (w *Writer[T]) Leading() bool { return len(w.slots) > 0 }
+
+// Queued returns how many operations wait to be taken.
+func (w *Writer[T]) Queued() int { return len(w.queue) }
+
+// Close waits for the batches under way, then answers the operations still queued with
+// ErrClosed; Do returns ErrClosed from then on.
+func (w *Writer[T]) Close() {
+	w.once.Do(func() {
+		w.shut.Store(true)
+		close(w.stop)
+		for range w.opts.Writers { // every slot taken: no batch runs, none will start
+			w.slots <- struct{}{}
+		}
+		for {
+			select {
+			case o := <-w.queue:
+				if o.state.CompareAndSwap(opWaiting, opTaken) {
+					o.err <- ErrClosed
+				}
+			default:
+				return
+			}
+		}
+	})
+}
+
+// run runs one batch in one transaction and answers its operations.
+func (w *Writer[T]) run(batch []*op[T]) {
+	// Operations whose caller gave up before they were taken are left out.
+	live := batch[:0]
+	for _, o := range batch {
+		if o.state.CompareAndSwap(opWaiting, opTaken) {
+			live = append(live, o)
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	slices.SortStableFunc(live, func(a, b *op[T]) int { return strings.Compare(a.key, b.key) })
+	ctx, cancel := context.WithTimeout(context.Background(), w.opts.BatchTimeout)
+	defer cancel()
+	errs := make([]error, len(live))
+	err := w.transact(ctx, live, errs)
+	for attempt := 0; w.opts.Retry != nil && attempt < maxRetries; attempt++ {
+		if err != nil { // nothing of the batch was committed
+			if !w.opts.Retry(err) {
+				break
+			}
+			clear(errs)
+			err = w.transact(ctx, live, errs)
+			continue
+		}
+		var again []*op[T]
+		var at []int
+		for i, e := range errs {
+			if e != nil && w.opts.Retry(e) {
+				again, at = append(again, live[i]), append(at, i)
+			}
+		}
+		if len(again) == 0 {
+			break
+		}
+		sub := make([]error, len(again))
+		if e := w.transact(ctx, again, sub); e != nil {
+			for _, i := range at {
+				errs[i] = e
+			}
+			continue
+		}
+		for j, i := range at {
+			errs[i] = sub[j]
+		}
+	}
+	for i, o := range live {
+		if err != nil {
+			o.err <- err
+		} else {
+			o.err <- errs[i]
+		}
+	}
+	if w.opts.Batched != nil {
+		w.opts.Batched(len(live), err)
+	}
+}
+
+// transact runs ops in one transaction, each one's own error in errs; it returns the error that
+// failed the whole transaction (begin, a savepoint, commit).
+func (w *Writer[T]) transact(ctx context.Context, ops []*op[T], errs []error) (err error) {
+	tx, err := w.db.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			w.db.Rollback(tx)
+			err = fmt.Errorf("groupcommit: a write panicked: %v", p)
+		}
+	}()
+	if len(ops) == 1 { // alone: its failure is the transaction's, no savepoint needed
+		if errs[0] = ops[0].fn(ctx, tx); errs[0] != nil {
+			w.db.Rollback(tx)
+			return errs[0]
+		}
+	} else {
+		for i, o := range ops {
+			step := w.db.Next
+			if i == 0 {
+				step = w.db.Savepoint
+			}
+			if err := step(ctx, tx); err != nil {
+				w.db.Rollback(tx)
+				return err
+			}
+			if errs[i] = o.fn(ctx, tx); errs[i] != nil {
+				if err := w.db.RollbackTo(ctx, tx); err != nil {
+					w.db.Rollback(tx)
+					return fmt.Errorf("%w (and the batch it was in could not go on: %v)", errs[i], err)
+				}
+			}
+		}
+		if err := w.db.Release(ctx, tx); err != nil {
+			w.db.Rollback(tx)
+			return err
+		}
+	}
+	if err := w.db.Commit(ctx, tx); err != nil {
+		w.db.Rollback(tx)
+		return err
+	}
+	return nil
+}

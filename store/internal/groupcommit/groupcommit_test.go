@@ -1,0 +1,431 @@
+package groupcommit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// memDB is a database in memory with transactions and one savepoint, enough to check what a
+// Writer commits. Hooks let a test hold the writer inside a commit.
+type memDB struct {
+	mu        sync.Mutex
+	committed map[string]int
+	commits   int
+	// beforeCommit runs inside Commit, before the data is committed.
+	beforeCommit func()
+}
+
+type memTx struct {
+	data, save map[string]int
+}
+
+func (d *memDB) Begin(context.Context) (*memTx, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return &memTx{data: maps.Clone(d.committed)}, nil
+}
+func (d *memDB) Savepoint(_ context.Context, tx *memTx) error {
+	tx.save = maps.Clone(tx.data)
+	return nil
+}
+func (d *memDB) Release(context.Context, *memTx) error { return nil }
+func (d *memDB) Next(ctx context.Context, tx *memTx) error {
+	return d.Savepoint(ctx, tx)
+}
+func (d *memDB) RollbackTo(_ context.Context, tx *memTx) error {
+	tx.data = maps.Clone(tx.save)
+	return nil
+}
+func (d *memDB) Commit(_ context.Context, tx *memTx) error {
+	if d.beforeCommit != nil {
+		d.beforeCommit()
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.committed = tx.data
+	d.commits++
+	return nil
+}
+func (d *memDB) Rollback(*memTx) {}
+
+func (d *memDB) get(k string) (int, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	v, ok := d.committed[k]
+	return v, ok
+}
+
+// insert is an operation that fails on a key already there, after writing another key (so that
+// a failure must be rolled back).
+func insert(key string) func(context.Context, *memTx) error {
+	return func(_ context.Context, tx *memTx) error {
+		tx.data["touched:"+key]++
+		if _, ok := tx.data[key]; ok {
+			return fmt.Errorf("%s: duplicate", key)
+		}
+		tx.data[key] = 1
+		return nil
+	}
+}
+
+const wait = time.Minute // generous: the machine is shared
+
+// hold makes the writer's first batch wait in its operation until release is closed, so that
+// the operations given meanwhile queue up and make the next batch together.
+func hold(t *testing.T, w *Writer[*memTx]) (release chan struct{}, done chan error) {
+	t.Helper()
+	entered, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- w.Do(context.Background(), func(_ context.Context, tx *memTx) error {
+			close(entered)
+			<-release
+			tx.data["held"] = 1
+			return nil
+		})
+	}()
+	select {
+	case <-entered:
+	case <-time.After(wait):
+		t.Fatal("the first operation never ran")
+	}
+	return release, done
+}
+
+func TestConcurrentWritesShareOneCommitAndAFailureStaysItsOwn(t *testing.T) {
+	db := &memDB{committed: map[string]int{"dup": 1}}
+	var mu sync.Mutex
+	var sizes []int
+	w := New[*memTx](db, Options{Batched: func(n int, err error) {
+		mu.Lock()
+		sizes = append(sizes, n)
+		mu.Unlock()
+	}})
+	defer w.Close()
+	release, heldDone := hold(t, w)
+
+	const n = 50
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Sprintf("k%d", i)
+			if i == 17 {
+				key = "dup" // fails: already there
+			}
+			errs[i] = w.Do(context.Background(), insert(key))
+		}()
+	}
+	// Every operation is queued behind the held batch before it goes on.
+	deadline := time.Now().Add(wait)
+	for len(w.queue) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d operations queued", len(w.queue), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	wg.Wait()
+	if err := <-heldDone; err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range errs {
+		if i == 17 {
+			if err == nil || err.Error() != "dup: duplicate" {
+				t.Errorf("the failing operation got %v, want its own error", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("operation %d failed beside a failing batch-mate: %v", i, err)
+		}
+		if v, ok := db.get(fmt.Sprintf("k%d", i)); !ok || v != 1 {
+			t.Errorf("operation %d acknowledged but not committed", i)
+		}
+	}
+	if v, _ := db.get("touched:dup"); v != 0 {
+		t.Errorf("the failing operation's partial write was committed")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sizes) != 2 || sizes[0] != 1 || sizes[1] != n {
+		t.Errorf("batches of %v, want [1 %d]: the queued writes should share one transaction", sizes, n)
+	}
+	if db.commits != 2 {
+		t.Errorf("%d commits, want 2", db.commits)
+	}
+}
+
+func TestNothingIsAcknowledgedBeforeTheCommit(t *testing.T) {
+	db := &memDB{committed: map[string]int{}}
+	// Each commit waits a moment, so that callers would see their answer early if it came
+	// before the commit.
+	db.beforeCommit = func() { runtime.Gosched() }
+	w := New[*memTx](db, Options{})
+	defer w.Close()
+	var wg sync.WaitGroup
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := w.Do(context.Background(), insert(fmt.Sprintf("k%d", i))); err != nil {
+				t.Error(err)
+				return
+			}
+			if _, ok := db.get(fmt.Sprintf("k%d", i)); !ok {
+				t.Errorf("k%d acknowledged before it was committed", i)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func TestAFullQueueMakesProducersWaitWithinTheirBound(t *testing.T) {
+	db := &memDB{committed: map[string]int{}}
+	w := New[*memTx](db, Options{Queue: 1})
+	defer w.Close()
+	release, heldDone := hold(t, w)
+	queued := make(chan error, 1)
+	go func() { queued <- w.Do(context.Background(), insert("queued")) }()
+	deadline := time.Now().Add(wait)
+	for len(w.queue) < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the second operation never queued")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The queue is full: this producer waits, and gives up at its own deadline without its
+	// operation running.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	ran := false
+	err := w.Do(ctx, func(context.Context, *memTx) error { ran = true; return nil })
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Do with a full queue: %v, want the deadline", err)
+	}
+	close(release)
+	if err := <-heldDone; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-queued; err != nil {
+		t.Fatal(err)
+	}
+	// One more write goes through the writer after the refused one: the refused one never ran.
+	if err := w.Do(context.Background(), insert("after")); err != nil {
+		t.Fatal(err)
+	}
+	if ran {
+		t.Error("an operation whose caller gave up ran")
+	}
+}
+
+func TestAGivenUpOperationIsNotRun(t *testing.T) {
+	db := &memDB{committed: map[string]int{}}
+	w := New[*memTx](db, Options{})
+	defer w.Close()
+	release, heldDone := hold(t, w)
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan error, 1)
+	go func() { gaveUp <- w.Do(ctx, insert("gave-up")) }()
+	deadline := time.Now().Add(wait)
+	for len(w.queue) < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("never queued")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want context.Canceled", err)
+	}
+	close(release)
+	<-heldDone
+	if err := w.Do(context.Background(), insert("after")); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := db.get("gave-up"); ok {
+		t.Error("the operation of a caller told it failed was committed")
+	}
+}
+
+func TestCloseAnswersQueuedOperations(t *testing.T) {
+	db := &memDB{committed: map[string]int{}}
+	w := New[*memTx](db, Options{})
+	release, heldDone := hold(t, w)
+	queued := make(chan error, 1)
+	go func() { queued <- w.Do(context.Background(), insert("queued")) }()
+	deadline := time.Now().Add(wait)
+	for len(w.queue) < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("never queued")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	closed := make(chan struct{})
+	go func() { w.Close(); close(closed) }()
+	close(release)
+	<-closed
+	if err := <-heldDone; err != nil {
+		t.Errorf("the batch under way at Close: %v", err)
+	}
+	if err := <-queued; !errors.Is(err, ErrClosed) && err != nil {
+		t.Errorf("a queued operation at Close: %v", err)
+	}
+	if err := w.Do(context.Background(), insert("late")); !errors.Is(err, ErrClosed) {
+		t.Errorf("Do after Close: %v, want ErrClosed", err)
+	}
+}
+
+func TestAPanickingOperationFailsItsBatchNotTheWriter(t *testing.T) {
+	db := &memDB{committed: map[string]int{}}
+	w := New[*memTx](db, Options{})
+	defer w.Close()
+	err := w.Do(context.Background(), func(context.Context, *memTx) error { panic("boom") })
+	if err == nil {
+		t.Fatal("a panicking operation succeeded")
+	}
+	if err := w.Do(context.Background(), insert("after")); err != nil {
+		t.Fatalf("the writer after a panic: %v", err)
+	}
+}
+
+// With Writers: 2, two transactions run at once: each operation below waits for the other to
+// have begun, which only two writers allow.
+func TestTwoWritersRunTwoBatchesAtOnce(t *testing.T) {
+	db := &memDB{committed: map[string]int{}}
+	w := New[*memTx](db, Options{Writers: 2})
+	defer w.Close()
+	a, b := make(chan struct{}), make(chan struct{})
+	meet := func(mine, other chan struct{}) func(context.Context, *memTx) error {
+		return func(context.Context, *memTx) error {
+			close(mine)
+			select {
+			case <-other:
+				return nil
+			case <-time.After(wait):
+				return errors.New("the other writer never ran")
+			}
+		}
+	}
+	errs := make(chan error, 2)
+	go func() { errs <- w.Do(context.Background(), meet(a, b)) }()
+	go func() { errs <- w.Do(context.Background(), meet(b, a)) }()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+var errDeadlock = errors.New("deadlock detected")
+
+// flaky fails with errDeadlock the first fails times it runs, after writing (which the savepoint
+// must undo), then inserts key.
+func flaky(key string, fails int) (func(context.Context, *memTx) error, *atomic.Int32) {
+	var runs atomic.Int32
+	return func(ctx context.Context, tx *memTx) error {
+		tx.data["partial:"+key]++
+		if int(runs.Add(1)) <= fails {
+			return errDeadlock
+		}
+		return insert(key)(ctx, tx)
+	}, &runs
+}
+
+// An operation that failed with an error Options.Retry names runs again once its batch-mates are
+// committed; its caller sees only the outcome of the last run. One that keeps failing gets the
+// error after the retries.
+func TestARetryableFailureRunsAgain(t *testing.T) {
+	db := &memDB{committed: map[string]int{}}
+	w := New[*memTx](db, Options{Retry: func(err error) bool { return errors.Is(err, errDeadlock) }})
+	defer w.Close()
+	release, heldDone := hold(t, w)
+	once, onceRuns := flaky("once", 1)
+	always, alwaysRuns := flaky("always", 100)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for i, fn := range []func(context.Context, *memTx) error{insert("plain"), once, always} {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = w.Do(context.Background(), fn) }()
+	}
+	deadline := time.Now().Add(wait)
+	for w.Queued() < 3 {
+		if time.Now().After(deadline) {
+			t.Fatal("never queued")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	wg.Wait()
+	<-heldDone
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("plain: %v, once: %v; want both stored", errs[0], errs[1])
+	}
+	if !errors.Is(errs[2], errDeadlock) {
+		t.Fatalf("always: %v, want the deadlock after the retries", errs[2])
+	}
+	if n := onceRuns.Load(); n != 2 {
+		t.Errorf("once ran %d times, want 2", n)
+	}
+	if n := alwaysRuns.Load(); n != 1+maxRetries {
+		t.Errorf("always ran %d times, want %d", n, 1+maxRetries)
+	}
+	for key, want := range map[string]int{"plain": 1, "once": 1, "partial:once": 1, "partial:always": 0} {
+		if got, _ := db.get(key); got != want {
+			t.Errorf("%s = %d, want %d", key, got, want)
+		}
+	}
+	// Alone in its batch (its failure is the transaction's): it runs again too.
+	alone, aloneRuns := flaky("alone", 1)
+	if err := w.Do(context.Background(), alone); err != nil || aloneRuns.Load() != 2 {
+		t.Fatalf("alone: %v after %d runs", err, aloneRuns.Load())
+	}
+}
+
+// A batch runs its operations in the order of their keys (none first), each key's in the order
+// they were given.
+func TestABatchRunsItsOperationsInKeyOrder(t *testing.T) {
+	db := &memDB{committed: map[string]int{}}
+	w := New[*memTx](db, Options{})
+	defer w.Close()
+	release, heldDone := hold(t, w)
+	var mu sync.Mutex
+	var order []string
+	var wg sync.WaitGroup
+	for i, key := range []string{"b", "a", "", "b"} {
+		name := fmt.Sprintf("%s%d", key, i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := w.DoKey(context.Background(), key, func(context.Context, *memTx) error {
+				mu.Lock()
+				order = append(order, name)
+				mu.Unlock()
+				return nil
+			}); err != nil {
+				t.Error(err)
+			}
+		}()
+		// One at a time into the queue, so that their order there is known.
+		for deadline := time.Now().Add(wait); w.Queued() < i+1; {
+			if time.Now().After(deadline) {
+				t.Fatal("never queued")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	close(release)
+	wg.Wait()
+	<-heldDone
+	if got := fmt.Sprint(order); got != "[2 a1 b0 b3]" {
+		t.Fatalf("ran in the order %s, want [2 a1 b0 b3]", got)
+	}
+}

@@ -1,0 +1,228 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	parley "github.com/parleyhq/parley"
+)
+
+// The tests of group commit: many callers' writes share transactions, each keeps its own
+// outcome, and a run's beginning and end are one write each (parley.RunBeginner).
+
+func beginner(t *testing.T, s parley.Store) parley.RunBeginner {
+	t.Helper()
+	rb, ok := s.(parley.RunBeginner)
+	if !ok {
+		t.Fatalf("%T is not a parley.RunBeginner", s)
+	}
+	return rb
+}
+
+func testBeginRun(t *testing.T, s parley.Store) {
+	rb := beginner(t, s)
+	at := base
+	sess := &parley.Session{ID: parley.NewID(), Title: "t", Owner: "alice", CreatedAt: at, UpdatedAt: at}
+	run := &parley.RunRecord{ID: parley.NewID(), SessionID: sess.ID, Owner: "alice", Model: "m", Instance: "i1",
+		LeaseUntil: at.Add(time.Minute), CreatedAt: at, SelectedTools: []string{"calculator"}}
+	user := msg(parley.RoleUser, "hello", at)
+	user.RunID = run.ID
+	first, err := rb.BeginRun(ctx, &parley.RunBegin{NewSession: sess, Reserve: 100, Run: run, Messages: []*parley.Message{user}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first != 1 || user.Seq != 1 || user.SessionID != sess.ID || run.FirstSeq != 1 || run.State != parley.RunStateRunning {
+		t.Fatalf("first %d, message seq %d of %q, run first %d state %q", first, user.Seq, user.SessionID, run.FirstSeq, run.State)
+	}
+	if got, err := s.GetSession(ctx, sess.ID); err != nil || got.Owner != "alice" {
+		t.Fatalf("the new session: %+v, %v", got, err)
+	}
+	h, err := s.History(ctx, sess.ID)
+	if err != nil || len(h) != 1 || h[0].ID != user.ID || h[0].RunID != run.ID {
+		t.Fatalf("history: %+v, %v", h, err)
+	}
+	active, err := s.ActiveRun(ctx, sess.ID)
+	if err != nil || active.ID != run.ID || active.FirstSeq != 1 || len(active.SelectedTools) != 1 {
+		t.Fatalf("active run: %+v, %v", active, err)
+	}
+
+	// A second run of the session is refused, and nothing of it is stored: no message, no
+	// numbers taken.
+	second := &parley.RunRecord{ID: parley.NewID(), SessionID: sess.ID, Owner: "alice", Instance: "i2", LeaseUntil: at.Add(time.Minute), CreatedAt: at}
+	late := msg(parley.RoleUser, "again", at)
+	if _, err := rb.BeginRun(ctx, &parley.RunBegin{SessionID: sess.ID, Reserve: 100, Run: second, Messages: []*parley.Message{late}}); parley.CodeOf(err) != parley.ECConflict {
+		t.Fatalf("a second running run: %v, want conflict", err)
+	}
+	if h, _ := s.History(ctx, sess.ID); len(h) != 1 {
+		t.Fatalf("the refused run stored its message: %d messages", len(h))
+	}
+
+	// The run ends: the numbers after its last event go back, and the session is free.
+	if err := rb.FinishRun(ctx, parley.RunFinish{SessionID: sess.ID, Limit: 100, Last: 7, RunID: run.ID, Instance: "i1",
+		Finish: parley.FinishStop, At: at.Add(time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ActiveRun(ctx, sess.ID); !isNotFound(err) {
+		t.Fatalf("after FinishRun the run is still running: %v", err)
+	}
+	// An existing session: the next run goes on from 8.
+	next := &parley.RunRecord{ID: parley.NewID(), SessionID: sess.ID, Owner: "alice", Instance: "i1", LeaseUntil: at.Add(time.Minute), CreatedAt: at}
+	if first, err := rb.BeginRun(ctx, &parley.RunBegin{SessionID: sess.ID, Reserve: 10, Run: next, Messages: []*parley.Message{late}}); err != nil || first != 8 || late.Seq != 2 {
+		t.Fatalf("the next run: first %d, message seq %d, %v; want 8 and 2", first, late.Seq, err)
+	}
+	// Finishing a run another instance took over is a conflict, and the numbers go back all
+	// the same.
+	err = rb.FinishRun(ctx, parley.RunFinish{SessionID: sess.ID, Limit: 17, Last: 9, RunID: next.ID, Instance: "someone-else", Finish: parley.FinishStop, At: at})
+	if parley.CodeOf(err) != parley.ECConflict {
+		t.Fatalf("finishing another instance's run: %v, want conflict", err)
+	}
+	if first, err := s.ReserveEventSeqs(ctx, sess.ID, 1); err != nil || first != 10 {
+		t.Fatalf("after a refused finish: next number %d, %v; want 10", first, err)
+	}
+
+	// A write that fails half-way leaves nothing: the new session, created first, goes too.
+	orphan := &parley.Session{ID: parley.NewID(), Title: "t", Owner: "alice", CreatedAt: at, UpdatedAt: at}
+	dup := &parley.RunRecord{ID: run.ID, SessionID: orphan.ID, Owner: "alice", Instance: "i1", LeaseUntil: at.Add(time.Minute), CreatedAt: at}
+	if _, err := rb.BeginRun(ctx, &parley.RunBegin{NewSession: orphan, Reserve: 10, Run: dup, Messages: []*parley.Message{msg(parley.RoleUser, "x", at)}}); err == nil {
+		t.Fatal("a run with a used id was stored")
+	}
+	if _, err := s.GetSession(ctx, orphan.ID); !isNotFound(err) {
+		t.Fatalf("the session of a failed BeginRun was kept: %v", err)
+	}
+	// Unknown session, no reservation.
+	if _, err := rb.BeginRun(ctx, &parley.RunBegin{SessionID: "no-such-session", Reserve: 1}); !isNotFound(err) {
+		t.Fatalf("an unknown session: %v, want not found", err)
+	}
+	if _, err := rb.BeginRun(ctx, &parley.RunBegin{SessionID: sess.ID}); parley.CodeOf(err) != parley.ECInvalid {
+		t.Fatalf("reserving nothing: %v, want invalid", err)
+	}
+}
+
+// Many writers at once, some of whose writes fail: each failure is its writer's alone, and every
+// write acknowledged is stored.
+func testConcurrentWritesFailAlone(t *testing.T, s parley.Store) {
+	const writers = 64
+	sessions := make([]*parley.Session, writers)
+	for i := range sessions {
+		sessions[i] = newSession(t, s, "alice", base)
+	}
+	busy := sessions[0]
+	if err := s.CreateRun(ctx, &parley.RunRecord{ID: parley.NewID(), SessionID: busy.ID, Instance: "i1", LeaseUntil: base.Add(time.Hour), CreatedAt: base}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, writers)
+	msgs := make([]*parley.Message, writers)
+	for i := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			switch i % 4 {
+			case 1: // an unknown session
+				errs[i] = s.AppendMessages(ctx, fmt.Sprintf("missing-%d", i), msg(parley.RoleUser, "lost", base))
+			case 2: // a second running run
+				errs[i] = s.CreateRun(ctx, &parley.RunRecord{ID: parley.NewID(), SessionID: busy.ID, Instance: "i2", LeaseUntil: base.Add(time.Hour), CreatedAt: base})
+			default:
+				msgs[i] = msg(parley.RoleUser, fmt.Sprintf("message %d", i), base)
+				errs[i] = s.AppendMessages(ctx, sessions[i].ID, msgs[i])
+			}
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		switch i % 4 {
+		case 1:
+			if !isNotFound(err) {
+				t.Errorf("writer %d (unknown session): %v, want not found", i, err)
+			}
+		case 2:
+			if parley.CodeOf(err) != parley.ECConflict {
+				t.Errorf("writer %d (second run): %v, want conflict", i, err)
+			}
+		default:
+			if err != nil {
+				t.Errorf("writer %d failed beside failing writes: %v", i, err)
+				continue
+			}
+			h, err := s.History(ctx, sessions[i].ID)
+			if err != nil || len(h) != 1 || h[0].ID != msgs[i].ID || msgs[i].Seq != 1 {
+				t.Errorf("writer %d: acknowledged, stored %d messages (%v)", i, len(h), err)
+			}
+		}
+	}
+}
+
+// Many runs emit events fast at once, each reserving its numbers in blocks and storing its
+// events in small batches as a run does: every write succeeds, the numbers come in order, and
+// every session's events read back whole, in order, without a gap.
+func testConcurrentEventStreams(t *testing.T, s parley.Store) {
+	const runs, events, block, batch = 48, 300, 64, 5
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ids := make([]string, runs)
+	for i := range ids {
+		ids[i] = newSession(t, s, "alice", base).ID
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, runs)
+	for _, sid := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			limit, next := int64(0), int64(1)
+			for next <= events {
+				if next > limit {
+					first, err := s.ReserveEventSeqs(ctx, sid, block)
+					if err != nil {
+						errs <- fmt.Errorf("reserving: %w", err)
+						return
+					}
+					if first != next {
+						errs <- fmt.Errorf("reserved from %d, want %d", first, next)
+						return
+					}
+					limit = first + block - 1
+				}
+				var evs []parley.Event
+				for len(evs) < batch && next <= min(limit, events) {
+					evs = append(evs, parley.Event{Seq: next, Type: parley.EventChunk, RunID: "r", SessionID: sid, Content: fmt.Sprintf("chunk %d", next)})
+					next++
+				}
+				if err := s.AppendEvents(ctx, sid, base, evs); err != nil {
+					errs <- fmt.Errorf("storing %d..%d: %w", evs[0].Seq, evs[len(evs)-1].Seq, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for _, sid := range ids {
+		after, n := int64(0), 0
+		for {
+			evs, err := s.ListEvents(ctx, sid, after, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(evs) == 0 {
+				break
+			}
+			for _, ev := range evs {
+				if ev.Seq != after+1 || ev.Content != fmt.Sprintf("chunk %d", ev.Seq) {
+					t.Fatalf("session %s: event %d (%q) after %d", sid, ev.Seq, ev.Content, after)
+				}
+				after = ev.Seq
+				n++
+			}
+		}
+		if n != events {
+			t.Fatalf("session %s: %d events stored, want %d", sid, n, events)
+		}
+	}
+}
