@@ -81,14 +81,19 @@ func TestWebUIInABrowser(t *testing.T) {
 	}
 	searx := fakeSearXNG(t)
 	imgs := fakeOpenAIImages(t, filestest.PNG(40, 30))
+	// --tool-policy: t__write asks for approval by this flag, t__erase by its destructiveHint (the
+	// approval case uses both).
 	common := []string{"--config", cfgPath, "--rate-limit", "off", "--provider-attempts", "1", "--breaker-failures", "1000", "--artifacts",
+		"--tool-policy", "t__write=ask",
 		"--search-backend", "searxng", "--searxng-url", searx.URL,
 		"--image-backend", "openai", "--image-model", "dall-e-2", "--image-base-url", imgs.URL + "/v1", "--image-api-key-env", "IMG_KEY"}
 	imgEnv := map[string]string{"IMG_KEY": "sk-img"}
 	dbPath := filepath.Join(t.TempDir(), "ui.db")
 	base := startInProcess(t, imgEnv, append(common, "--db", dbPath)...)
 	big := bigSession(t, dbPath, 5000)
-	withKeys := startInProcess(t, imgEnv, append(common, "--auth", "keys", "--guests", "--guest-rate-limit", "off")...)
+	// --approval-timeout: the expiry case waits for a call nobody answers (no other case of this
+	// server uses a tool that asks).
+	withKeys := startInProcess(t, imgEnv, append(common, "--auth", "keys", "--guests", "--guest-rate-limit", "off", "--approval-timeout", "8s")...)
 	crashable := startCrashable(t, upstream.URL)
 
 	controls.HandleFunc("POST /crash-restart", crashable.crashRestart)
@@ -231,7 +236,8 @@ func startCrashable(t *testing.T, upstreamURL string) *crashableServer {
 		t.Fatal(err)
 	}
 	c := &crashableServer{args: []string{"serve", "--log-format", "json", "--config", cfgPath, "--db", filepath.Join(dir, "crash.db"),
-		"--data-dir", filepath.Join(dir, "data"), "--instance-id", "e2e-crash", "--rate-limit", "off", "--provider-attempts", "1"}}
+		"--data-dir", filepath.Join(dir, "data"), "--instance-id", "e2e-crash", "--rate-limit", "off", "--provider-attempts", "1",
+		"--tool-policy", "calculator=ask"}} // the approval case waits on a calculator call through a crash
 	t.Cleanup(func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()

@@ -407,6 +407,44 @@ const cases = [
     },
   ],
   [
+    'an approval outlives its server: the card is there after a SIGKILL and restart, and Approve runs the call once',
+    async () => {
+      assert(CRASH, 'PARLEY_CRASH_URL is set')
+      // The crashable server asks before every calculator call (--tool-policy calculator=ask).
+      await enqueue({ ToolCalls: [{ id: 'call_crash1', type: 'function', function: { name: 'calculator', arguments: '{"expression":"6*7"}' } }] }, { Content: 'It is 42.' })
+      const page = await newPage()
+      const frames = []
+      page.on('websocket', (ws) => ws.on('framereceived', (f) => typeof f.payload === 'string' && frames.push(f.payload)))
+      await page.goto(CRASH + '/')
+      await page.getByRole('heading', { name: 'What can I help with?' }).waitFor({ timeout: T })
+      await send(page, 'What is 6*7?')
+      const card = page.locator('[data-testid=approval-card]')
+      await card.waitFor({ timeout: T })
+      await page.locator('.conn', { hasText: 'Waiting for approval' }).waitFor({ timeout: T })
+      const before = frames.length
+      await control('POST', '/crash-restart') // SIGKILL, then the same server again
+      // The page reconnects; the new process takes the run over and waits for the same call again.
+      for (const t0 = Date.now(); !frames.slice(before).some((f) => /"state":"awaiting_approval"/.test(f)); ) {
+        assert(Date.now() - t0 < T, 'the run taken over waits again: ' + frames.slice(before).join('\n').slice(0, 1500))
+        await new Promise((r) => setTimeout(r, 100))
+      }
+      const after = frames.slice(before)
+      assert(after.some((f) => /"state":"recovered"/.test(f)), 'the new process took the run over')
+      await page.locator('.conn', { hasText: 'Waiting for approval' }).waitFor({ timeout: T })
+      assert((await card.count()) === 1, 'one card after the restart')
+      await card.getByRole('button', { name: 'Approve' }).click()
+      await page.locator('[data-testid=approval-note]', { hasText: 'Approved calculator' }).waitFor({ timeout: T })
+      await page.getByText('It is 42.').waitFor({ timeout: T })
+      await idle(page)
+      const id = page.url().split('/s/')[1]
+      const stored = (await api('GET', `/api/v1/sessions/${id}/messages`, undefined, CRASH)).body.messages
+      const results = stored.filter((m) => m.role === 'tool' && m.tool_call_id === 'call_crash1')
+      assert(results.length === 1 && results[0].content.includes('42'), 'the call ran once, after the approval: ' + JSON.stringify(results.map((m) => m.content)))
+      assert((await api('GET', `/api/v1/sessions/${id}/approvals`, undefined, CRASH)).body.approvals.length === 0, 'nothing left pending')
+      return page
+    },
+  ],
+  [
     'two pages on one session see the same run',
     async () => {
       await enqueue({ Content: 'First answer.' })
@@ -521,6 +559,16 @@ const cases = [
       assert(last.last.includes('hello from a text file') && last.last.includes('notes.txt'), 'the model got the text file: ' + last.last)
       await page.reload()
       await page.locator('[data-testid=user-message] img.inline-image').nth(1).waitFor({ timeout: T })
+      // An edit of the message keeps its attachments (issue 23): the model gets them again.
+      await enqueue({ Content: 'Still two squares and a note.' })
+      await page.locator('[data-testid=user-message]').getByRole('button', { name: 'Edit message' }).click()
+      const editor = page.getByTestId('user-editor')
+      await editor.getByLabel('Edit message').fill('What are these, briefly?')
+      await editor.getByRole('button', { name: 'Send edit' }).click()
+      await page.getByText('Still two squares and a note.').waitFor({ timeout: T })
+      const edited = (await control('GET', '/requests')).at(-1)
+      assert(edited.last.includes('What are these, briefly?') && edited.last.includes('hello from a text file') && edited.images.length === 2, 'the edit kept the files: ' + JSON.stringify(edited).slice(0, 300))
+      await page.locator('[data-testid=user-message] .file-chip').filter({ hasText: 'notes.txt' }).waitFor({ timeout: T })
       return page
     },
   ],
@@ -880,7 +928,7 @@ const cases = [
       await button.click()
       await button.filter({ hasText: 'clicked 1' }).waitFor({ timeout: T })
       if (SHOTS) await page.screenshot({ path: path.join(SHOTS, 'artifacts-light.png') })
-      await page.getByRole('button', { name: 'Code' }).click()
+      await page.getByRole('button', { name: 'Code', exact: true }).click()
       assert((await page.locator('[data-testid=artifact-code]').innerText()).includes('useState(0)'), 'the code view shows the source')
       const cards = page.locator('[data-testid=search-sources] .source-card')
       await cards.first().waitFor({ timeout: T })
@@ -937,6 +985,218 @@ const cases = [
         }, null, { timeout: T })
         if (round === 0) await page.reload()
       }
+      return page
+    },
+  ],
+  [
+    'tool approval: a card with editable arguments, a schema error, approve, deny with a reason, always allow; a page opened late sees it',
+    async () => {
+      // t__erase asks by its MCP destructiveHint, t__write by the harness's --tool-policy.
+      const call = (tool, id, key) => ({ ToolCalls: [{ id, type: 'function', function: { name: tool, arguments: JSON.stringify({ key }) } }] })
+      const erase = (id, key) => call('t__erase', id, key)
+      await enqueue(erase('call_ap1', 'alpha'), { Content: 'Erased it.' })
+      const page = await newPage()
+      await page.goto(BASE + '/')
+      await page.getByRole('heading', { name: 'What can I help with?' }).waitFor({ timeout: T })
+      await send(page, 'Erase alpha')
+      const card = page.locator('[data-testid=approval-card]')
+      await card.waitFor({ timeout: T })
+      const head = await card.innerText()
+      assert(head.includes('t__erase') && /\bt\b/.test(head), 'the card names the tool and its MCP server: ' + head)
+      assert((await card.locator('textarea').inputValue()).includes('"key": "alpha"'), 'the card shows the arguments the model sent')
+      await page.locator('.conn', { hasText: 'Waiting for approval' }).waitFor({ timeout: T })
+      assert((await page.locator('[data-testid=tool-card] .tool-status').first().innerText()) === 'needs approval', 'the tool card says it waits')
+      if (SHOTS) await page.screenshot({ path: path.join(SHOTS, 'approval-light.png') })
+      await axeCheck(page, 'approval card')
+      // A page that opens the session now shows the same pending card (GET …/approvals, and the
+      // run's events replayed from its start).
+      const late = await newPage({ colorScheme: 'dark' })
+      await late.goto(page.url())
+      await late.locator('[data-testid=approval-card]').waitFor({ timeout: T })
+      await axeCheck(late, 'approval card, dark')
+      // Arguments that break the tool's schema are refused with the server's reason; the call stays pending.
+      await card.locator('textarea').fill('{"key": 5}')
+      await card.getByRole('button', { name: 'Approve' }).click()
+      const alert = card.getByRole('alert')
+      await alert.waitFor({ timeout: T })
+      assert((await alert.innerText()).length > 0, 'the refusal says why')
+      assert((await card.count()) === 1, 'still pending after the refusal')
+      // Not JSON at all: refused in the page, nothing sent.
+      await card.locator('textarea').fill('{"key": ')
+      await card.getByRole('button', { name: 'Approve' }).click()
+      await card.getByRole('alert', { hasText: 'not valid JSON' }).waitFor({ timeout: T })
+      // Edited arguments that fit run: both pages turn the card into a note.
+      await card.locator('textarea').fill('{"key": "beta"}')
+      await card.getByRole('button', { name: 'Approve' }).click()
+      for (const p of [page, late]) {
+        await p.locator('[data-testid=approval-note]', { hasText: 'Approved t__erase with edited arguments' }).waitFor({ timeout: T })
+        await p.getByText('Erased it.').waitFor({ timeout: T })
+        assert((await p.locator('[data-testid=approval-card]').count()) === 0, 'no card left')
+      }
+      await idle(page)
+      const tc = page.locator('[data-testid=tool-card]').first()
+      await tc.locator('summary').click()
+      assert((await tc.locator('.tool-body').innerText()).includes('erased beta'), 'the call ran with the edited arguments')
+      // Deny with a reason: the model gets a result that says so, and why.
+      await enqueue(call('t__write', 'call_ap2', 'gamma'), { Content: 'Left gamma alone.' })
+      await send(page, 'Write gamma')
+      await card.waitFor({ timeout: T })
+      await card.getByLabel(/Reason, if you deny it/).fill('gamma is still needed')
+      await card.getByRole('button', { name: 'Deny' }).click()
+      for (const p of [page, late]) await p.locator('[data-testid=approval-note]', { hasText: 'Denied t__write: gamma is still needed' }).waitFor({ timeout: T })
+      await page.getByText('Left gamma alone.').waitFor({ timeout: T })
+      await idle(page)
+      const reqs = await control('GET', '/requests')
+      const afterDeny = reqs[reqs.length - 1].last
+      assert(afterDeny.includes('gamma is still needed'), 'the model read the denial and its reason: ' + afterDeny)
+      // Always allow: this call runs, and the next call of the tool in the session asks no more.
+      // Two calls of the tool wait at once: "Always allow" on one approves the other too.
+      const twoCalls = { ToolCalls: [...erase('call_ap3', 'delta').ToolCalls, ...erase('call_ap3b', 'delta2').ToolCalls] }
+      await enqueue(twoCalls, { Content: 'Erased delta.' }, erase('call_ap4', 'epsilon'), { Content: 'Erased epsilon.' })
+      await send(page, 'Erase delta and delta2')
+      await card.nth(1).waitFor({ timeout: T })
+      assert((await card.count()) === 2, 'a card for each call')
+      await card.first().getByRole('button', { name: 'Always allow' }).click()
+      await page.locator('[data-testid=approval-note]', { hasText: 'Always allowed t__erase in this session' }).first().waitFor({ timeout: T })
+      await page.getByText('Erased delta.').waitFor({ timeout: T })
+      assert((await card.count()) === 0, 'both calls were decided')
+      const bodies = await page.locator('[data-testid=tool-card] .tool-body').allTextContents()
+      assert(bodies.some((b) => b.includes('erased delta2')), 'the other call ran too')
+      await idle(page)
+      await send(page, 'Erase epsilon')
+      await page.getByText('Erased epsilon.').waitFor({ timeout: T })
+      assert((await page.locator('[data-testid=approval-card]').count()) === 0, 'no card for an always-allowed tool')
+      await late.close()
+      return page
+    },
+  ],
+  [
+    'tool approval: another user cannot answer; a call nobody answers expires and the model is told',
+    async () => {
+      // On the server with keys (--approval-timeout 8s): two guests, the second a stranger to the session.
+      if (!AUTH) throw new Error('PARLEY_AUTH_URL is not set')
+      const guest = () => fetch(AUTH + '/api/v1/auth/guest', { method: 'POST' }).then((r) => r.json())
+      const [owner, stranger] = [await guest(), await guest()]
+      await enqueue({ ToolCalls: [{ id: 'call_exp1', type: 'function', function: { name: 't__erase', arguments: '{"key":"zeta"}' } }] }, { Content: 'Nobody approved it.' })
+      const page = await newPage()
+      await page.context().addInitScript((k) => localStorage.setItem('parley.key', k), owner.token)
+      await page.goto(AUTH + '/')
+      await page.locator('#prompt').waitFor({ timeout: T })
+      await send(page, 'Erase zeta')
+      const card = page.locator('[data-testid=approval-card]')
+      await card.waitFor({ timeout: T })
+      const sid = /\/s\/([0-9a-fA-F-]+)/.exec(page.url())[1]
+      const r = await fetch(`${AUTH}/api/v1/sessions/${sid}/approvals/call_exp1`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', Authorization: 'Bearer ' + stranger.token },
+        body: JSON.stringify({ decision: 'approve' }),
+      })
+      assert(r.status === 403 || r.status === 404, 'another user cannot answer: ' + r.status)
+      const pending = await fetch(`${AUTH}/api/v1/sessions/${sid}/approvals`, { headers: { Authorization: 'Bearer ' + owner.token } }).then((x) => x.json())
+      assert(pending.approvals.some((a) => a.call_id === 'call_exp1'), 'the call still waits for its owner: ' + JSON.stringify(pending))
+      assert((await card.count()) === 1, 'the owner still sees the card')
+      console.log('    the stranger got ' + r.status)
+      await page.locator('[data-testid=approval-note]', { hasText: 'not approved in time' }).waitFor({ timeout: T })
+      await page.getByText('Nobody approved it.').waitFor({ timeout: T })
+      await idle(page)
+      const reqs = await control('GET', '/requests')
+      const told = reqs[reqs.length - 1].last
+      assert(/approv/i.test(told) && !told.includes('erased zeta'), 'the model got a result saying the call was not approved and did not run: ' + told)
+      console.log('    the model was told: ' + told)
+      return page
+    },
+  ],
+  [
+    'branches: edit a message, "‹ 1 / 2 ›" switches, regenerate, a reload keeps the branch, another page follows, fork opens a new session',
+    async () => {
+      const page = await newPage()
+      await page.goto(BASE + '/')
+      await page.getByRole('heading', { name: 'What can I help with?' }).waitFor({ timeout: T })
+      await enqueue({ Content: 'Answer one.' })
+      await send(page, 'First question')
+      await page.getByText('Answer one.').waitFor({ timeout: T })
+      await idle(page)
+      await enqueue({ Content: 'Answer two.' })
+      await send(page, 'Second question')
+      await page.getByText('Answer two.').waitFor({ timeout: T })
+      await idle(page)
+      const id = page.url().split('/s/')[1]
+      const other = await newPage()
+      await other.goto(page.url())
+      await other.getByText('Answer two.').waitFor({ timeout: T })
+      const userMsg = (p, text) => p.locator('[data-testid=user-message]', { hasText: text })
+      const asstMsg = (p, text) => p.locator('[data-testid=assistant-message]', { hasText: text })
+      assert((await page.locator('[data-testid=branch-nav]').count()) === 0, 'no navigation before a branch exists')
+
+      // Edit the second question: the edited one and its answer replace it and what followed.
+      await userMsg(page, 'Second question').getByRole('button', { name: 'Edit message' }).click()
+      const editor = page.getByTestId('user-editor')
+      await editor.getByLabel('Edit message').fill('Second question, edited')
+      await enqueue({ Content: 'Answer to the edit.' })
+      await editor.getByRole('button', { name: 'Send edit' }).click()
+      await page.getByText('Answer to the edit.').waitFor({ timeout: T })
+      await idle(page)
+      assert((await page.getByText('Answer two.').count()) === 0, 'the old answer is not on the branch shown')
+      const nav = (loc) => loc.getByTestId('branch-nav').locator('.branch-pos')
+      await nav(userMsg(page, 'Second question, edited')).filter({ hasText: '2 / 2' }).waitFor({ timeout: T })
+      let reqs = await control('GET', '/requests')
+      assert(reqs[reqs.length - 1].last === 'Second question, edited', 'the model answered the edit: ' + reqs[reqs.length - 1].last)
+      // The other page followed the edit live, without a reload.
+      await other.getByText('Answer to the edit.').waitFor({ timeout: T })
+      assert((await other.getByText('Answer two.').count()) === 0, 'the other page cut the old branch away')
+      assert((await userMsg(other, 'Second question').count()) === 1, 'one second question on the other page')
+      await other.close()
+
+      // ‹ goes back to the first version: its question and its answer.
+      await userMsg(page, 'Second question, edited').getByRole('button', { name: 'Previous version' }).click()
+      await page.getByText('Answer two.').waitFor({ timeout: T })
+      assert((await page.getByText('Answer to the edit.').count()) === 0, 'the edit is on the other branch')
+      await nav(userMsg(page, 'Second question')).filter({ hasText: '1 / 2' }).waitFor({ timeout: T })
+
+      // Regenerate the answer on this branch with the model picked: a sibling answer, "2 / 2" on it.
+      await page.waitForFunction(() => document.querySelectorAll('select option').length >= 3, null, { timeout: T })
+      await page.getByRole('combobox', { name: 'Model' }).selectOption('oa/gpt-4o-mini')
+      await enqueue({ Content: 'Answer two, again.' })
+      await asstMsg(page, 'Answer two.').getByRole('button', { name: 'Regenerate answer' }).click()
+      await page.getByText('Answer two, again.').waitFor({ timeout: T })
+      await idle(page)
+      assert((await page.getByText('Answer two.', { exact: true }).count()) === 0, 'the old answer went')
+      await nav(asstMsg(page, 'Answer two, again.')).filter({ hasText: '2 / 2' }).waitFor({ timeout: T })
+      reqs = await control('GET', '/requests')
+      assert(reqs[reqs.length - 1].last === 'Second question', 'the regeneration answered the same question: ' + reqs[reqs.length - 1].last)
+      assert(reqs[reqs.length - 1].model === 'gpt-4o-mini', 'the regeneration used the model picked: ' + reqs[reqs.length - 1].model)
+      if (SHOTS) await page.screenshot({ path: path.join(SHOTS, 'branches-light.png') })
+      await axeCheck(page, 'branches')
+
+      // A reload shows the same branch: the server keeps the active leaf.
+      await page.reload()
+      await page.getByText('Answer two, again.').waitFor({ timeout: T })
+      assert((await page.getByText('Answer to the edit.').count()) === 0 && (await page.getByText('Answer two.', { exact: true }).count()) === 0, 'only the active branch')
+      await nav(userMsg(page, 'Second question')).filter({ hasText: '1 / 2' }).waitFor({ timeout: T })
+      await nav(asstMsg(page, 'Answer two, again.')).filter({ hasText: '2 / 2' }).waitFor({ timeout: T })
+      const stored = (await api('GET', `/api/v1/sessions/${id}/messages`)).body.messages.map((m) => m.content)
+      assert(JSON.stringify(stored) === JSON.stringify(['First question', 'Answer one.', 'Second question', 'Answer two, again.']), 'the API reads the same branch: ' + JSON.stringify(stored))
+      // ‹ on the answer shows the first one; the branch of the edit is still there, › on the question.
+      await asstMsg(page, 'Answer two, again.').getByRole('button', { name: 'Previous version' }).click()
+      await page.getByText('Answer two.', { exact: true }).waitFor({ timeout: T })
+      await userMsg(page, 'Second question').getByRole('button', { name: 'Next version' }).click()
+      await page.getByText('Answer to the edit.').waitFor({ timeout: T })
+
+      // Fork at the first answer: a new session with the messages up to there, opened at once.
+      await asstMsg(page, 'Answer one.').getByRole('button', { name: 'Fork from here' }).click()
+      await page.waitForURL((u) => /\/s\/[0-9a-f-]{36}$/.test(u.pathname) && !u.pathname.endsWith(id), { timeout: T })
+      await page.getByText('Answer one.').waitFor({ timeout: T })
+      assert((await page.locator('[data-testid=user-message]').count()) === 1, 'the fork holds the branch up to the message')
+      assert((await page.getByText('Second question').count()) === 0, 'nothing after the fork point')
+      const forkId = page.url().split('/s/')[1]
+      const forked = (await api('GET', `/api/v1/sessions/${forkId}/messages`)).body.messages.map((m) => m.content)
+      assert(JSON.stringify(forked) === JSON.stringify(['First question', 'Answer one.']), 'the fork stored: ' + JSON.stringify(forked))
+      // The fork goes on by itself.
+      await enqueue({ Content: 'Answer in the fork.' })
+      await send(page, 'A question in the fork')
+      await page.getByText('Answer in the fork.').waitFor({ timeout: T })
+      await idle(page)
+      assert((await api('GET', `/api/v1/sessions/${id}/messages`)).body.messages.every((m) => m.content !== 'A question in the fork'), 'the source session is untouched')
       return page
     },
   ],

@@ -160,6 +160,10 @@ function Shell(props: { who: Me; onSignOut: () => void }) {
           setListVersion((v) => v + 1)
         }}
         onRunEnded={() => setListVersion((v) => v + 1)}
+        onOpen={(id) => {
+          open(id)
+          setListVersion((v) => v + 1)
+        }}
       />
     </div>
   )

@@ -1,7 +1,32 @@
 import { useCallback, useEffect, useLayoutEffect, useMemo, useReducer, useRef, useState } from 'react'
 import { useVirtualizer } from '@tanstack/react-virtual'
-import { allMessages, getKey, getSession, listModels, listTools, type ModelInfo, type Session, type ToolInfo, type Usage } from './api'
-import { applyFrame, initialChat, withHistory, type ChatState, type Entry, type Frame } from './chat'
+import {
+  allMessages,
+  answerApproval,
+  ApiError,
+  editMessage,
+  forkSession,
+  getKey,
+  getSession,
+  getTree,
+  listApprovals,
+  listModels,
+  listTools,
+  regenerate,
+  setLeaf,
+  type Approval,
+  type Decision,
+  type Message,
+  type ModelInfo,
+  type Session,
+  type ToolInfo,
+  type TreeNode,
+  type Usage,
+} from './api'
+import { answerStart, applyFrame, cutFrom, initialChat, showBranch, withApprovals, withDecision, withHistory, withTree, type ChatState, type Entry, type Frame } from './chat'
+import { editBody, endsAnswer, indexTree, siblings, type TreeIndex } from './branches'
+import { ApprovalAnswer, ApprovalView, type Answer } from './ApprovalCard'
+import { BranchNav, UserEditor } from './Branches'
 import { Conn, type ConnState } from './ws'
 import { AssistantBody, Markdown, formatUsage } from './Message'
 import { AttachmentList, FileRefView, maxFiles, uploadFiles, type Attachment } from './Files'
@@ -10,7 +35,15 @@ import { ProjectPicker } from './Projects'
 import { getTodos, type Todo } from './workspace'
 import { ArtifactPanel } from './ArtifactPanel'
 
-type Action = { t: 'history'; msgs: Parameters<typeof withHistory>[1] } | { t: 'frames'; frames: Frame[] } | { t: 'error'; code: string; message: string }
+type Action =
+  | { t: 'history'; msgs: Message[] }
+  | { t: 'frames'; frames: Frame[] }
+  | { t: 'error'; code: string; message: string }
+  | { t: 'branch'; msgs: Message[]; nodes: TreeNode[] | null } // another branch is shown
+  | { t: 'tree'; nodes: TreeNode[] }
+  | { t: 'approvals'; list: Approval[] } // the pending ones, read as the session opens
+  | { t: 'decision'; approval: Approval } // the page's own decision, as the server took it
+  | { t: 'cut'; id: string } // a message and what follows go (an edit or a regeneration begins)
 
 function reduce(s: ChatState, a: Action): ChatState {
   switch (a.t) {
@@ -20,7 +53,17 @@ function reduce(s: ChatState, a: Action): ChatState {
       for (const f of a.frames) s = applyFrame(s, f)
       return s
     case 'error':
-      return { ...s, entries: [...s.entries, { kind: 'error', id: 'local-' + Date.now(), code: a.code, message: a.message }] }
+      return { ...s, entries: [...s.entries, { kind: 'error', id: 'local-' + Date.now(), code: a.code, message: a.message, at: s.path.length }] }
+    case 'branch':
+      return showBranch(s, a.msgs, a.nodes)
+    case 'tree':
+      return withTree(s, a.nodes)
+    case 'approvals':
+      return withApprovals(s, a.list)
+    case 'decision':
+      return withDecision(s, a.approval)
+    case 'cut':
+      return cutFrom(s, a.id)
   }
 }
 
@@ -31,10 +74,13 @@ interface Props {
   onSession: (id: string) => void
   onRunEnded: () => void
   onMenu: () => void
+  onOpen: (id: string) => void // open another session (a fork)
 }
 
 export function ChatView(p: Props) {
   const [state, dispatch] = useReducer(reduce, undefined, initialChat)
+  const stateRef = useRef(state)
+  stateRef.current = state
   const [conn, setConn] = useState<ConnState>('connecting')
   const [loading, setLoading] = useState(!!p.sessionId)
   const [session, setSession] = useState<Session | null>(null)
@@ -45,7 +91,11 @@ export function ChatView(p: Props) {
   const [selected, setSelected] = useState<string[] | null>(null)
   const [todos, setTodos] = useState<Todo[]>([])
   const [artifactTick, setArtifactTick] = useState(0)
+  const [editing, setEditing] = useState<string | null>(null) // the user message being edited
   const connRef = useRef<Conn | null>(null)
+  // lastMsgSeq: the highest seq of the stored messages shown; on a reconnect the page reads the
+  // active branch's messages after it.
+  const lastMsgSeq = useRef(0)
   const sessionRef = useRef(p.sessionId)
   const propsRef = useRef(p)
   propsRef.current = p
@@ -59,7 +109,13 @@ export function ChatView(p: Props) {
   useEffect(() => {
     let alive = true
     const id = p.sessionId
-    let lastMsgSeq = 0
+    lastMsgSeq.current = 0
+    // The session's tree (for "‹ 2 / 3 ›"): a server without branches answers 404 and the page
+    // shows no navigation.
+    const readTree = () => {
+      const sid = sessionRef.current
+      if (sid) getTree(sid).then((r) => alive && r?.nodes && dispatch({ t: 'tree', nodes: r.nodes }), () => {})
+    }
     const start = () => {
       connRef.current = new Conn({
         sessionId: id,
@@ -72,9 +128,10 @@ export function ChatView(p: Props) {
           for (const f of frames) {
             if (f.type === 'todo_update') setTodos(f.data?.todos ?? [])
             if (f.type === 'memory_update') propsRef.current.onRunEnded() // the sidebar reads the project's memory again
-            if (f.data?.message?.seq) lastMsgSeq = Math.max(lastMsgSeq, f.data.message.seq)
+            if (f.data?.message?.seq) lastMsgSeq.current = Math.max(lastMsgSeq.current, f.data.message.seq)
             if (f.type === 'status' && f.data?.type === 'done') {
               refreshSession()
+              readTree()
               propsRef.current.onRunEnded()
             }
           }
@@ -82,9 +139,9 @@ export function ChatView(p: Props) {
         onConnected: (st) => {
           // With no run in progress, anything that finished while we were away is in the store.
           if (!st.active_run && sessionRef.current) {
-            allMessages(sessionRef.current, lastMsgSeq).then((msgs) => {
+            allMessages(sessionRef.current, lastMsgSeq.current).then((msgs) => {
               if (!alive) return
-              for (const m of msgs) lastMsgSeq = Math.max(lastMsgSeq, m.seq)
+              for (const m of msgs) lastMsgSeq.current = Math.max(lastMsgSeq.current, m.seq)
               dispatch({ t: 'history', msgs })
             }, () => {})
           }
@@ -101,10 +158,13 @@ export function ChatView(p: Props) {
       allMessages(id)
         .then((msgs) => {
           if (!alive) return
-          for (const m of msgs) lastMsgSeq = Math.max(lastMsgSeq, m.seq)
+          for (const m of msgs) lastMsgSeq.current = Math.max(lastMsgSeq.current, m.seq)
           dispatch({ t: 'history', msgs })
           setLoading(false)
           start()
+          readTree()
+          // Calls that wait for the owner's decision, also those of a run this page did not see start.
+          listApprovals(id).then((r) => alive && r?.approvals && dispatch({ t: 'approvals', list: r.approvals }), () => {})
         })
         .catch((e) => {
           if (!alive) return
@@ -167,6 +227,107 @@ export function ChatView(p: Props) {
   }, [])
 
   const running = state.run !== 'idle'
+
+  // ---- branches (issue 23) ----
+  const failed = useCallback((e: any) => {
+    if (e instanceof ApiError && e.status === 409) setNotice('A run is still going: wait for it to end, or stop it first.')
+    else setNotice(e?.message ?? String(e))
+  }, [])
+
+  // showLeaf makes the branch through message id the active one and shows it.
+  const showLeaf = useCallback(
+    async (id: string) => {
+      const sid = sessionRef.current
+      if (!sid) return
+      try {
+        await setLeaf(sid, id)
+        const [msgs, tree] = await Promise.all([allMessages(sid), getTree(sid).catch(() => null)])
+        lastMsgSeq.current = msgs.reduce((n, m) => Math.max(n, m.seq), 0)
+        setEditing(null)
+        setNotice('')
+        dispatch({ t: 'branch', msgs, nodes: tree?.nodes ?? null })
+      } catch (e) {
+        failed(e)
+      }
+    },
+    [failed],
+  )
+
+  const sendEdit = useCallback(
+    async (id: string, text: string, fileIds: string[], images: string[]) => {
+      const sid = sessionRef.current
+      if (!sid) return false
+      const body = editBody(text, { fileIds, images }, model, selected)
+      try {
+        await editMessage(sid, id, body)
+        setNotice('')
+        setEditing(null)
+        dispatch({ t: 'cut', id })
+        return true
+      } catch (e) {
+        failed(e)
+        return false
+      }
+    },
+    [model, selected, failed],
+  )
+
+  // regen answers again: the new answer is a sibling of the one it replaces, which goes at once.
+  const regen = useCallback(
+    async (id: string) => {
+      const sid = sessionRef.current
+      if (!sid) return
+      try {
+        const from = answerStart(stateRef.current, id)
+        const body: Parameters<typeof regenerate>[2] = {}
+        if (model) body.model = model
+        if (selected) body.selected_tools = selected
+        await regenerate(sid, id, body)
+        setNotice('')
+        dispatch({ t: 'cut', id: from })
+      } catch (e) {
+        failed(e)
+      }
+    },
+    [model, selected, failed],
+  )
+
+  const fork = useCallback(
+    async (id: string) => {
+      const sid = sessionRef.current
+      if (!sid) return
+      try {
+        const r = await forkSession(sid, id)
+        propsRef.current.onOpen(r.session.id)
+      } catch (e) {
+        failed(e)
+      }
+    },
+    [failed],
+  )
+
+  const answer: Answer = useCallback(async (callId: string, decision: Decision, args?: Record<string, unknown>, reason?: string) => {
+    const sid = sessionRef.current
+    if (!sid) return 'no session'
+    const body: { decision: Decision; arguments?: object; reason?: string } = { decision }
+    if (args) body.arguments = args
+    if (reason) body.reason = reason
+    try {
+      const r = await answerApproval(sid, callId, body)
+      if (r?.approval) dispatch({ t: 'decision', approval: r.approval })
+      return ''
+    } catch (e: any) {
+      // Decided elsewhere (another tab, the timeout): its approval_resolved event is on its way.
+      if (e instanceof ApiError && e.status === 409) return ''
+      return e?.message ?? String(e)
+    }
+  }, [])
+
+  const tree = useMemo(() => (state.nodes ? indexTree(state.nodes) : null), [state.nodes])
+  const branch: BranchProps = useMemo(
+    () => ({ tree, busy: running || !sessionRef.current, editing, onEdit: setEditing, onSendEdit: sendEdit, onGo: showLeaf, onRegenerate: regen, onFork: fork }),
+    [tree, running, editing, sendEdit, showLeaf, regen, fork],
+  )
   useEffect(() => {
     const onKey = (e: KeyboardEvent) => {
       if (e.key === 'Escape' && running) {
@@ -204,12 +365,22 @@ export function ChatView(p: Props) {
           </span>
         )}
         <span className={'conn conn-' + conn} role="status" aria-live="polite">
-          {conn === 'reconnecting' ? 'Reconnecting…' : conn === 'connecting' ? 'Connecting…' : state.run === 'paused' ? 'Paused' : ''}
+          {conn === 'reconnecting'
+            ? 'Reconnecting…'
+            : conn === 'connecting'
+              ? 'Connecting…'
+              : state.run === 'paused'
+                ? 'Paused'
+                : state.run === 'awaiting'
+                  ? 'Waiting for approval'
+                  : ''}
         </span>
       </header>
       <TodoList todos={todos} />
       <div className="chat-main">
-        <Messages state={state} loading={loading} running={running} toolServers={toolServers} onRetry={retry} />
+        <ApprovalAnswer.Provider value={answer}>
+          <Messages state={state} loading={loading} running={running} toolServers={toolServers} onRetry={retry} branch={branch} />
+        </ApprovalAnswer.Provider>
         <ArtifactPanel sessionId={session?.id ?? p.sessionId} tick={artifactTick} />
       </div>
       {notice && (
@@ -238,7 +409,19 @@ export function ChatView(p: Props) {
   )
 }
 
-type Row = Entry | { kind: 'draft'; id: string }
+type Row = Entry | { kind: 'draft'; id: string } | { kind: 'approval'; id: string; callId: string }
+
+// What a message's branch controls need: the session's tree and the actions.
+interface BranchProps {
+  tree: TreeIndex | null
+  busy: boolean // a run is going (or there is no session yet): no branch actions
+  editing: string | null
+  onEdit: (id: string | null) => void
+  onSendEdit: (id: string, text: string, fileIds: string[], images: string[]) => Promise<boolean>
+  onGo: (id: string) => void
+  onRegenerate: (id: string) => void
+  onFork: (id: string) => void
+}
 
 // No layout jumps while text streams: the list follows the end, so content that grows moves what
 // is above it up, as intended, but content that shrinks (a row first drawn at an estimate larger
@@ -246,19 +429,24 @@ type Row = Entry | { kind: 'draft'; id: string }
 // rows that appear at the end err low, each draft is a row of its own (a key of its own, never a
 // size cached from the previous answer's draft), the stored answer that replaces a draft is first
 // estimated at the draft's size, and the "answering" row goes once the final answer is stored.
-const estimate = { draft: 32, user: 56, error: 56, assistant: 120 }
+const estimate = { draft: 32, user: 56, error: 56, assistant: 120, approval: 200 }
 
-function Messages(props: { state: ChatState; loading: boolean; running: boolean; toolServers: Record<string, string>; onRetry: () => void }) {
+function Messages(props: { state: ChatState; loading: boolean; running: boolean; toolServers: Record<string, string>; onRetry: () => void; branch: BranchProps }) {
   const { state } = props
   const rows: Row[] = useMemo(() => {
     const r: Row[] = [...state.entries]
+    // An approval shows under its tool call; one whose call is not shown (yet) gets a row.
+    const calls = new Set<string>()
+    for (const e of state.entries) if (e.kind === 'assistant') for (const c of e.toolCalls) calls.add(c.id)
+    for (const id of Object.keys(state.approvals)) if (!calls.has(id)) r.push({ kind: 'approval', id: 'approval-' + id, callId: id })
     const last = state.entries[state.entries.length - 1]
     // A final answer (an assistant message without tool calls) ends the run: no "answering" row
     // after it while the run's `done` is on its way.
     const answered = last?.kind === 'assistant' && last.toolCalls.length === 0 && !last.partial
-    if ((props.running && !answered) || state.draft.text || state.draft.reasoning) r.push({ kind: 'draft', id: 'draft-' + state.entries.length })
+    // While a call waits for approval nothing is being answered: its card is the last thing.
+    if ((props.running && !answered && state.run !== 'awaiting') || state.draft.text || state.draft.reasoning) r.push({ kind: 'draft', id: 'draft-' + state.entries.length })
     return r
-  }, [state.entries, state.draft, props.running])
+  }, [state.entries, state.draft, state.approvals, state.run, props.running])
   const lastError = useMemo(() => {
     for (let i = state.entries.length - 1; i >= 0; i--) if (state.entries[i].kind === 'error') return state.entries[i].id
     return ''
@@ -322,7 +510,15 @@ function Messages(props: { state: ChatState; loading: boolean; running: boolean;
                 }}
                 className="row"
               >
-                <RowView row={row} state={state} toolServers={props.toolServers} canRetry={row.id === lastError} onRetry={props.onRetry} />
+                <RowView
+                  row={row}
+                  state={state}
+                  toolServers={props.toolServers}
+                  canRetry={row.id === lastError}
+                  onRetry={props.onRetry}
+                  branch={props.branch}
+                  final={endsAnswer(rows, it.index)}
+                />
               </div>
             )
           })}
@@ -332,10 +528,30 @@ function Messages(props: { state: ChatState; loading: boolean; running: boolean;
   )
 }
 
-function RowView(props: { row: Row; state: ChatState; toolServers: Record<string, string>; canRetry: boolean; onRetry: () => void }) {
-  const { row, state } = props
+function RowView(props: {
+  row: Row
+  state: ChatState
+  toolServers: Record<string, string>
+  canRetry: boolean
+  onRetry: () => void
+  branch: BranchProps
+  final: boolean
+}) {
+  const { row, state, branch } = props
+  const sib = (row.kind === 'user' || row.kind === 'assistant') && branch.tree ? siblings(branch.tree, row.id) : null
+  const nav = sib && <BranchNav sib={sib} disabled={branch.busy} onGo={branch.onGo} />
   switch (row.kind) {
     case 'user':
+      if (branch.editing === row.id)
+        return (
+          <div className="msg user editing" data-testid="user-message">
+            <UserEditor
+              text={row.text}
+              onSend={(t) => branch.onSendEdit(row.id, t, row.files.map((f) => f.id), row.images)}
+              onCancel={() => branch.onEdit(null)}
+            />
+          </div>
+        )
       return (
         <div className="msg user" data-testid="user-message">
           <div className="bubble">
@@ -361,12 +577,34 @@ function RowView(props: { row: Row; state: ChatState; toolServers: Record<string
             )}
             {row.text && <Markdown text={row.text} />}
           </div>
+          {/* After the text in the page (its text comes first), before it on screen. */}
+          <div className="msg-actions before">
+            {nav}
+            <button type="button" className="act" disabled={branch.busy} aria-label="Edit message" onClick={() => branch.onEdit(row.id)}>
+              Edit
+            </button>
+          </div>
         </div>
       )
     case 'assistant':
       return (
         <div className="msg assistant" data-testid="assistant-message">
           <AssistantBody entry={row} state={state} toolServers={props.toolServers} streaming={false} />
+          {(nav || props.final) && (
+            <div className="msg-actions">
+              {nav}
+              {props.final && (
+                <>
+                  <button type="button" className="act" disabled={branch.busy} aria-label="Regenerate answer" onClick={() => branch.onRegenerate(row.id)}>
+                    Regenerate
+                  </button>
+                  <button type="button" className="act" disabled={branch.busy} aria-label="Fork from here" title="A new conversation with the messages up to here" onClick={() => branch.onFork(row.id)}>
+                    Fork
+                  </button>
+                </>
+              )}
+            </div>
+          )}
         </div>
       )
     case 'error':
@@ -382,6 +620,14 @@ function RowView(props: { row: Row; state: ChatState; toolServers: Record<string
           )}
         </div>
       )
+    case 'approval': {
+      const it = state.approvals[row.callId]
+      return it ? (
+        <div className="msg assistant">
+          <ApprovalView item={it} />
+        </div>
+      ) : null
+    }
     case 'draft':
       return (
         <div className="msg assistant draft" data-testid="draft-message">

@@ -4,6 +4,7 @@ import type { ChatState, Draft, Entry } from './chat'
 import { renderMarkdown } from './markdown'
 import { SearchSources } from './SearchSources'
 import { GeneratedImages } from './GeneratedImages'
+import { ApprovalView } from './ApprovalCard'
 
 export function formatUsage(u: Usage): string {
   let s = `${u.total_tokens.toLocaleString('en')} tokens`
@@ -65,10 +66,21 @@ function ToolCard(props: { call: ToolCall; state: ChatState; toolServers: Record
   const { call, state } = props
   const res = state.results[call.id]
   const started = state.started[call.id]
-  const status = res ? (res.success === false ? 'failed' : 'done') : started ? 'running' : state.run !== 'idle' ? 'waiting' : 'no result'
+  const approval = state.approvals[call.id]
+  const status = res
+    ? res.success === false
+      ? 'failed'
+      : 'done'
+    : started
+      ? 'running'
+      : approval && !approval.resolved
+        ? 'needs approval'
+        : state.run !== 'idle'
+          ? 'waiting'
+          : 'no result'
   const server = res?.server ?? props.toolServers[call.function.name]
   return (
-    <details className={'tool-card tool-' + status.replace(' ', '-')} data-testid="tool-card">
+    <details className={'tool-card tool-' + status.replaceAll(' ', '-')} data-testid="tool-card">
       <summary>
         <span className="tool-icon" aria-hidden="true">
           ⚙
@@ -98,10 +110,11 @@ export function AssistantBody(props: { entry: Extract<Entry, { kind: 'assistant'
   return (
     <>
       {e.reasoning && <Reasoning text={e.reasoning} streaming={props.streaming} ms={e.thoughtMs} draft={props.draft} />}
-      {e.text ? <Markdown text={e.text} /> : props.streaming && !e.reasoning ? <span className="typing" aria-label="The model is answering" /> : null}
+      {e.text ? <Markdown text={e.text} /> : props.streaming && !e.reasoning ? <span className="typing" role="img" aria-label="The model is answering" /> : null}
       {e.toolCalls.map((c) => (
         <Fragment key={c.id}>
           <ToolCard call={c} state={props.state} toolServers={props.toolServers} />
+          {props.state.approvals[c.id] && <ApprovalView item={props.state.approvals[c.id]} />}
           {c.function.name === 'web_search' && props.state.results[c.id]?.success !== false && props.state.results[c.id] && (
             <SearchSources content={props.state.results[c.id].content} />
           )}

@@ -18,6 +18,7 @@ export interface Session {
   usage: Usage
   active_run?: string
   project_id?: string
+  leaf_id?: string // the active branch's last message (issue 23)
 }
 
 export interface ToolCall {
@@ -44,6 +45,8 @@ export interface Message {
   server?: string
   // error marks a failed turn: the code of the error that ended the model call.
   error?: string
+  // parent_id: the message this one follows in the session's tree ("" or absent for the first).
+  parent_id?: string
   created_at: string
 }
 
@@ -147,3 +150,58 @@ export async function allMessages(id: string, after = 0): Promise<Message[]> {
     after = page.next_after
   }
 }
+
+// ---- issue 23: tool approval and branches -------------------------------------------------
+
+// Approval is a tool call that waits for the session owner's decision (approval_required), or the
+// decision taken on it (approval_resolved).
+export interface Approval {
+  call_id: string
+  tool: string
+  server?: string
+  arguments: string
+  reason?: string
+  expires_at?: string
+  decision?: 'approved' | 'denied' | 'expired'
+  edited?: boolean
+  always?: boolean
+}
+
+export type Decision = 'approve' | 'deny' | 'always'
+
+export const listApprovals = (id: string) => api<{ approvals: Approval[] }>('GET', `/api/v1/sessions/${id}/approvals`)
+export const answerApproval = (id: string, callId: string, body: { decision: Decision; arguments?: object; reason?: string }) =>
+  api<{ approval: Approval }>('POST', `/api/v1/sessions/${id}/approvals/${encodeURIComponent(callId)}`, body)
+
+// TreeNode is one message of a session's tree (GET …/tree), every branch.
+export interface TreeNode {
+  id: string
+  parent_id?: string
+  role: string
+  created_at?: string
+}
+
+// RunStarted is how a route that starts a run answers (as POST …/retry does).
+export interface RunStarted {
+  action?: string
+  session_id?: string
+  run_id?: string
+  model?: string
+  message_id?: string
+}
+
+export const getTree = (id: string) => api<{ leaf_id?: string; nodes: TreeNode[] }>('GET', `/api/v1/sessions/${id}/tree`)
+export const setLeaf = (id: string, messageId: string) => api<{ leaf_id: string }>('PUT', `/api/v1/sessions/${id}/leaf`, { message_id: messageId })
+export const forkSession = (id: string, messageId: string) => api<{ session: Session }>('POST', `/api/v1/sessions/${id}/fork`, { message_id: messageId })
+export interface EditBody {
+  message: string
+  model?: string
+  selected_tools?: string[]
+  file_ids?: string[]
+  binary_content?: { type: 'image_url'; image_url: { url: string } }[]
+}
+
+export const editMessage = (id: string, messageId: string, body: EditBody) =>
+  api<RunStarted>('POST', `/api/v1/sessions/${id}/messages/${messageId}/edit`, body)
+export const regenerate = (id: string, messageId: string, body: { model?: string; selected_tools?: string[] }) =>
+  api<RunStarted>('POST', `/api/v1/sessions/${id}/messages/${messageId}/regenerate`, body)
