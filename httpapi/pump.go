@@ -181,6 +181,17 @@ func (p *pump) loopOrPark() (err error, ended bool) {
 			p.timer.Reset(next.Sub(now))
 			p.armed = next
 		}
+		// A reply waiting goes before the events: it answers a frame the client sent before
+		// whatever the events that follow may be the effects of.
+		select {
+		case b := <-p.replies:
+			if err := p.reply(b); err != nil {
+				return errClientGone{err}, true
+			}
+			p.parkAt = time.Now().Add(p.park)
+			continue
+		default:
+		}
 		var ready <-chan struct{}
 		if p.sub != nil {
 			ready = p.sub.Ready()
