@@ -468,6 +468,34 @@ func (r *Run) Go(fn Func) {
 	}()
 }
 
+// endAttempts is how many times the end of a run is written when the store is too slow to take it
+// within storeTimeout: an overloaded store slows the end of a run down rather than leave its record
+// running (which another instance would take for a crash).
+const endAttempts = 3
+
+// recordEnd writes the end of the run with write, trying again while the store times out. A
+// conflict on a later attempt means an earlier one committed after all (or the run was taken
+// over meanwhile): either way, this instance is done with the record.
+func (r *Run) recordEnd(write func(ctx context.Context) error) {
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+		err := write(ctx)
+		cancel()
+		switch {
+		case err == nil:
+			return
+		case attempt > 1 && parley.CodeOf(err) == parley.ECConflict:
+			r.logger.Warn("the end of a run was already recorded, or the run was taken over", "err", err)
+			return
+		case errors.Is(err, context.DeadlineExceeded) && attempt < endAttempts:
+			r.logger.Warn("the store is slow to record the end of a run; trying again", "attempt", attempt, "err", err)
+		default:
+			r.logger.Error("could not record the end of a run", "err", err)
+			return
+		}
+	}
+}
+
 // emitDone appends the run's last event. Under the emit lock, so that no late event (a pause
 // status) slips in: the numbers the run will not use go back first, then the session is freed,
 // here and in the run's record (a client that sends its next message as soon as it sees done,
@@ -480,21 +508,17 @@ func (r *Run) emitDone(finish string) {
 	last := r.w.Next() // done's number
 	r.ending.Store(true)
 	if rb := m.beginner(); rb != nil { // both in one write
-		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-		if err := rb.FinishRun(ctx, parley.RunFinish{SessionID: r.SessionID, Limit: r.w.Limit(), Last: last,
-			RunID: r.ID, Instance: m.opts.Instance, Finish: finish, At: m.opts.Now()}); err != nil {
-			r.logger.Error("could not record the end of a run", "err", err)
-		}
-		cancel()
+		end := parley.RunFinish{SessionID: r.SessionID, Limit: r.w.Limit(), Last: last,
+			RunID: r.ID, Instance: m.opts.Instance, Finish: finish, At: m.opts.Now()}
+		r.recordEnd(func(ctx context.Context) error { return rb.FinishRun(ctx, end) })
 		r.w.GaveBack(last)
 	} else {
 		r.w.GiveBack(last)
 		if m.opts.Runs != nil { // the session is free on every instance before done goes out
-			ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-			if err := m.opts.Runs.EndRun(ctx, r.ID, m.opts.Instance, finish, m.opts.Now()); err != nil {
-				r.logger.Error("could not record the end of a run", "err", err)
-			}
-			cancel()
+			at := m.opts.Now()
+			r.recordEnd(func(ctx context.Context) error {
+				return m.opts.Runs.EndRun(ctx, r.ID, m.opts.Instance, finish, at)
+			})
 		}
 	}
 	m.mu.Lock()
