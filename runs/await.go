@@ -163,6 +163,7 @@ func (r *Run) leave() {
 	if r.m.active[r.SessionID] == r {
 		delete(r.m.active, r.SessionID)
 	}
+	r.m.finished = append(r.m.finished, r)
 	r.m.mu.Unlock()
 	close(r.done)
 }

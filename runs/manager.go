@@ -119,6 +119,9 @@ type Manager struct {
 	active    map[string]*Run // by session id
 	claimed   map[string]bool // sessions whose run is being begun
 	lastOfSes map[string]*Run // the latest run of each session
+	// finished holds the ended runs still in runs, in the order they ended (so by endedAt):
+	// pruning forgets from its front, never scanning the runs retained.
+	finished []*Run
 
 	afterDone func() // tests: called between a run's done event and its end
 }
@@ -566,6 +569,7 @@ func (r *Run) end(finish string, err error) {
 	if r.m.active[r.SessionID] == r {
 		delete(r.m.active, r.SessionID)
 	}
+	r.m.finished = append(r.m.finished, r)
 	r.m.mu.Unlock()
 	close(r.done)
 }
@@ -691,22 +695,32 @@ func (m *Manager) ActiveCount() int {
 	return len(m.active)
 }
 
-// pruneLocked forgets finished runs older than Retain.
+// pruneLocked forgets finished runs older than Retain, oldest first: it stops at the first run
+// that ended within Retain, so each claim costs what it forgets, not what is retained.
 func (m *Manager) pruneLocked() {
 	cutoff := m.opts.Now().Add(-m.opts.Retain)
-	for id, r := range m.runs {
+	n := 0
+	for ; n < len(m.finished); n++ {
+		r := m.finished[n]
 		r.mu.Lock()
-		old := !r.endedAt.IsZero() && r.endedAt.Before(cutoff)
+		old := r.endedAt.Before(cutoff)
 		r.mu.Unlock()
-		if old {
-			if m.opts.Events == nil {
-				r.w.Drop() // without a store, the ring was the run's only copy
-			}
-			delete(m.runs, id)
-			if m.lastOfSes[r.SessionID] == r {
-				delete(m.lastOfSes, r.SessionID)
-			}
+		if !old {
+			break
 		}
+		if m.opts.Events == nil {
+			r.w.Drop() // without a store, the ring was the run's only copy
+		}
+		if m.runs[r.ID] == r {
+			delete(m.runs, r.ID)
+		}
+		if m.lastOfSes[r.SessionID] == r {
+			delete(m.lastOfSes, r.SessionID)
+		}
+	}
+	if n > 0 {
+		clear(m.finished[:n])
+		m.finished = m.finished[n:]
 	}
 }
 
