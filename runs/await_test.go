@@ -124,7 +124,10 @@ func TestAwaitingCostsWhatPausingCosts(t *testing.T) {
 		return r.Gate(ctx)
 	}, func(r *Run) bool { _, ok := gated.Load(r); return ok && r.Paused() })
 	t.Logf("goroutines held by %d runs: waiting for approval %d, paused %d", n, awaiting, paused)
-	if awaiting > paused || awaiting > n {
+	// A little slack for goroutines of earlier tests that end while one side is counted: a
+	// goroutine per waiting run beyond what a paused one holds would be n more.
+	const slack = n / 4
+	if awaiting > paused+slack || awaiting > n+slack {
 		t.Fatalf("%d runs waiting for approval hold %d goroutines; %d paused runs hold %d", n, awaiting, n, paused)
 	}
 }

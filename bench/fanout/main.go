@@ -78,14 +78,14 @@ func run() error {
 	flag.StringVar(&o.serverArgs, "server-args", "", "extra flags for parley serve, space-separated")
 	flag.StringVar(&o.serverLog, "server-log", "", "file to copy parley serve's whole log (stderr) to")
 	flag.StringVar(&o.serverEnv, "server-env", "", "extra environment of parley serve only, space-separated KEY=VALUE (e.g. GOGC=200)")
-	flag.IntVar(&o.sources, "sources", 0, "loopback addresses the clients connect from (127.0.0.2, 127.0.0.3, …), each good for about 28,000 connections to the server's one port; 0: one per 20,000 connections")
+	flag.IntVar(&o.sources, "sources", 0, "loopback addresses the clients connect from (127.0.0.2, 127.0.0.3, …), each good for about 28,000 connections to the server's one port; 0: one per 10,000 connections")
 	flag.IntVar(&o.project, "project", 0, "also report the server memory this many idle WebSockets would take, extrapolated from the measured memory per WebSocket (for a count the open files limit keeps from being measured); 0: none")
 	flag.Parse()
 	if o.ws < 0 || o.sse < 0 || o.ws+o.sse == 0 || o.tokens < 1 || o.runs < 0 || o.concurrency < 1 || o.gap <= 0 || o.sources < 0 || o.sources > 250 {
 		return errors.New("need -ws + -sse > 0, -tokens and -concurrency at least 1, -runs at least 0 (0: memory only), -gap positive, -sources from 0 to 250")
 	}
 	if o.sources == 0 {
-		o.sources = (o.ws + o.sse + 19_999) / 20_000
+		o.sources = (o.ws + o.sse + 9_999) / 10_000 // half of what one address has: a run just before may hold the rest in TIME_WAIT
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
