@@ -123,6 +123,23 @@ func (s *server) answerBranchRun(w http.ResponseWriter, r *http.Request, action 
 // handleEdit is POST /api/v1/sessions/{id}/messages/{message_id}/edit: the body, a chat turn, is
 // asked in place of the user message message_id (a sibling of it) and answered by a new run.
 func (s *server) handleEdit() http.Handler {
+	return s.handleBranchRun("edit", func(r *http.Request, owner, sessionID, messageID string) (*chat.Started, error) {
+		return s.Chat.Edit(r.Context(), owner, sessionID, messageID, *bodyOf[chat.Request](r))
+	})
+}
+
+// handleRegenerate is POST /api/v1/sessions/{id}/messages/{message_id}/regenerate: the question
+// of message_id (a user message, or one of its answer) is answered again by a new run, the new
+// answer a sibling of the old.
+func (s *server) handleRegenerate() http.Handler {
+	return s.handleBranchRun("regenerate", func(r *http.Request, owner, sessionID, messageID string) (*chat.Started, error) {
+		return s.Chat.Regenerate(r.Context(), owner, sessionID, messageID, *bodyOf[chat.RetryRequest](r))
+	})
+}
+
+// handleBranchRun is a route under /api/v1/sessions/{id}/messages/{message_id}/ that starts a run
+// on a new branch with start, for the owner of the session, and answers as answerBranchRun does.
+func (s *server) handleBranchRun(action string, start func(r *http.Request, owner, sessionID, messageID string) (*chat.Started, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sess, owner, err := s.ownedSession(r)
 		if err != nil {
@@ -134,12 +151,12 @@ func (s *server) handleEdit() http.Handler {
 			writeError(w, err)
 			return
 		}
-		st, err := s.Chat.Edit(r.Context(), owner, sess.ID, mid, *bodyOf[chat.Request](r))
+		st, err := start(r, owner, sess.ID, mid)
 		if err != nil {
 			writeError(w, err)
 			return
 		}
-		s.answerBranchRun(w, r, "edit", st)
+		s.answerBranchRun(w, r, action, st)
 	})
 }
 
@@ -150,30 +167,6 @@ func (s *server) checkEdit(req *chat.Request) error {
 		return parley.Errorf(parley.ECInvalid, "session_id, parent_id, project_id: not taken by an edit (the path names the session and the message)")
 	}
 	return s.Chat.Validate(req)
-}
-
-// handleRegenerate is POST /api/v1/sessions/{id}/messages/{message_id}/regenerate: the question
-// of message_id (a user message, or one of its answer) is answered again by a new run, the new
-// answer a sibling of the old.
-func (s *server) handleRegenerate() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sess, owner, err := s.ownedSession(r)
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		mid, err := pathMessage(r)
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		st, err := s.Chat.Regenerate(r.Context(), owner, sess.ID, mid, *bodyOf[chat.RetryRequest](r))
-		if err != nil {
-			writeError(w, err)
-			return
-		}
-		s.answerBranchRun(w, r, "regenerate", st)
-	})
 }
 
 // wsRegenerate is the data of a regenerate frame: the WebSocket's POST …/regenerate, in the
