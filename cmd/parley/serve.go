@@ -144,8 +144,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	defer stopMCP()
 
 	peers := newCluster(guard.redis, instance, log, met.RelayLag)
-	runOpts := runs.Options{Retain: c.RunRetain, Log: log, MaxActive: c.MaxRuns, Events: store, PauseTimeout: c.PauseTimeout,
-		Runs: store, Instance: instance, Lease: c.RunLease, Metrics: met, ApprovalPoll: c.ApprovalPoll}
+	runOpts := runOptions(&c, store, instance, log, met)
 	peers.wire(&runOpts)
 	runMgr := runs.NewManager(runOpts)
 	peers.start(runMgr)
@@ -425,4 +424,13 @@ func breakerStates(ms []httpapi.ModelInfo, ts []httpapi.ToolInfo, ss []httpapi.S
 		out = append(out, metrics.Breaker{Kind: "mcp_server", Name: s.Name, State: s.Breaker})
 	}
 	return out
+}
+
+// runOptions are the options of the run manager. Its stores are the opened store itself, not
+// the database that wraps it: the manager asks the store what else it can do (a
+// parley.RunBeginner writes a run's beginning and its end in one transaction each), and the
+// wrapper answers only for the methods of parley.Store.
+func runOptions(c *config, store *database, instance string, log *slog.Logger, met *metrics.Metrics) runs.Options {
+	return runs.Options{Retain: c.RunRetain, Log: log, MaxActive: c.MaxRuns, Events: store.Store, PauseTimeout: c.PauseTimeout,
+		Runs: store.Store, Instance: instance, Lease: c.RunLease, Metrics: met, ApprovalPoll: c.ApprovalPoll}
 }
