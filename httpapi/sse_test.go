@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +20,7 @@ import (
 
 // endedRun runs a run on the session to its end, emitting n chunks: its events (start, the
 // chunks, done) are in the session's stream at once.
-func endedRun(t *testing.T, m *runs.Manager, session string, n int) {
+func endedRun(t testing.TB, m *runs.Manager, session string, n int) {
 	t.Helper()
 	r, err := m.Begin(context.Background(), runs.Spec{Session: session})
 	if err != nil {
@@ -140,4 +141,42 @@ func TestSSEWriterEndsDetachedStream(t *testing.T) {
 	if want, b := "23\r\nid: 3\nevent: done\ndata: {\"seq\":3}\n\n\r\n0\r\n\r\n", <-got; b != want {
 		t.Fatalf("wrote %q, want %q", b, want)
 	}
+}
+
+// BenchmarkSSEReadyEvents streams, over loopback HTTP, a session whose run (start, 3 chunks,
+// done) has ended: the events are ready together when the stream starts. It reports the writes
+// the server made per stream.
+func BenchmarkSSEReadyEvents(b *testing.B) {
+	m := runs.NewManager(runs.Options{})
+	defer m.Shutdown(context.Background())
+	s := &server{Deps: Deps{Runs: m, StreamIdle: time.Hour, StreamLifetime: time.Hour, WriteTimeout: time.Minute,
+		Log: slog.New(slog.DiscardHandler)}}
+	ids := make([]string, b.N)
+	for i := range ids {
+		ids[i] = "s" + strconv.Itoa(i)
+		endedRun(b, m, ids[i], 3)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.streamSession(w, r, r.URL.Query().Get("s"), 0, true)
+	}))
+	conns := make(chan *writeCounter, 1)
+	srv.Listener = countingListener{Listener: srv.Listener, conns: conns}
+	srv.Start()
+	defer srv.Close()
+	client := srv.Client()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		resp, err := client.Get(srv.URL + "/?s=" + ids[i])
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			b.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	b.StopTimer()
+	n, _ := (<-conns).count()
+	b.ReportMetric(float64(n)/float64(b.N), "writes/op")
 }
