@@ -420,8 +420,10 @@ func (r *Run) Release() {
 }
 
 // Go starts the run's body in a goroutine owned by the manager. The first event is EventStart and
-// the last is EventDone; an error from fn produces an EventError just before EventDone.
-func (r *Run) Go(fn Func) {
+// the last is EventDone; an error from fn produces an EventError just before EventDone. The
+// events then (the question the run answers) follow EventStart at once, before Go returns: a
+// client that starts reading then finds them together.
+func (r *Run) Go(fn Func, then ...parley.Event) {
 	m := r.m
 	m.mu.Lock()
 	if r.started || r.released {
@@ -436,6 +438,9 @@ func (r *Run) Go(fn Func) {
 		r.emit(parley.Event{Type: parley.EventStatus, State: parley.RunRecovered, Model: r.Model})
 	} else {
 		r.emit(parley.Event{Type: parley.EventStart, Model: r.Model})
+	}
+	for _, ev := range then {
+		r.emit(ev)
 	}
 	if m.opts.Metrics != nil {
 		m.opts.Metrics.RunStarted()
