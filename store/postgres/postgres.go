@@ -92,7 +92,10 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	if o.writers <= 0 {
 		o.writers = max(1, int(cfg.MaxConns)/2)
 	}
-	s.w = groupcommit.New[pgx.Tx](pgTx{pool}, groupcommit.Options{Batched: o.batched, Writers: o.writers, Retry: isTransient})
+	// Optimistic: a savepoint is a statement and a subtransaction on PostgreSQL; a batch sets
+	// them only when one of its writes failed.
+	s.w = groupcommit.New[pgx.Tx](pgTx{pool}, groupcommit.Options{Batched: o.batched, Writers: o.writers, Retry: isTransient,
+		Optimistic: true})
 	if err := s.Ping(ctx); err != nil {
 		s.w.Close()
 		pool.Close()
@@ -182,27 +185,27 @@ func (s *Store) writeFor(ctx context.Context, sessionID string, fn func(ctx cont
 	return s.w.DoKey(ctx, sessionID, fn)
 }
 
-// pgTx is the group-commit writer's view of the database.
+// pgTx is the group-commit writer's view of the database. Its transactions are pipelined
+// (pipeTx): BEGIN, the savepoints around each write and their releases go to the server with the
+// next statement instead of a round trip each, and the last of them with COMMIT.
 type pgTx struct{ pool *pgxpool.Pool }
 
 func (d pgTx) Begin(ctx context.Context) (pgx.Tx, error) {
-	tx, err := d.pool.Begin(ctx)
+	conn, err := d.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: begin: %w", err)
 	}
-	return tx, nil
+	return &pipeTx{conn: conn}, nil // BEGIN goes with the first statement
 }
 
-func (pgTx) Savepoint(ctx context.Context, tx pgx.Tx) error { return exec(ctx, tx, `SAVEPOINT op`) }
-func (pgTx) Release(ctx context.Context, tx pgx.Tx) error {
-	return exec(ctx, tx, `RELEASE SAVEPOINT op`)
+func (pgTx) Savepoint(_ context.Context, tx pgx.Tx) error { return tx.(*pipeTx).queue(`SAVEPOINT op`) }
+func (pgTx) Release(_ context.Context, tx pgx.Tx) error {
+	return tx.(*pipeTx).queue(`RELEASE SAVEPOINT op`)
 }
-func (pgTx) Next(ctx context.Context, tx pgx.Tx) error {
-	return exec(ctx, tx, `RELEASE SAVEPOINT op; SAVEPOINT op`) // one round trip (simple protocol)
+func (pgTx) Next(_ context.Context, tx pgx.Tx) error {
+	return tx.(*pipeTx).queue(`RELEASE SAVEPOINT op`, `SAVEPOINT op`)
 }
-func (pgTx) RollbackTo(ctx context.Context, tx pgx.Tx) error {
-	return exec(ctx, tx, `ROLLBACK TO SAVEPOINT op`)
-}
+func (pgTx) RollbackTo(ctx context.Context, tx pgx.Tx) error { return tx.(*pipeTx).rollbackTo(ctx) }
 
 func (pgTx) Commit(ctx context.Context, tx pgx.Tx) error {
 	if err := tx.Commit(ctx); err != nil {
@@ -215,13 +218,6 @@ func (pgTx) Rollback(tx pgx.Tx) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = tx.Rollback(ctx)
-}
-
-func exec(ctx context.Context, tx pgx.Tx, q string) error {
-	if _, err := tx.Exec(ctx, q); err != nil {
-		return fmt.Errorf("postgres: %s: %w", q, err)
-	}
-	return nil
 }
 
 func notFound(kind, id string) error {
