@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/store/storetest"
@@ -182,18 +183,23 @@ type probe struct {
 }
 
 func (p *probe) options(o *options) {
-	o.dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := (&net.Dialer{KeepAlive: 5 * time.Minute}).DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
+	o.configure = func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{KeepAlive: 5 * time.Minute}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &countingConn{Conn: c, trips: &p.trips}, nil
 		}
-		return &countingConn{Conn: c, trips: &p.trips}, nil
-	}
-	o.afterConnect = func(_ context.Context, c *pgx.Conn) error {
-		p.mu.Lock()
-		p.pids = append(p.pids, c.PgConn().PID())
-		p.mu.Unlock()
-		return nil
+		cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
+			p.mu.Lock()
+			p.pids = append(p.pids, c.PgConn().PID())
+			p.mu.Unlock()
+			return nil
+		}
+		// No ping before handing out a connection that was idle: it would be a round trip
+		// that depends on the machine's speed.
+		cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
 	}
 	o.batched = func(int, error) { p.commits.Add(1) }
 }

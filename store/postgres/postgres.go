@@ -52,10 +52,9 @@ type options struct {
 	migrate bool
 	batched func(n int, err error) // tests: told the size of each group-commit batch
 	writers int                    // tests: transactions written at once (default: half the pool)
-	// tests and benchmarks: dial connections through this (to count round trips) and be told
-	// each new connection (its backend's process id)
-	dial         pgconn.DialFunc
-	afterConnect func(context.Context, *pgx.Conn) error
+	// tests and benchmarks: changes the pool's configuration (to count round trips, to know
+	// the backends' process ids)
+	configure func(*pgxpool.Config)
 }
 
 // Option configures Open.
@@ -79,10 +78,9 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
 	}
-	if o.dial != nil {
-		cfg.ConnConfig.DialFunc = o.dial
+	if o.configure != nil {
+		o.configure(cfg)
 	}
-	cfg.AfterConnect = o.afterConnect
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
