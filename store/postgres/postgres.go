@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"slices"
 	"strings"
 	"time"
 
@@ -424,6 +425,9 @@ func encodeMessages(msgs []*parley.Message) ([]rowcodec.Columns, error) {
 // appendMessages is AppendMessages' work inside a transaction: it returns the last seq and the
 // messages' parents.
 func appendMessages(ctx context.Context, tx pgx.Tx, sessionID string, msgs []*parley.Message, cols []rowcodec.Columns) (int64, rowcodec.Links, error) {
+	if !slices.ContainsFunc(msgs, func(m *parley.Message) bool { return m.ParentID != "" }) {
+		return appendChain(ctx, tx, sessionID, msgs, cols)
+	}
 	total := rowcodec.TotalUsage(msgs)
 	var (
 		last  int64
@@ -475,16 +479,83 @@ func setSeqs(sessionID string, msgs []*parley.Message, last int64, links rowcode
 // and their parents.
 func queueMessages(b *pgx.Batch, sessionID string, first int64, msgs []*parley.Message, cols []rowcodec.Columns, parents []string) {
 	for i, m := range msgs {
-		c := cols[i]
-		var success any
-		if m.Success != nil {
-			success = *m.Success
-		}
-		b.Queue(insertMessage, m.ID, sessionID, first+int64(i), string(m.Role), c.Text, c.Parts, nullStr(m.Name),
-			c.ToolCalls, nullStr(m.ToolCallID), nullStr(m.Reasoning), nullStr(m.RunID), nullStr(m.Model),
-			m.LatencyMS, c.Usage, success, nullStr(m.ResourceID), m.CreatedAt.UTC(), c.Thinking, nullStr(m.Server), nullStr(string(m.Error)),
-			nullStr(parents[i]))
+		b.Queue(insertMessage, messageArgs(m, cols[i], sessionID, first+int64(i), nullStr(parents[i]))...)
 	}
+}
+
+// messageArgs are the arguments of insertMessage (and insertChained) for m.
+func messageArgs(m *parley.Message, c rowcodec.Columns, sessionID string, seq int64, parent any) []any {
+	var success any
+	if m.Success != nil {
+		success = *m.Success
+	}
+	return []any{m.ID, sessionID, seq, string(m.Role), c.Text, c.Parts, nullStr(m.Name),
+		c.ToolCalls, nullStr(m.ToolCallID), nullStr(m.Reasoning), nullStr(m.RunID), nullStr(m.Model),
+		m.LatencyMS, c.Usage, success, nullStr(m.ResourceID), m.CreatedAt.UTC(), c.Thinking, nullStr(m.Server), nullStr(string(m.Error)),
+		parent}
+}
+
+// insertChained inserts a message that extends the session's chain: its seq is $3 after the
+// session's last, its parent $21 or else the session's leaf; it returns its parent. Both are read
+// under the session's row lock, which the transaction then holds: FOR UPDATE waits for a writer
+// that holds it and reads the row as that writer committed it (the statement's snapshot, taken
+// before, would give the leaf it replaced). No session: seq is NULL and the insert fails
+// (not_null_violation).
+const insertChained = `INSERT INTO messages (id, session_id, seq, role, content, parts, name, tool_calls,
+	tool_call_id, reasoning, run_id, model, latency_ms, usage, success, resource_id, created_at, thinking_blocks, server, error,
+	parent_id)
+	VALUES ($1, $2, (SELECT last_seq FROM sessions WHERE id = $2 FOR UPDATE) + $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
+	$14, $15, $16, $17, $18, $19, $20, COALESCE($21, (SELECT leaf_id FROM sessions WHERE id = $2 FOR UPDATE)))
+	RETURNING parent_id`
+
+// appendChain is appendMessages for messages none of which names its parent (a chat's turn):
+// each extends the chain, so that nothing need be read before they are written. The inserts and
+// the session's update go in one batch, one round trip, where appendMessages takes two.
+func appendChain(ctx context.Context, tx pgx.Tx, sessionID string, msgs []*parley.Message, cols []rowcodec.Columns) (int64, rowcodec.Links, error) {
+	b := &pgx.Batch{}
+	for i, m := range msgs {
+		var parent any
+		if i > 0 {
+			parent = msgs[i-1].ID
+		}
+		b.Queue(insertChained, messageArgs(m, cols[i], sessionID, int64(i+1), parent)...)
+	}
+	total := rowcodec.TotalUsage(msgs)
+	b.Queue(`UPDATE sessions SET last_seq = last_seq + $1, updated_at = GREATEST(updated_at, $2),
+		prompt_tokens = prompt_tokens + $3, completion_tokens = completion_tokens + $4, total_tokens = total_tokens + $5,
+		reasoning_tokens = reasoning_tokens + $6, cached_tokens = cached_tokens + $7, cost = cost + $8,
+		open_calls = GREATEST(0, open_calls + $9), leaf_id = $11
+		WHERE id = $10 RETURNING last_seq`,
+		len(msgs), msgs[len(msgs)-1].CreatedAt.UTC(), total.PromptTokens, total.CompletionTokens, total.TotalTokens,
+		total.ReasoningTokens, total.CachedTokens, total.Cost, rowcodec.OpenCallsDelta(msgs), sessionID,
+		msgs[len(msgs)-1].ID)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	var (
+		leaf, parent pgtype.Text
+		last         int64
+		links        rowcodec.Links
+	)
+	for i := range msgs {
+		err := br.QueryRow().Scan(&parent)
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "23502" && pe.ColumnName == "seq" { // not_null_violation: no session
+			return 0, links, notFound("session", sessionID)
+		}
+		if err != nil {
+			return 0, links, fmt.Errorf("postgres: appending messages: %w", err)
+		}
+		if i == 0 {
+			leaf = parent
+		}
+	}
+	if err := br.QueryRow().Scan(&last); err != nil {
+		return 0, links, fmt.Errorf("postgres: appending messages: %w", err)
+	}
+	if err := br.Close(); err != nil {
+		return 0, links, fmt.Errorf("postgres: appending messages: %w", err)
+	}
+	return last, rowcodec.LinkParents(msgs, leaf.String), nil
 }
 
 func nullStr(s string) any {
