@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -194,5 +195,27 @@ func TestAWriteThatHidesAFailureFailsItsBatch(t *testing.T) {
 	}
 	if acknowledged == 2 {
 		t.Error("the write that hid its failure was acknowledged beside its batch-mate")
+	}
+}
+
+// A write that runs a statement on the transaction's connection itself (Tx.Conn) runs it inside
+// the transaction: the BEGIN waiting to go with the first statement is sent before, and the
+// write's failure rolls the statement back.
+func TestAStatementOnTheConnectionIsInTheTransaction(t *testing.T) {
+	s := openTest(t)
+	defer s.Close()
+	ctx := context.Background()
+	id := parley.NewID()
+	err := s.w.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Conn().Exec(ctx, `INSERT INTO sessions (id, title, owner, created_at, updated_at) VALUES ($1, '', 'a', now(), now())`, id); err != nil {
+			return err
+		}
+		return errors.New("the write fails after its statement")
+	})
+	if err == nil {
+		t.Fatal("the failing write was acknowledged")
+	}
+	if _, err := s.GetSession(ctx, id); !errors.Is(err, parley.ErrNotFound) {
+		t.Errorf("the failed write's statement was kept (GetSession: %v)", err)
 	}
 }

@@ -12,11 +12,12 @@ import (
 )
 
 // pipeTx is the transaction of one group-commit batch. Its framing statements (BEGIN, a
-// savepoint before each write, its release, the rollback to it of a write that failed) need no
-// answer of their own before the write's next statement: they wait here and go to the server in
-// one network write with that statement (a pipelined batch), and the last of them with COMMIT.
-// A batch of n writes of k statements each thus costs n·k + 1 round trips instead of
-// n·k + n + 3, and a lone write one round trip less than a transaction begun on its own.
+// savepoint before each write, its release) need no answer of their own before the write's next
+// statement: they wait here and go to the server in one network write with that statement (a
+// pipelined batch), and the last of them with COMMIT. A batch of n writes of k statements each
+// thus costs n·k + 1 round trips instead of n·k + n + 3, and a lone write one round trip less
+// than a transaction begun on its own. Only the rollback to the savepoint of a write that failed
+// is sent at once (rollbackTo).
 //
 // A framing statement that fails (the connection broke, or a write left the transaction aborted
 // and said nothing) makes the statement it went with fail too, and the transaction is broken: the
@@ -228,7 +229,15 @@ func (p *pipeTx) LargeObjects() pgx.LargeObjects {
 	return p.tx.LargeObjects()
 }
 
-func (p *pipeTx) Conn() *pgx.Conn { return p.conn.Conn() }
+// Conn returns the connection, once the waiting framing statements were sent: a statement run
+// on it directly must not run before BEGIN. If they fail, the transaction is broken and the
+// batch fails at the writer's next step.
+func (p *pipeTx) Conn() *pgx.Conn {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = p.flush(ctx)
+	return p.conn.Conn()
+}
 
 // Commit sends the waiting framing statements and COMMIT in one round trip.
 func (p *pipeTx) Commit(ctx context.Context) error {
