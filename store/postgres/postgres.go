@@ -425,7 +425,7 @@ func encodeMessages(msgs []*parley.Message) ([]rowcodec.Columns, error) {
 // appendMessages is AppendMessages' work inside a transaction: it returns the last seq and the
 // messages' parents.
 func appendMessages(ctx context.Context, tx pgx.Tx, sessionID string, msgs []*parley.Message, cols []rowcodec.Columns) (int64, rowcodec.Links, error) {
-	if !slices.ContainsFunc(msgs, func(m *parley.Message) bool { return m.ParentID != "" }) {
+	if chained(msgs) {
 		return appendChain(ctx, tx, sessionID, msgs, cols)
 	}
 	total := rowcodec.TotalUsage(msgs)
@@ -513,6 +513,21 @@ const insertChained = `INSERT INTO messages (id, session_id, seq, role, content,
 // the session's update go in one batch, one round trip, where appendMessages takes two.
 func appendChain(ctx context.Context, tx pgx.Tx, sessionID string, msgs []*parley.Message, cols []rowcodec.Columns) (int64, rowcodec.Links, error) {
 	b := &pgx.Batch{}
+	queueChain(b, sessionID, msgs, cols)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	last, links, err := readChain(br, sessionID, msgs)
+	if err != nil {
+		return 0, links, err
+	}
+	if err := br.Close(); err != nil {
+		return 0, links, fmt.Errorf("postgres: appending messages: %w", err)
+	}
+	return last, links, nil
+}
+
+// queueChain queues appendChain's statements: the inserts, then the session's update.
+func queueChain(b *pgx.Batch, sessionID string, msgs []*parley.Message, cols []rowcodec.Columns) {
 	for i, m := range msgs {
 		var parent any
 		if i > 0 {
@@ -529,8 +544,11 @@ func appendChain(ctx context.Context, tx pgx.Tx, sessionID string, msgs []*parle
 		len(msgs), msgs[len(msgs)-1].CreatedAt.UTC(), total.PromptTokens, total.CompletionTokens, total.TotalTokens,
 		total.ReasoningTokens, total.CachedTokens, total.Cost, rowcodec.OpenCallsDelta(msgs), sessionID,
 		msgs[len(msgs)-1].ID)
-	br := tx.SendBatch(ctx, b)
-	defer br.Close()
+}
+
+// readChain reads the results of queueChain's statements: the last seq and the messages'
+// parents.
+func readChain(br pgx.BatchResults, sessionID string, msgs []*parley.Message) (int64, rowcodec.Links, error) {
 	var (
 		leaf, parent pgtype.Text
 		last         int64
@@ -552,10 +570,12 @@ func appendChain(ctx context.Context, tx pgx.Tx, sessionID string, msgs []*parle
 	if err := br.QueryRow().Scan(&last); err != nil {
 		return 0, links, fmt.Errorf("postgres: appending messages: %w", err)
 	}
-	if err := br.Close(); err != nil {
-		return 0, links, fmt.Errorf("postgres: appending messages: %w", err)
-	}
 	return last, rowcodec.LinkParents(msgs, leaf.String), nil
+}
+
+// chained reports whether none of msgs names its parent: each extends the chain.
+func chained(msgs []*parley.Message) bool {
+	return !slices.ContainsFunc(msgs, func(m *parley.Message) bool { return m.ParentID != "" })
 }
 
 func nullStr(s string) any {

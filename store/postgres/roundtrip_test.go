@@ -62,7 +62,35 @@ func TestRoundTripsOfAChat(t *testing.T) {
 			t.Errorf("%s: %d round trips, want %d", st.name, got, st.trips)
 		}
 	}
-	if h, err := s.History(ctx, b.NewSession.ID); err != nil || len(h) != 2 {
-		t.Errorf("history of %d messages (%v), want the user's and the answer", len(h), err)
+	// The next turn of the session, once the run ended: [BEGIN, event numbers, run, message,
+	// the session's update] [COMMIT]; it was 6.
+	next := func(b *parley.RunBegin) *parley.RunBegin {
+		if err := s.FinishRun(ctx, parley.RunFinish{SessionID: b.Run.SessionID, Limit: b.Run.FirstSeq + b.Reserve - 1,
+			Last: b.Run.FirstSeq, RunID: b.Run.ID, Instance: "i", Finish: "stop", At: now}); err != nil {
+			t.Fatal(err)
+		}
+		n := begin()
+		n.Run.SessionID, n.SessionID, n.NewSession = b.Run.SessionID, b.Run.SessionID, nil
+		return n
+	}
+	if _, err := s.BeginRun(ctx, next(warm)); err != nil {
+		t.Fatal(err)
+	}
+	turn := next(b)
+	before := p.trips.Load()
+	first, err := s.BeginRun(ctx, turn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.trips.Load() - before; got != 2 {
+		t.Errorf("BeginRun of the next turn: %d round trips, want 2", got)
+	}
+	if first != b.Run.FirstSeq+1 || turn.Run.FirstSeq != first || turn.Messages[0].Seq != 3 {
+		t.Errorf("the next turn's first event number %d (run's %d), its message's seq %d; want %d and 3",
+			first, turn.Run.FirstSeq, turn.Messages[0].Seq, b.Run.FirstSeq+1)
+	}
+	h, err := s.History(ctx, b.NewSession.ID)
+	if err != nil || len(h) != 3 || h[2].ParentID != h[1].ID {
+		t.Errorf("history of %d messages (%v), want the user's, the answer and the next turn's, chained", len(h), err)
 	}
 }

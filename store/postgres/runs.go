@@ -281,6 +281,10 @@ func (s *Store) BeginRun(ctx context.Context, b *parley.RunBegin) (int64, error)
 			first, last, links, err = beginNewSession(ctx, tx, b, tools, cols)
 			return err
 		}
+		if b.NewSession == nil && b.Run != nil && chained(b.Messages) {
+			first, last, links, err = beginInSession(ctx, tx, b, tools, cols)
+			return err
+		}
 		if b.NewSession != nil {
 			if err := createSession(ctx, tx, b.NewSession); err != nil {
 				return err
@@ -356,6 +360,44 @@ func beginNewSession(ctx context.Context, tx pgx.Tx, b *parley.RunBegin, tools [
 	}
 	if err := br.Close(); err != nil {
 		return 0, 0, links, fmt.Errorf("postgres: appending messages: %w", err)
+	}
+	return first, last, links, nil
+}
+
+// beginInSession is BeginRun's work for a run of a session that exists, with messages that
+// extend its chain, in one round trip: the event numbers are reserved (which locks the session's
+// row), the run takes the first of them from the row as that update left it, and the messages
+// are appended as appendChain does, all in one batch.
+func beginInSession(ctx context.Context, tx pgx.Tx, b *parley.RunBegin, tools []byte, cols []rowcodec.Columns) (first, last int64, links rowcodec.Links, err error) {
+	q := &pgx.Batch{}
+	q.Queue(`UPDATE sessions SET event_seq = event_seq + $1 WHERE id = $2 RETURNING event_seq`, b.Reserve, b.SessionID)
+	r := b.Run
+	q.Queue(`INSERT INTO runs (`+runCols+`) VALUES ($1, $2, $3, $4, $5, 'running', '', $6, $7, $8,
+		(SELECT event_seq FROM sessions WHERE id = $2) - $9 + 1, $10, $10)`,
+		r.ID, r.SessionID, r.Owner, r.Model, tools, r.Instance, r.LeaseUntil.UTC(), r.Attempts, b.Reserve, r.CreatedAt.UTC())
+	if len(b.Messages) > 0 {
+		queueChain(q, b.SessionID, b.Messages, cols)
+	}
+	br := tx.SendBatch(ctx, q)
+	defer br.Close()
+	var reserved int64
+	if err := br.QueryRow().Scan(&reserved); errors.Is(err, pgx.ErrNoRows) {
+		return 0, 0, links, notFound("session", b.SessionID)
+	} else if err != nil {
+		return 0, 0, links, fmt.Errorf("postgres: reserving event numbers: %w", err)
+	}
+	first = reserved - b.Reserve + 1
+	r.FirstSeq = first
+	if _, err := br.Exec(); err != nil {
+		return 0, 0, links, runError(err, b.SessionID)
+	}
+	if len(b.Messages) > 0 {
+		if last, links, err = readChain(br, b.SessionID, b.Messages); err != nil {
+			return 0, 0, links, err
+		}
+	}
+	if err := br.Close(); err != nil {
+		return 0, 0, links, fmt.Errorf("postgres: beginning a run: %w", err)
 	}
 	return first, last, links, nil
 }
