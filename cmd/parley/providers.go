@@ -45,7 +45,7 @@ var defaultModels = map[string]string{"openai": "gpt-4o-mini", "anthropic": "cla
 // never the mock beside a real provider, so that a real deployment never answers from it.
 func newRouter(c *config, getenv func(string) string, log *slog.Logger) (*router.Router, error) {
 	// Each request carries the trace on (traceparent) with tracing on, inside a client span.
-	hc := &http.Client{Transport: tracing.Transport(nil)}
+	hc := &http.Client{Transport: tracing.Transport(modelTransport())}
 	provs := c.Providers
 	if len(provs) == 0 {
 		if c.OpenAIAPIKey != "" || c.OpenAIBaseURL != "" {
@@ -102,6 +102,23 @@ func newRouter(c *config, getenv func(string) string, log *slog.Logger) (*router
 		BreakerCooldown: c.BreakerCooldown,
 		Log:             log,
 	})
+}
+
+// modelIdlePerHost is how many idle connections to one model endpoint the providers keep for
+// the next calls. Go's default transport keeps 2 per host, so a server with many streams in flight
+// closed most connections as their calls ended and dialled the model again for nearly every chat
+// (a TCP handshake, and a TLS one for a hosted model, before its first token). 256 covers the
+// streams a 2-core server holds at once with room to spare; an idle connection costs a few KiB
+// and is closed after IdleConnTimeout (90 s, Go's default).
+const modelIdlePerHost = 256
+
+// modelTransport returns the transport the model providers share: Go's default one (proxy from
+// the environment, dial and TLS timeouts, HTTP/2) with an idle pool of modelIdlePerHost per host.
+func modelTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = modelIdlePerHost
+	t.MaxIdleConns = 4 * modelIdlePerHost // a few endpoints (providers, fallbacks) at their busiest
+	return t
 }
 
 // mockModel is the name of the offline model.
