@@ -44,7 +44,10 @@ type Service struct {
 	// CheckTools validates selected_tools; nil accepts any.
 	CheckTools func(selected []string) error
 	// Files checks and attaches the files a message names (file_ids); nil refuses file_ids.
-	Files        Attacher
+	Files Attacher
+	// History, when set, is told of the user messages a chat stores (historycache.Cache), so that
+	// the agent's next read of the session's history need not read them back.
+	History HistoryCache
 	DefaultModel string
 	MaxMessage   int // characters of message text (default 100,000)
 	Now          func() time.Time
@@ -57,6 +60,14 @@ type Attacher interface {
 	CheckAttach(ctx context.Context, owner, sessionID string, ids []string) ([]*parley.File, error)
 	// Attach puts those of fs that are in no session into sessionID.
 	Attach(ctx context.Context, sessionID string, fs []*parley.File) error
+}
+
+// HistoryCache keeps sessions' model views in memory (historycache.Cache satisfies it).
+type HistoryCache interface {
+	// Seed makes msgs, just stored, the whole view of a new session.
+	Seed(sessionID string, msgs ...*parley.Message)
+	// Appended extends the session's view with msgs, just stored, if they follow it.
+	Appended(sessionID string, msgs ...*parley.Message)
 }
 
 // MaxFileIDs bounds the files of one message.
@@ -146,9 +157,15 @@ func (s *Service) Send(ctx context.Context, owner string, req Request) (*Started
 		newSession = true
 	}
 	user := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: content, CreatedAt: now, ParentID: req.ParentID}
+	if newSession && len(attached) == 0 && s.Runs.OneWrite() {
+		return s.launch(ctx, owner, req, sess, user)
+	}
 	run, err := s.begin(ctx, owner, req, sess, newSession, user)
 	if err != nil {
 		return nil, err
+	}
+	if s.History != nil {
+		s.History.Appended(sess.ID, user)
 	}
 	// The files in no session join this one, once the message that names them is stored (a
 	// refused chat deletes the session it made, and must not take the user's files with it).
@@ -166,6 +183,42 @@ func (s *Service) Send(ctx context.Context, owner string, req Request) (*Started
 		return "", err
 	})
 	return &Started{Session: sess, Run: run, UserMessage: user, NewSession: newSession}, nil
+}
+
+// launch starts the chat of a new session: its model call starts while the session, the run and
+// the user's message are being written (runs.Manager.Launch), and is sent the history the chat
+// already knows (the one message) with the session as it was made, instead of reading back what
+// was just written. Nothing reaches a client before the write has committed; if it fails, the
+// model call is cancelled, nothing is stored and the chat fails.
+func (s *Service) launch(ctx context.Context, owner string, req Request, sess *parley.Session, user *parley.Message) (*Started, error) {
+	known := *sess
+	// The model's view, made before the write gives the message its seq and parent.
+	view := make([]parley.Message, 1, 2) // room for a system prompt (llmctx.BuildOwned)
+	view[0] = user.ModelView()
+	spec := runs.Spec{Session: sess.ID, Model: req.Model, Owner: owner, SelectedTools: req.SelectedTools,
+		NewSession: sess, Messages: []*parley.Message{user}}
+	run, err := s.Runs.Launch(ctx, spec, func(run *runs.Run) runs.Func {
+		in := agent.Input{SessionID: sess.ID, RunID: run.ID, Model: req.Model, SelectedTools: req.SelectedTools, User: owner,
+			Gate: run.Gate, AwaitApproval: run.AwaitApproval, Begun: run.Begun, History: view, Session: &known}
+		return func(ctx context.Context, emit func(parley.Event)) (string, error) {
+			emit(parley.Event{Type: parley.EventRecord, Message: user})
+			res, err := s.Agent.Run(ctx, in, emit)
+			if res != nil {
+				return res.FinishReason, err
+			}
+			return "", err
+		}
+	})
+	if err != nil {
+		// A failed write stored nothing; a run refused after it (the server shutting down)
+		// leaves the session it created, which goes.
+		s.dropNew(ctx, sess, true)
+		return nil, err
+	}
+	if s.History != nil {
+		s.History.Seed(sess.ID, user)
+	}
+	return &Started{Session: sess, Run: run, UserMessage: user, NewSession: true}, nil
 }
 
 // begin begins the run of a chat and stores its new session (if newSession) and user message.
