@@ -47,7 +47,7 @@ type Service struct {
 	Files Attacher
 	// History, when set, is told of the user messages a chat stores (historycache.Cache), so that
 	// the agent's next read of the session's history need not read them back.
-	History HistoryCache
+	History      HistoryCache
 	DefaultModel string
 	MaxMessage   int // characters of message text (default 100,000)
 	Now          func() time.Time
