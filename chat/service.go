@@ -68,6 +68,8 @@ type HistoryCache interface {
 	Seed(sessionID string, msgs ...*parley.Message)
 	// Appended extends the session's view with msgs, just stored, if they follow it.
 	Appended(sessionID string, msgs ...*parley.Message)
+	// ViewAt returns the session's view if it ends at the message tip, else nil.
+	ViewAt(sessionID, tip string) []parley.Message
 }
 
 // MaxFileIDs bounds the files of one message.
@@ -164,8 +166,14 @@ func (s *Service) Send(ctx context.Context, owner string, req Request) (*Started
 	if err != nil {
 		return nil, err
 	}
+	// The agent is given what the chat knows: the session it just read, and the history up to
+	// the message it just stored when the cache holds the branch that message follows.
+	known := *sess
+	in := agent.Input{SessionID: sess.ID, RunID: run.ID, Model: req.Model, SelectedTools: req.SelectedTools, User: owner,
+		Gate: run.Gate, AwaitApproval: run.AwaitApproval, Session: &known}
 	if s.History != nil {
 		s.History.Appended(sess.ID, user)
+		in.History = s.History.ViewAt(sess.ID, user.ID)
 	}
 	// The files in no session join this one, once the message that names them is stored (a
 	// refused chat deletes the session it made, and must not take the user's files with it).
@@ -173,7 +181,6 @@ func (s *Service) Send(ctx context.Context, owner string, req Request) (*Started
 	if len(attached) > 0 {
 		_ = s.Files.Attach(ctx, sess.ID, attached)
 	}
-	in := agent.Input{SessionID: sess.ID, RunID: run.ID, Model: req.Model, SelectedTools: req.SelectedTools, User: owner, Gate: run.Gate, AwaitApproval: run.AwaitApproval}
 	run.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
 		emit(parley.Event{Type: parley.EventRecord, Message: user})
 		res, err := s.Agent.Run(ctx, in, emit)

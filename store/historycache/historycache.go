@@ -207,6 +207,28 @@ func (c *Cache) Appended(sessionID string, msgs ...*parley.Message) {
 	}
 }
 
+// ViewAt returns a copy of the session's cached view (the caller's, as ModelHistory's) if it
+// ends at the message tip, without asking the store: messages never change once stored, so a
+// view that ends at a message is that message's branch for good. Nil when the cache holds no
+// such view.
+func (c *Cache) ViewAt(sessionID, tip string) []parley.Message {
+	if c.max <= 0 {
+		return nil
+	}
+	c.mu.Lock()
+	el, ok := c.entries[sessionID]
+	if !ok || el.Value.(*entry).tip.ID != tip {
+		c.mu.Unlock()
+		return nil
+	}
+	c.lru.MoveToFront(el)
+	msgs := el.Value.(*entry).msgs
+	c.mu.Unlock()
+	out := make([]parley.Message, len(msgs), len(msgs)+1)
+	copy(out, msgs)
+	return out
+}
+
 // Forget drops a session's cached view (after it was deleted, say).
 func (c *Cache) Forget(sessionID string) {
 	c.mu.Lock()

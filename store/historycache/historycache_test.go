@@ -255,6 +255,12 @@ func TestSeededAndExtendedByWrites(t *testing.T) {
 	q2 := write(&parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("q2"), CreatedAt: now})
 	c.Appended(sid, a)
 	c.Appended(sid, q2)
+	if v, want := c.ViewAt(sid, q2.ID), mustHistory(t, st.Store, sid); js(v) != js(want) {
+		t.Fatalf("the view at the last message: %s, want %s", js(v), js(want))
+	}
+	if v := c.ViewAt(sid, a.ID); v != nil {
+		t.Fatalf("a view at a message it does not end at: %s", js(v))
+	}
 	same("seeded and extended")
 	if st.fullReads != 0 || st.rowsRead != 0 {
 		t.Fatalf("%d full reads, %d rows read, want none", st.fullReads, st.rowsRead)
@@ -274,4 +280,13 @@ func TestSeededAndExtendedByWrites(t *testing.T) {
 		t.Fatalf("size %d, entry %d, held %d", c.Size(), e.size, sizeOf(e.msgs))
 	}
 	same("after the edit's answer")
+}
+
+func mustHistory(t *testing.T, st parley.Store, sid string) []parley.Message {
+	t.Helper()
+	h, err := st.ModelHistory(context.Background(), sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
