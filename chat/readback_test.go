@@ -2,6 +2,8 @@ package chat
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"path/filepath"
 	"slices"
@@ -112,7 +114,8 @@ func TestAChatDoesNotReadBackWhatItWrote(t *testing.T) {
 			}
 			return "", nil
 		}})
-	s := &Service{Store: rs, Runs: mgr, Agent: ag, History: cache, DefaultModel: "m"}
+	launched := &noting{Runner: ag}
+	s := &Service{Store: rs, Runs: mgr, Agent: launched, History: cache, DefaultModel: "m"}
 	wait := func(st *Started) {
 		t.Helper()
 		select {
@@ -147,6 +150,10 @@ func TestAChatDoesNotReadBackWhatItWrote(t *testing.T) {
 	if reads := rs.snapshot(); reads["GetSession"] != 1 || len(reads) != 1 {
 		t.Errorf("the second chat read %v, want the session once", reads)
 	}
+	// Both model calls started while their chat's beginning was being written.
+	if got := launched.overlapped(); len(got) != 2 || !got[0] || !got[1] {
+		t.Errorf("model calls started before the write committed: %v, want both", got)
+	}
 	model.mu.Lock()
 	defer model.mu.Unlock()
 	if len(model.sent) != 2 {
@@ -173,4 +180,77 @@ func TestAChatDoesNotReadBackWhatItWrote(t *testing.T) {
 			t.Fatalf("message %d: cached %+v, stored %+v", i, cached[i], stored[i])
 		}
 	}
+}
+
+// Two instances sharing a store, each with its cache, take turns in one session: each model call
+// is sent exactly the branch the store holds up to the new message, though half of the history
+// was written by the other instance behind each cache's back.
+func TestCachedHistoryAcrossInstances(t *testing.T) {
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "c.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	type instance struct {
+		s     *Service
+		model *echo
+	}
+	var insts []instance
+	for _, name := range []string{"a", "b"} {
+		mgr := runs.NewManager(runs.Options{Events: st, Runs: st, Instance: name})
+		t.Cleanup(func() { mgr.Shutdown(context.Background()) })
+		model := &echo{}
+		cache := historycache.New(st, 1<<20)
+		ag := agent.New(agent.Config{Store: st, History: cache,
+			Resolve: func(string) (parley.Provider, string, error) { return model, "m", nil }})
+		insts = append(insts, instance{&Service{Store: st, Runs: mgr, Agent: ag, History: cache, DefaultModel: "m"}, model})
+	}
+	session := ""
+	for i := range 8 {
+		in := insts[i%2]
+		if i == 5 {
+			in = insts[0] // twice in a row on one instance too
+		}
+		started, err := in.s.Send(context.Background(), "alice", Request{Message: fmt.Sprintf("q%d", i), SessionID: session})
+		if err != nil {
+			t.Fatal(err)
+		}
+		session = started.Session.ID
+		<-started.Run.Done()
+		if finish, err := started.Run.Result(); finish != parley.FinishStop || err != nil {
+			t.Fatalf("chat %d: %q %v", i, finish, err)
+		}
+		stored, err := st.ModelHistory(context.Background(), session)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.model.mu.Lock()
+		sent := in.model.sent[len(in.model.sent)-1]
+		in.model.mu.Unlock()
+		if len(stored) != 2*(i+1) || js(sent) != js(stored[:len(stored)-1]) {
+			t.Fatalf("chat %d: the model was sent %s\nthe store holds %s", i, js(sent), js(stored))
+		}
+	}
+}
+
+func js(v any) string { b, _ := json.Marshal(v); return string(b) }
+
+// noting is a Runner that notes whether each run was started before its beginning was durable.
+type noting struct {
+	Runner
+	mu   sync.Mutex
+	runs []bool
+}
+
+func (n *noting) Run(ctx context.Context, in agent.Input, emit func(parley.Event)) (*agent.Result, error) {
+	n.mu.Lock()
+	n.runs = append(n.runs, in.Begun != nil)
+	n.mu.Unlock()
+	return n.Runner.Run(ctx, in, emit)
+}
+
+func (n *noting) overlapped() []bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]bool(nil), n.runs...)
 }

@@ -159,8 +159,21 @@ func (s *Service) Send(ctx context.Context, owner string, req Request) (*Started
 		newSession = true
 	}
 	user := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: content, CreatedAt: now, ParentID: req.ParentID}
-	if newSession && len(attached) == 0 && s.Runs.OneWrite() {
-		return s.launch(ctx, owner, req, sess, user)
+	if len(attached) == 0 && s.Runs.OneWrite() {
+		// The model call can start before the message is durable when the chat knows the
+		// history it follows: a new session's is empty; an existing session's is the cached
+		// view that ends at the session's leaf as just read, and the message is stored after
+		// that leaf (named, not "the leaf at the write"), so that what the model is sent is the
+		// branch the message is stored on, whatever another instance does meanwhile.
+		switch {
+		case newSession:
+			return s.launch(ctx, owner, req, sess, true, user, nil)
+		case req.ParentID == "" && sess.LeafID != "" && s.History != nil:
+			if view := s.History.ViewAt(sess.ID, sess.LeafID); view != nil {
+				user.ParentID = sess.LeafID
+				return s.launch(ctx, owner, req, sess, false, user, view)
+			}
+		}
 	}
 	run, err := s.begin(ctx, owner, req, sess, newSession, user)
 	if err != nil {
@@ -192,18 +205,23 @@ func (s *Service) Send(ctx context.Context, owner string, req Request) (*Started
 	return &Started{Session: sess, Run: run, UserMessage: user, NewSession: newSession}, nil
 }
 
-// launch starts the chat of a new session: its model call starts while the session, the run and
-// the user's message are being written (runs.Manager.Launch), and is sent the history the chat
-// already knows (the one message) with the session as it was made, instead of reading back what
-// was just written. Nothing reaches a client before the write has committed; if it fails, the
-// model call is cancelled, nothing is stored and the chat fails.
-func (s *Service) launch(ctx context.Context, owner string, req Request, sess *parley.Session, user *parley.Message) (*Started, error) {
+// launch starts a chat whose model call starts while its beginning (the new session, the run, the
+// user's message) is being written (runs.Manager.Launch), and is sent the history the chat
+// already knows (before, the model view the message follows; nil for a new session) with the
+// session as it was made or read, instead of reading back what was just written. Nothing reaches
+// a client before the write has committed; if it fails, the model call is cancelled, nothing is
+// stored and the chat fails.
+func (s *Service) launch(ctx context.Context, owner string, req Request, sess *parley.Session, newSession bool, user *parley.Message, before []parley.Message) (*Started, error) {
 	known := *sess
-	// The model's view, made before the write gives the message its seq and parent.
-	view := make([]parley.Message, 1, 2) // room for a system prompt (llmctx.BuildOwned)
-	view[0] = user.ModelView()
+	// The model's view, made before the write gives the message its seq; room for a system
+	// prompt (llmctx.BuildOwned).
+	view := append(make([]parley.Message, 0, len(before)+2), before...)
+	view = append(view, user.ModelView())
 	spec := runs.Spec{Session: sess.ID, Model: req.Model, Owner: owner, SelectedTools: req.SelectedTools,
-		NewSession: sess, Messages: []*parley.Message{user}}
+		Messages: []*parley.Message{user}}
+	if newSession {
+		spec.NewSession = sess
+	}
 	run, err := s.Runs.Launch(ctx, spec, func(run *runs.Run) runs.Func {
 		in := agent.Input{SessionID: sess.ID, RunID: run.ID, Model: req.Model, SelectedTools: req.SelectedTools, User: owner,
 			Gate: run.Gate, AwaitApproval: run.AwaitApproval, Begun: run.Begun, History: view, Session: &known}
@@ -219,13 +237,17 @@ func (s *Service) launch(ctx context.Context, owner string, req Request, sess *p
 	if err != nil {
 		// A failed write stored nothing; a run refused after it (the server shutting down)
 		// leaves the session it created, which goes.
-		s.dropNew(ctx, sess, true)
+		s.dropNew(ctx, sess, newSession)
 		return nil, err
 	}
 	if s.History != nil {
-		s.History.Seed(sess.ID, user)
+		if newSession {
+			s.History.Seed(sess.ID, user)
+		} else {
+			s.History.Appended(sess.ID, user)
+		}
 	}
-	return &Started{Session: sess, Run: run, UserMessage: user, NewSession: true}, nil
+	return &Started{Session: sess, Run: run, UserMessage: user, NewSession: newSession}, nil
 }
 
 // begin begins the run of a chat and stores its new session (if newSession) and user message.
