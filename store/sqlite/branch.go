@@ -228,14 +228,24 @@ func noRunningRun(ctx context.Context, tx *sql.Tx, sessionID string) error {
 }
 
 // checkParents checks that each id is a message of the session.
-func checkParents(ctx context.Context, tx *sql.Tx, sessionID string, ids []string) error {
+func checkParents(ctx context.Context, tx cachedTx, sessionID string, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
 	ids = rowcodec.Distinct(ids)
-	var n int
-	err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM messages WHERE session_id = ? AND id IN (?`+strings.Repeat(", ?", len(ids)-1)+`)`,
-		append([]any{sessionID}, anySlice(ids)...)...).Scan(&n)
+	var (
+		n   int
+		q   = `SELECT COUNT(*) FROM messages WHERE session_id = ? AND id IN (?` + strings.Repeat(", ?", len(ids)-1) + `)`
+		row *sql.Row
+	)
+	if len(ids) == 1 {
+		// One parent named (a chat's message stored after the leaf it was read at, an edit):
+		// prepared once. Other counts vary and are not kept.
+		row = tx.QueryRowContext(ctx, q, sessionID, ids[0])
+	} else {
+		row = tx.tx.QueryRowContext(ctx, q, append([]any{sessionID}, anySlice(ids)...)...)
+	}
+	err := row.Scan(&n)
 	if err != nil {
 		return fmt.Errorf("sqlite: checking parents: %w", err)
 	}

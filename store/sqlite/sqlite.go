@@ -477,7 +477,7 @@ func (s *Store) appendMessages(ctx context.Context, tx *sql.Tx, sessionID string
 		return 0, links, fmt.Errorf("sqlite: appending messages: %w", err)
 	}
 	links = rowcodec.LinkParents(msgs, leaf.String)
-	if err := checkParents(ctx, tx, sessionID, links.Outside); err != nil {
+	if err := checkParents(ctx, c, sessionID, links.Outside); err != nil {
 		return 0, links, err
 	}
 	// One statement reserves the seqs, totals the usage, moves the leaf and touches the
