@@ -602,6 +602,7 @@ func (b *bench) long(ctx context.Context) error {
 	}
 	time.Sleep(2 * time.Second)
 	base := b.readMem(srv.Pid(), metricsURL)
+	cpu0, _ := benchproc.CPU(srv.Pid())
 
 	var active, peak atomic.Int64
 	var samples []sample
@@ -659,6 +660,8 @@ func (b *bench) long(ctx context.Context) error {
 		fmt.Fprintln(os.Stderr, "longstream: no heap profile: 90% of the streams were never in progress for half an answer")
 	}
 	hwm, _ := benchproc.RSS(srv.Pid(), "VmHWM:")
+	cpu1, _ := benchproc.CPU(srv.Pid())
+	detached := goMem(b.hc, metricsURL)[`parley_slow_subscribers_total{event="detached"}`]
 	after := b.readMem(srv.Pid(), metricsURL)
 	srv.Stop()
 	failed, short, firstErr := summarize(results, o.longChunks)
@@ -678,8 +681,9 @@ func (b *bench) long(ctx context.Context) error {
 	perHeap := float64(peakHeap-base.heap) / float64(most)
 	perStack := float64(peakStack-base.stack) / float64(most)
 	fmt.Printf("## Long answers: %d chunks %s apart (%.0f s each)\n\n", o.longChunks, o.gap, (time.Duration(o.longChunks) * o.gap).Seconds())
-	fmt.Printf("%d chats started at once, all ended after %.1f s; at most %d streams in progress at once; %d failed, %d with a chunk missing.\n",
-		o.streams, took.Seconds(), peak.Load(), failed, short)
+	fmt.Printf("%d chats started at once, all ended after %.1f s; at most %d streams in progress at once; %d failed, %d with a chunk missing; Parley used %.1f CPU-seconds (%.1f ms per chat: a measure the machine's load does not change much).\n",
+		o.streams, took.Seconds(), peak.Load(), failed, short, (cpu1 - cpu0).Seconds(), float64((cpu1-cpu0).Milliseconds())/float64(o.streams))
+	fmt.Printf("Readers that fell behind the ring and read the database: %d times.\n", detached)
 	if firstErr != nil {
 		fmt.Printf("first failure: %v\n", firstErr)
 	}
@@ -763,7 +767,7 @@ func mustRSS(pid int) int64 {
 	return v
 }
 
-// goMem reads the go_memstats_ gauges of a /metrics page (none when it cannot). It reads the
+// goMem reads the go_memstats_ gauges (and parley_slow_subscribers_total) of a /metrics page (none when it cannot). It reads the
 // page to its end, so that the connection is used again.
 func goMem(hc *http.Client, url string) map[string]int64 {
 	m := map[string]int64{}
@@ -775,7 +779,7 @@ func goMem(hc *http.Client, url string) map[string]int64 {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		if name, v, ok := strings.Cut(sc.Text(), " "); ok && strings.HasPrefix(name, "go_memstats_") {
+		if name, v, ok := strings.Cut(sc.Text(), " "); ok && (strings.HasPrefix(name, "go_memstats_") || strings.HasPrefix(name, "parley_slow_subscribers_total")) {
 			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			m[name] = int64(f)
 		}
