@@ -117,7 +117,8 @@ type EventStore interface {
 	// reserved, so that the session's next run goes on from last+1.
 	ReleaseEventSeqs(ctx context.Context, sessionID string, limit, last int64) error
 	// AppendEvents stores events of the session (each with its Seq set). An event whose Seq is
-	// already stored is skipped, so that a retried write is harmless.
+	// already stored is skipped, so that a retried write is harmless. It keeps nothing of evs
+	// once it returns: the caller reuses the slice.
 	AppendEvents(ctx context.Context, sessionID string, at time.Time, evs []Event) error
 	// ListEvents returns up to limit events with Seq > after, in order.
 	ListEvents(ctx context.Context, sessionID string, after int64, limit int) ([]Event, error)

@@ -22,6 +22,7 @@ type Writer struct {
 	written chan struct{} // closed when the store writer has stopped
 	relayed chan struct{} // closed when the relay publisher has stopped
 	dropped bool
+	batch   []parley.Event // the store writer's batch, reused; cleared once written
 }
 
 // Open reserves the first block of sequence numbers of a new run of the session and returns its
@@ -77,7 +78,7 @@ func (w *Writer) Next() int64 { return w.next }
 
 // Append stamps ev with the next sequence number (reserving another block when the run has used
 // its numbers), encodes it, and hands it to the session's readers, the store and the relay. It
-// returns ev as stamped. When the ring holds four times its bounds of events the store has not
+// returns ev as stamped. When the ring holds more than its bounds of events the store has not
 // taken, Append waits for the store (up to a bound). Appending after Close does nothing and
 // returns ev with Seq 0.
 func (w *Writer) Append(ev parley.Event) parley.Event {
@@ -117,8 +118,8 @@ func (w *Writer) Append(ev parley.Event) parley.Event {
 }
 
 // waitForStoreLocked waits, with s.mu held (released while waiting), until the store has taken
-// enough of the ring's events for it to be within four times its bounds, or backpressureWait
-// has passed: then the ring drops the oldest events anyway.
+// enough of the ring's events for it to be within its bounds, or backpressureWait has passed:
+// then the ring drops the oldest events anyway.
 func (w *Writer) waitForStoreLocked() {
 	s := w.s
 	deadline := time.Now().Add(backpressureWait)
@@ -203,16 +204,23 @@ func (w *Writer) Drop() {
 	w.h.put(w.s)
 }
 
-// pending returns up to n of the events after `after` the ring holds, whether the Writer was
-// closed when they were read, and the ring's start (events up to it are gone).
-func (w *Writer) pending(after int64, n int) (frames []*Frame, closed bool, wake <-chan struct{}, from int64) {
+// pending returns up to n of the events after `after` the ring holds, and at most maxBytes of
+// them (by Frame.size; at least one), whether more of them were left out for those bounds,
+// whether the Writer was closed when they were read, and the ring's start (events up to it are
+// gone).
+func (w *Writer) pending(after int64, n, maxBytes int) (frames []*Frame, more, closed bool, wake <-chan struct{}, from int64) {
 	s := w.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	i := s.ring.after(after)
-	k := 0
+	k, size := 0, 0
 	// Only this run's frames: the session's next run may already append after them.
-	for k < n && i+k < s.ring.n && s.ring.at(i+k).Seq < w.next {
+	for i+k < s.ring.n && s.ring.at(i+k).Seq < w.next {
+		size += s.ring.at(i + k).size()
+		if k == n || k > 0 && size > maxBytes {
+			more = true
+			break
+		}
 		k++
 	}
 	if k > 0 {
@@ -221,7 +229,7 @@ func (w *Writer) pending(after int64, n int) (frames []*Frame, closed bool, wake
 			frames[j] = s.ring.at(i + j)
 		}
 	}
-	return frames, w.closed, s.wake, s.from
+	return frames, more, w.closed, s.wake, s.from
 }
 
 // writeStore writes the run's events to the store a batch at a time, letting them gather for
@@ -230,18 +238,22 @@ func (w *Writer) writeStore() {
 	defer close(w.written)
 	h, s := w.h, w.s
 	after := w.first - 1
+	maxBytes := max(h.opts.RingBytes/writeBatchShare, 1)
 	for {
-		frames, closed, wake, from := w.pending(after, writeBatch)
+		frames, more, closed, wake, from := w.pending(after, writeBatch, maxBytes)
 		if from > after && (len(frames) == 0 || frames[0].Seq > after+1) {
 			h.opts.Log.Error("run events lost before they were stored", "session", s.id, "after", after, "from", from)
 		}
 		if len(frames) > 0 {
-			evs := make([]parley.Event, len(frames))
-			for i, f := range frames {
-				evs[i] = f.Event
+			evs := w.batch[:0]
+			for _, f := range frames {
+				evs = append(evs, f.Event)
 			}
 			w.store(evs)
 			after = evs[len(evs)-1].Seq
+			// The copies keep the events' strings alive: let them go until the next batch.
+			clear(evs)
+			w.batch = evs[:0]
 			s.mu.Lock()
 			s.stored = max(s.stored, after)
 			close(s.progress)
@@ -249,8 +261,8 @@ func (w *Writer) writeStore() {
 			s.trimLocked()
 			s.mu.Unlock()
 		}
-		if len(frames) == writeBatch {
-			continue
+		if more {
+			continue // a full batch: write the rest now
 		}
 		if closed {
 			return
@@ -302,7 +314,7 @@ func (w *Writer) publish() {
 	h, s := w.h, w.s
 	after := w.first - 1
 	for {
-		frames, closed, wake, from := w.pending(after, writeBatch)
+		frames, _, closed, wake, from := w.pending(after, writeBatch, 1<<62)
 		if from > after && (len(frames) == 0 || frames[0].Seq > after+1) {
 			// Fallen behind the ring: other instances' readers read these from the store.
 			h.opts.Log.Warn("run events not relayed", "session", s.id, "after", after, "from", from)

@@ -14,12 +14,18 @@
 //   - long answers (-long-chunks): -streams chats start at once on a fresh Parley; while they run,
 //     Parley's resident memory (VmRSS) and Go heap in use (its /metrics on --metrics-addr) are
 //     sampled with the number of streams in progress. Memory per active stream is the peak growth
-//     over the idle server divided by the most streams in progress at once.
+//     over the idle server divided by the most streams in progress at once; the goroutines'
+//     stacks are shown apart (they are resident memory outside the heap). With -heap-profile,
+//     Parley's heap is profiled after a forced GC part-way, which also gives its live heap.
 //
-// Each phase ends with issue 25's targets and PASS or FAIL.
+// Each phase ends with issue 25's targets and PASS or FAIL. The clients connect from loopback
+// addresses of their own (127.0.2.1, …; -sources) and keep their connections alive, so that a
+// benchmark run just before, holding ports in TIME_WAIT, does not starve them.
 //
 //	go run ./bench/longstream                                   # 1,000 streams: 50 chunks, then 2,000
 //	go run ./bench/longstream -streams 200 -long-chunks 500     # a quick check
+//	go run ./bench/longstream -streams 200 -short-chunks 0 -heap-profile /tmp/heap.pprof
+//	go run ./bench/longstream -serve-env GOGC=50 -serve-args "--stream-ring-bytes 65536"  # an operator's settings
 package main
 
 import (
@@ -32,6 +38,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -64,6 +71,10 @@ type options struct {
 	timeout     time.Duration
 	keepLogs    string
 	heapProfile string
+	profileAt   time.Duration
+	serveArgs   []string
+	serveEnv    []string
+	sources     int
 }
 
 func run() error {
@@ -76,11 +87,19 @@ func run() error {
 	flag.IntVar(&o.resumeConc, "resume-concurrency", 32, "sessions read back from the database at once")
 	flag.DurationVar(&o.streamTime, "stream-timeout", 3*time.Minute, "time bound of one chat; one that has not ended by then counts as failed")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "time bound of the whole benchmark")
+	flag.IntVar(&o.sources, "sources", 0, "loopback addresses the clients connect from (127.0.2.1, 127.0.2.2, …), each good for about 28,000 connections; 0: one per 5,000 streams")
 	flag.StringVar(&o.keepLogs, "logs", "", "directory to keep Parley's logs in (default: dropped with the temp dir)")
-	flag.StringVar(&o.heapProfile, "heap-profile", "", "file to write a heap profile of Parley to, taken in the long phase once 90% of the streams are in progress and half an answer has been sent (Parley then runs with --pprof-addr)")
+	flag.StringVar(&o.heapProfile, "heap-profile", "", "file to write a heap profile of Parley to, taken in the long phase once 90% of the streams are in progress and half an answer has been sent (Parley then runs with --pprof-addr), with its goroutines beside it (FILE.goroutines)")
+	flag.DurationVar(&o.profileAt, "heap-profile-at", 0, "take the heap profile this long after 90% of the streams are in progress (default: half an answer)")
+	serveArgs := flag.String("serve-args", "", "more flags for parley serve, space-separated (e.g. \"--stream-ring-bytes 32768\")")
+	serveEnv := flag.String("serve-env", "", "environment for parley serve, space-separated KEY=VALUE (e.g. GOGC=50, to see what an operator's setting does; the benchmark itself sets none)")
 	flag.Parse()
-	if o.streams < 1 || o.shortChunks < 0 || o.longChunks < 0 || o.gap <= 0 || o.resumeConc < 1 || o.streamTime <= 0 {
-		return errors.New("-streams and -resume-concurrency must be at least 1, -gap positive, the chunk counts not negative")
+	o.serveArgs, o.serveEnv = strings.Fields(*serveArgs), strings.Fields(*serveEnv)
+	if o.streams < 1 || o.shortChunks < 0 || o.longChunks < 0 || o.gap <= 0 || o.resumeConc < 1 || o.streamTime <= 0 || o.sources < 0 || o.sources > 250 {
+		return errors.New("-streams and -resume-concurrency must be at least 1, -gap positive, the chunk counts not negative, -sources from 0 to 250")
+	}
+	if o.sources == 0 {
+		o.sources = (o.streams + 4_999) / 5_000
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
@@ -105,10 +124,23 @@ func run() error {
 			return err
 		}
 	}
-	b := &bench{o: o, dir: dir, logDir: logDir,
-		hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.streams, IdleConnTimeout: time.Minute, ResponseHeaderTimeout: 2 * time.Minute}}}
+	b := &bench{o: o, dir: dir, logDir: logDir}
+	// The clients connect from addresses of their own (127.0.2.x), each client keeping its
+	// connections alive: a connection from a bound address needs a port not held on that address
+	// by any socket, and the ports of 127.0.0.1 may all be held in TIME_WAIT by a benchmark run
+	// just before (bench/fanout binds 127.0.0.2 upwards, which keeps those ports from every
+	// unbound connection too).
+	for i := range o.sources {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 2, byte(1+i))}, Timeout: 30 * time.Second}
+		b.hcs = append(b.hcs, &http.Client{Transport: &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: o.streams,
+			IdleConnTimeout: time.Minute, ResponseHeaderTimeout: 2 * time.Minute}})
+	}
+	b.hc = b.hcs[0]
 	fmt.Printf("%d streams at once, the model sending a chunk every %s; Parley on SQLite (synchronous=FULL); %d CPUs, load average %s.\n\n",
 		o.streams, o.gap, runtime.NumCPU(), loadavg())
+	if len(o.serveArgs)+len(o.serveEnv) > 0 {
+		fmt.Printf("Parley run with %s (not its defaults).\n\n", strings.Join(append(append([]string{}, o.serveEnv...), o.serveArgs...), " "))
+	}
 	if o.shortChunks > 0 {
 		if err := b.short(ctx); err != nil {
 			return fmt.Errorf("short answers: %w", err)
@@ -125,7 +157,8 @@ func run() error {
 type bench struct {
 	o           options
 	dir, logDir string
-	hc          *http.Client
+	hc          *http.Client   // hcs[0]: the reads of the database and of Parley's metrics
+	hcs         []*http.Client // one per source address
 }
 
 // server is a running `parley serve` and what its log said.
@@ -159,7 +192,7 @@ func (b *bench) startParley(ctx context.Context, mockURL, db, logName string, ex
 		return nil, err
 	}
 	s := &server{}
-	p, err := benchproc.StartWith(ctx, benchproc.Options{Log: f, OnLine: func(line string) {
+	p, err := benchproc.StartWith(ctx, benchproc.Options{Log: f, Env: b.o.serveEnv, OnLine: func(line string) {
 		if m := metricsRE.FindStringSubmatch(line); m != nil {
 			s.metrics.Store(&m[1])
 		}
@@ -181,7 +214,7 @@ func (b *bench) startParley(ctx context.Context, mockURL, db, logName string, ex
 	}}, b.o.parley, append([]string{"serve", "--addr", "127.0.0.1:0", "--db", db, "--data-dir", filepath.Join(b.dir, "data"),
 		"--metrics-addr", "127.0.0.1:0",
 		"--openai-base-url", mockURL + "/v1", "--openai-api-key", "bench", "--model", "openai/bench-model",
-		"--auth", "off", "--rate-limit", "off", "--max-runs", "0", "--max-streams-per-user", "0", "--max-conns-per-addr", "0"}, extra...)...)
+		"--auth", "off", "--rate-limit", "off", "--max-runs", "0", "--max-streams-per-user", "0", "--max-conns-per-addr", "0"}, append(b.o.serveArgs, extra...)...)...)
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -216,7 +249,7 @@ type streamResult struct {
 
 // chat makes one streamed chat and reads it to its end. onStart and onEnd are called when its
 // first event comes and when it ends.
-func (b *bench) chat(ctx context.Context, base string, keep bool, onStart, onEnd func()) streamResult {
+func (b *bench) chat(ctx context.Context, hc *http.Client, base string, keep bool, onStart, onEnd func()) streamResult {
 	var res streamResult
 	ctx, cancel := context.WithTimeout(ctx, b.o.streamTime)
 	defer cancel()
@@ -232,12 +265,12 @@ func (b *bench) chat(ctx context.Context, base string, keep bool, onStart, onEnd
 		return res
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := b.hc.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		res.err = err
 		return res
 	}
-	defer resp.Body.Close()
+	defer closeBody(resp.Body)
 	if resp.StatusCode != 200 {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
 		res.err = fmt.Errorf("HTTP %d %s", resp.StatusCode, bytes.TrimSpace(body))
@@ -272,6 +305,14 @@ func (b *bench) chat(ctx context.Context, base string, keep bool, onStart, onEnd
 		res.err = err
 	}
 	return res
+}
+
+// closeBody reads what is left of a body (the end of a chunked response after its done event)
+// and closes it, so that its connection is used again rather than closed: a closed connection
+// holds its port in TIME_WAIT for a minute.
+func closeBody(body io.ReadCloser) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, 1<<20))
+	body.Close()
 }
 
 // readSSE calls fn with each event of an SSE body until fn returns false or the body ends.
@@ -313,7 +354,7 @@ func (b *bench) hold(ctx context.Context, base string, keep bool, active *atomic
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = b.chat(ctx, base, keep, func() {
+			results[i] = b.chat(ctx, b.hcs[i%len(b.hcs)], base, keep, func() {
 				n := active.Add(1)
 				for {
 					p := peak.Load()
@@ -500,7 +541,7 @@ func (b *bench) resume(ctx context.Context, base, session string) ([]event, erro
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
+	defer closeBody(resp.Body)
 	if resp.StatusCode != 200 {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
 		return nil, fmt.Errorf("HTTP %d %s", resp.StatusCode, bytes.TrimSpace(body))
@@ -523,7 +564,14 @@ type sample struct {
 	at     time.Duration
 	active int64
 	rss    int64
-	heap   int64 // go_memstats_heap_inuse_bytes
+	heap   int64 // go_memstats_heap_inuse_bytes: live objects and garbage not yet collected
+	stack  int64 // go_memstats_stack_inuse_bytes: goroutines' stacks, outside the heap
+}
+
+// readMem reads Parley's resident memory and, from its /metrics page, its Go heap and stacks.
+func (b *bench) readMem(pid int, metricsURL string) sample {
+	m := goMem(b.hc, metricsURL)
+	return sample{rss: mustRSS(pid), heap: m["go_memstats_heap_inuse_bytes"], stack: m["go_memstats_stack_inuse_bytes"]}
 }
 
 func (b *bench) long(ctx context.Context) error {
@@ -549,11 +597,12 @@ func (b *bench) long(ctx context.Context) error {
 	}
 	metricsURL := "http://" + *maddr + "/metrics"
 	// A warm-up chat, then the idle server's memory.
-	if r := b.chat(ctx, srv.URL, false, func() {}, func() {}); r.err != nil {
+	if r := b.chat(ctx, b.hc, srv.URL, false, func() {}, func() {}); r.err != nil {
 		return fmt.Errorf("warm-up chat: %w", r.err)
 	}
 	time.Sleep(2 * time.Second)
-	base := sample{rss: mustRSS(srv.Pid()), heap: heapInuse(b.hc, metricsURL)}
+	base := b.readMem(srv.Pid(), metricsURL)
+	cpu0, _ := benchproc.CPU(srv.Pid())
 
 	var active, peak atomic.Int64
 	var samples []sample
@@ -564,6 +613,7 @@ func (b *bench) long(ctx context.Context) error {
 		busySince  time.Time
 		profiled   bool
 		profileErr error
+		liveHeap   *sample // the heap just after the forced GC of -heap-profile
 		wg         sync.WaitGroup
 	)
 	go func() {
@@ -577,15 +627,26 @@ func (b *bench) long(ctx context.Context) error {
 				return
 			case <-t.C:
 			}
-			s := sample{at: time.Since(t0), active: active.Load(), rss: mustRSS(srv.Pid()), heap: heapInuse(b.hc, metricsURL)}
+			s := b.readMem(srv.Pid(), metricsURL)
+			s.at, s.active = time.Since(t0), active.Load()
 			samples = append(samples, s)
 			if o.heapProfile != "" && busySince.IsZero() && s.active*10 >= int64(o.streams)*9 {
 				busySince = time.Now()
 			}
-			if !busySince.IsZero() && !profiled && time.Since(busySince) >= time.Duration(o.longChunks)*o.gap/2 {
+			at := o.profileAt
+			if at <= 0 {
+				at = time.Duration(o.longChunks) * o.gap / 2
+			}
+			if !busySince.IsZero() && !profiled && time.Since(busySince) >= at {
 				profiled = true
 				wg.Add(1)
-				go func() { defer wg.Done(); profileErr = b.heapProfile(srv) }()
+				go func() {
+					defer wg.Done()
+					var l sample
+					l, profileErr = b.heapProfile(srv, metricsURL)
+					l.active = active.Load()
+					liveHeap = &l
+				}()
 			}
 		}
 	}()
@@ -599,36 +660,45 @@ func (b *bench) long(ctx context.Context) error {
 		fmt.Fprintln(os.Stderr, "longstream: no heap profile: 90% of the streams were never in progress for half an answer")
 	}
 	hwm, _ := benchproc.RSS(srv.Pid(), "VmHWM:")
-	after := sample{rss: mustRSS(srv.Pid()), heap: heapInuse(b.hc, metricsURL)}
+	cpu1, _ := benchproc.CPU(srv.Pid())
+	detached := goMem(b.hc, metricsURL)[`parley_slow_subscribers_total{event="detached"}`]
+	after := b.readMem(srv.Pid(), metricsURL)
 	srv.Stop()
 	failed, short, firstErr := summarize(results, o.longChunks)
 
 	var top sample // the reading with the most streams in progress (the latest of equals)
-	var peakRSS, peakHeap int64
+	var peakRSS, peakHeap, peakStack int64
 	for _, s := range samples {
 		if s.active >= top.active {
 			top = s
 		}
 		peakRSS = max(peakRSS, s.rss)
 		peakHeap = max(peakHeap, s.heap)
+		peakStack = max(peakStack, s.stack)
 	}
 	most := max(peak.Load(), 1)
 	perRSS := float64(max(hwm, peakRSS)-base.rss) / float64(most)
 	perHeap := float64(peakHeap-base.heap) / float64(most)
+	perStack := float64(peakStack-base.stack) / float64(most)
 	fmt.Printf("## Long answers: %d chunks %s apart (%.0f s each)\n\n", o.longChunks, o.gap, (time.Duration(o.longChunks) * o.gap).Seconds())
-	fmt.Printf("%d chats started at once, all ended after %.1f s; at most %d streams in progress at once; %d failed, %d with a chunk missing.\n",
-		o.streams, took.Seconds(), peak.Load(), failed, short)
+	fmt.Printf("%d chats started at once, all ended after %.1f s; at most %d streams in progress at once; %d failed, %d with a chunk missing; Parley used %.1f CPU-seconds (%.1f ms per chat: a measure the machine's load does not change much).\n",
+		o.streams, took.Seconds(), peak.Load(), failed, short, (cpu1 - cpu0).Seconds(), float64((cpu1-cpu0).Milliseconds())/float64(o.streams))
+	fmt.Printf("Readers that fell behind the ring and read the database: %d times.\n", detached)
 	if firstErr != nil {
 		fmt.Printf("first failure: %v\n", firstErr)
 	}
 	fmt.Println()
-	fmt.Println("| Parley's memory | resident (VmRSS) | Go heap in use |")
-	fmt.Println("|---|---|---|")
-	fmt.Printf("| idle, after a warm-up chat | %s | %s |\n", mib(base.rss), mib(base.heap))
-	fmt.Printf("| with the most streams in progress (%d, at %.1f s) | %s | %s |\n", top.active, top.at.Seconds(), mib(top.rss), mib(top.heap))
-	fmt.Printf("| peak while streaming (VmHWM for resident) | %s | %s |\n", mib(max(hwm, peakRSS)), mib(peakHeap))
-	fmt.Printf("| after every stream ended | %s | %s |\n", mib(after.rss), mib(after.heap))
-	fmt.Printf("| **peak growth per active stream** (÷ %d) | **%s** | **%s** |\n", most, kib(perRSS), kib(perHeap))
+	fmt.Println("| Parley's memory | resident (VmRSS) | Go heap in use | goroutine stacks |")
+	fmt.Println("|---|---|---|---|")
+	fmt.Printf("| idle, after a warm-up chat | %s | %s | %s |\n", mib(base.rss), mib(base.heap), mib(base.stack))
+	fmt.Printf("| with the most streams in progress (%d, at %.1f s) | %s | %s | %s |\n", top.active, top.at.Seconds(), mib(top.rss), mib(top.heap), mib(top.stack))
+	fmt.Printf("| peak while streaming (VmHWM for resident) | %s | %s | %s |\n", mib(max(hwm, peakRSS)), mib(peakHeap), mib(peakStack))
+	fmt.Printf("| after every stream ended | %s | %s | %s |\n", mib(after.rss), mib(after.heap), mib(after.stack))
+	fmt.Printf("| **peak growth per active stream** (÷ %d) | **%s** | **%s** | **%s** |\n", most, kib(perRSS), kib(perHeap), kib(perStack))
+	if live := liveHeap; live != nil {
+		fmt.Printf("| live heap after a forced GC (-heap-profile, %d streams in progress) | | %s (%s per stream over the idle heap in use) | |\n",
+			live.active, mib(live.heap), kib(float64(live.heap-base.heap)/float64(max(live.active, 1))))
+	}
 	fmt.Println()
 	live := liveEvents(results)
 	v, err := b.verify(ctx, mock.URL, db, "long-restarted.log", results)
@@ -654,25 +724,42 @@ func (b *bench) long(ctx context.Context) error {
 }
 
 // heapProfile writes Parley's heap profile (after a GC) to -heap-profile.
-func (b *bench) heapProfile(srv *server) error {
+// It returns the heap then: go_memstats_heap_alloc_bytes read just after that GC, which is the
+// live heap (and what was allocated in the moment since).
+func (b *bench) heapProfile(srv *server, metricsURL string) (sample, error) {
+	var live sample
 	addr := srv.pprof.Load()
 	if addr == nil {
-		return errors.New("Parley did not log its pprof address")
+		return live, errors.New("Parley did not log its pprof address")
 	}
 	resp, err := b.hc.Get("http://" + *addr + "/debug/pprof/heap?gc=1")
 	if err != nil {
-		return err
+		return live, err
 	}
-	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
 	if err == nil && resp.StatusCode != 200 {
 		err = fmt.Errorf("HTTP %d", resp.StatusCode)
 	}
 	if err != nil {
-		return err
+		return live, err
+	}
+	m := goMem(b.hc, metricsURL)
+	live.heap, live.stack = m["go_memstats_heap_alloc_bytes"], m["go_memstats_stack_inuse_bytes"]
+	if err := os.WriteFile(b.o.heapProfile, data, 0o644); err != nil {
+		return live, err
 	}
 	fmt.Fprintf(os.Stderr, "longstream: heap profile written to %s\n", b.o.heapProfile)
-	return os.WriteFile(b.o.heapProfile, data, 0o644)
+	// The goroutines beside it: their stacks are resident memory outside the heap.
+	resp, err = b.hc.Get("http://" + *addr + "/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		return live, err
+	}
+	defer resp.Body.Close()
+	if data, err = io.ReadAll(resp.Body); err != nil {
+		return live, err
+	}
+	return live, os.WriteFile(b.o.heapProfile+".goroutines", data, 0o644)
 }
 
 func mustRSS(pid int) int64 {
@@ -680,22 +767,25 @@ func mustRSS(pid int) int64 {
 	return v
 }
 
-// heapInuse reads go_memstats_heap_inuse_bytes from a /metrics page; 0 when it cannot.
-func heapInuse(hc *http.Client, url string) int64 {
+// goMem reads the go_memstats_ gauges (and parley_slow_subscribers_total) of a /metrics page (none when it cannot). It reads the
+// page to its end, so that the connection is used again.
+func goMem(hc *http.Client, url string) map[string]int64 {
+	m := map[string]int64{}
 	resp, err := hc.Get(url)
 	if err != nil {
-		return 0
+		return m
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_heap_inuse_bytes "); ok {
+		if name, v, ok := strings.Cut(sc.Text(), " "); ok && (strings.HasPrefix(name, "go_memstats_") || strings.HasPrefix(name, "parley_slow_subscribers_total")) {
 			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return int64(f)
+			m[name] = int64(f)
 		}
 	}
-	return 0
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return m
 }
 
 func loadavg() string {

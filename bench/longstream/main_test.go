@@ -2,7 +2,11 @@ package main
 
 import (
 	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -35,5 +39,32 @@ func TestSummarize(t *testing.T) {
 	}
 	if n := liveEvents([]streamResult{{done: true, events: make([]event, 3)}, {err: io.EOF, events: make([]event, 7)}}); n != 3 {
 		t.Errorf("liveEvents counted %d, want only the 3 of the chat that ended", n)
+	}
+}
+
+// goMem reads the go_memstats_ gauges of a metrics page and reads the page to its end, so that
+// its connection serves the next reading (the benchmark polls four times a second).
+func TestGoMemReusesItsConnection(t *testing.T) {
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "# HELP x\ngo_memstats_heap_inuse_bytes 1.5e+06\ngo_memstats_stack_inuse_bytes 65536\ngo_goroutines 7\n")
+		io.WriteString(w, strings.Repeat("# padding after the gauges\n", 2000))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	hc := &http.Client{Transport: &http.Transport{}}
+	for range 3 {
+		m := goMem(hc, srv.URL)
+		if m["go_memstats_heap_inuse_bytes"] != 1_500_000 || m["go_memstats_stack_inuse_bytes"] != 65536 || len(m) != 2 {
+			t.Fatalf("read %v", m)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("3 readings opened %d connections, want 1", n)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/parleyhq/parley/approval"
 	"github.com/parleyhq/parley/limit"
 	"github.com/parleyhq/parley/provider/router"
+	"github.com/parleyhq/parley/stream"
 	"github.com/parleyhq/parley/tools/mcp"
 	"github.com/redis/go-redis/v9"
 	"go.yaml.in/yaml/v3"
@@ -82,6 +83,7 @@ type config struct {
 	MaxMessageChars    int
 	ShutdownGrace      time.Duration
 	RunRetain          time.Duration
+	StreamRingBytes    int
 	EventRetention     time.Duration
 	PauseTimeout       time.Duration
 	ToolPolicy         string
@@ -184,6 +186,7 @@ func serveFlags(fs *flag.FlagSet, c *config) {
 	fs.IntVar(&c.MaxMessageChars, "max-message-chars", 100_000, "longest user message accepted, in characters")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, time given to active runs to finish before they are aborted")
 	fs.DurationVar(&c.RunRetain, "run-retain", 5*time.Minute, "how long a finished run stays known in memory (its events are read from the database)")
+	fs.IntVar(&c.StreamRingBytes, "stream-ring-bytes", stream.DefaultRingBytes, "recent events kept in memory per session for its readers, in bytes; a run whose events the database has not yet taken waits for it past this, and a reader further behind reads the database (memory per active stream grows with it)")
 	fs.DurationVar(&c.EventRetention, "event-retention", 72*time.Hour, "how long run events stay in the database for clients that resume a stream (0: forever)")
 	fs.DurationVar(&c.PauseTimeout, "pause-timeout", 10*time.Minute, "a run paused for longer is aborted")
 	fs.StringVar(&c.ToolPolicy, "tool-policy", "", "tool approval policy: comma-separated pattern=auto|ask|deny (tool names, * and ? wildcards; the exact name, else the most specific pattern wins), e.g. 'mcp_fs_*=ask,mcp_fs_read*=auto,calculator=auto'; a project's tool_policy overrides it")
@@ -378,6 +381,10 @@ func (c *config) validate() error {
 	}
 	if c.MaxParallelTools < 1 {
 		errs = append(errs, errors.New("max-parallel-tools must be at least 1"))
+	}
+	if c.StreamRingBytes < 4096 {
+		// Smaller, a run would wait for the database at nearly every event.
+		errs = append(errs, errors.New("stream-ring-bytes must be at least 4096"))
 	}
 	if c.ToolTimeout <= 0 || c.ShutdownGrace < 0 || c.Heartbeat <= 0 || c.WriteTimeout <= 0 {
 		errs = append(errs, errors.New("tool-timeout, heartbeat and write-timeout must be positive; shutdown-grace must not be negative"))
