@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -104,8 +105,9 @@ func (s *server) handleSessionStream() http.Handler {
 
 // streamDetached streams as streamSession does, on the connection taken over from net/http
 // (HTTP/1.1), and returns at once: the stream goes on without the handler, so that an idle stream
-// holds neither the request's goroutine and net/http's buffers nor a goroutine of its pump, only
-// the one that notices the client leaving. The response is the same: chunked, its chunks written
+// holds neither the request's goroutine and net/http's buffers nor a goroutine of its pump, nor
+// (where the server's idlePoller can watch the connection) one that waits for the client to
+// leave. The response is the same: chunked, its chunks written
 // here, ending with the stream ("Connection: close"). It reports false, having written nothing,
 // where the connection cannot be taken over (HTTP/2, a writer without Hijack); release is then
 // the caller's.
@@ -142,19 +144,40 @@ func (s *server) streamDetached(w http.ResponseWriter, r *http.Request, sessionI
 	r = r.WithContext(ctx) // the handler's context ends when it returns; the stream's goes on
 	p := &pump{s: s, r: r, t: &sseTransport{s: s, r: r, sse: sse, session: sessionID, untilDone: untilDone},
 		heartbeat: s.Heartbeat, park: wsPark}
+	// Whoever sees the stream's end last lets go of what it holds.
+	finish := func() {
+		stopLife()
+		stopShutdown()
+		cancel(nil)
+		closed()
+		release()
+	}
+	// The client sends nothing more: a read ends when it leaves. Where the connection can be
+	// watched, no goroutine waits for that: the server's poller calls back when the connection
+	// is readable, and a read that does not block tells whether the client left (bytes it sends
+	// are dropped). Elsewhere a goroutine reads until the client leaves or the pump, done, closes
+	// the connection.
+	var watch *idleWatch
+	watch = s.idle.watch(conn, func() { sseReadable(watch, cancel) })
 	p.onEnd = func(error) {
+		if watch != nil {
+			watch.close() // before the connection is closed
+		}
 		sse.end()
 		conn.Close()
+		if watch != nil {
+			finish()
+		}
 	}
 	p.subscribe(ctx, sessionID, after)
 	p.start(ctx)
-	// The connection's reader: the client sends nothing more, so a read ends when it leaves (or
-	// when the pump, done, closes the connection). It owns the connection until then.
+	if watch != nil {
+		if !watch.arm() {
+			cancel(errClientLeft)
+		}
+		return true
+	}
 	go func() {
-		defer release()
-		defer closed()
-		defer stopShutdown()
-		defer stopLife()
 		var b [16]byte
 		for {
 			if _, err := conn.Read(b[:]); err != nil {
@@ -163,8 +186,21 @@ func (s *server) streamDetached(w http.ResponseWriter, r *http.Request, sessionI
 		}
 		cancel(errClientLeft)
 		<-p.done
+		finish()
 	}()
 	return true
+}
+
+// sseReadable is called when a detached stream's connection has something to read: the client
+// left (its end of the connection, or an error) or it sent bytes, which are dropped; then the
+// watch waits again (at once, if more is there: one read per call, so that a client that keeps
+// sending does not hold the poller).
+func sseReadable(w *idleWatch, cancel context.CancelCauseFunc) {
+	var b [512]byte
+	if _, err := w.readNow(b[:]); (err == nil || errors.Is(err, errWouldBlock)) && w.arm() {
+		return
+	}
+	cancel(errClientLeft)
 }
 
 // errClientLeft: the client of a detached stream closed its connection.
