@@ -48,6 +48,12 @@ type pump struct {
 
 	heartbeat time.Duration // 0: none (the WebSocket pings on its own)
 	park      time.Duration // 0: never parks (run)
+	// lifetime, if set, ends the stream after this long as the end of its context's deadline
+	// would, without a timer and a context of its own (a detached SSE stream's).
+	lifetime time.Duration
+	// ownKick: whoever ends the pump's context kicks the pump too (start registers no
+	// context.AfterFunc for it: one less context and callback per idle stream).
+	ownKick bool
 
 	replies  <-chan []byte
 	reply    func(b []byte) error
@@ -59,10 +65,10 @@ type pump struct {
 	done  chan struct{} // closed after onEnd (start only)
 
 	// Owned by the goroutine running the loop (handed over under mu).
-	ctx                               context.Context
-	idleAt, recheckAt, beatAt, parkAt time.Time
-	timer                             *time.Timer
-	armed                             time.Time // when timer fires; zero: not armed
+	ctx                                       context.Context
+	idleAt, recheckAt, beatAt, parkAt, lifeAt time.Time
+	timer                                     *time.Timer
+	armed                                     time.Time // when timer fires; zero: not armed
 
 	mu      sync.Mutex
 	running bool        // a goroutine runs the loop
@@ -88,6 +94,9 @@ func (p *pump) init(ctx context.Context) {
 		p.beatAt = now.Add(p.heartbeat)
 	}
 	p.parkAt = now.Add(p.park)
+	if p.lifetime > 0 {
+		p.lifeAt = now.Add(p.lifetime)
+	}
 }
 
 // run pumps in the calling goroutine until ctx ends, the transport ends the stream, a write
@@ -108,7 +117,11 @@ func (p *pump) start(ctx context.Context) {
 	p.done = make(chan struct{})
 	p.mu.Lock()
 	p.running = true
-	p.stopCtx = context.AfterFunc(ctx, p.kick)
+	if p.ownKick {
+		p.stopCtx = func() bool { return false }
+	} else {
+		p.stopCtx = context.AfterFunc(ctx, p.kick)
+	}
 	p.mu.Unlock()
 	go p.resume()
 }
@@ -245,8 +258,13 @@ func (p *pump) loopOrPark() (err error, ended bool) {
 	}
 }
 
-// due does what is due at now: the idle end, the credentials' recheck, the heartbeat.
+// due does what is due at now: the end of the lifetime, the idle end, the credentials' recheck,
+// the heartbeat.
 func (p *pump) due(now time.Time) (err error, end bool) {
+	if !p.lifeAt.IsZero() && !now.Before(p.lifeAt) {
+		p.t.lifetime()
+		return nil, true
+	}
 	if !now.Before(p.idleAt) {
 		p.t.idle()
 		return errIdle, true
@@ -270,6 +288,9 @@ func (p *pump) due(now time.Time) (err error, end bool) {
 // next returns the pump's next deadline.
 func (p *pump) next() time.Time {
 	next := p.idleAt
+	if !p.lifeAt.IsZero() && p.lifeAt.Before(next) {
+		next = p.lifeAt
+	}
 	if !p.recheckAt.IsZero() && p.recheckAt.Before(next) {
 		next = p.recheckAt
 	}
@@ -283,6 +304,7 @@ func (p *pump) next() time.Time {
 // a timer at the next deadline, the context's end and the reader (kick) start it again.
 func (p *pump) tryPark() bool {
 	p.timer.Stop()
+	p.timer = nil // a parked pump holds only the timer that wakes it
 	p.armed = time.Time{}
 	if p.sub != nil {
 		p.sub.Notify(p.kick)

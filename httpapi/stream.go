@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/auth"
+	"github.com/parleyhq/parley/internal/logctx"
 	"github.com/parleyhq/parley/stream"
 )
 
@@ -134,19 +137,23 @@ func (s *server) streamDetached(w http.ResponseWriter, r *http.Request, sessionI
 		return true
 	}
 	closed := s.streamOpened("sse")
-	life, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
+	// The handler's context ends when it returns; the stream's goes on, with its own end: the
+	// client leaving, the server shutting down, the stream's lifetime (a deadline of the pump's).
+	ctx, cancel := context.WithCancelCause(detachedContext(r))
+	sse := &sseWriter{conn: conn, timeout: s.WriteTimeout}
+	r = detachedRequest(r, ctx)
+	p := &pump{s: s, r: r, t: &sseTransport{s: s, r: r, sse: sse, session: sessionID, untilDone: untilDone},
+		heartbeat: s.Heartbeat, park: wsPark, lifetime: s.StreamLifetime, ownKick: true}
+	end := func(cause error) { // ends the stream's context; the pump, kicked, sees it
+		cancel(cause)
+		p.kick()
+	}
 	stopShutdown := func() bool { return false }
 	if s.Lifetime != nil {
-		stopShutdown = context.AfterFunc(s.Lifetime, func() { cancel(errWSShutdown) })
+		stopShutdown = context.AfterFunc(s.Lifetime, func() { end(errWSShutdown) })
 	}
-	ctx, stopLife := context.WithTimeout(life, s.StreamLifetime)
-	sse := &sseWriter{conn: conn, timeout: s.WriteTimeout}
-	r = r.WithContext(ctx) // the handler's context ends when it returns; the stream's goes on
-	p := &pump{s: s, r: r, t: &sseTransport{s: s, r: r, sse: sse, session: sessionID, untilDone: untilDone},
-		heartbeat: s.Heartbeat, park: wsPark}
 	// Whoever sees the stream's end last lets go of what it holds.
 	finish := func() {
-		stopLife()
 		stopShutdown()
 		cancel(nil)
 		closed()
@@ -158,7 +165,7 @@ func (s *server) streamDetached(w http.ResponseWriter, r *http.Request, sessionI
 	// are dropped). Elsewhere a goroutine reads until the client leaves or the pump, done, closes
 	// the connection.
 	var watch *idleWatch
-	watch = s.idle.watch(conn, func() { sseReadable(watch, cancel) })
+	watch = s.idle.watch(conn, func() { sseReadable(watch, end) })
 	p.onEnd = func(error) {
 		if watch != nil {
 			watch.close() // before the connection is closed
@@ -173,7 +180,7 @@ func (s *server) streamDetached(w http.ResponseWriter, r *http.Request, sessionI
 	p.start(ctx)
 	if watch != nil {
 		if !watch.arm() {
-			cancel(errClientLeft)
+			end(errClientLeft)
 		}
 		return true
 	}
@@ -184,7 +191,7 @@ func (s *server) streamDetached(w http.ResponseWriter, r *http.Request, sessionI
 				break
 			}
 		}
-		cancel(errClientLeft)
+		end(errClientLeft)
 		<-p.done
 		finish()
 	}()
@@ -195,12 +202,40 @@ func (s *server) streamDetached(w http.ResponseWriter, r *http.Request, sessionI
 // left (its end of the connection, or an error) or it sent bytes, which are dropped; then the
 // watch waits again (at once, if more is there: one read per call, so that a client that keeps
 // sending does not hold the poller).
-func sseReadable(w *idleWatch, cancel context.CancelCauseFunc) {
+func sseReadable(w *idleWatch, end func(error)) {
 	var b [512]byte
 	if _, err := w.readNow(b[:]); (err == nil || errors.Is(err, errWouldBlock)) && w.arm() {
 		return
 	}
-	cancel(errClientLeft)
+	end(errClientLeft)
+}
+
+// detachedContext is the context of a stream that outlives its handler: none of the request's
+// cancellation, and of its values only those a stream uses (the caller's identity, the log
+// attributes), so that an idle stream does not keep the request's and its connection's contexts.
+func detachedContext(r *http.Request) context.Context {
+	ctx := context.Background()
+	if id, ok := r.Context().Value(identityKey).(auth.Identity); ok {
+		ctx = context.WithValue(ctx, identityKey, id)
+	}
+	if as := logctx.Attrs(r.Context()); len(as) > 0 {
+		ctx = logctx.WithAttrs(ctx, as...)
+	}
+	return ctx
+}
+
+// detachedRequest is what a stream that outlives its handler keeps of its request, with ctx:
+// what its credentials' recheck reads (the credential headers), not the whole request.
+func detachedRequest(r *http.Request, ctx context.Context) *http.Request {
+	h := make(http.Header, 2)
+	for _, k := range []string{"Authorization", "Sec-Websocket-Protocol"} {
+		if v := r.Header[k]; len(v) > 0 {
+			h[k] = v
+		}
+	}
+	d := &http.Request{Method: r.Method, URL: &url.URL{Path: r.URL.Path}, Proto: r.Proto, ProtoMajor: r.ProtoMajor, ProtoMinor: r.ProtoMinor,
+		Header: h, Host: r.Host, RemoteAddr: r.RemoteAddr}
+	return d.WithContext(ctx)
 }
 
 // errClientLeft: the client of a detached stream closed its connection.
