@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"net/http"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/httpapi"
 )
 
@@ -100,4 +103,66 @@ func TestIdleSSEStreamHeartbeats(t *testing.T) {
 	if pings < 2 {
 		t.Fatalf("the stream ended after %d pings: %v", pings, sc.Err())
 	}
+}
+
+// Idle WebSockets hold no goroutine of the server's once their readers have parked: the pings
+// and pongs of the heartbeat, a client's frame, a run's events and the close handshake each
+// start one again, and once their clients leave nothing of theirs is left.
+func TestIdleWebSocketsHoldNoGoroutine(t *testing.T) {
+	const n = 20
+	e := newEnv(t, func(d *httpapi.Deps) { d.MaxStreamsPerUser = n + 1; d.Heartbeat = 2 * time.Second })
+	sid := e.newSession(t, "alice")
+	var cs []*wsClient
+	for range n {
+		c := e.ws(t, "alice", "?convId="+sid)
+		c.expect("status", "")
+		cs = append(cs, c)
+	}
+	waitGoroutines(t, 2, true)
+
+	// A frame from a client wakes its reader, which answers it.
+	for i, c := range cs {
+		c.send(`{"type":"ping","id":"p` + strconv.Itoa(i) + `"}`)
+		c.expect("pong", "p"+strconv.Itoa(i))
+	}
+	// A run's events reach every parked connection.
+	if code, body := e.do(t, "POST", "/api/v1/chat", `{"message":"hi","session_id":"`+sid+`"}`, "Authorization", "Bearer "+e.key(t, "alice")); code != 200 {
+		t.Fatalf("chat: %d %v", code, body)
+	}
+	for _, c := range cs {
+		evs, _ := c.untilDone()
+		if evs[0].event(t).Type != parley.EventStart {
+			t.Fatalf("the first event is %s, want start", evs[0].event(t).Type)
+		}
+	}
+	// Heartbeats go on (a ping whose pong is not read drops the connection): after three, every
+	// connection still answers.
+	time.Sleep(3 * 2 * time.Second)
+	for i, c := range cs {
+		c.send(`{"type":"ping","id":"q` + strconv.Itoa(i) + `"}`)
+		c.expect("pong", "q"+strconv.Itoa(i))
+	}
+	waitGoroutines(t, 2, true)
+
+	for _, c := range cs {
+		if err := c.c.Close(websocket.StatusNormalClosure, ""); err != nil {
+			t.Fatalf("close handshake: %v", err)
+		}
+	}
+	waitGoroutines(t, 0, false)
+}
+
+// A parked WebSocket that the server closes (its idle end) gets the close handshake and the
+// reason, and leaves nothing behind.
+func TestIdleWebSocketClosedByServer(t *testing.T) {
+	e := newEnv(t, func(d *httpapi.Deps) { d.StreamIdle = 3 * time.Second; d.Heartbeat = time.Hour })
+	sid := e.newSession(t, "alice")
+	c := e.ws(t, "alice", "?convId="+sid)
+	c.expect("status", "")
+	waitGoroutines(t, 0, true) // parked before its idle end
+	_, err := c.tryRead(20 * time.Second)
+	if websocket.CloseStatus(err) != websocket.StatusNormalClosure || !strings.Contains(err.Error(), "idle timeout") {
+		t.Fatalf("idle WebSocket: %v", err)
+	}
+	waitGoroutines(t, 0, false)
 }

@@ -305,7 +305,7 @@ func (m *measured) read() (status, heapStats, error) {
 	h, err := readHeap(m.pprof)
 	if err == nil && m.profile != "" {
 		m.readings++
-		for _, p := range []struct{ path, ext string }{{"/debug/pprof/heap", "heap"}, {"/debug/pprof/goroutine", "goroutine"}} {
+		for _, p := range []struct{ path, ext string }{{"/debug/pprof/heap", "heap"}, {"/debug/pprof/heap?debug=1", "heap.txt"}, {"/debug/pprof/goroutine", "goroutine"}} {
 			if err := saveURL("http://"+m.pprof+p.path, filepath.Join(m.profile, fmt.Sprintf("%s-%d.%s", m.name, m.readings, p.ext))); err != nil {
 				return st, h, err
 			}
