@@ -148,8 +148,9 @@ func (w *corkingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return w.conn, bufio.NewReadWriter(bufio.NewReaderSize(w.conn, hijackReadBuffer), bufio.NewWriterSize(w.conn, hijackWriteBuffer)), nil
 }
 
-// The buffers of a hijacked connection (a WebSocket): client frames are small JSON objects.
+// The buffers of a hijacked connection (a WebSocket): client frames are small JSON objects, and
+// the writes of a batch are gathered by the cork (a frame larger than the buffer goes past it).
 const (
-	hijackReadBuffer  = 512
-	hijackWriteBuffer = 512
+	hijackReadBuffer  = 256
+	hijackWriteBuffer = 256
 )

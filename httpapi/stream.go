@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -224,16 +223,17 @@ func detachedContext(r *http.Request) context.Context {
 	return ctx
 }
 
-// detachedRequest is what a stream that outlives its handler keeps of its request, with ctx:
-// what its credentials' recheck reads (the credential headers), not the whole request.
+// detachedRequest is what a stream that outlives its handler keeps of its request, with ctx: the
+// credentials its recheck reads (the Authorization header, or a WebSocket's key offered as a
+// subprotocol), not the whole request.
 func detachedRequest(r *http.Request, ctx context.Context) *http.Request {
-	h := make(http.Header, 2)
-	for _, k := range []string{"Authorization", "Sec-Websocket-Protocol"} {
-		if v := r.Header[k]; len(v) > 0 {
-			h[k] = v
-		}
+	var h http.Header
+	if v := r.Header["Authorization"]; len(v) > 0 {
+		h = http.Header{"Authorization": v}
+	} else if wsAuthProtocol(r) != "" {
+		h = http.Header{"Sec-Websocket-Protocol": r.Header["Sec-Websocket-Protocol"]}
 	}
-	d := &http.Request{Method: r.Method, URL: &url.URL{Path: r.URL.Path}, Proto: r.Proto, ProtoMajor: r.ProtoMajor, ProtoMinor: r.ProtoMinor,
+	d := &http.Request{Method: r.Method, Proto: r.Proto, ProtoMajor: r.ProtoMajor, ProtoMinor: r.ProtoMinor,
 		Header: h, Host: r.Host, RemoteAddr: r.RemoteAddr}
 	return d.WithContext(ctx)
 }

@@ -334,8 +334,8 @@ type heapStats struct {
 	goroutines   int
 }
 
-// readHeap reads the heap profile with gc=1 (a collection first) and debug=1 (runtime.MemStats
-// at its end), and the goroutine profile's total.
+// readHeap reads the heap profile with gc=1 (a collection first; twice) and debug=1
+// (runtime.MemStats at its end), and the goroutine profile's total.
 func readHeap(addr string) (heapStats, error) {
 	var h heapStats
 	get := func(path string) (string, error) {
@@ -349,6 +349,10 @@ func readHeap(addr string) (heapStats, error) {
 			return "", fmt.Errorf("GET %s: HTTP %d", path, resp.StatusCode)
 		}
 		return string(b), err
+	}
+	// Two collections: what sync.Pools hold survives the first (their victim caches).
+	if _, err := get("/debug/pprof/heap?gc=1"); err != nil {
+		return h, err
 	}
 	heap, err := get("/debug/pprof/heap?gc=1&debug=1")
 	if err != nil {
