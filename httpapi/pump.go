@@ -73,6 +73,7 @@ type pump struct {
 	mu      sync.Mutex
 	running bool        // a goroutine runs the loop
 	kicked  bool        // something happened while it ran
+	dueOnly bool        // the parked pump was started by its deadline alone: it parks again at once
 	ended   bool        //
 	wake    *time.Timer // while parked: the next deadline
 	stopCtx func() bool // the context.AfterFunc that kicks the pump when its context ends
@@ -138,11 +139,33 @@ func (p *pump) kick() {
 		return
 	}
 	p.running = true
+	p.dueOnly = false
+	go p.resume()
+}
+
+// kickDue starts the parked pump at its next deadline (a heartbeat, the recheck of its
+// credentials, its idle end): once that is done it parks again at once, rather than after
+// wsPark.
+func (p *pump) kickDue() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ended {
+		return
+	}
+	if p.running {
+		p.kicked = true
+		return
+	}
+	p.running = true
+	p.dueOnly = true
 	go p.resume()
 }
 
 func (p *pump) resume() {
-	p.parkAt = time.Now().Add(p.park)
+	p.parkAt = time.Now()
+	if !p.dueOnly {
+		p.parkAt = p.parkAt.Add(p.park)
+	}
 	err, ended := p.loopOrPark()
 	if !ended {
 		return // parked
@@ -313,7 +336,7 @@ func (p *pump) tryPark() bool {
 	defer p.mu.Unlock()
 	d := time.Until(p.next())
 	if p.wake == nil {
-		p.wake = time.AfterFunc(d, p.kick)
+		p.wake = time.AfterFunc(d, p.kickDue)
 	} else {
 		p.wake.Reset(d)
 	}
