@@ -71,6 +71,7 @@ type pump struct {
 	armed                                     time.Time // when timer fires; zero: not armed
 
 	mu      sync.Mutex
+	started bool        // start was called: before, a kick does nothing (the loop will look anyway)
 	running bool        // a goroutine runs the loop
 	kicked  bool        // something happened while it ran
 	dueOnly bool        // the parked pump was started by its deadline alone: it parks again at once
@@ -117,6 +118,7 @@ func (p *pump) start(ctx context.Context) {
 	p.init(ctx)
 	p.done = make(chan struct{})
 	p.mu.Lock()
+	p.started = true
 	p.running = true
 	if p.ownKick {
 		p.stopCtx = func() bool { return false }
@@ -131,7 +133,7 @@ func (p *pump) start(ctx context.Context) {
 func (p *pump) kick() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.ended {
+	if p.ended || !p.started {
 		return
 	}
 	if p.running {
@@ -149,7 +151,7 @@ func (p *pump) kick() {
 func (p *pump) kickDue() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.ended {
+	if p.ended || !p.started {
 		return
 	}
 	if p.running {

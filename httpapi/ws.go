@@ -208,9 +208,11 @@ func (s *server) handleWS() http.Handler {
 		// The connection outlives this handler (see below): its life is its own, ended by the
 		// server's shutdown (Lifetime), its own lifetime, or its end.
 		life, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
-		stopShutdown := func() bool { return false }
-		if s.Lifetime != nil {
-			stopShutdown = context.AfterFunc(s.Lifetime, func() { cancel(errWSShutdown) })
+		// Whoever ends it kicks its pump, which sees the end (no context.AfterFunc of its own).
+		var conn *wsConn
+		stop := func(err error) {
+			cancel(err)
+			conn.kick()
 		}
 		// Its lifetime is a deadline of its pump's, which ends it with errWSLifetime.
 		ctx := life
@@ -221,13 +223,17 @@ func (s *server) handleWS() http.Handler {
 		// not the handler's (which ends when the handler returns), and of the rest only what the
 		// recheck of its credentials reads.
 		live := detachedRequest(r, ctx)
-		conn := &wsConn{
-			s: s, c: c, conn: cw.conn, id: id, ip: s.clientIP(r), r: live, cancel: cancel, sessionID: sessionID, connCtx: connCtx, life: ctx,
+		conn = &wsConn{
+			s: s, c: c, conn: cw.conn, id: id, ip: s.clientIP(r), r: live, cancel: stop, sessionID: sessionID, connCtx: connCtx, life: ctx,
 			outbox: make(chan []byte, wsOutboxSize), session: make(chan string, 1), activity: make(chan struct{}, 1),
+		}
+		stopShutdown := func() bool { return false }
+		if s.Lifetime != nil {
+			stopShutdown = context.AfterFunc(s.Lifetime, func() { stop(errWSShutdown) })
 		}
 		// The pump writes, in a goroutine of its own while it has work; when it stops, it closes
 		// the connection, which ends the reads.
-		p := &pump{s: s, r: live, t: conn, replies: conn.outbox, sessions: conn.session, activity: conn.activity, park: wsPark, lifetime: s.StreamLifetime,
+		p := &pump{s: s, r: live, t: conn, replies: conn.outbox, sessions: conn.session, activity: conn.activity, park: wsPark, lifetime: s.StreamLifetime, ownKick: true,
 			reply: func(b []byte) error { return conn.send(ctx, b) }}
 		p.onEnd = func(err error) { conn.end(ctx, err, endConn) }
 		conn.pump = p
