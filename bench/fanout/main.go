@@ -5,8 +5,10 @@
 // and connects -ws idle WebSockets (GET /api/ws?convId=…) and -sse idle SSE streams
 // (GET /api/v1/sessions/{id}/stream) to it, from -sources loopback addresses (127.0.0.2, …: one
 // address has only the ephemeral port range for its connections to the server's port). It raises
-// the open files limit for itself and the server. It reports Parley's resident memory per
-// connection and against issue 25's targets (PASS/FAIL), then starts -runs runs on the session
+// the open files limit for itself and the server. It reports Parley's resident memory, live heap,
+// goroutine stacks and goroutines per connection (with both kinds, the SSE streams first measured
+// alone on a fresh server: -alone) and against issue 25's targets (PASS/FAIL), then starts -runs
+// runs on the session
 // (POST /api/v1/chat) and reports the latency from each model token to every subscriber and to the
 // last one.
 //
