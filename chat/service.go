@@ -158,13 +158,12 @@ func (s *Service) Send(ctx context.Context, owner string, req Request) (*Started
 	}
 	in := agent.Input{SessionID: sess.ID, RunID: run.ID, Model: req.Model, SelectedTools: req.SelectedTools, User: owner, Gate: run.Gate, AwaitApproval: run.AwaitApproval}
 	run.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
-		emit(parley.Event{Type: parley.EventRecord, Message: user})
 		res, err := s.Agent.Run(ctx, in, emit)
 		if res != nil {
 			return res.FinishReason, err
 		}
 		return "", err
-	})
+	}, parley.Event{Type: parley.EventRecord, Message: user})
 	return &Started{Session: sess, Run: run, UserMessage: user, NewSession: newSession}, nil
 }
 

@@ -180,7 +180,8 @@ type Run struct {
 	m       *Manager
 	ctx     context.Context
 	cancel  context.CancelFunc
-	logger  *slog.Logger      // Options.Log with the run's run_id and session_id
+	logOnce sync.Once
+	logger  *slog.Logger      // Options.Log with the run's run_id and session_id: see log
 	parent  trace.SpanContext // the span of the request that began the run, if any
 	started bool
 	done    chan struct{}
@@ -357,13 +358,19 @@ func (m *Manager) open(id string, spec Spec, w *stream.Writer) (*Run, error) {
 	r := &Run{
 		ID: id, SessionID: spec.Session, Model: spec.Model, StartedAt: m.opts.Now(),
 		m: m, ctx: rctx, cancel: func() { cancelCause(nil) }, cancelCause: cancelCause, done: make(chan struct{}), w: w,
-		logger: m.opts.Log.With("run_id", id, "session_id", spec.Session),
-		wake:   make(chan struct{}, 1),
+		wake: make(chan struct{}, 1),
 	}
 	m.runs[r.ID] = r
 	m.active[spec.Session] = r
 	m.lastOfSes[spec.Session] = r
 	return r, nil
+}
+
+// log is the run's logger, made when the run first logs: most runs log nothing, and a logger with
+// attributes of its own costs a dozen allocations to make.
+func (r *Run) log() *slog.Logger {
+	r.logOnce.Do(func() { r.logger = r.m.opts.Log.With("run_id", r.ID, "session_id", r.SessionID) })
+	return r.logger
 }
 
 // FirstSeq is the sequence number of the run's first event: its readers start after FirstSeq()-1.
@@ -413,8 +420,10 @@ func (r *Run) Release() {
 }
 
 // Go starts the run's body in a goroutine owned by the manager. The first event is EventStart and
-// the last is EventDone; an error from fn produces an EventError just before EventDone.
-func (r *Run) Go(fn Func) {
+// the last is EventDone; an error from fn produces an EventError just before EventDone. The
+// events then (the question the run answers) follow EventStart at once, before Go returns: a
+// client that starts reading then finds them together.
+func (r *Run) Go(fn Func, then ...parley.Event) {
 	m := r.m
 	m.mu.Lock()
 	if r.started || r.released {
@@ -430,6 +439,9 @@ func (r *Run) Go(fn Func) {
 	} else {
 		r.emit(parley.Event{Type: parley.EventStart, Model: r.Model})
 	}
+	for _, ev := range then {
+		r.emit(ev)
+	}
 	if m.opts.Metrics != nil {
 		m.opts.Metrics.RunStarted()
 	}
@@ -442,7 +454,7 @@ func (r *Run) Go(fn Func) {
 		if errors.Is(context.Cause(r.ctx), parley.ErrHandedOver) {
 			// Left running in its record for the instance that takes it over: no end here.
 			endSpan(span, "handed_over", nil)
-			r.logger.Info("run left to be taken over", "err", err)
+			r.log().Info("run left to be taken over", "err", err)
 			r.leave()
 			return
 		}
@@ -453,7 +465,7 @@ func (r *Run) Go(fn Func) {
 				if finish == "" {
 					finish = parley.FinishError
 				}
-				r.logger.Error("run failed", "err", err)
+				r.log().Error("run failed", "err", err)
 				r.emit(parley.Event{Type: parley.EventError, Error: &parley.ErrorBody{Code: parley.CodeOf(err), Message: redact.String(parley.MessageOf(err)),
 					RetryAfter: parley.RetryAfterSeconds(err)}})
 			}
@@ -488,12 +500,12 @@ func (r *Run) recordEnd(write func(ctx context.Context) error) {
 		case err == nil:
 			return
 		case attempt > 1 && parley.CodeOf(err) == parley.ECConflict:
-			r.logger.Warn("the end of a run was already recorded, or the run was taken over", "err", err)
+			r.log().Warn("the end of a run was already recorded, or the run was taken over", "err", err)
 			return
 		case errors.Is(err, context.DeadlineExceeded) && attempt < endAttempts:
-			r.logger.Warn("the store is slow to record the end of a run; trying again", "attempt", attempt, "err", err)
+			r.log().Warn("the store is slow to record the end of a run; trying again", "attempt", attempt, "err", err)
 		default:
-			r.logger.Error("could not record the end of a run", "err", err)
+			r.log().Error("could not record the end of a run", "err", err)
 			return
 		}
 	}
@@ -549,7 +561,7 @@ func (r *Run) emit(ev parley.Event) {
 func (r *Run) safeCall(ctx context.Context, fn Func, emit func(parley.Event)) (finish string, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			r.logger.Error("run panicked", "panic", p)
+			r.log().Error("run panicked", "panic", p)
 			finish, err = parley.FinishError, parley.Errorf(parley.ECInternal, "internal error")
 		}
 	}()

@@ -197,8 +197,8 @@ func run() error {
 
 	paths := []*path{
 		{name: "client → model directly", url: mock.URL + "/v1/chat/completions", parley: false},
-		{name: "bare Go reverse proxy", url: proxy.URL + "/v1/chat/completions", parley: false, proxy: true},
-		{name: "Parley, SQLite", url: sqlite.URL + "/api/v1/chat/stream", parley: true},
+		{name: "bare Go reverse proxy", url: proxy.URL + "/v1/chat/completions", parley: false, proxy: true, proc: proxy},
+		{name: "Parley, SQLite", url: sqlite.URL + "/api/v1/chat/stream", parley: true, proc: sqlite},
 	}
 	var pg *pgBench
 	if o.postgres != "" {
@@ -213,7 +213,7 @@ func run() error {
 		}
 		pg.proc = srv
 		defer srv.Stop()
-		paths = append(paths, &path{name: "Parley, PostgreSQL", url: srv.URL + "/api/v1/chat/stream", parley: true, pg: true})
+		paths = append(paths, &path{name: "Parley, PostgreSQL", url: srv.URL + "/api/v1/chat/stream", parley: true, pg: true, proc: srv})
 		if err := pg.watch(ctx); err != nil {
 			return err
 		}
@@ -241,12 +241,12 @@ func run() error {
 	for round := 1; round <= o.rounds; round++ {
 		for _, level := range o.levels {
 			for _, p := range paths {
-				res, err := loop(ctx, p, level, o.chats, o.maxLoop)
+				res, err := measured(ctx, p, level, o.chats, o.maxLoop)
 				if err != nil {
 					return fmt.Errorf("%s, %d in flight: %w", p.name, level, err)
 				}
-				fmt.Fprintf(os.Stderr, "round %d, %3d in flight, %-24s %6d streams %8.1f streams/s  TTFT p50 %s p99 %s\n",
-					round, level, p.name, res.streams, res.rate(), ms(pct(res.ttft, 50)), ms(pct(res.ttft, 99)))
+				fmt.Fprintf(os.Stderr, "round %d, %3d in flight, %-24s %6d streams %8.1f streams/s  TTFT p50 %s p99 %s%s\n",
+					round, level, p.name, res.streams, res.rate(), ms(pct(res.ttft, 50)), ms(pct(res.ttft, 99)), res.costs())
 				p.add(level, res)
 			}
 		}
@@ -283,6 +283,7 @@ type path struct {
 	parley  bool
 	pg      bool
 	proxy   bool
+	proc    *proc // the server on this path, whose CPU is measured; nil: none (the model itself)
 	client  *http.Client
 	byLevel map[int]*result
 	total   int // chats made, warm-up included
@@ -297,12 +298,95 @@ func (p *path) add(level int, r *result) {
 	agg.ttft = append(agg.ttft, r.ttft...)
 	agg.streams += r.streams
 	agg.elapsed += r.elapsed
+	agg.cpu += r.cpu
+	agg.allocs.bytes += r.allocs.bytes
+	agg.allocs.objects += r.allocs.objects
 }
 
 type result struct {
 	ttft    []time.Duration
 	streams int
 	elapsed time.Duration
+	cpu     time.Duration // the path's server's user and system CPU over the loop; 0: not measured
+	allocs  memStats      // what the path's server allocated over the loop (Parley with -profile)
+}
+
+// cpuPerChat is the server's CPU time per chat, in milliseconds; 0: not measured.
+func (r *result) cpuPerChat() float64 {
+	if r.streams == 0 {
+		return 0
+	}
+	return float64(r.cpu.Microseconds()) / 1000 / float64(r.streams)
+}
+
+// costs describes what a chat cost the path's server, for the line of a loop.
+func (r *result) costs() string {
+	var s string
+	if r.cpu > 0 {
+		s += fmt.Sprintf("  CPU %.3f ms/chat", r.cpuPerChat())
+	}
+	if r.allocs.bytes > 0 && r.streams > 0 {
+		s += fmt.Sprintf("  %.1f KB, %d allocs/chat", float64(r.allocs.bytes)/1000/float64(r.streams), r.allocs.objects/uint64(r.streams))
+	}
+	return s
+}
+
+// measured runs loop and measures the CPU time of the path's server over it (utime and stime of
+// /proc/<pid>/stat, in 10 ms ticks: a loop of a few hundred chats gives a figure good to a few
+// percent) and, where the server serves pprof, what it allocated (runtime.MemStats).
+func measured(ctx context.Context, p *path, level, chats int, maxLoop time.Duration) (*result, error) {
+	var cpu0 time.Duration
+	var mem0 memStats
+	if p.proc != nil {
+		cpu0, _ = benchproc.CPU(p.proc.Pid())
+		mem0, _ = readMemStats(p.proc.pprofAddr())
+	}
+	res, err := loop(ctx, p, level, chats, maxLoop)
+	if err != nil || p.proc == nil {
+		return res, err
+	}
+	if cpu1, err := benchproc.CPU(p.proc.Pid()); err == nil && cpu0 > 0 {
+		res.cpu = cpu1 - cpu0
+	}
+	if mem1, err := readMemStats(p.proc.pprofAddr()); err == nil && mem0.bytes > 0 {
+		res.allocs = memStats{bytes: mem1.bytes - mem0.bytes, objects: mem1.objects - mem0.objects}
+	}
+	return res, nil
+}
+
+// memStats is what a process allocated since it started: bytes and objects.
+type memStats struct{ bytes, objects uint64 }
+
+var memStatRE = regexp.MustCompile(`(?m)^# (TotalAlloc|Mallocs) = (\d+)$`)
+
+// readMemStats reads a Go process's runtime.MemStats from its pprof listener at addr (the heap
+// profile in text, whose end lists them).
+func readMemStats(addr string) (memStats, error) {
+	if addr == "" {
+		return memStats{}, errors.New("no pprof address")
+	}
+	resp, err := http.Get("http://" + addr + "/debug/pprof/heap?debug=1")
+	if err != nil {
+		return memStats{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return memStats{}, err
+	}
+	var m memStats
+	for _, sm := range memStatRE.FindAllSubmatch(b, -1) {
+		n, _ := strconv.ParseUint(string(sm[2]), 10, 64)
+		if string(sm[1]) == "TotalAlloc" {
+			m.bytes = n
+		} else {
+			m.objects = n
+		}
+	}
+	if m.bytes == 0 {
+		return memStats{}, errors.New("no MemStats in the heap profile")
+	}
+	return m, nil
 }
 
 func (r *result) rate() float64 { return float64(r.streams) / r.elapsed.Seconds() }
@@ -688,6 +772,8 @@ func report(w io.Writer, o options, size int, elapsed time.Duration, paths []*pa
 		fmt.Fprintln(w, row)
 	}
 
+	costs(w, o, paths)
+
 	fmt.Fprintln(w, "\nIssue 25's targets (Parley against the bare proxy of this run):")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| target | measured | verdict |")
@@ -739,6 +825,46 @@ func report(w io.Writer, o options, size int, elapsed time.Duration, paths []*pa
 		fmt.Fprintf(w, "; PostgreSQL server fsync=%s, synchronous_commit=%s", st.fsync, st.sync)
 	}
 	fmt.Fprintln(w, ".")
+}
+
+// costs prints what a chat cost each path's server: CPU time (and, for Parley run with
+// -profile, bytes and objects allocated) per chat at each level.
+func costs(w io.Writer, o options, paths []*path) {
+	head, sep := "| server |", "|---|"
+	for _, l := range o.levels {
+		head += fmt.Sprintf(" CPU per chat, %d in flight |", l)
+		sep += "---|"
+	}
+	var rows []string
+	for _, p := range paths {
+		row, any := "| "+p.name+" |", false
+		for _, l := range o.levels {
+			r := p.byLevel[l]
+			if r == nil || r.cpu == 0 {
+				row += " |"
+				continue
+			}
+			any = true
+			row += fmt.Sprintf(" %.3f ms", r.cpuPerChat())
+			if r.allocs.bytes > 0 {
+				row += fmt.Sprintf(" (%.1f KB, %d allocs)", float64(r.allocs.bytes)/1000/float64(r.streams), r.allocs.objects/uint64(r.streams))
+			}
+			row += " |"
+		}
+		if any {
+			rows = append(rows, row)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nWhat a chat cost the server of each path (its user and system CPU time over the loop, from /proc; allocations where it serves pprof):")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, head)
+	fmt.Fprintln(w, sep)
+	for _, r := range rows {
+		fmt.Fprintln(w, r)
+	}
 }
 
 // loadavg is the first three fields of /proc/loadavg.
