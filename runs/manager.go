@@ -186,6 +186,12 @@ type Run struct {
 	started bool
 	done    chan struct{}
 
+	// begun, for a run started while its beginning was being written (Launch), is closed once
+	// that write has committed or failed (beginErr); nil for a run begun before it started.
+	begun    chan struct{}
+	beginErr error
+	exited   chan struct{} // Launch: closed when the body of a run whose beginning failed returns
+
 	// cancelCause cancels ctx with a cause: parley.ErrHandedOver leaves the run to a takeover.
 	cancelCause context.CancelCauseFunc
 
@@ -246,9 +252,7 @@ func (m *Manager) Begin(ctx context.Context, spec Spec) (*Run, error) {
 	var w *stream.Writer
 	if rb != nil {
 		// The session (if new), the event numbers, the run's record and its messages: one write.
-		now := m.opts.Now()
-		rec := &parley.RunRecord{ID: id, SessionID: spec.Session, Owner: spec.Owner, Model: spec.Model, SelectedTools: spec.SelectedTools,
-			Instance: m.opts.Instance, LeaseUntil: now.Add(m.opts.Lease), CreatedAt: now}
+		rec := m.record(id, spec)
 		for _, msg := range spec.Messages {
 			msg.RunID = id
 		}
@@ -305,6 +309,102 @@ func (m *Manager) Begin(ctx context.Context, spec Spec) (*Run, error) {
 	return r, err
 }
 
+// Launch begins a run as Begin does with a store that writes a run's beginning in one write
+// (OneWrite), and starts its body while that write is under way, so that the body's first work
+// (the model call) overlaps the write's commit. body is given the run (its id, Gate, Begun) and
+// returns the run's Func. Nothing of the run reaches a reader before the write is durable: its
+// first event (start) is appended once it has committed, and the body's emits wait for it. Launch
+// returns once the write has committed. If it fails, the run's context is cancelled, the body's
+// events are dropped, Launch waits for the body to return and returns the error: the body must
+// store nothing before Begun reports the write durable.
+func (m *Manager) Launch(ctx context.Context, spec Spec, body func(r *Run) Func) (*Run, error) {
+	rb := m.beginner()
+	if rb == nil {
+		return nil, parley.Errorf(parley.ECInternal, "runs: this store cannot begin a run in one write")
+	}
+	if spec.NewSession != nil && spec.NewSession.ID != spec.Session {
+		return nil, parley.Errorf(parley.ECInternal, "runs: the new session is not the run's")
+	}
+	if err := m.claim(spec.Session, true); err != nil {
+		return nil, err
+	}
+	id := parley.NewID()
+	rec := m.record(id, spec)
+	for _, msg := range spec.Messages {
+		msg.RunID = id
+	}
+	r := m.newRun(id, spec)
+	r.parent = trace.SpanContextFromContext(ctx)
+	r.begun, r.exited = make(chan struct{}), make(chan struct{})
+	m.mu.Lock()
+	if m.closing {
+		m.mu.Unlock()
+		m.unclaim(spec.Session)
+		r.cancel()
+		return nil, ErrClosing
+	}
+	r.started = true
+	m.wg.Add(1)
+	m.mu.Unlock()
+	go r.run(body(r), r.emitBegun)
+
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	first, err := rb.BeginRun(sctx, &parley.RunBegin{NewSession: spec.NewSession, SessionID: spec.Session, Reserve: seqBlock, Run: rec, Messages: spec.Messages})
+	cancel()
+	if err != nil {
+		m.unclaim(spec.Session)
+		if parley.CodeOf(err) == parley.ECConflict {
+			err = ErrBusy
+		}
+	} else {
+		w := m.streams.OpenReserved(spec.Session, first, seqBlock)
+		if err = m.register(r, w); err != nil {
+			w.Abandon()
+			w.Drop()
+			m.deleteRecord(id)
+		}
+	}
+	if err != nil {
+		r.beginErr = err
+		r.cancelCause(err)
+		close(r.begun)
+		<-r.exited
+		close(r.done)
+		return nil, err
+	}
+	r.announce() // before the body's events, which wait for begun
+	close(r.begun)
+	return r, nil
+}
+
+// record is the durable record of run id, begun for spec.
+func (m *Manager) record(id string, spec Spec) *parley.RunRecord {
+	now := m.opts.Now()
+	return &parley.RunRecord{ID: id, SessionID: spec.Session, Owner: spec.Owner, Model: spec.Model, SelectedTools: spec.SelectedTools,
+		Instance: m.opts.Instance, LeaseUntil: now.Add(m.opts.Lease), CreatedAt: now}
+}
+
+// emitBegun is emit for the body of a run started before its beginning was durable (Launch): it
+// waits for the write, and drops the event if the write failed.
+func (r *Run) emitBegun(ev parley.Event) {
+	<-r.begun
+	if r.beginErr != nil {
+		return
+	}
+	r.emit(ev)
+}
+
+// Begun waits until the run's beginning (its record, its session and messages) is durable and
+// returns the error of that write: a run whose beginning failed must store nothing. It returns
+// nil at once for a run begun before it started (Begin).
+func (r *Run) Begun() error {
+	if r.begun == nil {
+		return nil
+	}
+	<-r.begun
+	return r.beginErr
+}
+
 // OneWrite reports whether Begin stores a run's new session and messages with its record in
 // one write (Spec.NewSession, Spec.Messages), and a run's end with its unused event numbers.
 func (m *Manager) OneWrite() bool { return m.beginner() != nil }
@@ -348,22 +448,36 @@ func (m *Manager) unclaim(sessionID string) {
 
 // open makes a run of the claimed session active, its events written by w.
 func (m *Manager) open(id string, spec Spec, w *stream.Writer) (*Run, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.claimed, spec.Session)
-	if m.closing {
-		return nil, ErrClosing
+	r := m.newRun(id, spec)
+	if err := m.register(r, w); err != nil {
+		return nil, err
 	}
+	return r, nil
+}
+
+// newRun returns a run of the claimed session, not yet among the manager's runs (register).
+func (m *Manager) newRun(id string, spec Spec) *Run {
 	rctx, cancelCause := context.WithCancelCause(m.ctx)
-	r := &Run{
+	return &Run{
 		ID: id, SessionID: spec.Session, Model: spec.Model, StartedAt: m.opts.Now(),
-		m: m, ctx: rctx, cancel: func() { cancelCause(nil) }, cancelCause: cancelCause, done: make(chan struct{}), w: w,
+		m: m, ctx: rctx, cancel: func() { cancelCause(nil) }, cancelCause: cancelCause, done: make(chan struct{}),
 		wake: make(chan struct{}, 1),
 	}
+}
+
+// register makes r, of a claimed session, active, its events written by w.
+func (m *Manager) register(r *Run, w *stream.Writer) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.claimed, r.SessionID)
+	if m.closing {
+		return ErrClosing
+	}
+	r.w = w
 	m.runs[r.ID] = r
-	m.active[spec.Session] = r
-	m.lastOfSes[spec.Session] = r
-	return r, nil
+	m.active[r.SessionID] = r
+	m.lastOfSes[r.SessionID] = r
+	return nil
 }
 
 // log is the run's logger, made when the run first logs: most runs log nothing, and a logger with
@@ -434,6 +548,12 @@ func (r *Run) Go(fn Func, then ...parley.Event) {
 	m.wg.Add(1)
 	m.mu.Unlock()
 
+	r.announce(then...)
+	go r.run(fn, r.emit)
+}
+
+// announce appends the run's first event, then the events then, and counts the run started.
+func (r *Run) announce(then ...parley.Event) {
 	if r.Recovered {
 		r.emit(parley.Event{Type: parley.EventStatus, State: parley.RunRecovered, Model: r.Model})
 	} else {
@@ -442,45 +562,57 @@ func (r *Run) Go(fn Func, then ...parley.Event) {
 	for _, ev := range then {
 		r.emit(ev)
 	}
-	if m.opts.Metrics != nil {
-		m.opts.Metrics.RunStarted()
+	if r.m.opts.Metrics != nil {
+		r.m.opts.Metrics.RunStarted()
 	}
-	go func() {
-		defer m.wg.Done()
-		// Every record logged with the run's context carries its ids; its span is the parent of
-		// the model and tool call spans.
-		ctx, span := r.startSpan()
-		finish, err := r.safeCall(ctx, fn, r.emit)
-		if errors.Is(context.Cause(r.ctx), parley.ErrHandedOver) {
-			// Left running in its record for the instance that takes it over: no end here.
-			endSpan(span, "handed_over", nil)
-			r.log().Info("run left to be taken over", "err", err)
-			r.leave()
+}
+
+// run is the goroutine of a started run: its body (which emits with emit), then its end.
+func (r *Run) run(fn Func, emit func(parley.Event)) {
+	m := r.m
+	defer m.wg.Done()
+	// Every record logged with the run's context carries its ids; its span is the parent of
+	// the model and tool call spans.
+	ctx, span := r.startSpan()
+	finish, err := r.safeCall(ctx, fn, emit)
+	if r.begun != nil {
+		<-r.begun
+		if r.beginErr != nil {
+			// Nothing of the run was stored, nothing of it reached a reader: it leaves no end.
+			endSpan(span, "", r.beginErr)
+			close(r.exited)
 			return
 		}
-		if err != nil {
-			if parley.CodeOf(err) == parley.ECCanceled || errors.Is(err, context.Canceled) {
-				finish = parley.FinishAborted
-			} else {
-				if finish == "" {
-					finish = parley.FinishError
-				}
-				r.log().Error("run failed", "err", err)
-				r.emit(parley.Event{Type: parley.EventError, Error: &parley.ErrorBody{Code: parley.CodeOf(err), Message: redact.String(parley.MessageOf(err)),
-					RetryAfter: parley.RetryAfterSeconds(err)}})
+	}
+	if errors.Is(context.Cause(r.ctx), parley.ErrHandedOver) {
+		// Left running in its record for the instance that takes it over: no end here.
+		endSpan(span, "handed_over", nil)
+		r.log().Info("run left to be taken over", "err", err)
+		r.leave()
+		return
+	}
+	if err != nil {
+		if parley.CodeOf(err) == parley.ECCanceled || errors.Is(err, context.Canceled) {
+			finish = parley.FinishAborted
+		} else {
+			if finish == "" {
+				finish = parley.FinishError
 			}
+			r.log().Error("run failed", "err", err)
+			r.emit(parley.Event{Type: parley.EventError, Error: &parley.ErrorBody{Code: parley.CodeOf(err), Message: redact.String(parley.MessageOf(err)),
+				RetryAfter: parley.RetryAfterSeconds(err)}})
 		}
-		if m.opts.Metrics != nil {
-			// Before done goes out: a client that saw done finds the run counted.
-			m.opts.Metrics.RunFinished(finish)
-		}
-		endSpan(span, finish, err)
-		r.emitDone(finish)
-		if m.afterDone != nil {
-			m.afterDone()
-		}
-		r.end(finish, err)
-	}()
+	}
+	if m.opts.Metrics != nil {
+		// Before done goes out: a client that saw done finds the run counted.
+		m.opts.Metrics.RunFinished(finish)
+	}
+	endSpan(span, finish, err)
+	r.emitDone(finish)
+	if m.afterDone != nil {
+		m.afterDone()
+	}
+	r.end(finish, err)
 }
 
 // endAttempts is how many times the end of a run is written when the store is too slow to take it

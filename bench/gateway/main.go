@@ -116,6 +116,7 @@ type options struct {
 	timeout  time.Duration
 	profile  string
 	profSecs int
+	profPG   bool
 }
 
 func run() error {
@@ -132,6 +133,7 @@ func run() error {
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "time bound of the whole benchmark")
 	flag.StringVar(&o.profile, "profile", "", "after the rounds, profile Parley on SQLite at 32 in flight and write cpu.pprof, mutex.pprof, block.pprof and allocs.pprof into this directory (it runs with --pprof-addr)")
 	flag.IntVar(&o.profSecs, "profile-seconds", 15, "length of the -profile loop")
+	flag.BoolVar(&o.profPG, "profile-postgres", false, "with -profile: profile Parley on PostgreSQL instead of SQLite")
 	flag.Parse()
 	for _, f := range strings.Split(levels, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -186,7 +188,7 @@ func run() error {
 			"--rate-limit", "off", "--max-runs", "0", "--max-conns-per-addr", "0"}, db...)
 	}
 	sqliteArgs := parleyArgs("--db", filepath.Join(dir, "bench.db"))
-	if o.profile != "" {
+	if o.profile != "" && !o.profPG {
 		sqliteArgs = append(sqliteArgs, "--pprof-addr", "127.0.0.1:0")
 	}
 	sqlite, err := start(ctx, nil, o.parley, sqliteArgs...)
@@ -207,7 +209,11 @@ func run() error {
 			return err
 		}
 		defer pg.drop()
-		srv, err := start(ctx, nil, o.parley, parleyArgs("--database-url", pg.parleyURL)...)
+		pgArgs := parleyArgs("--database-url", pg.parleyURL)
+		if o.profile != "" && o.profPG {
+			pgArgs = append(pgArgs, "--pprof-addr", "127.0.0.1:0")
+		}
+		srv, err := start(ctx, nil, o.parley, pgArgs...)
 		if err != nil {
 			return err
 		}
@@ -241,12 +247,14 @@ func run() error {
 	for round := 1; round <= o.rounds; round++ {
 		for _, level := range o.levels {
 			for _, p := range paths {
+				b0 := p.backendCPU(ctx, pg)
 				res, err := measured(ctx, p, level, o.chats, o.maxLoop)
 				if err != nil {
 					return fmt.Errorf("%s, %d in flight: %w", p.name, level, err)
 				}
 				fmt.Fprintf(os.Stderr, "round %d, %3d in flight, %-24s %6d streams %8.1f streams/s  TTFT p50 %s p99 %s%s\n",
-					round, level, p.name, res.streams, res.rate(), ms(pct(res.ttft, 50)), ms(pct(res.ttft, 99)), res.costs())
+					round, level, p.name, res.streams, res.rate(), ms(pct(res.ttft, 50)), ms(pct(res.ttft, 99)),
+					res.costs()+backendPerChat(b0, p.backendCPU(ctx, pg), res.streams))
 				p.add(level, res)
 			}
 		}
@@ -255,7 +263,11 @@ func run() error {
 
 	var profiled string
 	if o.profile != "" {
-		if profiled, err = profileSQLite(ctx, o, sqlite, paths[2]); err != nil {
+		prof, p := sqlite, paths[2]
+		if o.profPG && pg != nil {
+			prof, p = pg.proc, paths[3]
+		}
+		if profiled, err = profileSQLite(ctx, o, prof, p); err != nil {
 			return err
 		}
 	}
@@ -287,6 +299,23 @@ type path struct {
 	client  *http.Client
 	byLevel map[int]*result
 	total   int // chats made, warm-up included
+}
+
+// backendCPU is the CPU time the PostgreSQL backends connected to the database of p's Parley have
+// used so far (0 off PostgreSQL): per chat, a measure the machine's load changes little.
+func (p *path) backendCPU(ctx context.Context, pg *pgBench) time.Duration {
+	if !p.pg || pg == nil {
+		return 0
+	}
+	return pg.backendCPU(ctx)
+}
+
+// backendPerChat formats the backends' CPU used from b0 to b1 per chat, for the progress lines.
+func backendPerChat(b0, b1 time.Duration, chats int) string {
+	if b1 <= b0 || chats == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", PostgreSQL backends %.3f ms/chat", float64(b1-b0)/float64(time.Millisecond)/float64(chats))
 }
 
 func (p *path) add(level int, r *result) {
@@ -627,6 +656,26 @@ func (p *pgBench) watch(ctx context.Context) error {
 	return nil
 }
 
+// backendCPU sums the CPU time of the backends connected to Parley's database (Parley's pool
+// keeps its connections between loops, so the same processes are read before and after one).
+func (p *pgBench) backendCPU(ctx context.Context) time.Duration {
+	rows, err := p.admin.Query(ctx, "SELECT pid FROM pg_stat_activity WHERE datname = $1", p.name)
+	if err != nil {
+		return 0
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return 0
+	}
+	var sum time.Duration
+	for _, pid := range pids {
+		if c, err := benchproc.CPU(int(pid)); err == nil {
+			sum += c
+		}
+	}
+	return sum
+}
+
 // stats, once Parley has stopped, waits until its backends are gone (each reports its
 // statistics as it ends) and reads how many sessions were established to its database.
 func (p *pgBench) stats(ctx context.Context, chats int) (pgStats, error) {
@@ -728,8 +777,8 @@ func profileSQLite(ctx context.Context, o options, sqlite *proc, p *path) (strin
 	if err != nil {
 		return "", fmt.Errorf("go tool pprof: %v: %s", err, out)
 	}
-	return fmt.Sprintf("Profiled Parley on SQLite at 32 in flight for %d s (%d streams, %.0f/s); profiles in %s. CPU, by own time:\n%s",
-		o.profSecs, res.streams, res.rate(), o.profile, out), nil
+	return fmt.Sprintf("Profiled %s at 32 in flight for %d s (%d streams, %.0f/s); profiles in %s. CPU, by own time:\n%s",
+		p.name, o.profSecs, res.streams, res.rate(), o.profile, out), nil
 }
 
 // report prints the table of every path and level, then issue 25's targets with a verdict each.
