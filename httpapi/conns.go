@@ -107,6 +107,9 @@ type limitedConn struct {
 	release func()
 }
 
+// NetConn returns the connection it wraps (an idle stream's watch reads the socket underneath).
+func (c *limitedConn) NetConn() net.Conn { return c.Conn }
+
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(c.release)

@@ -30,6 +30,8 @@ type corkConn struct {
 	buf    *[]byte // lent by corkBuffers while corked
 
 	pending []byte // read before the connection: what net/http had read ahead (one reader)
+
+	rs wsReadState // the WebSocket's reads (wsidle.go)
 }
 
 func (c *corkConn) Read(p []byte) (int, error) {
@@ -39,9 +41,25 @@ func (c *corkConn) Read(p []byte) (int, error) {
 		if len(c.pending) == 0 {
 			c.pending = nil
 		}
+		c.rs.track.feed(p[:n])
 		return n, nil
 	}
-	return c.Conn.Read(p)
+	var n int
+	var err error
+	if c.rs.nonBlocking() {
+		n, err = c.rs.watch.readNow(p)
+	} else {
+		n, err = c.Conn.Read(p)
+	}
+	c.rs.track.feed(p[:n])
+	return n, err
+}
+
+func (c *corkConn) Close() error {
+	if c.rs.watch != nil {
+		c.rs.close() // before the descriptor is closed
+	}
+	return c.Conn.Close()
 }
 
 func (c *corkConn) Write(p []byte) (int, error) {
@@ -130,8 +148,9 @@ func (w *corkingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return w.conn, bufio.NewReadWriter(bufio.NewReaderSize(w.conn, hijackReadBuffer), bufio.NewWriterSize(w.conn, hijackWriteBuffer)), nil
 }
 
-// The buffers of a hijacked connection (a WebSocket): client frames are small JSON objects.
+// The buffers of a hijacked connection (a WebSocket): client frames are small JSON objects, and
+// the writes of a batch are gathered by the cork (a frame larger than the buffer goes past it).
 const (
-	hijackReadBuffer  = 512
-	hijackWriteBuffer = 512
+	hijackReadBuffer  = 256
+	hijackWriteBuffer = 256
 )

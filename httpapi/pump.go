@@ -52,6 +52,12 @@ type pump struct {
 
 	heartbeat time.Duration // 0: none (the WebSocket pings on its own)
 	park      time.Duration // 0: never parks (run)
+	// lifetime, if set, ends the stream after this long as the end of its context's deadline
+	// would, without a timer and a context of its own (a detached SSE stream's).
+	lifetime time.Duration
+	// ownKick: whoever ends the pump's context kicks the pump too (start registers no
+	// context.AfterFunc for it: one less context and callback per idle stream).
+	ownKick bool
 
 	replies  <-chan []byte
 	reply    func(b []byte) error
@@ -63,15 +69,17 @@ type pump struct {
 	done  chan struct{} // closed after onEnd (start only)
 
 	// Owned by the goroutine running the loop (handed over under mu).
-	ctx                               context.Context
-	idleAt, recheckAt, beatAt, parkAt time.Time
-	timer                             *time.Timer
-	armed                             time.Time // when timer fires; zero: not armed
-	gathered                          bool      // the transport may hold bytes for flush (an SSE head too)
+	ctx                                       context.Context
+	idleAt, recheckAt, beatAt, parkAt, lifeAt time.Time
+	timer                                     *time.Timer
+	armed                                     time.Time // when timer fires; zero: not armed
+	gathered                                  bool      // the transport may hold bytes for flush (an SSE head too)
 
 	mu      sync.Mutex
+	started bool        // start was called: before, a kick does nothing (the loop will look anyway)
 	running bool        // a goroutine runs the loop
 	kicked  bool        // something happened while it ran
+	dueOnly bool        // the parked pump was started by its deadline alone: it parks again at once
 	ended   bool        //
 	wake    *time.Timer // while parked: the next deadline
 	stopCtx func() bool // the context.AfterFunc that kicks the pump when its context ends
@@ -93,6 +101,9 @@ func (p *pump) init(ctx context.Context) {
 		p.beatAt = now.Add(p.heartbeat)
 	}
 	p.parkAt = now.Add(p.park)
+	if p.lifetime > 0 {
+		p.lifeAt = now.Add(p.lifetime)
+	}
 	p.gathered = true
 }
 
@@ -113,8 +124,13 @@ func (p *pump) start(ctx context.Context) {
 	p.init(ctx)
 	p.done = make(chan struct{})
 	p.mu.Lock()
+	p.started = true
 	p.running = true
-	p.stopCtx = context.AfterFunc(ctx, p.kick)
+	if p.ownKick {
+		p.stopCtx = func() bool { return false }
+	} else {
+		p.stopCtx = context.AfterFunc(ctx, p.kick)
+	}
 	p.mu.Unlock()
 	go p.resume()
 }
@@ -123,7 +139,7 @@ func (p *pump) start(ctx context.Context) {
 func (p *pump) kick() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.ended {
+	if p.ended || !p.started {
 		return
 	}
 	if p.running {
@@ -131,11 +147,33 @@ func (p *pump) kick() {
 		return
 	}
 	p.running = true
+	p.dueOnly = false
+	go p.resume()
+}
+
+// kickDue starts the parked pump at its next deadline (a heartbeat, the recheck of its
+// credentials, its idle end): once that is done it parks again at once, rather than after
+// wsPark.
+func (p *pump) kickDue() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ended || !p.started {
+		return
+	}
+	if p.running {
+		p.kicked = true
+		return
+	}
+	p.running = true
+	p.dueOnly = true
 	go p.resume()
 }
 
 func (p *pump) resume() {
-	p.parkAt = time.Now().Add(p.park)
+	p.parkAt = time.Now()
+	if !p.dueOnly {
+		p.parkAt = p.parkAt.Add(p.park)
+	}
 	err, ended := p.loopOrPark()
 	if !ended {
 		return // parked
@@ -265,8 +303,13 @@ func (p *pump) loopOrPark() (err error, ended bool) {
 	}
 }
 
-// due does what is due at now: the idle end, the credentials' recheck, the heartbeat.
+// due does what is due at now: the end of the lifetime, the idle end, the credentials' recheck,
+// the heartbeat.
 func (p *pump) due(now time.Time) (err error, end bool) {
+	if !p.lifeAt.IsZero() && !now.Before(p.lifeAt) {
+		p.t.lifetime()
+		return nil, true
+	}
 	if !now.Before(p.idleAt) {
 		p.t.idle()
 		return errIdle, true
@@ -290,6 +333,9 @@ func (p *pump) due(now time.Time) (err error, end bool) {
 // next returns the pump's next deadline.
 func (p *pump) next() time.Time {
 	next := p.idleAt
+	if !p.lifeAt.IsZero() && p.lifeAt.Before(next) {
+		next = p.lifeAt
+	}
 	if !p.recheckAt.IsZero() && p.recheckAt.Before(next) {
 		next = p.recheckAt
 	}
@@ -303,6 +349,7 @@ func (p *pump) next() time.Time {
 // a timer at the next deadline, the context's end and the reader (kick) start it again.
 func (p *pump) tryPark() bool {
 	p.timer.Stop()
+	p.timer = nil // a parked pump holds only the timer that wakes it
 	p.armed = time.Time{}
 	if p.sub != nil {
 		p.sub.Notify(p.kick)
@@ -311,7 +358,7 @@ func (p *pump) tryPark() bool {
 	defer p.mu.Unlock()
 	d := time.Until(p.next())
 	if p.wake == nil {
-		p.wake = time.AfterFunc(d, p.kick)
+		p.wake = time.AfterFunc(d, p.kickDue)
 	} else {
 		p.wake.Reset(d)
 	}

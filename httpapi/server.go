@@ -162,6 +162,7 @@ type server struct {
 	bodies    *bodyBudget
 	wsOrigins []string // origins (host patterns) whose pages may open a WebSocket
 	pages     pageCache
+	idle      *idlePoller // watches the connections of idle streams (idlepoll.go)
 }
 
 // NewServer returns the API handler.
@@ -203,7 +204,7 @@ func NewServer(d Deps) http.Handler {
 	if d.StreamLifetime <= 0 {
 		d.StreamLifetime = 24 * time.Hour
 	}
-	s := &server{Deps: d, mux: http.NewServeMux(), slots: streamSlots{byUser: map[string]int{}}, bodies: newBodyBudget(d.BodyBudget)}
+	s := &server{Deps: d, mux: http.NewServeMux(), slots: streamSlots{byUser: map[string]int{}}, bodies: newBodyBudget(d.BodyBudget), idle: newIdlePoller()}
 	for _, o := range d.CORSOrigins {
 		if o == "*" {
 			s.wsOrigins = append(s.wsOrigins, "*")

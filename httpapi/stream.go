@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/auth"
+	"github.com/parleyhq/parley/internal/logctx"
 	"github.com/parleyhq/parley/stream"
 )
 
@@ -104,8 +107,9 @@ func (s *server) handleSessionStream() http.Handler {
 
 // streamDetached streams as streamSession does, on the connection taken over from net/http
 // (HTTP/1.1), and returns at once: the stream goes on without the handler, so that an idle stream
-// holds neither the request's goroutine and net/http's buffers nor a goroutine of its pump, only
-// the one that notices the client leaving. The response is the same: chunked, its chunks written
+// holds neither the request's goroutine and net/http's buffers nor a goroutine of its pump, nor
+// (where the server's idlePoller can watch the connection) one that waits for the client to
+// leave. The response is the same: chunked, its chunks written
 // here, ending with the stream ("Connection: close"). It reports false, having written nothing,
 // where the connection cannot be taken over (HTTP/2, a writer without Hijack); release is then
 // the caller's.
@@ -132,39 +136,106 @@ func (s *server) streamDetached(w http.ResponseWriter, r *http.Request, sessionI
 		return true
 	}
 	closed := s.streamOpened("sse")
-	life, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
+	// The handler's context ends when it returns; the stream's goes on, with its own end: the
+	// client leaving, the server shutting down, the stream's lifetime (a deadline of the pump's).
+	ctx, cancel := context.WithCancelCause(detachedContext(r))
+	sse := &sseWriter{conn: conn, timeout: s.WriteTimeout}
+	r = detachedRequest(r, ctx)
+	p := &pump{s: s, r: r, t: &sseTransport{s: s, r: r, sse: sse, session: sessionID, untilDone: untilDone},
+		heartbeat: s.Heartbeat, park: wsPark, lifetime: s.StreamLifetime, ownKick: true}
+	end := func(cause error) { // ends the stream's context; the pump, kicked, sees it
+		cancel(cause)
+		p.kick()
+	}
 	stopShutdown := func() bool { return false }
 	if s.Lifetime != nil {
-		stopShutdown = context.AfterFunc(s.Lifetime, func() { cancel(errWSShutdown) })
+		stopShutdown = context.AfterFunc(s.Lifetime, func() { end(errWSShutdown) })
 	}
-	ctx, stopLife := context.WithTimeout(life, s.StreamLifetime)
-	sse := &sseWriter{conn: conn, timeout: s.WriteTimeout}
-	r = r.WithContext(ctx) // the handler's context ends when it returns; the stream's goes on
-	p := &pump{s: s, r: r, t: &sseTransport{s: s, r: r, sse: sse, session: sessionID, untilDone: untilDone},
-		heartbeat: s.Heartbeat, park: wsPark}
+	// Whoever sees the stream's end last lets go of what it holds.
+	finish := func() {
+		stopShutdown()
+		cancel(nil)
+		closed()
+		release()
+	}
+	// The client sends nothing more: a read ends when it leaves. Where the connection can be
+	// watched, no goroutine waits for that: the server's poller calls back when the connection
+	// is readable, and a read that does not block tells whether the client left (bytes it sends
+	// are dropped). Elsewhere a goroutine reads until the client leaves or the pump, done, closes
+	// the connection.
+	var watch *idleWatch
+	watch = s.idle.watch(conn, func() { sseReadable(watch, end) })
 	p.onEnd = func(error) {
+		if watch != nil {
+			watch.close() // before the connection is closed
+		}
 		sse.end()
 		conn.Close()
+		if watch != nil {
+			finish()
+		}
 	}
 	p.subscribe(ctx, sessionID, after)
 	p.start(ctx)
-	// The connection's reader: the client sends nothing more, so a read ends when it leaves (or
-	// when the pump, done, closes the connection). It owns the connection until then.
+	if watch != nil {
+		if !watch.arm() {
+			end(errClientLeft)
+		}
+		return true
+	}
 	go func() {
-		defer release()
-		defer closed()
-		defer stopShutdown()
-		defer stopLife()
 		var b [16]byte
 		for {
 			if _, err := conn.Read(b[:]); err != nil {
 				break
 			}
 		}
-		cancel(errClientLeft)
+		end(errClientLeft)
 		<-p.done
+		finish()
 	}()
 	return true
+}
+
+// sseReadable is called when a detached stream's connection has something to read: the client
+// left (its end of the connection, or an error) or it sent bytes, which are dropped; then the
+// watch waits again (at once, if more is there: one read per call, so that a client that keeps
+// sending does not hold the poller).
+func sseReadable(w *idleWatch, end func(error)) {
+	var b [512]byte
+	if _, err := w.readNow(b[:]); (err == nil || errors.Is(err, errWouldBlock)) && w.arm() {
+		return
+	}
+	end(errClientLeft)
+}
+
+// detachedContext is the context of a stream that outlives its handler: none of the request's
+// cancellation, and of its values only those a stream uses (the caller's identity, the log
+// attributes), so that an idle stream does not keep the request's and its connection's contexts.
+func detachedContext(r *http.Request) context.Context {
+	ctx := context.Background()
+	if id, ok := r.Context().Value(identityKey).(auth.Identity); ok {
+		ctx = context.WithValue(ctx, identityKey, id)
+	}
+	if as := logctx.Attrs(r.Context()); len(as) > 0 {
+		ctx = logctx.WithAttrs(ctx, as...)
+	}
+	return ctx
+}
+
+// detachedRequest is what a stream that outlives its handler keeps of its request, with ctx: the
+// credentials its recheck reads (the Authorization header, or a WebSocket's key offered as a
+// subprotocol), not the whole request.
+func detachedRequest(r *http.Request, ctx context.Context) *http.Request {
+	var h http.Header
+	if v := r.Header["Authorization"]; len(v) > 0 {
+		h = http.Header{"Authorization": v}
+	} else if wsAuthProtocol(r) != "" {
+		h = http.Header{"Sec-Websocket-Protocol": r.Header["Sec-Websocket-Protocol"]}
+	}
+	d := &http.Request{Method: r.Method, Proto: r.Proto, ProtoMajor: r.ProtoMajor, ProtoMinor: r.ProtoMinor,
+		Header: h, Host: r.Host, RemoteAddr: r.RemoteAddr}
+	return d.WithContext(ctx)
 }
 
 // errClientLeft: the client of a detached stream closed its connection.

@@ -208,47 +208,65 @@ func (s *server) handleWS() http.Handler {
 		// The connection outlives this handler (see below): its life is its own, ended by the
 		// server's shutdown (Lifetime), its own lifetime, or its end.
 		life, cancel := context.WithCancelCause(context.WithoutCancel(r.Context()))
-		stopShutdown := func() bool { return false }
-		if s.Lifetime != nil {
-			stopShutdown = context.AfterFunc(s.Lifetime, func() { cancel(errWSShutdown) })
+		// Whoever ends it kicks its pump, which sees the end (no context.AfterFunc of its own).
+		var conn *wsConn
+		stop := func(err error) {
+			cancel(err)
+			conn.kick()
 		}
-		ctx, stopLife := context.WithTimeoutCause(life, s.StreamLifetime, errWSLifetime)
+		// Its lifetime is a deadline of its pump's, which ends it with errWSLifetime.
+		ctx := life
 		// The reads' and the pings' I/O use connCtx, which ends only after the close
 		// handshake: a cancelled read would drop the connection before the close frame is sent.
 		connCtx, endConn := context.WithCancel(context.WithoutCancel(ctx))
 		// The request as the connection sees it from now on: its context is the connection's,
-		// not the handler's (which ends when the handler returns).
-		live := r.WithContext(ctx)
-		conn := &wsConn{
-			s: s, c: c, conn: cw.conn, id: id, ip: s.clientIP(r), r: live, cancel: cancel, sessionID: sessionID, connCtx: connCtx, life: ctx,
+		// not the handler's (which ends when the handler returns), and of the rest only what the
+		// recheck of its credentials reads.
+		live := detachedRequest(r, ctx)
+		conn = &wsConn{
+			s: s, c: c, conn: cw.conn, id: id, ip: s.clientIP(r), r: live, cancel: stop, sessionID: sessionID, connCtx: connCtx, life: ctx,
 			outbox: make(chan []byte, wsOutboxSize), session: make(chan string, 1), activity: make(chan struct{}, 1),
+		}
+		stopShutdown := func() bool { return false }
+		if s.Lifetime != nil {
+			stopShutdown = context.AfterFunc(s.Lifetime, func() { stop(errWSShutdown) })
 		}
 		// The pump writes, in a goroutine of its own while it has work; when it stops, it closes
 		// the connection, which ends the reads.
-		p := &pump{s: s, r: live, t: conn, replies: conn.outbox, sessions: conn.session, activity: conn.activity, park: wsPark,
+		p := &pump{s: s, r: live, t: conn, replies: conn.outbox, sessions: conn.session, activity: conn.activity, park: wsPark, lifetime: s.StreamLifetime, ownKick: true,
 			reply: func(b []byte) error { return conn.send(ctx, b) }}
 		p.onEnd = func(err error) { conn.end(ctx, err, endConn) }
 		conn.pump = p
 		if err := conn.connected(ctx, sessionID); err == nil && sessionID != "" {
 			p.subscribe(ctx, sessionID, after)
 		}
-		p.start(ctx) // ends at once if the connected status could not be sent
-		conn.startPings(connCtx, ctx)
-		// One goroutine reads the client's frames and owns the connection until its end. The
-		// handler returns: net/http then lets go of what it holds for the request (its buffers,
-		// its goroutine's stack), which an idle connection would otherwise keep for its life.
-		go func() {
-			defer release()
-			defer closed()
-			defer c.CloseNow()
-			defer stopShutdown()
-			defer stopLife()
-			defer endConn()
-			conn.read(connCtx, ctx)
+		// The reader owns the connection until its end, and lets go of it then.
+		finish := func() {
 			cancel(nil)
 			<-p.done
 			conn.stopPings()
-		}()
+			endConn()
+			stopShutdown()
+			c.CloseNow()
+			closed()
+			release()
+		}
+		reading := func() {
+			if conn.read(connCtx, ctx) {
+				finish()
+			}
+		}
+		// Where the server's poller can watch the connection, the reader gives back its
+		// goroutine while the client is quiet (wsidle.go); a new one reads when it speaks.
+		if cw.conn.rs.watch = s.idle.watch(cw.conn.Conn, cw.conn.rs.wake); cw.conn.rs.watch != nil {
+			cw.conn.rs.resume = reading
+		}
+		p.start(ctx) // ends at once if the connected status could not be sent
+		conn.startPings(connCtx, ctx)
+		// The handler returns: net/http then lets go of what it holds for the request (its
+		// buffers, its goroutine's stack), which an idle connection would otherwise keep for its
+		// life.
+		go reading()
 	})
 }
 
@@ -268,6 +286,7 @@ func (w *wsConn) connected(ctx context.Context, sessionID string) error {
 // reason (ctx's cause) where there is one to give, or at once when the client is gone.
 func (w *wsConn) end(ctx context.Context, err error, endConn func()) {
 	w.cancel(err)
+	w.conn.rs.closing.Store(true) // the close handshake's reads wait for the client
 	code, reason := websocket.StatusNormalClosure, ""
 	switch cause := context.Cause(ctx); {
 	case errors.Is(cause, errWSIdle), errors.Is(cause, errWSLifetime):
@@ -317,7 +336,7 @@ func (w *wsConn) revoked(error) { w.cancel(wsRevoked{}) }
 
 func (w *wsConn) idle() { w.cancel(errWSIdle) }
 
-func (w *wsConn) lifetime() {}
+func (w *wsConn) lifetime() { w.cancel(errWSLifetime) }
 
 // send writes frames within the write timeout, gathered into one write, unless ctx has ended; a
 // client that cannot take them is dropped. Only the writer calls it.
@@ -417,17 +436,24 @@ func (w *wsConn) stopPings() {
 	w.pings.Wait()
 }
 
-// read handles the client's frames until the connection ends; its I/O uses connCtx, and ctx is
-// the connection's life, for the work a frame starts.
-func (w *wsConn) read(connCtx, ctx context.Context) {
+// read handles the client's frames until the connection ends (ended), or until the reader gives
+// back its goroutine, the client being quiet (wsidle.go); its I/O uses connCtx, and ctx is the
+// connection's life, for the work a frame starts.
+func (w *wsConn) read(connCtx, ctx context.Context) (ended bool) {
 	for {
 		typ, data, dropped, release, err := w.readFrame(connCtx, ctx)
+		if errors.Is(err, errWouldBlock) {
+			if w.conn.rs.park() {
+				return false
+			}
+			continue // the connection is closing: read on to its end
+		}
 		if err != nil {
 			if websocket.CloseStatus(err) == -1 { // not a close frame: the connection broke
 				err = fmt.Errorf("%w: %v", errWSGone, err)
 			}
 			w.cancel(err)
-			return
+			return true
 		}
 		select {
 		case w.activity <- struct{}{}:
@@ -456,7 +482,9 @@ const wsFreeFrame = 64 << 10
 // of the frame is read and dropped (dropped).
 func (w *wsConn) readFrame(connCtx, ctx context.Context) (typ websocket.MessageType, data []byte, dropped bool, release func(), err error) {
 	release = func() {}
+	w.conn.rs.between.Store(true) // reading the next header may give up rather than wait
 	typ, rd, err := w.c.Reader(connCtx)
+	w.conn.rs.between.Store(false)
 	if err != nil {
 		return typ, nil, false, release, err
 	}

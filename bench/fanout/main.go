@@ -5,8 +5,10 @@
 // and connects -ws idle WebSockets (GET /api/ws?convId=…) and -sse idle SSE streams
 // (GET /api/v1/sessions/{id}/stream) to it, from -sources loopback addresses (127.0.0.2, …: one
 // address has only the ephemeral port range for its connections to the server's port). It raises
-// the open files limit for itself and the server. It reports Parley's resident memory per
-// connection and against issue 25's targets (PASS/FAIL), then starts -runs runs on the session
+// the open files limit for itself and the server. It reports Parley's resident memory, live heap,
+// goroutine stacks and goroutines per connection (with both kinds, the SSE streams first measured
+// alone on a fresh server: -alone) and against issue 25's targets (PASS/FAIL), then starts -runs
+// runs on the session
 // (POST /api/v1/chat) and reports the latency from each model token to every subscriber and to the
 // last one.
 //
@@ -61,6 +63,8 @@ type options struct {
 	serverEnv   string
 	sources     int
 	project     int
+	alone       bool
+	profile     string
 }
 
 func run() error {
@@ -80,6 +84,8 @@ func run() error {
 	flag.StringVar(&o.serverEnv, "server-env", "", "extra environment of parley serve only, space-separated KEY=VALUE (e.g. GOGC=200)")
 	flag.IntVar(&o.sources, "sources", 0, "loopback addresses the clients connect from (127.0.0.2, 127.0.0.3, …), each good for about 28,000 connections to the server's one port; 0: one per 10,000 connections")
 	flag.IntVar(&o.project, "project", 0, "also report the server memory this many idle WebSockets would take, extrapolated from the measured memory per WebSocket (for a count the open files limit keeps from being measured); 0: none")
+	flag.BoolVar(&o.alone, "alone", true, "with -ws and -sse both above 0: first measure the SSE streams alone, on a fresh server (measured after the WebSockets, an SSE stream reuses heap they left)")
+	flag.StringVar(&o.profile, "profile", "", "directory to save parley serve's heap and goroutine profiles in, at each memory reading (<server>-<reading>.heap, .goroutine); with -server-env GODEBUG=memprofilerate=512 the heap profile misses little")
 	flag.Parse()
 	if o.ws < 0 || o.sse < 0 || o.ws+o.sse == 0 || o.tokens < 1 || o.runs < 0 || o.concurrency < 1 || o.gap <= 0 || o.sources < 0 || o.sources > 250 {
 		return errors.New("need -ws + -sse > 0, -tokens and -concurrency at least 1, -runs at least 0 (0: memory only), -gap positive, -sources from 0 to 250")
@@ -127,56 +133,58 @@ func run() error {
 	go upSrv.Serve(upLn)
 	defer upSrv.Close()
 
-	// --auth off: every caller is the user "local", who holds all the streams; so no per-user
-	// stream bound (0), no rate limit and no bound on connections from its one address, or the
-	// 33rd stream, the 101st request and the 257th connection are refused.
-	args := []string{"serve", "--addr", "127.0.0.1:0", "--db", filepath.Join(dir, "fanout.db"),
-		"--auth", "off", "--rate-limit", "off", "--max-streams-per-user", "0", "--max-conns-per-addr", "0",
-		"--openai-base-url", "http://" + upLn.Addr().String() + "/v1", "--openai-api-key", "bench", "--model", "openai/bench-model"}
-	args = append(args, strings.Fields(o.serverArgs)...)
-	srv, err := start(ctx, o.serverLog, strings.Fields(o.serverEnv), o.parley, args...)
-	if err != nil {
-		return err
-	}
-	defer srv.Stop()
-	fmt.Fprintf(os.Stderr, "parley serve: pid %d, %s\n", srv.Pid(), srv.URL)
-
-	api := &apiClient{base: srv.URL, hc: &http.Client{Timeout: o.runTimeout}}
-	session, err := api.createSession(ctx)
-	if err != nil {
-		return err
-	}
-
 	runs := make([]*runData, o.runs+1)
 	for i := range runs {
 		runs[i] = newRunData(i, o.tokens, subs)
 	}
-	clients := &subscribers{now: now, current: &current}
-	defer clients.closeAll()
-
-	// Warm-up: one run with no one listening, so that the model path, the database and the
-	// history cache have done their first work before the baseline is read.
-	current.Store(runs[0])
-	if err := api.chat(ctx, session, "warm-up"); err != nil {
-		return fmt.Errorf("warm-up run: %w", err)
+	clientHCs := func(n int) (ws, sse []*http.Client) {
+		for i := range n {
+			d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i))}, Timeout: 30 * time.Second}
+			ws = append(ws, &http.Client{Transport: &http.Transport{DialContext: d.DialContext, DisableCompression: true, MaxIdleConnsPerHost: -1}})
+			sse = append(sse, &http.Client{Transport: &http.Transport{DialContext: d.DialContext, DisableCompression: true, MaxIdleConnsPerHost: -1,
+				ResponseHeaderTimeout: 30 * time.Second}})
+		}
+		return ws, sse
 	}
-	pid := srv.Pid()
-	sleep(ctx, o.settle)
-	base, err := procStatus(pid)
+
+	// The SSE streams alone, on a server of their own, before the main one starts.
+	var sseAlone *phase
+	if o.alone && o.ws > 0 && o.sse > 0 {
+		m, err := startMeasured(ctx, o, dir, "sse-alone", upLn.Addr().String(), &current, newRunData(0, o.tokens, subs))
+		if err != nil {
+			return err
+		}
+		alone := &subscribers{now: now, current: &current}
+		_, sseHCs := clientHCs(o.sources)
+		_, err = connectAll(ctx, o.sse, o.concurrency, func(_ context.Context, i int) error {
+			return alone.dialSSE(ctx, sseHCs[i%len(sseHCs)], m.srv.URL, m.session, i)
+		})
+		if err == nil {
+			sleep(ctx, o.settle)
+			sseAlone = &phase{n: o.sse, base: m.base, baseHeap: m.baseHeap}
+			sseAlone.after, sseAlone.afterHeap, err = m.read()
+		}
+		alone.closeAll()
+		m.srv.Stop()
+		if err != nil {
+			return fmt.Errorf("SSE streams alone: %w", err)
+		}
+		fmt.Fprintf(os.Stderr, "SSE streams alone: +%s each\n", kib(float64(sseAlone.after.rss-sseAlone.base.rss)/float64(o.sse)))
+	}
+
+	main, err := startMeasured(ctx, o, dir, "fanout", upLn.Addr().String(), &current, runs[0])
 	if err != nil {
 		return err
 	}
+	srv, api, session, pid, base := main.srv, main.api, main.session, main.srv.Pid(), main.base
+	defer srv.Stop()
+	clients := &subscribers{now: now, current: &current}
+	defer clients.closeAll()
 	clientBase := selfRSS()
 
 	// One client per source address: a connection to one server port needs a port of its own on
 	// its source address, and one address has only the ephemeral range (32768–60999 here).
-	var wsHCs, sseHCs []*http.Client
-	for i := range o.sources {
-		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i))}, Timeout: 30 * time.Second}
-		wsHCs = append(wsHCs, &http.Client{Transport: &http.Transport{DialContext: d.DialContext, DisableCompression: true, MaxIdleConnsPerHost: -1}})
-		sseHCs = append(sseHCs, &http.Client{Transport: &http.Transport{DialContext: d.DialContext, DisableCompression: true, MaxIdleConnsPerHost: -1,
-			ResponseHeaderTimeout: 30 * time.Second}})
-	}
+	wsHCs, sseHCs := clientHCs(o.sources)
 	wsHC := wsHCs[0]
 	wsConnect, err := connectAll(ctx, o.ws, o.concurrency, func(ctx context.Context, i int) error {
 		return clients.dialWS(ctx, wsHCs[i%len(wsHCs)], srv.URL, session, i, 30*time.Second)
@@ -185,7 +193,7 @@ func run() error {
 		return fmt.Errorf("connecting WebSockets: %w", err)
 	}
 	sleep(ctx, o.settle)
-	afterWS, err := procStatus(pid)
+	afterWS, afterWSHeap, err := main.read()
 	if err != nil {
 		return err
 	}
@@ -197,7 +205,7 @@ func run() error {
 		return fmt.Errorf("connecting SSE streams: %w", err)
 	}
 	sleep(ctx, o.settle)
-	afterSSE, err := procStatus(pid)
+	afterSSE, afterSSEHeap, err := main.read()
 	if err != nil {
 		return err
 	}
@@ -226,10 +234,165 @@ func run() error {
 	}
 
 	rep := report{o: o, fdLimit: fdLimit, ws: wsConnect, sse: sseConnect, base: base, afterWS: afterWS, afterSSE: afterSSE,
+		baseHeap: main.baseHeap, afterWSHeap: afterWSHeap, afterSSEHeap: afterSSEHeap, sseAlone: sseAlone,
 		final: final, clientBase: clientBase, clientConnected: clientConnected, runs: results,
 		dropped: clients.droppedCount(), dropErrs: clients.dropSummary(), serverDrops: srv.drops.Load(), upstreamCalls: up.requests.Load()}
 	rep.print(os.Stdout)
 	return nil
+}
+
+// measured is a parley serve whose memory is read: resident from /proc, and the live heap, the
+// goroutines' stacks and their number from its profiling listener (after a collection).
+type measured struct {
+	srv      *proc
+	api      *apiClient
+	session  string
+	pprof    string // the profiling listener's address
+	name     string
+	profile  string // where to save profiles (-profile), or ""
+	readings int
+	base     status
+	baseHeap heapStats
+}
+
+// startMeasured starts parley serve on a database of its own (name), opens the session and makes
+// one warm-up run with no one listening (so that the model path, the database and the history
+// cache have done their first work), then reads its memory after -settle.
+func startMeasured(ctx context.Context, o options, dir, name, upstream string, current *atomic.Pointer[runData], warm *runData) (*measured, error) {
+	pprof, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	// --auth off: every caller is the user "local", who holds all the streams; so no per-user
+	// stream bound (0), no rate limit and no bound on connections from its one address, or the
+	// 33rd stream, the 101st request and the 257th connection are refused.
+	args := []string{"serve", "--addr", "127.0.0.1:0", "--db", filepath.Join(dir, name+".db"),
+		"--auth", "off", "--rate-limit", "off", "--max-streams-per-user", "0", "--max-conns-per-addr", "0",
+		"--openai-base-url", "http://" + upstream + "/v1", "--openai-api-key", "bench", "--model", "openai/bench-model",
+		"--pprof-addr", pprof}
+	args = append(args, strings.Fields(o.serverArgs)...)
+	logFile := o.serverLog
+	if logFile != "" && name != "fanout" {
+		logFile += "." + name
+	}
+	srv, err := start(ctx, logFile, strings.Fields(o.serverEnv), o.parley, args...)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(os.Stderr, "parley serve (%s): pid %d, %s\n", name, srv.Pid(), srv.URL)
+	m := &measured{srv: srv, api: &apiClient{base: srv.URL, hc: &http.Client{Timeout: o.runTimeout}}, pprof: pprof, name: name, profile: o.profile}
+	if m.session, err = m.api.createSession(ctx); err == nil {
+		current.Store(warm)
+		if err = m.api.chat(ctx, m.session, "warm-up"); err != nil {
+			err = fmt.Errorf("warm-up run: %w", err)
+		}
+	}
+	if err == nil {
+		sleep(ctx, o.settle)
+		m.base, m.baseHeap, err = m.read()
+	}
+	if err != nil {
+		srv.Stop()
+		return nil, err
+	}
+	return m, nil
+}
+
+// read reads the server's resident memory, then its heap after a collection.
+func (m *measured) read() (status, heapStats, error) {
+	st, err := procStatus(m.srv.Pid())
+	if err != nil {
+		return st, heapStats{}, err
+	}
+	h, err := readHeap(m.pprof)
+	if err == nil && m.profile != "" {
+		m.readings++
+		for _, p := range []struct{ path, ext string }{{"/debug/pprof/heap", "heap"}, {"/debug/pprof/heap?debug=1", "heap.txt"}, {"/debug/pprof/goroutine", "goroutine"}} {
+			if err := saveURL("http://"+m.pprof+p.path, filepath.Join(m.profile, fmt.Sprintf("%s-%d.%s", m.name, m.readings, p.ext))); err != nil {
+				return st, h, err
+			}
+		}
+	}
+	return st, h, err
+}
+
+// saveURL saves what GET url answers in file.
+func saveURL(url, file string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(file, b, 0o644)
+}
+
+// heapStats is what the server's profiles say of its memory after a collection.
+type heapStats struct {
+	live, stacks int64 // bytes: the live heap (HeapAlloc) and the goroutines' stacks (StackInuse)
+	goroutines   int
+}
+
+// readHeap reads the heap profile with gc=1 (a collection first; twice) and debug=1
+// (runtime.MemStats at its end), and the goroutine profile's total.
+func readHeap(addr string) (heapStats, error) {
+	var h heapStats
+	get := func(path string) (string, error) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			return "", fmt.Errorf("GET %s: HTTP %d", path, resp.StatusCode)
+		}
+		return string(b), err
+	}
+	// Two collections: what sync.Pools hold survives the first (their victim caches).
+	if _, err := get("/debug/pprof/heap?gc=1"); err != nil {
+		return h, err
+	}
+	heap, err := get("/debug/pprof/heap?gc=1&debug=1")
+	if err != nil {
+		return h, err
+	}
+	for _, line := range strings.Split(heap, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 4 && f[0] == "#" && f[2] == "=" {
+			switch f[1] {
+			case "HeapAlloc":
+				h.live, _ = strconv.ParseInt(f[3], 10, 64)
+			case "Stack":
+				h.stacks, _ = strconv.ParseInt(f[3], 10, 64)
+			}
+		}
+	}
+	g, err := get("/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		return h, err
+	}
+	first, _, _ := strings.Cut(g, "\n")
+	if _, err := fmt.Sscanf(first, "goroutine profile: total %d", &h.goroutines); err != nil {
+		return h, fmt.Errorf("goroutine profile: %q", first)
+	}
+	if h.live == 0 {
+		return h, errors.New("no HeapAlloc in the heap profile")
+	}
+	return h, nil
+}
+
+// freeAddr returns a loopback address with a port free at the time.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
 }
 
 // connectAll calls dial for 0..n-1, conc at a time, and stops at the first error.

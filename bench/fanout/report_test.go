@@ -19,7 +19,7 @@ func TestReportMemoryVerdicts(t *testing.T) {
 	text := out.String()
 	for _, want := range []string{
 		"| memory per idle WebSocket ≤ 16 KiB | 15.0 KiB | PASS |",
-		"| memory per idle SSE stream ≤ 8 KiB | 9.0 KiB | FAIL |",
+		"| memory per idle SSE stream ≤ 8 KiB (SSE streams, after the WebSockets) | 9.0 KiB | FAIL |",
 		"| 772.4 MiB | PASS (extrapolated) |", // 40 MiB + 50,000 × 15 KiB
 	} {
 		if !strings.Contains(text, want) {
@@ -28,5 +28,32 @@ func TestReportMemoryVerdicts(t *testing.T) {
 	}
 	if !strings.Contains(text, "**extrapolated**, not measured") {
 		t.Error("the extrapolation is not said to be one")
+	}
+}
+
+// TestReportSSEAlone: with the SSE streams measured alone on a fresh server, their verdict is
+// that figure, and the live heap, stacks and goroutines per connection are reported.
+func TestReportSSEAlone(t *testing.T) {
+	r := report{
+		o:           options{ws: 1000, sse: 100},
+		base:        status{rss: 40 << 20},
+		afterWS:     status{rss: 40<<20 + 1000*15<<10},
+		afterSSE:    status{rss: 40<<20 + 1000*15<<10 + 100*1<<10}, // after the WebSockets: 1 KiB
+		baseHeap:    heapStats{live: 10 << 20, stacks: 1 << 20, goroutines: 20},
+		afterWSHeap: heapStats{live: 10<<20 + 1000*5<<10, stacks: 1<<20 + 1000*4<<10, goroutines: 1020},
+		sseAlone: &phase{n: 100, base: status{rss: 30 << 20}, after: status{rss: 30<<20 + 100*7<<10},
+			baseHeap: heapStats{live: 8 << 20}, afterHeap: heapStats{live: 8<<20 + 100*3<<10, goroutines: 0}},
+	}
+	var out strings.Builder
+	r.print(&out)
+	text := out.String()
+	for _, want := range []string{
+		"| 1000 idle WebSockets | 15.0 KiB | 5.0 KiB | 4.0 KiB | 1.00 |",
+		"| 100 idle SSE streams, alone on a fresh server | 7.0 KiB | 3.0 KiB | 0.0 KiB | 0.00 |",
+		"| memory per idle SSE stream ≤ 8 KiB (SSE streams, alone on a fresh server) | 7.0 KiB | PASS |",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the report lacks %q:\n%s", want, text)
+		}
 	}
 }
