@@ -235,21 +235,21 @@ func (p *probe) report(b *testing.B, n int, unit string) {
 	b.ReportMetric(float64(p.backendCPU()-p.cpu0)/float64(time.Microsecond)/float64(n), "pg-cpu-µs/"+unit)
 }
 
-// countingConn counts round trips: a read after a write.
+// countingConn counts round trips: a read after a write. pgx may write and read from different
+// goroutines (its background reader), so the flag is atomic.
 type countingConn struct {
 	net.Conn
-	wrote bool
+	wrote atomic.Bool
 	trips *atomic.Int64
 }
 
 func (c *countingConn) Write(b []byte) (int, error) {
-	c.wrote = true
+	c.wrote.Store(true)
 	return c.Conn.Write(b)
 }
 
 func (c *countingConn) Read(b []byte) (int, error) {
-	if c.wrote {
-		c.wrote = false
+	if c.wrote.CompareAndSwap(true, false) {
 		c.trips.Add(1)
 	}
 	return c.Conn.Read(b)
