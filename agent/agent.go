@@ -104,6 +104,11 @@ type Input struct {
 	// AwaitApproval, when set, holds the run until check reports that its pending approvals are
 	// decided (runs.Run.AwaitApproval); without it, a call that needs approval is refused.
 	AwaitApproval func(ctx context.Context, until time.Time, check func(context.Context) (bool, error)) error
+	// StoreWithEnd, when set, may take the run's answer (its last assistant message, after which
+	// Run returns) to be stored with the run's end in one write (runs.Run.StoreWithEnd): the run
+	// then announces it (its record event) once stored. When it reports false, or is not set,
+	// the agent stores and announces the answer itself.
+	StoreWithEnd func(msg *parley.Message) bool
 }
 
 // Result is how a run ended.
@@ -290,6 +295,10 @@ func (a *Agent) loop(ctx context.Context, in Input, t *turn, res *Result) (*Resu
 		}
 
 		msg := a.assistant(in, answeredBy, resp, latency)
+		if len(msg.ToolCalls) == 0 && in.storeWithEnd(msg) {
+			res.Final, res.FinishReason = msg, parley.FinishStop
+			return res, nil
+		}
 		if err := a.store(ctx, in.SessionID, msg); err != nil {
 			return res, err
 		}
@@ -333,6 +342,10 @@ func (a *Agent) loop(ctx context.Context, in Input, t *turn, res *Result) (*Resu
 	}
 	// A streaming client shows text from chunks; the record that follows replaces them.
 	emitSafe(parley.Event{Type: parley.EventChunk, Content: text})
+	if in.storeWithEnd(msg) {
+		res.Final, res.FinishReason = msg, parley.FinishMaxIterations
+		return res, nil
+	}
 	if err := a.store(ctx, in.SessionID, msg); err != nil {
 		return res, err
 	}
@@ -355,6 +368,16 @@ func (a *Agent) systemPrompt(ctx context.Context, sessionID string) (string, err
 		return extra, nil
 	}
 	return a.cfg.SystemPrompt + "\n\n" + extra, nil
+}
+
+// storeWithEnd gives msg, the run's answer, to be stored with the run's end (StoreWithEnd), and
+// reports whether it was taken.
+func (in Input) storeWithEnd(msg *parley.Message) bool {
+	if in.StoreWithEnd == nil {
+		return false
+	}
+	scrubNUL(msg)
+	return in.StoreWithEnd(msg)
 }
 
 func (in Input) gate(ctx context.Context) error {

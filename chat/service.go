@@ -156,7 +156,8 @@ func (s *Service) Send(ctx context.Context, owner string, req Request) (*Started
 	if len(attached) > 0 {
 		_ = s.Files.Attach(ctx, sess.ID, attached)
 	}
-	in := agent.Input{SessionID: sess.ID, RunID: run.ID, Model: req.Model, SelectedTools: req.SelectedTools, User: owner, Gate: run.Gate, AwaitApproval: run.AwaitApproval}
+	in := agent.Input{SessionID: sess.ID, RunID: run.ID, Model: req.Model, SelectedTools: req.SelectedTools, User: owner, Gate: run.Gate, AwaitApproval: run.AwaitApproval,
+		StoreWithEnd: run.StoreWithEnd}
 	run.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
 		emit(parley.Event{Type: parley.EventRecord, Message: user})
 		res, err := s.Agent.Run(ctx, in, emit)
@@ -277,7 +278,8 @@ func (s *Service) Retry(ctx context.Context, owner, sessionID string, req RetryR
 		}
 		return nil, err
 	}
-	in := agent.Input{SessionID: sess.ID, RunID: run.ID, Model: req.Model, SelectedTools: req.SelectedTools, User: owner, Gate: run.Gate, AwaitApproval: run.AwaitApproval}
+	in := agent.Input{SessionID: sess.ID, RunID: run.ID, Model: req.Model, SelectedTools: req.SelectedTools, User: owner, Gate: run.Gate, AwaitApproval: run.AwaitApproval,
+		StoreWithEnd: run.StoreWithEnd}
 	run.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
 		res, err := s.Agent.Run(ctx, in, emit)
 		if res != nil {
@@ -324,7 +326,8 @@ func (s *Service) dropNew(ctx context.Context, sess *parley.Session, created boo
 // MaxRecoveries or without Recovery, closes it: its open tool calls are answered as interrupted
 // and it ends with FinishInterrupted.
 func (s *Service) Recover(run *runs.Run, rec parley.RunRecord) runs.Func {
-	in := agent.Input{SessionID: rec.SessionID, RunID: rec.ID, Model: rec.Model, SelectedTools: rec.SelectedTools, User: rec.Owner, Gate: run.Gate, AwaitApproval: run.AwaitApproval}
+	in := agent.Input{SessionID: rec.SessionID, RunID: rec.ID, Model: rec.Model, SelectedTools: rec.SelectedTools, User: rec.Owner, Gate: run.Gate, AwaitApproval: run.AwaitApproval,
+		StoreWithEnd: run.StoreWithEnd}
 	return func(ctx context.Context, emit func(parley.Event)) (string, error) {
 		if s.Recovery == nil {
 			return parley.FinishInterrupted, nil
