@@ -197,3 +197,42 @@ func TestTheAnswerIsSeenOnlyOnceStored(t *testing.T) {
 		t.Fatalf("after the run's end: %d messages, want 2", len(h))
 	}
 }
+
+// failedEnd is a store whose run ends in one write (FinishRun) fail, storing nothing.
+type failedEnd struct{ *sqlite.Store }
+
+func (failedEnd) FinishRun(context.Context, parley.RunFinish) error {
+	return parley.Errorf(parley.ECInvalid, "refused")
+}
+
+// When the run's end cannot be written in one write, it is written piece by piece, as with a
+// store that cannot: the answer, the events, the numbers and the end are all stored.
+func TestAFailedEndIsWrittenPieceByPiece(t *testing.T) {
+	s, _, st, _ := newAgentChat(t, func(st *sqlite.Store) parley.Store { return failedEnd{st} })
+	started, err := s.Send(context.Background(), "alice", Request{Message: "Hello"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started.Run.Done()
+	if finish, err := started.Run.Result(); finish != parley.FinishStop || err != nil {
+		t.Fatalf("the run finished %q, %v; want stop", finish, err)
+	}
+	h, err := st.History(context.Background(), started.Session.ID)
+	if err != nil || len(h) != 2 || h[1].Content.String() != "Hello there" {
+		t.Fatalf("history: %d messages, %v", len(h), err)
+	}
+	if _, err := st.ActiveRun(context.Background(), started.Session.ID); parley.CodeOf(err) != parley.ECNotFound {
+		t.Fatalf("the run is still running in the store: %v", err)
+	}
+	evs, err := st.ListEvents(context.Background(), started.Session.ID, 0, 100)
+	if err != nil || len(evs) < 3 {
+		t.Fatalf("stored events: %d, %v", len(evs), err)
+	}
+	rec, done := evs[len(evs)-2], evs[len(evs)-1]
+	if rec.Type != parley.EventRecord || rec.Message == nil || rec.Message.ID != h[1].ID || done.Type != parley.EventDone {
+		t.Fatalf("the last events stored: %+v, %+v", rec, done)
+	}
+	if next, err := st.ReserveEventSeqs(context.Background(), started.Session.ID, 1); err != nil || next != done.Seq+1 {
+		t.Fatalf("the numbers after done were not given back: next %d, %v", next, err)
+	}
+}
