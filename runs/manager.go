@@ -43,7 +43,8 @@ type Options struct {
 	// PauseTimeout bounds how long a run stays paused; then it is aborted (default 10m).
 	PauseTimeout time.Duration
 	// FlushEvery is how long events wait to be written to Events, so that a stream of small
-	// chunks costs a few writes a second (default 100ms).
+	// chunks costs a few writes a second (default 100ms); a run's first events wait ten times
+	// as long, so that a short run's events are all written with its end (one write).
 	FlushEvery time.Duration
 	// Runs keeps a durable record of each run, leased to Instance, so that one run per session
 	// holds across every instance sharing the store and a run outlives its process (Start). Nil:

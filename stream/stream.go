@@ -105,7 +105,9 @@ type Options struct {
 	// Block is how many sequence numbers a Writer reserves at a time (default DefaultBlock).
 	Block int64
 	// FlushEvery is how long events wait to be written to the store, so that a stream of small
-	// chunks costs a few writes a second (default DefaultFlushEvery).
+	// chunks costs a few writes a second (default DefaultFlushEvery); a run's first events wait
+	// ten times as long, so that a short run's events are all written with its end
+	// (Writer.Finish).
 	FlushEvery time.Duration
 	Log        *slog.Logger
 	Metrics    Metrics

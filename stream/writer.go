@@ -305,19 +305,27 @@ func (w *Writer) pending(after int64, n int) (frames []*Frame, closed bool, wake
 	return frames, w.closed, s.wake, s.from
 }
 
+// firstFlush is how many times FlushEvery a run's first events wait to be written: most runs
+// end before (a chat's answer), and their events are written with their end.
+const firstFlush = 10
+
 // writeStore writes the run's events to the store a batch at a time, letting them gather for
-// FlushEvery (unless the run ends or its producer waits for the store), until the Writer closes.
-// What it has not written when the run ends, Finish writes with the run's end.
+// FlushEvery (firstFlush times that for the first batch) unless the run ends or its producer
+// waits for the store, until the Writer closes. What it has not written when the run ends,
+// Finish writes with the run's end.
 func (w *Writer) writeStore() {
 	defer close(w.written)
 	h, s := w.h, w.s
 	after := w.first - 1
-	for {
+	for gather := true; ; {
+		if gather {
+			w.gather(after)
+		}
 		w.storing.Lock()
 		s.mu.Lock()
 		after = max(after, w.upto)
 		s.mu.Unlock()
-		frames, closed, wake, from := w.pending(after, writeBatch)
+		frames, closed, _, from := w.pending(after, writeBatch)
 		if from > after && (len(frames) == 0 || frames[0].Seq > after+1) {
 			h.opts.Log.Error("run events lost before they were stored", "session", s.id, "after", after, "from", from)
 		}
@@ -329,29 +337,38 @@ func (w *Writer) writeStore() {
 			s.mu.Unlock()
 		}
 		w.storing.Unlock()
-		if len(frames) == writeBatch {
-			continue
-		}
-		if closed {
+		if gather = len(frames) < writeBatch; gather && closed {
 			return
 		}
-		if len(frames) == 0 {
-			select {
-			case <-wake:
-			case <-w.closing:
-				continue
-			}
-		}
-		// Let events gather for a moment, unless the run ends or its producer waits: the first
-		// events after a quiet spell too, so that a run shorter than FlushEvery leaves all of
-		// its events to its end's one write (Finish).
-		t := time.NewTimer(h.opts.FlushEvery)
+	}
+}
+
+// gather waits until the ring holds events after `after`, then lets more gather for a moment:
+// FlushEvery, and firstFlush times that before the run's first write, so that a short run,
+// however slow an overloaded server makes it, leaves all of its events to its end's one write
+// (Finish). It returns at once when the run ends, and early when its producer waits.
+func (w *Writer) gather(after int64) {
+	s := w.s
+	s.mu.Lock()
+	idle, wake := s.last <= max(after, w.upto), s.wake
+	s.mu.Unlock()
+	if idle {
 		select {
-		case <-t.C:
+		case <-wake:
 		case <-w.closing:
-		case <-w.urge:
+			return
 		}
-		t.Stop()
+	}
+	wait := w.h.opts.FlushEvery
+	if after < w.first {
+		wait *= firstFlush
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-w.closing:
+	case <-w.urge:
 	}
 }
 
