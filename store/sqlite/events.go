@@ -88,19 +88,23 @@ func (s *Store) appendEncoded(ctx context.Context, sessionID string, at time.Tim
 	// Joined before the transaction; again inside it only if a retried write overlaps.
 	batches := rowcodec.EventBatches(evs, nil)
 	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		return s.appendEvents(ctx, tx, sessionID, at, evs, batches)
+		return s.appendEvents(ctx, tx, sessionID, at, evs, batches, false)
 	})
 }
 
-func (s *Store) appendEvents(ctx context.Context, tx *sql.Tx, sessionID string, at time.Time, evs []parley.EncodedEvent, batches []rowcodec.EventBatch) error {
+// appendEvents is AppendEvents' work inside a write transaction; known: the transaction has
+// already found the session.
+func (s *Store) appendEvents(ctx context.Context, tx *sql.Tx, sessionID string, at time.Time, evs []parley.EncodedEvent, batches []rowcodec.EventBatch, known bool) error {
 	c := s.cached(tx)
-	var one int
-	err := c.QueryRowContext(ctx, `SELECT 1 FROM sessions WHERE id = ?`, sessionID).Scan(&one)
-	if errors.Is(err, sql.ErrNoRows) {
-		return notFound("session", sessionID)
-	}
-	if err != nil {
-		return fmt.Errorf("sqlite: storing events: %w", err)
+	if !known {
+		var one int
+		err := c.QueryRowContext(ctx, `SELECT 1 FROM sessions WHERE id = ?`, sessionID).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return notFound("session", sessionID)
+		}
+		if err != nil {
+			return fmt.Errorf("sqlite: storing events: %w", err)
+		}
 	}
 	// The rows already stored that these events overlap (a retried write).
 	rows, err := c.QueryContext(ctx, `SELECT first_seq, last_seq FROM event_batches WHERE session_id = ? AND first_seq <= ? AND last_seq >= ?`,

@@ -370,7 +370,7 @@ func (s *Store) FinishRun(ctx context.Context, f parley.RunFinish) error {
 			if err := rowcodec.EncodeAfter(f.Events, f.Messages, f.SessionID, last, links); err != nil {
 				return fmt.Errorf("sqlite: %w", err)
 			}
-			if err := s.appendEvents(ctx, tx, f.SessionID, f.At, f.Events, rowcodec.EventBatches(f.Events, nil)); err != nil {
+			if err := s.appendEvents(ctx, tx, f.SessionID, f.At, f.Events, rowcodec.EventBatches(f.Events, nil), len(f.Messages) > 0); err != nil {
 				return err
 			}
 		}
