@@ -236,3 +236,41 @@ func TestAFailedEndIsWrittenPieceByPiece(t *testing.T) {
 		t.Fatalf("the numbers after done were not given back: next %d, %v", next, err)
 	}
 }
+
+// BenchmarkSimpleChat runs simple chats one after another (the real agent loop, SQLite, the
+// default FlushEvery), each in a new session, to its end: its allocations and the transactions
+// it commits per chat.
+//
+//	go test -run '^$' -bench SimpleChat -benchmem ./chat
+func BenchmarkSimpleChat(b *testing.B) {
+	var mu sync.Mutex
+	commits := 0
+	st, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "c.db"), sqlite.OnCommit(func(int, error) {
+		mu.Lock()
+		commits++
+		mu.Unlock()
+	}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	mgr := runs.NewManager(runs.Options{Events: st, Runs: st, Instance: "i1"})
+	defer mgr.Shutdown(context.Background())
+	ag := agent.New(agent.Config{Store: st, Resolve: func(string) (parley.Provider, string, error) {
+		return answerer{"Hel", "lo ", "there"}, "m1", nil
+	}})
+	s := &Service{Store: st, Runs: mgr, Agent: ag, DefaultModel: "m1"}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		started, err := s.Send(context.Background(), "alice", Request{Message: "Hello"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		<-started.Run.Done()
+	}
+	b.StopTimer()
+	mu.Lock()
+	b.ReportMetric(float64(commits)/float64(b.N), "commits/chat")
+	mu.Unlock()
+}
