@@ -81,7 +81,8 @@ type Metrics interface {
 	// it reached the ring again.
 	SubscriberDetached()
 	SubscriberCaughtUp()
-	// StoreAppend: one AppendEvents call took d; RelayPublish: one Publish took d.
+	// StoreAppend: one AppendEvents call, or the write of a run's end that carries its last
+	// events (Writer.Finish), took d; RelayPublish: one Publish took d.
 	StoreAppend(d time.Duration, failed bool)
 	RelayPublish(d time.Duration, failed bool)
 }

@@ -218,7 +218,12 @@ func (w *Writer) Finish(tail []parley.Event, write func(evs []parley.EncodedEven
 		stamped[j].Seq = next + int64(j)
 		evs = append(evs, parley.EncodedEvent{Seq: stamped[j].Seq, Event: &stamped[j]})
 	}
-	if err := write(evs); err != nil {
+	start := time.Now()
+	err := write(evs)
+	if h.opts.Metrics != nil {
+		h.opts.Metrics.StoreAppend(time.Since(start), err != nil)
+	}
+	if err != nil {
 		return nil, err
 	}
 	frames := make([]*Frame, 0, len(tail))
