@@ -468,8 +468,7 @@ func (r *Run) Go(fn Func) {
 					RetryAfter: parley.RetryAfterSeconds(err)}})
 			}
 		}
-		finish, err = r.emitDone(finish, err)
-		endSpan(span, finish, err)
+		finish, err = r.emitDone(finish, err, func(finish string, err error) { endSpan(span, finish, err) })
 		if m.afterDone != nil {
 			m.afterDone()
 		}
@@ -576,16 +575,17 @@ func (r *Run) storeFinalLocked(msg *parley.Message) error {
 // the run's answer (StoreWithEnd), every event of the run not stored yet, its record and done
 // events, the numbers given back and the run's end: one write after the model answered. The
 // record and done events reach the session's readers once it committed.
-func (r *Run) emitDone(finish string, err error) (string, error) {
+func (r *Run) emitDone(finish string, err error, ended func(finish string, err error)) (string, error) {
 	m := r.m
 	r.emitMu.Lock()
 	defer r.emitMu.Unlock()
 	r.ending.Store(true)
-	free := func(finish string) {
+	free := func(finish string, err error) {
+		// Before done goes out: a client that saw done finds the run counted and its span ended.
 		if m.opts.Metrics != nil {
-			// Before done goes out: a client that saw done finds the run counted.
 			m.opts.Metrics.RunFinished(finish)
 		}
+		ended(finish, err)
 		m.mu.Lock()
 		if m.active[r.SessionID] == r {
 			delete(m.active, r.SessionID)
@@ -603,11 +603,10 @@ func (r *Run) emitDone(finish string, err error) (string, error) {
 		tail = append(tail, parley.Event{Type: parley.EventDone, FinishReason: finish, RunID: r.ID, SessionID: r.SessionID})
 		stamped, werr := r.w.Finish(tail, func(evs []parley.EncodedEvent) error {
 			end.Events, end.Last, end.Limit = evs, evs[len(evs)-1].Seq, r.w.Limit()
-			err := r.recordEnd(func(ctx context.Context) error { return rb.FinishRun(ctx, end) })
-			if err != nil && parley.CodeOf(err) != parley.ECConflict {
-				return err // nothing was stored
+			if eerr := r.recordEnd(func(ctx context.Context) error { return rb.FinishRun(ctx, end) }); eerr != nil && parley.CodeOf(eerr) != parley.ECConflict {
+				return eerr // nothing was stored
 			}
-			free(finish)
+			free(finish, err)
 			return nil
 		})
 		if werr == nil {
@@ -638,7 +637,7 @@ func (r *Run) emitDone(finish string, err error) (string, error) {
 			})
 		}
 	}
-	free(finish)
+	free(finish, err)
 	r.ended = true
 	r.w.Append(parley.Event{Type: parley.EventDone, FinishReason: finish, RunID: r.ID, SessionID: r.SessionID})
 	return finish, err
