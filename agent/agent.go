@@ -68,8 +68,9 @@ type Config struct {
 	TraceContent bool
 	// SessionPrompt, when set, returns what the session adds to SystemPrompt (its project's
 	// instructions and memory, package workspace), read again before each model call; "" adds
-	// nothing. An error ends the run.
-	SessionPrompt func(ctx context.Context, sessionID string) (string, error)
+	// nothing. An error ends the run. sess is the session when the run's caller knows it
+	// (Input.Session, for the first model call), nil when it is to be read.
+	SessionPrompt func(ctx context.Context, sessionID string, sess *parley.Session) (string, error)
 	// Approvals decides which tool calls wait for the session owner's approval and which are
 	// refused (issue 23); nil runs every call.
 	Approvals *approval.Resolver
@@ -104,11 +105,24 @@ type Input struct {
 	// AwaitApproval, when set, holds the run until check reports that its pending approvals are
 	// decided (runs.Run.AwaitApproval); without it, a call that needs approval is refused.
 	AwaitApproval func(ctx context.Context, until time.Time, check func(context.Context) (bool, error)) error
+	// Begun, when set, waits until the run's beginning (the user's message) is durable, and
+	// returns the error of that write: the run was started while it was being written
+	// (runs.Manager.Launch). The first model call is made meanwhile; nothing is stored before
+	// Begun returns, and nothing at all when it returns an error.
+	Begun func() error
+	// History, when set, is the model view the first model call is sent (the caller knows it: a
+	// new session's is its user message) instead of one read from History; the agent may reuse
+	// its array. Later calls read it again.
+	History []parley.Message
+	// Session, when set, is the session as the caller just wrote or read it: the first model
+	// call takes what the session adds to the system prompt from it (SessionPrompt) instead of
+	// reading it again.
+	Session *parley.Session
 	// StoreWithEnd, when set, may take the run's answer (its last assistant message, after which
 	// Run returns) to be stored with the run's end in one write (runs.Run.StoreWithEnd): the run
-	// then announces it (its record event) once stored. When it reports false, or is not set,
-	// the agent stores and announces the answer itself.
-	StoreWithEnd func(msg *parley.Message) bool
+	// then announces it (its record event) once stored, and calls stored with it first. When it
+	// reports false, or is not set, the agent stores and announces the answer itself.
+	StoreWithEnd func(msg *parley.Message, stored func(*parley.Message)) bool
 }
 
 // Result is how a run ended.
@@ -242,14 +256,19 @@ func (a *Agent) loop(ctx context.Context, in Input, t *turn, res *Result) (*Resu
 			return res, a.canceledOr(ctx, err)
 		}
 		res.Iterations++
-		history, err := a.cfg.History.ModelHistory(ctx, in.SessionID)
+		history := in.History
+		if history == nil {
+			var err error
+			if history, err = a.cfg.History.ModelHistory(ctx, in.SessionID); err != nil {
+				return res, a.canceledOr(ctx, err)
+			}
+		}
+		system, err := a.systemPrompt(ctx, in.SessionID, in.Session)
 		if err != nil {
 			return res, a.canceledOr(ctx, err)
 		}
-		system, err := a.systemPrompt(ctx, in.SessionID)
-		if err != nil {
-			return res, a.canceledOr(ctx, err)
-		}
+		// What the caller knew holds for the first call only: the next ones read the store.
+		in.History, in.Session = nil, nil
 		msgs := llmctx.BuildOwned(history, llmctx.Options{SystemPrompt: system, ToolHistoryRounds: a.cfg.ToolHistoryRounds})
 		if a.cfg.Attachments != nil {
 			if msgs, err = a.cfg.Attachments.Expand(ctx, msgs); err != nil {
@@ -266,6 +285,14 @@ func (a *Agent) loop(ctx context.Context, in Input, t *turn, res *Result) (*Resu
 		resp, answeredBy, ttft, err := a.callModel(mctx, prov, req, emitSafe)
 		latency := time.Since(start)
 		a.endModelSpan(span, answeredBy, resp, err)
+		if in.Begun != nil {
+			// The call overlapped the write of the run's beginning: nothing is stored before
+			// it is durable, nothing at all if it failed.
+			if berr := in.Begun(); berr != nil {
+				return res, berr
+			}
+			in.Begun = nil
+		}
 		if a.cfg.Metrics != nil {
 			var u *parley.Usage
 			if resp != nil {
@@ -295,7 +322,7 @@ func (a *Agent) loop(ctx context.Context, in Input, t *turn, res *Result) (*Resu
 		}
 
 		msg := a.assistant(in, answeredBy, resp, latency)
-		if len(msg.ToolCalls) == 0 && in.storeWithEnd(msg) {
+		if len(msg.ToolCalls) == 0 && a.storeWithEnd(in, msg) {
 			res.Final, res.FinishReason = msg, parley.FinishStop
 			return res, nil
 		}
@@ -342,7 +369,7 @@ func (a *Agent) loop(ctx context.Context, in Input, t *turn, res *Result) (*Resu
 	}
 	// A streaming client shows text from chunks; the record that follows replaces them.
 	emitSafe(parley.Event{Type: parley.EventChunk, Content: text})
-	if in.storeWithEnd(msg) {
+	if a.storeWithEnd(in, msg) {
 		res.Final, res.FinishReason = msg, parley.FinishMaxIterations
 		return res, nil
 	}
@@ -356,11 +383,11 @@ func (a *Agent) loop(ctx context.Context, in Input, t *turn, res *Result) (*Resu
 }
 
 // systemPrompt is SystemPrompt with what the session adds to it.
-func (a *Agent) systemPrompt(ctx context.Context, sessionID string) (string, error) {
+func (a *Agent) systemPrompt(ctx context.Context, sessionID string, sess *parley.Session) (string, error) {
 	if a.cfg.SessionPrompt == nil {
 		return a.cfg.SystemPrompt, nil
 	}
-	extra, err := a.cfg.SessionPrompt(ctx, sessionID)
+	extra, err := a.cfg.SessionPrompt(ctx, sessionID, sess)
 	if err != nil || extra == "" {
 		return a.cfg.SystemPrompt, err
 	}
@@ -371,13 +398,17 @@ func (a *Agent) systemPrompt(ctx context.Context, sessionID string) (string, err
 }
 
 // storeWithEnd gives msg, the run's answer, to be stored with the run's end (StoreWithEnd), and
-// reports whether it was taken.
-func (in Input) storeWithEnd(msg *parley.Message) bool {
+// reports whether it was taken. The history is told of it once stored, as store tells it.
+func (a *Agent) storeWithEnd(in Input, msg *parley.Message) bool {
 	if in.StoreWithEnd == nil {
 		return false
 	}
 	scrubNUL(msg)
-	return in.StoreWithEnd(msg)
+	var stored func(*parley.Message)
+	if h, ok := a.cfg.History.(appender); ok {
+		stored = func(m *parley.Message) { h.Appended(in.SessionID, m) }
+	}
+	return in.StoreWithEnd(msg, stored)
 }
 
 func (in Input) gate(ctx context.Context) error {
@@ -571,7 +602,17 @@ func (a *Agent) store(ctx context.Context, sessionID string, msg *parley.Message
 	if err := a.cfg.Store.AppendMessages(wctx, sessionID, msg); err != nil {
 		return fmt.Errorf("storing %s message: %w", msg.Role, err)
 	}
+	if h, ok := a.cfg.History.(appender); ok {
+		// The next read of the history (the next model call, the session's next chat) need not
+		// bring in what was just written.
+		h.Appended(sessionID, msg)
+	}
 	return nil
+}
+
+// appender is a History told of the messages stored (historycache.Cache).
+type appender interface {
+	Appended(sessionID string, msgs ...*parley.Message)
 }
 
 // scrubNUL replaces NUL characters, which no store accepts (PostgreSQL cannot hold them), by

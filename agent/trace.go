@@ -16,6 +16,9 @@ import (
 // startModelSpan starts the span of one model call, named and attributed after the GenAI
 // semantic conventions ("chat {model}"). The messages sent go in only with TraceContent.
 func (a *Agent) startModelSpan(ctx context.Context, in Input, req *parley.ChatRequest) (context.Context, trace.Span) {
+	if !tracing.On() {
+		return ctx, tracing.NoSpan // the attributes below would be built for nothing
+	}
 	prov, model := tracing.SplitModel(req.Model)
 	ctx, span := tracing.Tracer().Start(ctx, "chat "+model, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(
@@ -77,6 +80,9 @@ func (a *Agent) endModelSpan(span trace.Span, answeredBy string, resp *parley.Re
 // startToolSpan starts the span of one tool call ("execute_tool {tool}"). Its arguments go in
 // only with TraceContent.
 func (a *Agent) startToolSpan(ctx context.Context, in Input, call parley.ToolCall) (context.Context, trace.Span) {
+	if !tracing.On() {
+		return ctx, tracing.NoSpan
+	}
 	ctx, span := tracing.Tracer().Start(ctx, "execute_tool "+call.Function.Name, trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(
 			tracing.GenAIOperation.String("execute_tool"),

@@ -44,7 +44,10 @@ type Service struct {
 	// CheckTools validates selected_tools; nil accepts any.
 	CheckTools func(selected []string) error
 	// Files checks and attaches the files a message names (file_ids); nil refuses file_ids.
-	Files        Attacher
+	Files Attacher
+	// History, when set, is told of the user messages a chat stores (historycache.Cache), so that
+	// the agent's next read of the session's history need not read them back.
+	History      HistoryCache
 	DefaultModel string
 	MaxMessage   int // characters of message text (default 100,000)
 	Now          func() time.Time
@@ -57,6 +60,16 @@ type Attacher interface {
 	CheckAttach(ctx context.Context, owner, sessionID string, ids []string) ([]*parley.File, error)
 	// Attach puts those of fs that are in no session into sessionID.
 	Attach(ctx context.Context, sessionID string, fs []*parley.File) error
+}
+
+// HistoryCache keeps sessions' model views in memory (historycache.Cache satisfies it).
+type HistoryCache interface {
+	// Seed makes msgs, just stored, the whole view of a new session.
+	Seed(sessionID string, msgs ...*parley.Message)
+	// Appended extends the session's view with msgs, just stored, if they follow it.
+	Appended(sessionID string, msgs ...*parley.Message)
+	// ViewAt returns the session's view if it ends at the message tip, else nil.
+	ViewAt(sessionID, tip string) []parley.Message
 }
 
 // MaxFileIDs bounds the files of one message.
@@ -146,9 +159,34 @@ func (s *Service) Send(ctx context.Context, owner string, req Request) (*Started
 		newSession = true
 	}
 	user := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: content, CreatedAt: now, ParentID: req.ParentID}
+	if len(attached) == 0 && s.Runs.OneWrite() {
+		// The model call can start before the message is durable when the chat knows the
+		// history it follows: a new session's is empty; an existing session's is the cached
+		// view that ends at the session's leaf as just read, and the message is stored after
+		// that leaf (named, not "the leaf at the write"), so that what the model is sent is the
+		// branch the message is stored on, whatever another instance does meanwhile.
+		switch {
+		case newSession:
+			return s.launch(ctx, owner, req, sess, true, user, nil)
+		case req.ParentID == "" && sess.LeafID != "" && s.History != nil:
+			if view := s.History.ViewAt(sess.ID, sess.LeafID); view != nil {
+				user.ParentID = sess.LeafID
+				return s.launch(ctx, owner, req, sess, false, user, view)
+			}
+		}
+	}
 	run, err := s.begin(ctx, owner, req, sess, newSession, user)
 	if err != nil {
 		return nil, err
+	}
+	// The agent is given what the chat knows: the session it just read, and the history up to
+	// the message it just stored when the cache holds the branch that message follows.
+	known := *sess
+	in := agent.Input{SessionID: sess.ID, RunID: run.ID, Model: req.Model, SelectedTools: req.SelectedTools, User: owner,
+		Gate: run.Gate, AwaitApproval: run.AwaitApproval, Session: &known, StoreWithEnd: run.StoreWithEnd}
+	if s.History != nil {
+		s.History.Appended(sess.ID, user)
+		in.History = s.History.ViewAt(sess.ID, user.ID)
 	}
 	// The files in no session join this one, once the message that names them is stored (a
 	// refused chat deletes the session it made, and must not take the user's files with it).
@@ -156,16 +194,59 @@ func (s *Service) Send(ctx context.Context, owner string, req Request) (*Started
 	if len(attached) > 0 {
 		_ = s.Files.Attach(ctx, sess.ID, attached)
 	}
-	in := agent.Input{SessionID: sess.ID, RunID: run.ID, Model: req.Model, SelectedTools: req.SelectedTools, User: owner, Gate: run.Gate, AwaitApproval: run.AwaitApproval,
-		StoreWithEnd: run.StoreWithEnd}
 	run.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
-		emit(parley.Event{Type: parley.EventRecord, Message: user})
 		res, err := s.Agent.Run(ctx, in, emit)
 		if res != nil {
 			return res.FinishReason, err
 		}
 		return "", err
+	}, parley.Event{Type: parley.EventRecord, Message: user})
+	return &Started{Session: sess, Run: run, UserMessage: user, NewSession: newSession}, nil
+}
+
+// launch starts a chat whose model call starts while its beginning (the new session, the run, the
+// user's message) is being written (runs.Manager.Launch), and is sent the history the chat
+// already knows (before, the model view the message follows; nil for a new session) with the
+// session as it was made or read, instead of reading back what was just written. Nothing reaches
+// a client before the write has committed; if it fails, the model call is cancelled, nothing is
+// stored and the chat fails.
+func (s *Service) launch(ctx context.Context, owner string, req Request, sess *parley.Session, newSession bool, user *parley.Message, before []parley.Message) (*Started, error) {
+	known := *sess
+	// The model's view, made before the write gives the message its seq; room for a system
+	// prompt (llmctx.BuildOwned).
+	view := append(make([]parley.Message, 0, len(before)+2), before...)
+	view = append(view, user.ModelView())
+	spec := runs.Spec{Session: sess.ID, Model: req.Model, Owner: owner, SelectedTools: req.SelectedTools,
+		Messages: []*parley.Message{user}}
+	if newSession {
+		spec.NewSession = sess
+	}
+	run, err := s.Runs.Launch(ctx, spec, func(run *runs.Run) runs.Func {
+		in := agent.Input{SessionID: sess.ID, RunID: run.ID, Model: req.Model, SelectedTools: req.SelectedTools, User: owner,
+			Gate: run.Gate, AwaitApproval: run.AwaitApproval, Begun: run.Begun, History: view, Session: &known,
+			StoreWithEnd: run.StoreWithEnd}
+		return func(ctx context.Context, emit func(parley.Event)) (string, error) {
+			emit(parley.Event{Type: parley.EventRecord, Message: user})
+			res, err := s.Agent.Run(ctx, in, emit)
+			if res != nil {
+				return res.FinishReason, err
+			}
+			return "", err
+		}
 	})
+	if err != nil {
+		// A failed write stored nothing; a run refused after it (the server shutting down)
+		// leaves the session it created, which goes.
+		s.dropNew(ctx, sess, newSession)
+		return nil, err
+	}
+	if s.History != nil {
+		if newSession {
+			s.History.Seed(sess.ID, user)
+		} else {
+			s.History.Appended(sess.ID, user)
+		}
+	}
 	return &Started{Session: sess, Run: run, UserMessage: user, NewSession: newSession}, nil
 }
 

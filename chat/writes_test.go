@@ -83,6 +83,13 @@ type modelAgent struct {
 }
 
 func (a modelAgent) Run(ctx context.Context, in agent.Input, emit func(parley.Event)) (*agent.Result, error) {
+	// A new session's model call starts while its beginning is written (runs.Manager.Launch):
+	// like the agent, this one stores nothing before that write is durable.
+	if in.Begun != nil {
+		if err := in.Begun(); err != nil {
+			return nil, err
+		}
+	}
 	// The run's event writer stores its events beside the run, without delaying it: the writes
 	// the chat waits for are the others.
 	var waited []string

@@ -160,9 +160,11 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request, spec *bodySpec
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
 		return nil, parley.Errorf(parley.ECInvalid, "Content-Type must be application/json")
 	}
-	tooBig := parley.Errorf(parley.ECInvalid, "request body: larger than %d bytes", s.MaxBodyBytes)
+	tooBig := func() error {
+		return parley.Errorf(parley.ECInvalid, "request body: larger than %d bytes", s.MaxBodyBytes)
+	}
 	if r.ContentLength > s.MaxBodyBytes {
-		return nil, tooBig // refused unread
+		return nil, tooBig() // refused unread
 	}
 	// What the body may cost: its declared length, or the limit when it declares none.
 	need := s.MaxBodyBytes
@@ -187,7 +189,7 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request, spec *bodySpec
 		var ne net.Error
 		switch {
 		case errors.As(err, &mbe):
-			return nil, tooBig
+			return nil, tooBig()
 		case errors.As(err, &ne) && ne.Timeout():
 			return nil, parley.Errorf(parley.ECInvalid, "request body: not received within %s", s.BodyTimeout)
 		}

@@ -23,8 +23,12 @@ import (
 
 // transport writes a subscription's frames to one client.
 type transport interface {
-	// frames writes a batch; end: the stream is over after it (a done event it waited for).
+	// frames writes a batch, or gathers it to be sent by flush; end: the stream is over after it
+	// (a done event it waited for), and what it gathered goes out with the response's end.
 	frames(fs []*stream.Frame) (end bool, err error)
+	// flush sends what frames gathered. The pump calls it when no more frames are ready, before
+	// it waits: events ready together go out in one write.
+	flush() error
 	// heartbeat keeps the connection alive while nothing else is written.
 	heartbeat() error
 	// failed tells the client its stream ended because reading it failed.
@@ -63,6 +67,7 @@ type pump struct {
 	idleAt, recheckAt, beatAt, parkAt time.Time
 	timer                             *time.Timer
 	armed                             time.Time // when timer fires; zero: not armed
+	gathered                          bool      // the transport may hold bytes for flush (an SSE head too)
 
 	mu      sync.Mutex
 	running bool        // a goroutine runs the loop
@@ -88,6 +93,7 @@ func (p *pump) init(ctx context.Context) {
 		p.beatAt = now.Add(p.heartbeat)
 	}
 	p.parkAt = now.Add(p.park)
+	p.gathered = true
 }
 
 // run pumps in the calling goroutine until ctx ends, the transport ends the stream, a write
@@ -196,6 +202,19 @@ func (p *pump) loopOrPark() (err error, ended bool) {
 		if p.sub != nil {
 			ready = p.sub.Ready()
 		}
+		if p.gathered {
+			// What the transport gathered goes out once no more frames are ready, before the
+			// pump waits: a run's events made at the same moment (the chunks a model sent in
+			// one read), and an SSE response's head with the first of them, share one write.
+			select {
+			case <-ready:
+			default:
+				p.gathered = false
+				if err := p.t.flush(); err != nil {
+					return errClientGone{err}, true
+				}
+			}
+		}
 		select {
 		case <-ready:
 			frames, err := p.sub.Next(ctx)
@@ -213,6 +232,7 @@ func (p *pump) loopOrPark() (err error, ended bool) {
 			if err != nil {
 				return errClientGone{err}, true
 			}
+			p.gathered = true
 			if end {
 				return nil, true
 			}

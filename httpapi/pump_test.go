@@ -14,11 +14,13 @@ import (
 	"github.com/parleyhq/parley/stream"
 )
 
-// recordingTransport records the frames a pump writes.
+// recordingTransport records the frames a pump writes, and which of them each flush sent.
 type recordingTransport struct {
-	mu    sync.Mutex
-	seqs  []int64
-	idled bool
+	mu      sync.Mutex
+	seqs    []int64
+	pending []int64   // gathered since the last flush
+	flushed [][]int64 // what each flush sent
+	idled   bool
 }
 
 func (t *recordingTransport) frames(fs []*stream.Frame) (bool, error) {
@@ -26,8 +28,16 @@ func (t *recordingTransport) frames(fs []*stream.Frame) (bool, error) {
 	defer t.mu.Unlock()
 	for _, f := range fs {
 		t.seqs = append(t.seqs, f.Seq)
+		t.pending = append(t.pending, f.Seq)
 	}
 	return false, nil
+}
+func (t *recordingTransport) flush() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.flushed = append(t.flushed, t.pending)
+	t.pending = nil
+	return nil
 }
 func (t *recordingTransport) heartbeat() error { return nil }
 func (t *recordingTransport) failed(error)     {}

@@ -34,7 +34,12 @@ type sseWriter struct {
 	timeout time.Duration
 }
 
+// newSSEWriter starts the response. Its head is sent with the first flush, so that it shares a
+// write with the events ready when the stream starts (a chat's first ones are).
 func newSSEWriter(w http.ResponseWriter, timeout time.Duration) (*sseWriter, error) {
+	if !canFlush(w) {
+		return nil, parley.Errorf(parley.ECInternal, "streaming unsupported")
+	}
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -44,10 +49,23 @@ func newSSEWriter(w http.ResponseWriter, timeout time.Duration) (*sseWriter, err
 	h.Set("X-Accel-Buffering", "no") // ask proxies not to buffer the stream
 	s := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: timeout}
 	w.WriteHeader(http.StatusOK)
-	if err := s.flush(); err != nil {
-		return nil, parley.WrapError(parley.ECInternal, err, "streaming unsupported")
-	}
 	return s, nil
+}
+
+// canFlush reports whether w, or a writer it wraps, can flush (as http.ResponseController
+// looks for it).
+func canFlush(w http.ResponseWriter) bool {
+	for {
+		switch w.(type) {
+		case http.Flusher, interface{ FlushError() error }:
+			return true
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return false
+		}
+		w = u.Unwrap()
+	}
 }
 
 // b returns the batch's buffer, borrowing one if needed.
@@ -88,12 +106,26 @@ func (s *sseWriter) writeOut() {
 
 var crlf = []byte("\r\n")
 
-// end ends a detached stream's chunked response (its last, empty chunk).
+// lastChunk ends a chunked response.
+var lastChunk = []byte("0\r\n\r\n")
+
+// end ends the response: what was gathered is written out, without a flush of its own. A
+// detached stream's last chunk goes in the same write; net/http sends the rest of a handler's
+// response, with its end, when the handler returns.
 func (s *sseWriter) end() {
-	s.writeOut()
-	if s.err == nil && s.conn != nil {
+	switch {
+	case s.conn == nil:
+		s.writeOut()
+	case s.err != nil:
+	case s.buf != nil && len(*s.buf) > 0:
+		var size [20]byte
 		_ = s.conn.SetWriteDeadline(time.Now().Add(s.timeout))
-		_, s.err = s.conn.Write([]byte("0\r\n\r\n"))
+		bufs := net.Buffers{append(strconv.AppendInt(size[:0], int64(len(*s.buf)), 16), '\r', '\n'), *s.buf, crlf, lastChunk}
+		_, s.err = bufs.WriteTo(s.conn)
+		*s.buf = (*s.buf)[:0]
+	default:
+		_ = s.conn.SetWriteDeadline(time.Now().Add(s.timeout))
+		_, s.err = s.conn.Write(lastChunk)
 	}
 	s.release()
 }

@@ -199,6 +199,7 @@ func (s *server) streamSession(w http.ResponseWriter, r *http.Request, sessionID
 	p := &pump{s: s, r: r, t: &sseTransport{s: s, r: r, sse: sse, session: sessionID, untilDone: untilDone}, heartbeat: s.Heartbeat}
 	p.subscribe(ctx, sessionID, after)
 	_ = p.run(ctx)
+	sse.end()
 }
 
 // sseTransport writes a session's stream as SSE events (GET …/stream, POST …/chat/stream).
@@ -210,17 +211,26 @@ type sseTransport struct {
 	untilDone bool
 }
 
+// frames gathers the events; flush, or the end of the response, sends them.
 func (t *sseTransport) frames(fs []*stream.Frame) (bool, error) {
 	done := false
 	for _, f := range fs {
 		t.sse.event(f)
 		done = done || f.Type == parley.EventDone
 	}
-	if err := t.sse.flush(); err != nil {
+	if err := t.sse.err; err != nil { // a write of a large batch failed
 		t.s.Log.Info("stream client dropped", "session", t.session, "err", err)
 		return false, err
 	}
 	return t.untilDone && done, nil
+}
+
+func (t *sseTransport) flush() error {
+	if err := t.sse.flush(); err != nil {
+		t.s.Log.Info("stream client dropped", "session", t.session, "err", err)
+		return err
+	}
+	return nil
 }
 
 func (t *sseTransport) heartbeat() error { return t.sse.comment("ping") }

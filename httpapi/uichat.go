@@ -302,6 +302,7 @@ func (s *server) uiStreamWith(w http.ResponseWriter, r *http.Request, sessionID 
 	p := &pump{s: s, r: r, t: t, heartbeat: s.Heartbeat}
 	p.subscribe(ctx, sessionID, after)
 	_ = p.run(ctx)
+	sse.end()
 }
 
 // uiTransport writes a run's events as a UI message stream, [DONE] after its done event.
@@ -323,11 +324,19 @@ func (t *uiTransport) frames(fs []*stream.Frame) (bool, error) {
 	if t.tr.Ended() {
 		t.sse.data([]byte(uistream.Done))
 	}
-	if err := t.sse.flush(); err != nil {
+	if err := t.sse.err; err != nil { // a write of a large batch failed
 		t.s.Log.Info("UI stream client dropped", "session", t.session, "err", err)
 		return false, err
 	}
 	return t.tr.Ended(), nil
+}
+
+func (t *uiTransport) flush() error {
+	if err := t.sse.flush(); err != nil {
+		t.s.Log.Info("UI stream client dropped", "session", t.session, "err", err)
+		return err
+	}
+	return nil
 }
 
 func (t *uiTransport) heartbeat() error { return t.sse.comment("ping") }

@@ -304,6 +304,8 @@ func (w *wsConn) frames(fs []*stream.Frame) (bool, error) {
 	return false, nil
 }
 
+func (w *wsConn) flush() error { return nil } // frames wrote its batch as one write already
+
 func (w *wsConn) heartbeat() error { return nil } // pings go out on their own (startPings)
 
 func (w *wsConn) failed(err error) {

@@ -26,7 +26,8 @@ var (
 	stackStart = regexp.MustCompile(`(?m)^(goroutine \d+ \[|Traceback \(most recent call last\)|\s+at .*[:(].*\d+:\d+\)?\s*$)`)
 
 	// Each rule has a cheap test that text it could match must pass (nil: always run); most
-	// text passes few, and the regular expressions are what costs.
+	// text passes few, and the regular expressions are what costs (a log line's ids and words
+	// pass none).
 	rules = []struct {
 		re   *regexp.Regexp
 		with string // the replacement; pathRule: an API route is kept, another path is [path]
@@ -35,7 +36,7 @@ var (
 		// user:password@ in URLs.
 		{regexp.MustCompile(`(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/@"'<>]+@`), `${1}[redacted]@`, has("://")},
 		// Header and parameter style secrets: "Authorization: Bearer x", "api_key=x", "x-api-key: x".
-		{regexp.MustCompile(`(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]{6,}`), `${1} [redacted]`, nil},
+		{regexp.MustCompile(`(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]{6,}`), `${1} [redacted]`, hasFold("bearer", "basic")},
 		{regexp.MustCompile(`(?i)\b((?:x-)?(?:goog-)?api[_-]?key|access[_-]?token|refresh[_-]?token|auth[_-]?token|client[_-]?secret|secret|password|passwd|pwd|key)(["']?\s*[:=]\s*["']?)[^\s"'&,;)\]}\[][^\s"'&,;)\]}]*`), `${1}${2}[redacted]`, hasAny(":=")},
 		// Key formats of the providers and of common services.
 		{regexp.MustCompile(`\bsk-[A-Za-z0-9_\-]{8,}`), `sk-[redacted]`, has("sk-")},
@@ -76,6 +77,26 @@ func replacePath(m string) string {
 // client, an upstream or a tool.
 type Safe string
 
+// mayHaveStack is true of text in which stackStart could match: each of its forms has one of
+// these.
+func mayHaveStack(s string) bool {
+	return strings.Contains(s, "at ") || strings.Contains(s, "goroutine ") || strings.Contains(s, "Traceback (")
+}
+
+// hasFold is true of text that has one of the (lower-case ASCII) words in any case.
+func hasFold(words ...string) func(string) bool {
+	return func(s string) bool {
+		for _, w := range words {
+			for i := 0; i+len(w) <= len(s); i++ {
+				if s[i]|0x20 == w[0] && strings.EqualFold(s[i:i+len(w)], w) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+}
+
 func has(sub string) func(string) bool {
 	return func(s string) bool { return strings.Contains(s, sub) }
 }
@@ -88,8 +109,10 @@ func String(s string) string {
 	if s == "" {
 		return s
 	}
-	if loc := stackStart.FindStringIndex(s); loc != nil {
-		s = strings.TrimRight(s[:loc[0]], " \t\r\n")
+	if mayHaveStack(s) {
+		if loc := stackStart.FindStringIndex(s); loc != nil {
+			s = strings.TrimRight(s[:loc[0]], " \t\r\n")
+		}
 	}
 	for _, r := range rules {
 		if r.may == nil || r.may(s) {

@@ -15,6 +15,9 @@ func TestString(t *testing.T) {
 		{"openai key", `Incorrect API key provided: sk-proj-AbCdEf1234567890xyz.`, `Incorrect API key provided: sk-[redacted].`},
 		{"anthropic key", `x-api-key sk-ant-api03-abcdefghijklmnop invalid`, `x-api-key sk-[redacted] invalid`},
 		{"bearer", `Authorization: Bearer eyJhbGciOi.abc_DEF-123`, `Authorization: Bearer [redacted]`},
+		{"bearer in capitals", `AUTHORIZATION: BEARER abcdef123456`, `AUTHORIZATION: BEARER [redacted]`},
+		{"basic", `header basic dXNlcjpwYXNz`, `header basic [redacted]`},
+		{"tab stack", "TypeError: x\n\tat f (/srv/app/index.js:3:14)", "TypeError: x"},
 		{"header style", `x-api-key: abc123def456`, `x-api-key: [redacted]`},
 		{"query style", `GET ?key=AIzaSyA1234567890abcdefghijklmnopqrs&alt=sse`, `GET ?key=[redacted]&alt=sse`},
 		{"google key alone", `key AIzaSyA1234567890abcdefghijklmnopqrs rejected`, `key [redacted] rejected`},
@@ -110,6 +113,7 @@ func BenchmarkString(b *testing.B) {
 	for _, tt := range []struct{ name, s string }{
 		{"error", `provider call failed: Post "https://api.example.com/v1/chat/completions": 401 Incorrect API key provided: sk-proj-abcdefghijklmnop`},
 		{"plain", `run finished after 3 iterations with 2 tool calls and 1840 tokens in 2.4 seconds`},
+		{"id", `01a20d9d-cb5a-7b31-8da0-ece6060eef94`},
 	} {
 		b.Run(tt.name, func(b *testing.B) {
 			b.SetBytes(int64(len(tt.s)))

@@ -55,7 +55,7 @@ func (r *Run) AwaitApproval(ctx context.Context, until time.Time, check func(con
 				stop()
 				return err
 			}
-			r.logger.Warn("could not read the run's approvals", "err", err)
+			r.log().Warn("could not read the run's approvals", "err", err)
 		case over:
 			if !stop() {
 				return ctx.Err()

@@ -181,10 +181,17 @@ type Run struct {
 	m       *Manager
 	ctx     context.Context
 	cancel  context.CancelFunc
-	logger  *slog.Logger      // Options.Log with the run's run_id and session_id
+	logOnce sync.Once
+	logger  *slog.Logger      // Options.Log with the run's run_id and session_id: see log
 	parent  trace.SpanContext // the span of the request that began the run, if any
 	started bool
 	done    chan struct{}
+
+	// begun, for a run started while its beginning was being written (Launch), is closed once
+	// that write has committed or failed (beginErr); nil for a run begun before it started.
+	begun    chan struct{}
+	beginErr error
+	exited   chan struct{} // Launch: closed when the body of a run whose beginning failed returns
 
 	// cancelCause cancels ctx with a cause: parley.ErrHandedOver leaves the run to a takeover.
 	cancelCause context.CancelCauseFunc
@@ -206,8 +213,10 @@ type Run struct {
 	resumed  chan struct{} // closed when a pause ends
 	awaiting bool          // in AwaitApproval
 	wake     chan struct{} // a decision on an approval was stored (AwaitApproval); buffered 1
-	// final is the run's last message, held to be stored with its end (StoreWithEnd).
-	final *parley.Message
+	// final is the run's last message, held to be stored with its end (StoreWithEnd), and
+	// finalStored what is told once it is.
+	final       *parley.Message
+	finalStored func(*parley.Message)
 }
 
 // ErrBusy is returned by Begin when the session already has an active run.
@@ -248,9 +257,7 @@ func (m *Manager) Begin(ctx context.Context, spec Spec) (*Run, error) {
 	var w *stream.Writer
 	if rb != nil {
 		// The session (if new), the event numbers, the run's record and its messages: one write.
-		now := m.opts.Now()
-		rec := &parley.RunRecord{ID: id, SessionID: spec.Session, Owner: spec.Owner, Model: spec.Model, SelectedTools: spec.SelectedTools,
-			Instance: m.opts.Instance, LeaseUntil: now.Add(m.opts.Lease), CreatedAt: now}
+		rec := m.record(id, spec)
 		for _, msg := range spec.Messages {
 			msg.RunID = id
 		}
@@ -307,6 +314,102 @@ func (m *Manager) Begin(ctx context.Context, spec Spec) (*Run, error) {
 	return r, err
 }
 
+// Launch begins a run as Begin does with a store that writes a run's beginning in one write
+// (OneWrite), and starts its body while that write is under way, so that the body's first work
+// (the model call) overlaps the write's commit. body is given the run (its id, Gate, Begun) and
+// returns the run's Func. Nothing of the run reaches a reader before the write is durable: its
+// first event (start) is appended once it has committed, and the body's emits wait for it. Launch
+// returns once the write has committed. If it fails, the run's context is cancelled, the body's
+// events are dropped, Launch waits for the body to return and returns the error: the body must
+// store nothing before Begun reports the write durable.
+func (m *Manager) Launch(ctx context.Context, spec Spec, body func(r *Run) Func) (*Run, error) {
+	rb := m.beginner()
+	if rb == nil {
+		return nil, parley.Errorf(parley.ECInternal, "runs: this store cannot begin a run in one write")
+	}
+	if spec.NewSession != nil && spec.NewSession.ID != spec.Session {
+		return nil, parley.Errorf(parley.ECInternal, "runs: the new session is not the run's")
+	}
+	if err := m.claim(spec.Session, true); err != nil {
+		return nil, err
+	}
+	id := parley.NewID()
+	rec := m.record(id, spec)
+	for _, msg := range spec.Messages {
+		msg.RunID = id
+	}
+	r := m.newRun(id, spec)
+	r.parent = trace.SpanContextFromContext(ctx)
+	r.begun, r.exited = make(chan struct{}), make(chan struct{})
+	m.mu.Lock()
+	if m.closing {
+		m.mu.Unlock()
+		m.unclaim(spec.Session)
+		r.cancel()
+		return nil, ErrClosing
+	}
+	r.started = true
+	m.wg.Add(1)
+	m.mu.Unlock()
+	go r.run(body(r), r.emitBegun)
+
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	first, err := rb.BeginRun(sctx, &parley.RunBegin{NewSession: spec.NewSession, SessionID: spec.Session, Reserve: seqBlock, Run: rec, Messages: spec.Messages})
+	cancel()
+	if err != nil {
+		m.unclaim(spec.Session)
+		if parley.CodeOf(err) == parley.ECConflict {
+			err = ErrBusy
+		}
+	} else {
+		w := m.streams.OpenReserved(spec.Session, first, seqBlock)
+		if err = m.register(r, w); err != nil {
+			w.Abandon()
+			w.Drop()
+			m.deleteRecord(id)
+		}
+	}
+	if err != nil {
+		r.beginErr = err
+		r.cancelCause(err)
+		close(r.begun)
+		<-r.exited
+		close(r.done)
+		return nil, err
+	}
+	r.announce() // before the body's events, which wait for begun
+	close(r.begun)
+	return r, nil
+}
+
+// record is the durable record of run id, begun for spec.
+func (m *Manager) record(id string, spec Spec) *parley.RunRecord {
+	now := m.opts.Now()
+	return &parley.RunRecord{ID: id, SessionID: spec.Session, Owner: spec.Owner, Model: spec.Model, SelectedTools: spec.SelectedTools,
+		Instance: m.opts.Instance, LeaseUntil: now.Add(m.opts.Lease), CreatedAt: now}
+}
+
+// emitBegun is emit for the body of a run started before its beginning was durable (Launch): it
+// waits for the write, and drops the event if the write failed.
+func (r *Run) emitBegun(ev parley.Event) {
+	<-r.begun
+	if r.beginErr != nil {
+		return
+	}
+	r.emit(ev)
+}
+
+// Begun waits until the run's beginning (its record, its session and messages) is durable and
+// returns the error of that write: a run whose beginning failed must store nothing. It returns
+// nil at once for a run begun before it started (Begin).
+func (r *Run) Begun() error {
+	if r.begun == nil {
+		return nil
+	}
+	<-r.begun
+	return r.beginErr
+}
+
 // OneWrite reports whether Begin stores a run's new session and messages with its record in
 // one write (Spec.NewSession, Spec.Messages), and a run's end with its unused event numbers.
 func (m *Manager) OneWrite() bool { return m.beginner() != nil }
@@ -350,23 +453,43 @@ func (m *Manager) unclaim(sessionID string) {
 
 // open makes a run of the claimed session active, its events written by w.
 func (m *Manager) open(id string, spec Spec, w *stream.Writer) (*Run, error) {
+	r := m.newRun(id, spec)
+	if err := m.register(r, w); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// newRun returns a run of the claimed session, not yet among the manager's runs (register).
+func (m *Manager) newRun(id string, spec Spec) *Run {
+	rctx, cancelCause := context.WithCancelCause(m.ctx)
+	return &Run{
+		ID: id, SessionID: spec.Session, Model: spec.Model, StartedAt: m.opts.Now(),
+		m: m, ctx: rctx, cancel: func() { cancelCause(nil) }, cancelCause: cancelCause, done: make(chan struct{}),
+		wake: make(chan struct{}, 1),
+	}
+}
+
+// register makes r, of a claimed session, active, its events written by w.
+func (m *Manager) register(r *Run, w *stream.Writer) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	delete(m.claimed, spec.Session)
+	delete(m.claimed, r.SessionID)
 	if m.closing {
-		return nil, ErrClosing
+		return ErrClosing
 	}
-	rctx, cancelCause := context.WithCancelCause(m.ctx)
-	r := &Run{
-		ID: id, SessionID: spec.Session, Model: spec.Model, StartedAt: m.opts.Now(),
-		m: m, ctx: rctx, cancel: func() { cancelCause(nil) }, cancelCause: cancelCause, done: make(chan struct{}), w: w,
-		logger: m.opts.Log.With("run_id", id, "session_id", spec.Session),
-		wake:   make(chan struct{}, 1),
-	}
+	r.w = w
 	m.runs[r.ID] = r
-	m.active[spec.Session] = r
-	m.lastOfSes[spec.Session] = r
-	return r, nil
+	m.active[r.SessionID] = r
+	m.lastOfSes[r.SessionID] = r
+	return nil
+}
+
+// log is the run's logger, made when the run first logs: most runs log nothing, and a logger with
+// attributes of its own costs a dozen allocations to make.
+func (r *Run) log() *slog.Logger {
+	r.logOnce.Do(func() { r.logger = r.m.opts.Log.With("run_id", r.ID, "session_id", r.SessionID) })
+	return r.logger
 }
 
 // FirstSeq is the sequence number of the run's first event: its readers start after FirstSeq()-1.
@@ -416,8 +539,10 @@ func (r *Run) Release() {
 }
 
 // Go starts the run's body in a goroutine owned by the manager. The first event is EventStart and
-// the last is EventDone; an error from fn produces an EventError just before EventDone.
-func (r *Run) Go(fn Func) {
+// the last is EventDone; an error from fn produces an EventError just before EventDone. The
+// events then (the question the run answers) follow EventStart at once, before Go returns: a
+// client that starts reading then finds them together.
+func (r *Run) Go(fn Func, then ...parley.Event) {
 	m := r.m
 	m.mu.Lock()
 	if r.started || r.released {
@@ -428,52 +553,73 @@ func (r *Run) Go(fn Func) {
 	m.wg.Add(1)
 	m.mu.Unlock()
 
+	r.announce(then...)
+	go r.run(fn, r.emit)
+}
+
+// announce appends the run's first event, then the events then, and counts the run started.
+func (r *Run) announce(then ...parley.Event) {
 	if r.Recovered {
 		r.emit(parley.Event{Type: parley.EventStatus, State: parley.RunRecovered, Model: r.Model})
 	} else {
 		r.emit(parley.Event{Type: parley.EventStart, Model: r.Model})
 	}
-	if m.opts.Metrics != nil {
-		m.opts.Metrics.RunStarted()
+	for _, ev := range then {
+		r.emit(ev)
 	}
-	go func() {
-		defer m.wg.Done()
-		// Every record logged with the run's context carries its ids; its span is the parent of
-		// the model and tool call spans.
-		ctx, span := r.startSpan()
-		finish, err := r.safeCall(ctx, fn, r.emit)
-		if errors.Is(context.Cause(r.ctx), parley.ErrHandedOver) {
-			// Left running in its record for the instance that takes it over: no end here.
-			endSpan(span, "handed_over", nil)
-			if serr := r.storeFinal(); serr != nil {
-				r.logger.Error("the run's answer was not stored", "err", serr)
-			}
-			r.logger.Info("run left to be taken over", "err", err)
-			r.leave()
+	if r.m.opts.Metrics != nil {
+		r.m.opts.Metrics.RunStarted()
+	}
+}
+
+// run is the goroutine of a started run: its body (which emits with emit), then its end.
+func (r *Run) run(fn Func, emit func(parley.Event)) {
+	m := r.m
+	defer m.wg.Done()
+	// Every record logged with the run's context carries its ids; its span is the parent of
+	// the model and tool call spans.
+	ctx, span := r.startSpan()
+	finish, err := r.safeCall(ctx, fn, emit)
+	if r.begun != nil {
+		<-r.begun
+		if r.beginErr != nil {
+			// Nothing of the run was stored, nothing of it reached a reader: it leaves no end.
+			endSpan(span, "", r.beginErr)
+			close(r.exited)
 			return
 		}
-		if err != nil {
-			// The body failed after it gave its answer to be stored with the end: stored first.
-			if serr := r.storeFinal(); serr != nil {
-				r.logger.Error("the run's answer was not stored", "err", serr)
-			}
-			if parley.CodeOf(err) == parley.ECCanceled || errors.Is(err, context.Canceled) {
-				finish = parley.FinishAborted
-			} else {
-				if finish == "" {
-					finish = parley.FinishError
-				}
-				r.logger.Error("run failed", "err", err)
-				r.emit(parley.Event{Type: parley.EventError, Error: &parley.ErrorBody{Code: parley.CodeOf(err), Message: redact.String(parley.MessageOf(err)),
-					RetryAfter: parley.RetryAfterSeconds(err)}})
-			}
+	}
+	if errors.Is(context.Cause(r.ctx), parley.ErrHandedOver) {
+		// Left running in its record for the instance that takes it over: no end here.
+		endSpan(span, "handed_over", nil)
+		if serr := r.storeFinal(); serr != nil {
+			r.log().Error("the run's answer was not stored", "err", serr)
 		}
-		finish, err = r.emitDone(finish, err, func(finish string, err error) { endSpan(span, finish, err) })
-		if m.afterDone != nil {
-			m.afterDone()
+		r.log().Info("run left to be taken over", "err", err)
+		r.leave()
+		return
+	}
+	if err != nil {
+		// The body failed after it gave its answer to be stored with the end: stored first.
+		if serr := r.storeFinal(); serr != nil {
+			r.log().Error("the run's answer was not stored", "err", serr)
 		}
-		r.end(finish, err)
-	}()
+		if parley.CodeOf(err) == parley.ECCanceled || errors.Is(err, context.Canceled) {
+			finish = parley.FinishAborted
+		} else {
+			if finish == "" {
+				finish = parley.FinishError
+			}
+			r.log().Error("run failed", "err", err)
+			r.emit(parley.Event{Type: parley.EventError, Error: &parley.ErrorBody{Code: parley.CodeOf(err), Message: redact.String(parley.MessageOf(err)),
+				RetryAfter: parley.RetryAfterSeconds(err)}})
+		}
+	}
+	finish, err = r.emitDone(finish, err, func(finish string, err error) { endSpan(span, finish, err) })
+	if m.afterDone != nil {
+		m.afterDone()
+	}
+	r.end(finish, err)
 }
 
 // endAttempts is how many times the end of a run is written when the store is too slow to take it
@@ -494,12 +640,12 @@ func (r *Run) recordEnd(write func(ctx context.Context) error) error {
 		case err == nil:
 			return nil
 		case attempt > 1 && parley.CodeOf(err) == parley.ECConflict:
-			r.logger.Warn("the end of a run was already recorded, or the run was taken over", "err", err)
+			r.log().Warn("the end of a run was already recorded, or the run was taken over", "err", err)
 			return nil
 		case errors.Is(err, context.DeadlineExceeded) && attempt < endAttempts:
-			r.logger.Warn("the store is slow to record the end of a run; trying again", "attempt", attempt, "err", err)
+			r.log().Warn("the store is slow to record the end of a run; trying again", "attempt", attempt, "err", err)
 		default:
-			r.logger.Error("could not record the end of a run", "err", err)
+			r.log().Error("could not record the end of a run", "err", err)
 			return err
 		}
 	}
@@ -515,8 +661,9 @@ type messageStore interface {
 // run announces it (a record event) once it is stored, just before done. It reports false when
 // the store cannot (OneWrite is false) or the run already holds one: the caller then stores msg
 // and announces it itself. A body that fails or is handed over after it gave its answer has it
-// stored on its own first.
-func (r *Run) StoreWithEnd(msg *parley.Message) bool {
+// stored on its own first. stored, if set, is told of msg (numbered) once it is stored, before
+// the run's done event goes out.
+func (r *Run) StoreWithEnd(msg *parley.Message, stored func(*parley.Message)) bool {
 	if r.m.beginner() == nil {
 		return false
 	}
@@ -528,7 +675,7 @@ func (r *Run) StoreWithEnd(msg *parley.Message) bool {
 	if r.final != nil || !r.endedAt.IsZero() {
 		return false
 	}
-	r.final = msg
+	r.final, r.finalStored = msg, stored
 	return true
 }
 
@@ -539,6 +686,17 @@ func (r *Run) takeFinal() *parley.Message {
 	msg := r.final
 	r.final = nil
 	return msg
+}
+
+// tellStored tells the run's body that msg, its answer held for the end, is stored.
+func (r *Run) tellStored(msg *parley.Message) {
+	r.mu.Lock()
+	stored := r.finalStored
+	r.finalStored = nil
+	r.mu.Unlock()
+	if stored != nil {
+		stored(msg)
+	}
 }
 
 // storeFinal stores the message held for the run's end on its own, and announces it.
@@ -560,6 +718,7 @@ func (r *Run) storeFinalLocked(msg *parley.Message) error {
 	if err != nil {
 		return fmt.Errorf("storing %s message: %w", msg.Role, err)
 	}
+	r.tellStored(msg)
 	r.appendLocked(parley.Event{Type: parley.EventRecord, Message: msg})
 	return nil
 }
@@ -606,6 +765,9 @@ func (r *Run) emitDone(finish string, err error, ended func(finish string, err e
 			if eerr := r.recordEnd(func(ctx context.Context) error { return rb.FinishRun(ctx, end) }); eerr != nil && parley.CodeOf(eerr) != parley.ECConflict {
 				return eerr // nothing was stored
 			}
+			if final != nil {
+				r.tellStored(final)
+			}
 			free(finish, err)
 			return nil
 		})
@@ -615,10 +777,10 @@ func (r *Run) emitDone(finish string, err error, ended func(finish string, err e
 			return finish, err
 		}
 		// Nothing of the end was stored: one write after another, as a store that cannot.
-		r.logger.Warn("could not store the end of a run in one write; storing it piece by piece", "err", werr)
+		r.log().Warn("could not store the end of a run in one write; storing it piece by piece", "err", werr)
 		if final != nil {
 			if serr := r.storeFinalLocked(final); serr != nil {
-				r.logger.Error("run failed", "err", serr)
+				r.log().Error("run failed", "err", serr)
 				finish, err = parley.FinishError, serr
 				r.appendLocked(parley.Event{Type: parley.EventError, Error: &parley.ErrorBody{Code: parley.CodeOf(serr), Message: redact.String(parley.MessageOf(serr))}})
 			}
@@ -664,7 +826,7 @@ func (r *Run) appendLocked(ev parley.Event) {
 func (r *Run) safeCall(ctx context.Context, fn Func, emit func(parley.Event)) (finish string, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			r.logger.Error("run panicked", "panic", p)
+			r.log().Error("run panicked", "panic", p)
 			finish, err = parley.FinishError, parley.Errorf(parley.ECInternal, "internal error")
 		}
 	}()

@@ -16,6 +16,9 @@ import (
 // the span of the request that began it (none for a run taken over after a restart).
 func (r *Run) startSpan() (context.Context, trace.Span) {
 	ctx := logctx.With(r.ctx, "run_id", r.ID, "session_id", r.SessionID)
+	if !tracing.On() {
+		return ctx, tracing.NoSpan // the attributes below would be built for nothing
+	}
 	if r.parent.IsValid() {
 		ctx = trace.ContextWithSpanContext(ctx, r.parent)
 	}

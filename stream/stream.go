@@ -16,7 +16,6 @@ package stream
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"sort"
 	"sync"
@@ -175,7 +174,7 @@ func (h *Hub) encode(evs []parley.Event) []*Frame {
 
 func (h *Hub) frame(ev parley.Event) *Frame {
 	f := &Frame{Event: ev}
-	b, err := json.Marshal(&f.Event)
+	b, err := encodeEvent(&f.Event)
 	if err != nil {
 		h.opts.Log.Error("could not encode an event", "session", ev.SessionID, "seq", ev.Seq, "err", err)
 		return nil

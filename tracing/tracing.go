@@ -52,6 +52,10 @@ func Install(tp trace.TracerProvider) {
 // On reports whether a TracerProvider was installed with Install.
 func On() bool { return on.Load() }
 
+// NoSpan is the span of work that is not traced (tracing off): it records nothing, and ending it
+// does nothing. A caller that would build attributes for a span skips that with it.
+var NoSpan = trace.SpanFromContext(context.Background())
+
 // Tracer returns the tracer of the global TracerProvider. It is looked up at each call (cheap),
 // so that a provider installed later (Setup, a test) is the one used.
 func Tracer() trace.Tracer { return otel.GetTracerProvider().Tracer(ScopeName) }

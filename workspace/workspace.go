@@ -183,7 +183,17 @@ type Store interface {
 
 // PromptFor is Prompt for the session's project, or "" when the session has none.
 func PromptFor(ctx context.Context, st Store, sessionID string, budget int) (string, error) {
-	p, err := ProjectOf(ctx, st, sessionID)
+	sess, err := st.GetSession(ctx, sessionID)
+	if err != nil {
+		return "", err
+	}
+	return PromptForSession(ctx, st, sess, budget)
+}
+
+// PromptForSession is PromptFor for a session the caller has already read (or just created):
+// the session is not read again.
+func PromptForSession(ctx context.Context, st Store, sess *parley.Session, budget int) (string, error) {
+	p, err := projectOfSession(ctx, st, sess)
 	if err != nil || p == nil {
 		return "", err
 	}
@@ -209,6 +219,11 @@ func ProjectOf(ctx context.Context, st Store, sessionID string) (*parley.Project
 	if err != nil {
 		return nil, err
 	}
+	return projectOfSession(ctx, st, sess)
+}
+
+// projectOfSession is ProjectOf for a session already read.
+func projectOfSession(ctx context.Context, st Store, sess *parley.Session) (*parley.Project, error) {
 	if sess.ProjectID == "" {
 		return nil, nil
 	}

@@ -116,6 +116,7 @@ type options struct {
 	timeout  time.Duration
 	profile  string
 	profSecs int
+	profPG   bool
 }
 
 func run() error {
@@ -132,6 +133,7 @@ func run() error {
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "time bound of the whole benchmark")
 	flag.StringVar(&o.profile, "profile", "", "after the rounds, profile Parley on SQLite at 32 in flight and write cpu.pprof, mutex.pprof, block.pprof and allocs.pprof into this directory (it runs with --pprof-addr)")
 	flag.IntVar(&o.profSecs, "profile-seconds", 15, "length of the -profile loop")
+	flag.BoolVar(&o.profPG, "profile-postgres", false, "with -profile: profile Parley on PostgreSQL instead of SQLite")
 	flag.Parse()
 	for _, f := range strings.Split(levels, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -186,7 +188,7 @@ func run() error {
 			"--rate-limit", "off", "--max-runs", "0", "--max-conns-per-addr", "0"}, db...)
 	}
 	sqliteArgs := parleyArgs("--db", filepath.Join(dir, "bench.db"))
-	if o.profile != "" {
+	if o.profile != "" && !o.profPG {
 		sqliteArgs = append(sqliteArgs, "--pprof-addr", "127.0.0.1:0")
 	}
 	sqlite, err := start(ctx, nil, o.parley, sqliteArgs...)
@@ -197,8 +199,8 @@ func run() error {
 
 	paths := []*path{
 		{name: "client → model directly", url: mock.URL + "/v1/chat/completions", parley: false},
-		{name: "bare Go reverse proxy", url: proxy.URL + "/v1/chat/completions", parley: false, proxy: true},
-		{name: "Parley, SQLite", url: sqlite.URL + "/api/v1/chat/stream", parley: true},
+		{name: "bare Go reverse proxy", url: proxy.URL + "/v1/chat/completions", parley: false, proxy: true, proc: proxy},
+		{name: "Parley, SQLite", url: sqlite.URL + "/api/v1/chat/stream", parley: true, proc: sqlite},
 	}
 	var pg *pgBench
 	if o.postgres != "" {
@@ -207,13 +209,17 @@ func run() error {
 			return err
 		}
 		defer pg.drop()
-		srv, err := start(ctx, nil, o.parley, parleyArgs("--database-url", pg.parleyURL)...)
+		pgArgs := parleyArgs("--database-url", pg.parleyURL)
+		if o.profile != "" && o.profPG {
+			pgArgs = append(pgArgs, "--pprof-addr", "127.0.0.1:0")
+		}
+		srv, err := start(ctx, nil, o.parley, pgArgs...)
 		if err != nil {
 			return err
 		}
 		pg.proc = srv
 		defer srv.Stop()
-		paths = append(paths, &path{name: "Parley, PostgreSQL", url: srv.URL + "/api/v1/chat/stream", parley: true, pg: true})
+		paths = append(paths, &path{name: "Parley, PostgreSQL", url: srv.URL + "/api/v1/chat/stream", parley: true, pg: true, proc: srv})
 		if err := pg.watch(ctx); err != nil {
 			return err
 		}
@@ -241,12 +247,14 @@ func run() error {
 	for round := 1; round <= o.rounds; round++ {
 		for _, level := range o.levels {
 			for _, p := range paths {
-				res, err := loop(ctx, p, level, o.chats, o.maxLoop)
+				b0 := p.backendCPU(ctx, pg)
+				res, err := measured(ctx, p, level, o.chats, o.maxLoop)
 				if err != nil {
 					return fmt.Errorf("%s, %d in flight: %w", p.name, level, err)
 				}
-				fmt.Fprintf(os.Stderr, "round %d, %3d in flight, %-24s %6d streams %8.1f streams/s  TTFT p50 %s p99 %s\n",
-					round, level, p.name, res.streams, res.rate(), ms(pct(res.ttft, 50)), ms(pct(res.ttft, 99)))
+				fmt.Fprintf(os.Stderr, "round %d, %3d in flight, %-24s %6d streams %8.1f streams/s  TTFT p50 %s p99 %s%s\n",
+					round, level, p.name, res.streams, res.rate(), ms(pct(res.ttft, 50)), ms(pct(res.ttft, 99)),
+					res.costs()+backendPerChat(b0, p.backendCPU(ctx, pg), res.streams))
 				p.add(level, res)
 			}
 		}
@@ -255,7 +263,11 @@ func run() error {
 
 	var profiled string
 	if o.profile != "" {
-		if profiled, err = profileSQLite(ctx, o, sqlite, paths[2]); err != nil {
+		prof, p := sqlite, paths[2]
+		if o.profPG && pg != nil {
+			prof, p = pg.proc, paths[3]
+		}
+		if profiled, err = profileSQLite(ctx, o, prof, p); err != nil {
 			return err
 		}
 	}
@@ -283,9 +295,27 @@ type path struct {
 	parley  bool
 	pg      bool
 	proxy   bool
+	proc    *proc // the server on this path, whose CPU is measured; nil: none (the model itself)
 	client  *http.Client
 	byLevel map[int]*result
 	total   int // chats made, warm-up included
+}
+
+// backendCPU is the CPU time the PostgreSQL backends connected to the database of p's Parley have
+// used so far (0 off PostgreSQL): per chat, a measure the machine's load changes little.
+func (p *path) backendCPU(ctx context.Context, pg *pgBench) time.Duration {
+	if !p.pg || pg == nil {
+		return 0
+	}
+	return pg.backendCPU(ctx)
+}
+
+// backendPerChat formats the backends' CPU used from b0 to b1 per chat, for the progress lines.
+func backendPerChat(b0, b1 time.Duration, chats int) string {
+	if b1 <= b0 || chats == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", PostgreSQL backends %.3f ms/chat", float64(b1-b0)/float64(time.Millisecond)/float64(chats))
 }
 
 func (p *path) add(level int, r *result) {
@@ -297,12 +327,95 @@ func (p *path) add(level int, r *result) {
 	agg.ttft = append(agg.ttft, r.ttft...)
 	agg.streams += r.streams
 	agg.elapsed += r.elapsed
+	agg.cpu += r.cpu
+	agg.allocs.bytes += r.allocs.bytes
+	agg.allocs.objects += r.allocs.objects
 }
 
 type result struct {
 	ttft    []time.Duration
 	streams int
 	elapsed time.Duration
+	cpu     time.Duration // the path's server's user and system CPU over the loop; 0: not measured
+	allocs  memStats      // what the path's server allocated over the loop (Parley with -profile)
+}
+
+// cpuPerChat is the server's CPU time per chat, in milliseconds; 0: not measured.
+func (r *result) cpuPerChat() float64 {
+	if r.streams == 0 {
+		return 0
+	}
+	return float64(r.cpu.Microseconds()) / 1000 / float64(r.streams)
+}
+
+// costs describes what a chat cost the path's server, for the line of a loop.
+func (r *result) costs() string {
+	var s string
+	if r.cpu > 0 {
+		s += fmt.Sprintf("  CPU %.3f ms/chat", r.cpuPerChat())
+	}
+	if r.allocs.bytes > 0 && r.streams > 0 {
+		s += fmt.Sprintf("  %.1f KB, %d allocs/chat", float64(r.allocs.bytes)/1000/float64(r.streams), r.allocs.objects/uint64(r.streams))
+	}
+	return s
+}
+
+// measured runs loop and measures the CPU time of the path's server over it (utime and stime of
+// /proc/<pid>/stat, in 10 ms ticks: a loop of a few hundred chats gives a figure good to a few
+// percent) and, where the server serves pprof, what it allocated (runtime.MemStats).
+func measured(ctx context.Context, p *path, level, chats int, maxLoop time.Duration) (*result, error) {
+	var cpu0 time.Duration
+	var mem0 memStats
+	if p.proc != nil {
+		cpu0, _ = benchproc.CPU(p.proc.Pid())
+		mem0, _ = readMemStats(p.proc.pprofAddr())
+	}
+	res, err := loop(ctx, p, level, chats, maxLoop)
+	if err != nil || p.proc == nil {
+		return res, err
+	}
+	if cpu1, err := benchproc.CPU(p.proc.Pid()); err == nil && cpu0 > 0 {
+		res.cpu = cpu1 - cpu0
+	}
+	if mem1, err := readMemStats(p.proc.pprofAddr()); err == nil && mem0.bytes > 0 {
+		res.allocs = memStats{bytes: mem1.bytes - mem0.bytes, objects: mem1.objects - mem0.objects}
+	}
+	return res, nil
+}
+
+// memStats is what a process allocated since it started: bytes and objects.
+type memStats struct{ bytes, objects uint64 }
+
+var memStatRE = regexp.MustCompile(`(?m)^# (TotalAlloc|Mallocs) = (\d+)$`)
+
+// readMemStats reads a Go process's runtime.MemStats from its pprof listener at addr (the heap
+// profile in text, whose end lists them).
+func readMemStats(addr string) (memStats, error) {
+	if addr == "" {
+		return memStats{}, errors.New("no pprof address")
+	}
+	resp, err := http.Get("http://" + addr + "/debug/pprof/heap?debug=1")
+	if err != nil {
+		return memStats{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return memStats{}, err
+	}
+	var m memStats
+	for _, sm := range memStatRE.FindAllSubmatch(b, -1) {
+		n, _ := strconv.ParseUint(string(sm[2]), 10, 64)
+		if string(sm[1]) == "TotalAlloc" {
+			m.bytes = n
+		} else {
+			m.objects = n
+		}
+	}
+	if m.bytes == 0 {
+		return memStats{}, errors.New("no MemStats in the heap profile")
+	}
+	return m, nil
 }
 
 func (r *result) rate() float64 { return float64(r.streams) / r.elapsed.Seconds() }
@@ -543,6 +656,26 @@ func (p *pgBench) watch(ctx context.Context) error {
 	return nil
 }
 
+// backendCPU sums the CPU time of the backends connected to Parley's database (Parley's pool
+// keeps its connections between loops, so the same processes are read before and after one).
+func (p *pgBench) backendCPU(ctx context.Context) time.Duration {
+	rows, err := p.admin.Query(ctx, "SELECT pid FROM pg_stat_activity WHERE datname = $1", p.name)
+	if err != nil {
+		return 0
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return 0
+	}
+	var sum time.Duration
+	for _, pid := range pids {
+		if c, err := benchproc.CPU(int(pid)); err == nil {
+			sum += c
+		}
+	}
+	return sum
+}
+
 // stats, once Parley has stopped, waits until its backends are gone (each reports its
 // statistics as it ends) and reads how many sessions were established to its database.
 func (p *pgBench) stats(ctx context.Context, chats int) (pgStats, error) {
@@ -644,8 +777,8 @@ func profileSQLite(ctx context.Context, o options, sqlite *proc, p *path) (strin
 	if err != nil {
 		return "", fmt.Errorf("go tool pprof: %v: %s", err, out)
 	}
-	return fmt.Sprintf("Profiled Parley on SQLite at 32 in flight for %d s (%d streams, %.0f/s); profiles in %s. CPU, by own time:\n%s",
-		o.profSecs, res.streams, res.rate(), o.profile, out), nil
+	return fmt.Sprintf("Profiled %s at 32 in flight for %d s (%d streams, %.0f/s); profiles in %s. CPU, by own time:\n%s",
+		p.name, o.profSecs, res.streams, res.rate(), o.profile, out), nil
 }
 
 // report prints the table of every path and level, then issue 25's targets with a verdict each.
@@ -687,6 +820,8 @@ func report(w io.Writer, o options, size int, elapsed time.Duration, paths []*pa
 		}
 		fmt.Fprintln(w, row)
 	}
+
+	costs(w, o, paths)
 
 	fmt.Fprintln(w, "\nIssue 25's targets (Parley against the bare proxy of this run):")
 	fmt.Fprintln(w)
@@ -739,6 +874,46 @@ func report(w io.Writer, o options, size int, elapsed time.Duration, paths []*pa
 		fmt.Fprintf(w, "; PostgreSQL server fsync=%s, synchronous_commit=%s", st.fsync, st.sync)
 	}
 	fmt.Fprintln(w, ".")
+}
+
+// costs prints what a chat cost each path's server: CPU time (and, for Parley run with
+// -profile, bytes and objects allocated) per chat at each level.
+func costs(w io.Writer, o options, paths []*path) {
+	head, sep := "| server |", "|---|"
+	for _, l := range o.levels {
+		head += fmt.Sprintf(" CPU per chat, %d in flight |", l)
+		sep += "---|"
+	}
+	var rows []string
+	for _, p := range paths {
+		row, any := "| "+p.name+" |", false
+		for _, l := range o.levels {
+			r := p.byLevel[l]
+			if r == nil || r.cpu == 0 {
+				row += " |"
+				continue
+			}
+			any = true
+			row += fmt.Sprintf(" %.3f ms", r.cpuPerChat())
+			if r.allocs.bytes > 0 {
+				row += fmt.Sprintf(" (%.1f KB, %d allocs)", float64(r.allocs.bytes)/1000/float64(r.streams), r.allocs.objects/uint64(r.streams))
+			}
+			row += " |"
+		}
+		if any {
+			rows = append(rows, row)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nWhat a chat cost the server of each path (its user and system CPU time over the loop, from /proc; allocations where it serves pprof):")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, head)
+	fmt.Fprintln(w, sep)
+	for _, r := range rows {
+		fmt.Fprintln(w, r)
+	}
 }
 
 // loadavg is the first three fields of /proc/loadavg.

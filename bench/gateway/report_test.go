@@ -71,3 +71,32 @@ func TestPct(t *testing.T) {
 		t.Errorf("pct: %v %v %v", pct(ds, 50), pct(ds, 99), pct(ds, 100))
 	}
 }
+
+// TestReportCosts: the CPU time and allocations a path's server spent over its loops are shown
+// per chat, and a path whose server was not measured (the model itself) has no row.
+func TestReportCosts(t *testing.T) {
+	o := options{levels: []int{1, 32}, rounds: 1, chats: 100, maxLoop: time.Second}
+	direct := &path{name: "client → model directly", byLevel: map[int]*result{
+		1: results(100, time.Second, time.Millisecond), 32: results(100, time.Second, time.Millisecond)}}
+	proxy := &path{name: "bare Go reverse proxy", proxy: true, byLevel: map[int]*result{
+		1: results(100, time.Second, time.Millisecond), 32: results(100, time.Second, time.Millisecond)}}
+	parley := &path{name: "Parley, SQLite", parley: true, byLevel: map[int]*result{
+		1: results(100, time.Second, time.Millisecond), 32: results(100, time.Second, time.Millisecond)}}
+	proxy.byLevel[1].cpu, proxy.byLevel[32].cpu = 30*time.Millisecond, 10*time.Millisecond
+	parley.byLevel[1].cpu, parley.byLevel[32].cpu = 250*time.Millisecond, 120*time.Millisecond
+	parley.byLevel[32].allocs = memStats{bytes: 5_000_000, objects: 80_000}
+	var out strings.Builder
+	costs(&out, o, []*path{direct, proxy, parley})
+	text := out.String()
+	for _, want := range []string{
+		"| bare Go reverse proxy | 0.300 ms | 0.100 ms |",
+		"| Parley, SQLite | 2.500 ms | 1.200 ms (50.0 KB, 800 allocs) |",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("no line %q in:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, direct.name) {
+		t.Errorf("a row for %q, whose server is not measured:\n%s", direct.name, text)
+	}
+}

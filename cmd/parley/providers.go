@@ -45,7 +45,7 @@ var defaultModels = map[string]string{"openai": "gpt-4o-mini", "anthropic": "cla
 // never the mock beside a real provider, so that a real deployment never answers from it.
 func newRouter(c *config, getenv func(string) string, log *slog.Logger) (*router.Router, error) {
 	// Each request carries the trace on (traceparent) with tracing on, inside a client span.
-	hc := &http.Client{Transport: tracing.Transport(nil)}
+	hc := &http.Client{Transport: tracing.Transport(upstreamTransport())}
 	provs := c.Providers
 	if len(provs) == 0 {
 		if c.OpenAIAPIKey != "" || c.OpenAIBaseURL != "" {

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/agent"
 	"github.com/parleyhq/parley/approval"
 	"github.com/parleyhq/parley/chat"
@@ -168,11 +169,14 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 			ro, d := reg.Hints(tool)
 			return approval.Hints{ReadOnly: ro, Destructive: d}
 		}}
+	// The agent reads sessions' histories through it; the chat service tells it of the messages
+	// it stores, so that they are not read back.
+	history := historycache.New(store, int64(c.HistoryCacheMB)<<20)
 	ag := agent.New(agent.Config{
 		Approvals:         approvals,
 		ApprovalTimeout:   c.ApprovalTimeout,
 		Store:             store,
-		History:           historycache.New(store, int64(c.HistoryCacheMB)<<20),
+		History:           history,
 		Resolve:           models.Resolve,
 		ModelTimeout:      c.ProviderTimeout,
 		Tools:             reg,
@@ -183,7 +187,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		SystemPrompt:      c.SystemPrompt,
 		TraceContent:      c.TraceContent,
 		Attachments:       fileSvc,
-		SessionPrompt: func(ctx context.Context, sessionID string) (string, error) {
+		SessionPrompt: func(ctx context.Context, sessionID string, sess *parley.Session) (string, error) {
+			if sess != nil {
+				return workspace.PromptForSession(ctx, store, sess, c.MemoryPromptTokens)
+			}
 			return workspace.PromptFor(ctx, store, sessionID, c.MemoryPromptTokens)
 		},
 		Metrics: met,
@@ -199,6 +206,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		MaxMessage:   c.MaxMessageChars,
 		Recovery:     ag,
 		Files:        fileSvc,
+		History:      history,
 	}
 	maxStreams := c.MaxStreams
 	if maxStreams == 0 {

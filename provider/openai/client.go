@@ -40,6 +40,7 @@ type Client struct {
 	opts    EncodeOptions
 	now     func() time.Time // for Retry-After dates
 	maxBody int64            // bound on a non-streamed response body
+	tools   toolCache        // the encoding of the tools last offered
 }
 
 var _ parley.Provider = (*Client)(nil)
@@ -72,7 +73,7 @@ func New(cfg Config) *Client {
 
 // Stream starts a streamed call (stream:true with usage). The caller must Close the stream.
 func (c *Client) Stream(ctx context.Context, req *parley.ChatRequest) (parley.Stream, error) {
-	body, err := EncodeRequestWith(req, true, c.opts)
+	body, err := encodeRequest(req, true, c.opts, &c.tools)
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +86,7 @@ func (c *Client) Stream(ctx context.Context, req *parley.ChatRequest) (parley.St
 
 // Complete makes a non-streamed call (stream:false) and returns the whole answer.
 func (c *Client) Complete(ctx context.Context, req *parley.ChatRequest) (*parley.Response, error) {
-	body, err := EncodeRequestWith(req, false, c.opts)
+	body, err := encodeRequest(req, false, c.opts, &c.tools)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"sync"
 
 	"github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/provider/internal/convert"
@@ -37,6 +38,12 @@ func EncodeRequest(req *parley.ChatRequest, stream bool) ([]byte, error) {
 // EncodeRequestWith returns the Chat Completions request body for req. Parley's message
 // metadata is never sent. Errors are *parley.Error with code ECInvalid.
 func EncodeRequestWith(req *parley.ChatRequest, stream bool, opts EncodeOptions) ([]byte, error) {
+	return encodeRequest(req, stream, opts, nil)
+}
+
+// encodeRequest is EncodeRequestWith, taking the encoded tools from tc (nil: none) when req
+// offers the tools it holds.
+func encodeRequest(req *parley.ChatRequest, stream bool, opts EncodeOptions, tc *toolCache) ([]byte, error) {
 	if req == nil {
 		return nil, parley.Errorf(parley.ECInvalid, "no request")
 	}
@@ -46,20 +53,91 @@ func EncodeRequestWith(req *parley.ChatRequest, stream bool, opts EncodeOptions)
 	if len(req.Messages) == 0 {
 		return nil, parley.Errorf(parley.ECInvalid, "no messages")
 	}
-	w := wireRequest{
-		Model:       req.Model,
-		Messages:    make([]wireMessage, 0, len(req.Messages)),
-		Temperature: req.Temperature,
-		Stream:      stream,
+	head := wireHead{
+		Model:    req.Model,
+		Messages: make([]wireMessage, 0, len(req.Messages)),
 	}
+	size := len(req.Model) + 256
 	for i, m := range req.Messages {
 		wm, err := encodeMessage(m.OpenAI(), opts)
 		if err != nil {
 			return nil, parley.Errorf(parley.ECInvalid, "message %d: %v", i, err)
 		}
-		w.Messages = append(w.Messages, wm)
+		head.Messages = append(head.Messages, wm)
+		size += len(wm.Content) + 64
 	}
-	for _, t := range req.Tools {
+	tools, err := tc.encode(req.Tools)
+	if err != nil {
+		return nil, err
+	}
+	tail := wireTail{Temperature: req.Temperature, Stream: stream}
+	switch req.ToolChoice {
+	case "", "auto", "none", "required":
+	default:
+		return nil, parley.Errorf(parley.ECInvalid, "unknown tool_choice %q", req.ToolChoice)
+	}
+	if tools != nil { // OpenAI rejects tool_choice without tools
+		tail.ToolChoice = req.ToolChoice
+	}
+	if req.MaxTokens < 0 {
+		return nil, parley.Errorf(parley.ECInvalid, "max_tokens must not be negative")
+	}
+	if opts.LegacyMaxTokens {
+		tail.MaxTokens = req.MaxTokens
+	} else {
+		tail.MaxCompletionTokens = req.MaxTokens
+	}
+	if stream {
+		tail.StreamOptions = &wireStreamOptions{IncludeUsage: true}
+	}
+	// The body is the three parts' objects joined, as encoding/json would write the one object
+	// of all their fields in this order: {"model","messages"} + "tools" + {"tool_choice"…}.
+	// The tools are encoded once per list (tc), not on every call: their JSON Schemas are most
+	// of a request's bytes, and encoding/json validates and compacts a schema each time.
+	var buf bytes.Buffer
+	buf.Grow(size + len(tools))
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(head); err != nil {
+		return nil, parley.WrapError(parley.ECInvalid, err, "cannot encode request")
+	}
+	buf.Truncate(buf.Len() - 2) // "}\n"
+	if tools != nil {
+		buf.WriteString(`,"tools":`)
+		buf.Write(tools)
+	}
+	buf.WriteByte(',')
+	mark := buf.Len()
+	if err := enc.Encode(tail); err != nil {
+		return nil, parley.WrapError(parley.ECInvalid, err, "cannot encode request")
+	}
+	b := buf.Bytes()
+	copy(b[mark:], b[mark+1:]) // the tail's "{"
+	return b[:len(b)-2], nil   // and its "\n"
+}
+
+// toolCache holds the encoding of the last list of tools a client sent: an agent offers the same
+// tools on every call. Its zero value is ready; a nil one caches nothing.
+type toolCache struct {
+	mu    sync.Mutex
+	specs []parley.ToolSpec // a copy of the list encoded
+	json  []byte            // its encoding, "[…]"
+}
+
+// encode returns the JSON array of the tools of a request; nil for none.
+func (tc *toolCache) encode(specs []parley.ToolSpec) ([]byte, error) {
+	if len(specs) == 0 {
+		return nil, nil
+	}
+	if tc != nil {
+		tc.mu.Lock()
+		defer tc.mu.Unlock()
+		if sameTools(tc.specs, specs) {
+			return tc.json, nil
+		}
+	}
+	tools := make([]wireTool, 0, len(specs))
+	for _, t := range specs {
 		if t.Name == "" {
 			return nil, parley.Errorf(parley.ECInvalid, "a tool has no name")
 		}
@@ -69,35 +147,36 @@ func EncodeRequestWith(req *parley.ChatRequest, stream bool, opts EncodeOptions)
 		} else if !json.Valid(params) {
 			return nil, parley.Errorf(parley.ECInvalid, "tool %q: parameters are not valid JSON", t.Name)
 		}
-		w.Tools = append(w.Tools, wireTool{
+		tools = append(tools, wireTool{
 			Type:     "function",
 			Function: wireFunction{Name: t.Name, Description: t.Description, Parameters: json.RawMessage(params)},
 		})
 	}
-	switch req.ToolChoice {
-	case "", "auto", "none", "required":
-	default:
-		return nil, parley.Errorf(parley.ECInvalid, "unknown tool_choice %q", req.ToolChoice)
-	}
-	if len(w.Tools) > 0 { // OpenAI rejects tool_choice without tools
-		w.ToolChoice = req.ToolChoice
-	}
-	if req.MaxTokens < 0 {
-		return nil, parley.Errorf(parley.ECInvalid, "max_tokens must not be negative")
-	}
-	if opts.LegacyMaxTokens {
-		w.MaxTokens = req.MaxTokens
-	} else {
-		w.MaxCompletionTokens = req.MaxTokens
-	}
-	if stream {
-		w.StreamOptions = &wireStreamOptions{IncludeUsage: true}
-	}
-	b, err := convert.Marshal(w)
+	b, err := convert.Marshal(tools)
 	if err != nil {
 		return nil, parley.WrapError(parley.ECInvalid, err, "cannot encode request")
 	}
+	if tc != nil {
+		tc.specs = make([]parley.ToolSpec, len(specs))
+		for i, t := range specs {
+			tc.specs[i] = parley.ToolSpec{Name: t.Name, Description: t.Description, Parameters: bytes.Clone(t.Parameters)}
+		}
+		tc.json = b
+	}
 	return b, nil
+}
+
+// sameTools reports whether a and b offer the same tools, in the same order.
+func sameTools(a, b []parley.ToolSpec) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Name != b[i].Name || a[i].Description != b[i].Description || !bytes.Equal(a[i].Parameters, b[i].Parameters) {
+			return false
+		}
+	}
+	return true
 }
 
 func encodeMessage(m parley.Message, opts EncodeOptions) (wireMessage, error) {
@@ -175,10 +254,13 @@ func encodeContent(c parley.Content, docsAsText bool) (json.RawMessage, error) {
 }
 
 // The request wire format. Field order is the order of the encoded JSON.
-type wireRequest struct {
-	Model               string             `json:"model"`
-	Messages            []wireMessage      `json:"messages"`
-	Tools               []wireTool         `json:"tools,omitempty"`
+// A request is written in parts (encodeRequest): wireHead, then the tools, then wireTail.
+type wireHead struct {
+	Model    string        `json:"model"`
+	Messages []wireMessage `json:"messages"`
+}
+
+type wireTail struct {
 	ToolChoice          string             `json:"tool_choice,omitempty"`
 	Temperature         *float64           `json:"temperature,omitempty"`
 	MaxCompletionTokens int                `json:"max_completion_tokens,omitempty"`

@@ -38,7 +38,7 @@ type Cache struct {
 type entry struct {
 	session string
 	tip     parley.BranchTip // the last message of the view
-	msgs    []parley.Message // model views (Message.ModelView); never changed in place once published
+	msgs    []parley.Message // model views (Message.ModelView); never changed in place below its length once published
 	size    int64
 }
 
@@ -147,6 +147,86 @@ func (c *Cache) load(ctx context.Context, sessionID, leaf string) ([]parley.Mess
 	kept := slices.Clone(fresh)
 	c.put(sessionID, kept, tip, sizeOf(kept))
 	return fresh, nil
+}
+
+// Seed makes msgs, stored (with their ids and seqs) as the whole active branch of a session just
+// created, its cached view: the first read of the session's history then finds it here instead of
+// reading back what was just written.
+func (c *Cache) Seed(sessionID string, msgs ...*parley.Message) {
+	if c.max <= 0 || len(msgs) == 0 {
+		return
+	}
+	view := make([]parley.Message, len(msgs), len(msgs)+1)
+	for i, m := range msgs {
+		view[i] = m.ModelView()
+	}
+	last := msgs[len(msgs)-1]
+	c.put(sessionID, view, parley.BranchTip{ID: last.ID, Seq: last.Seq}, sizeOf(view))
+}
+
+// Appended tells the cache that msgs were stored in the session (with their ids, seqs and
+// parents, in order): a view cached for the message the first of them follows is extended with
+// them, so that the next read need not bring them in. Any other view is left as it is (the next
+// read brings it up to date from the store).
+func (c *Cache) Appended(sessionID string, msgs ...*parley.Message) {
+	if c.max <= 0 || len(msgs) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.entries[sessionID]
+	if !ok {
+		return
+	}
+	e := el.Value.(*entry)
+	prev := e.tip.ID
+	for _, m := range msgs {
+		if m.ParentID != prev || m.Seq <= e.tip.Seq || m.ID == "" {
+			return
+		}
+		prev = m.ID
+	}
+	added := make([]parley.Message, len(msgs))
+	for i, m := range msgs {
+		added[i] = m.ModelView()
+	}
+	// Appended in place when the array has room: a reader still holding the view (ModelHistory
+	// copies it outside the lock) reads only up to its length, and no view of this array
+	// shorter than this one is ever put back, so nothing it reads is written.
+	grown := append(e.msgs, added...)
+	size := e.size + int64(cap(grown)-cap(e.msgs))*messageSize + contentSize(added)
+	last := msgs[len(msgs)-1]
+	c.remove(el)
+	if size > c.max {
+		return
+	}
+	c.entries[sessionID] = c.lru.PushFront(&entry{session: sessionID, tip: parley.BranchTip{ID: last.ID, Seq: last.Seq}, msgs: grown, size: size})
+	c.total += size
+	for c.total > c.max {
+		c.remove(c.lru.Back())
+	}
+}
+
+// ViewAt returns a copy of the session's cached view (the caller's, as ModelHistory's) if it
+// ends at the message tip, without asking the store: messages never change once stored, so a
+// view that ends at a message is that message's branch for good. Nil when the cache holds no
+// such view.
+func (c *Cache) ViewAt(sessionID, tip string) []parley.Message {
+	if c.max <= 0 {
+		return nil
+	}
+	c.mu.Lock()
+	el, ok := c.entries[sessionID]
+	if !ok || el.Value.(*entry).tip.ID != tip {
+		c.mu.Unlock()
+		return nil
+	}
+	c.lru.MoveToFront(el)
+	msgs := el.Value.(*entry).msgs
+	c.mu.Unlock()
+	out := make([]parley.Message, len(msgs), len(msgs)+1)
+	copy(out, msgs)
+	return out
 }
 
 // Forget drops a session's cached view (after it was deleted, say).

@@ -222,3 +222,71 @@ func BenchmarkModelContext10kWarm(b *testing.B) {
 		llmctx.BuildOwned(h, llmctx.Options{})
 	}
 }
+
+// TestSeededAndExtendedByWrites: a new session's view is seeded with what was written, and the
+// messages written after it extend it, so that reads bring in no row; a message that does not
+// follow the view (another branch) leaves it to the next read, which still matches the store.
+func TestSeededAndExtendedByWrites(t *testing.T) {
+	ctx := context.Background()
+	st, sid := setup(t)
+	c := New(st, 1<<20)
+	now := time.Now().UTC()
+	write := func(m *parley.Message) *parley.Message {
+		t.Helper()
+		if err := st.Store.AppendMessages(ctx, sid, m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	same := func(step string) {
+		t.Helper()
+		got, err := c.ModelHistory(ctx, sid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := st.Store.ModelHistory(ctx, sid)
+		if js(got) != js(want) {
+			t.Fatalf("%s: cache %s\nstore %s", step, js(got), js(want))
+		}
+	}
+	q := write(&parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("q"), CreatedAt: now})
+	c.Seed(sid, q)
+	a := write(&parley.Message{ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text("a"), CreatedAt: now})
+	q2 := write(&parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("q2"), CreatedAt: now})
+	c.Appended(sid, a)
+	c.Appended(sid, q2)
+	if v, want := c.ViewAt(sid, q2.ID), mustHistory(t, st.Store, sid); js(v) != js(want) {
+		t.Fatalf("the view at the last message: %s, want %s", js(v), js(want))
+	}
+	if v := c.ViewAt(sid, a.ID); v != nil {
+		t.Fatalf("a view at a message it does not end at: %s", js(v))
+	}
+	same("seeded and extended")
+	if st.fullReads != 0 || st.rowsRead != 0 {
+		t.Fatalf("%d full reads, %d rows read, want none", st.fullReads, st.rowsRead)
+	}
+	// An edit of the first question does not follow the view: the view stays, and the next read
+	// finds the branch changed.
+	edit := write(&parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("edited"), ParentID: parley.ParentRoot, CreatedAt: now})
+	c.Appended(sid, edit)
+	if e := c.entries[sid].Value.(*entry); e.tip.ID != q2.ID {
+		t.Fatalf("the view moved to %s, a message that does not follow it", e.tip.ID)
+	}
+	same("after an edit")
+	// The size kept up incrementally is the size of what is held.
+	c.Appended(sid, write(&parley.Message{ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text("b"), CreatedAt: now}))
+	e := c.entries[sid].Value.(*entry)
+	if c.Size() != e.size || e.size != sizeOf(e.msgs) {
+		t.Fatalf("size %d, entry %d, held %d", c.Size(), e.size, sizeOf(e.msgs))
+	}
+	same("after the edit's answer")
+}
+
+func mustHistory(t *testing.T, st parley.Store, sid string) []parley.Message {
+	t.Helper()
+	h, err := st.ModelHistory(context.Background(), sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}

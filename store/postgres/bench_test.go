@@ -1,11 +1,20 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/store/storetest"
@@ -152,7 +161,96 @@ func BenchmarkChats32(b *testing.B)  { benchChats(b, 32) }
 func BenchmarkChats128(b *testing.B) { benchChats(b, 128) }
 
 func benchChats(b *testing.B, c int) {
-	s := openTest(b)
+	var p probe
+	s := openTest(b, p.options)
 	defer s.Close()
+	p.start()
 	storetest.BenchChats(b, s, c)
+	p.report(b, b.N, "chat")
+}
+
+// probe counts what a benchmark's store did that does not depend on the machine's load: round
+// trips to the server (a write answered by a read, on each connection), transactions committed by
+// the group-commit writer, and the CPU time of the PostgreSQL backends serving the pool.
+type probe struct {
+	mu       sync.Mutex
+	pids     []uint32
+	trips    atomic.Int64
+	commits  atomic.Int64
+	cpu0     time.Duration
+	trips0   int64
+	commits0 int64
+}
+
+func (p *probe) options(o *options) {
+	o.configure = func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{KeepAlive: 5 * time.Minute}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &countingConn{Conn: c, trips: &p.trips}, nil
+		}
+		cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
+			p.mu.Lock()
+			p.pids = append(p.pids, c.PgConn().PID())
+			p.mu.Unlock()
+			return nil
+		}
+		// No ping before handing out a connection that was idle: it would be a round trip
+		// that depends on the machine's speed.
+		cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
+	}
+	o.batched = func(int, error) { p.commits.Add(1) }
+}
+
+// backendCPU sums user and system time of the pool's backends (Linux /proc; 0 elsewhere).
+func (p *probe) backendCPU() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var ticks int64
+	for _, pid := range p.pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// Fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) > 12 {
+			u, _ := strconv.ParseInt(f[11], 10, 64)
+			s, _ := strconv.ParseInt(f[12], 10, 64)
+			ticks += u + s
+		}
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ = 100
+}
+
+func (p *probe) start() {
+	p.cpu0, p.trips0, p.commits0 = p.backendCPU(), p.trips.Load(), p.commits.Load()
+}
+
+func (p *probe) report(b *testing.B, n int, unit string) {
+	b.ReportMetric(float64(p.trips.Load()-p.trips0)/float64(n), "roundtrips/"+unit)
+	b.ReportMetric(float64(p.commits.Load()-p.commits0)/float64(n), "commits/"+unit)
+	b.ReportMetric(float64(p.backendCPU()-p.cpu0)/float64(time.Microsecond)/float64(n), "pg-cpu-µs/"+unit)
+}
+
+// countingConn counts round trips: a read after a write.
+type countingConn struct {
+	net.Conn
+	wrote bool
+	trips *atomic.Int64
+}
+
+func (c *countingConn) Write(b []byte) (int, error) {
+	c.wrote = true
+	return c.Conn.Write(b)
+}
+
+func (c *countingConn) Read(b []byte) (int, error) {
+	if c.wrote {
+		c.wrote = false
+		c.trips.Add(1)
+	}
+	return c.Conn.Read(b)
 }

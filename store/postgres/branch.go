@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -69,48 +70,160 @@ func branchQuery(cols, sessionID string, t tip, after int64, limit int) (string,
 	return q, args
 }
 
+// readBranch reads the tip of the branch that ends at leaf ("": the active leaf) and, if the
+// session is one chain, its messages with seq > after (at most limit, <= 0: all) in the same
+// statement: one round trip, one snapshot (the tip and the rows agree). Each message row goes to
+// each (with the leaf's seq, which bounds the branch's length), its columns cols. A branched session's row says only its tip: its messages are read by
+// walking up from the leaf (branchQuery), a second round trip.
+func (s *Store) readBranch(ctx context.Context, sessionID, leaf, cols string, after int64, limit int,
+	each func(r pgx.Row, leafSeq int64) error) (tip, bool, error) {
+	q := `WITH t AS (SELECT s.branched, m.id, m.seq FROM sessions s
+		LEFT JOIN messages m ON m.session_id = s.id AND m.id = COALESCE(NULLIF($2, ''), s.leaf_id) WHERE s.id = $1)
+		SELECT t.branched, t.id, t.seq, ` + qualify("msg", cols) + ` FROM t
+		LEFT JOIN messages msg ON NOT t.branched AND msg.session_id = $1 AND msg.seq > $3 AND msg.seq <= t.seq
+		ORDER BY msg.seq`
+	if limit > 0 {
+		q += fmt.Sprintf(` LIMIT %d`, limit)
+	}
+	var (
+		t     tip
+		id    pgtype.Text
+		seq   pgtype.Int8
+		found bool
+	)
+	rows, err := s.pool.Query(ctx, q, sessionID, leaf, after)
+	if err != nil {
+		return t, false, fmt.Errorf("postgres: reading branch: %w", err)
+	}
+	defer rows.Close()
+	// The tip is read from the first row alone (the message's columns skipped: nil), then
+	// each message's columns without it.
+	tipOnly := make([]any, 3+strings.Count(cols, ",")+1)
+	tipOnly[0], tipOnly[1], tipOnly[2] = &t.branched, &id, &seq
+	row := &prefixRow{rows: rows, n: 3, dest: make([]any, 3, len(tipOnly))} // reused: no allocation per row
+	for rows.Next() {
+		if !found {
+			found = true
+			if err := rows.Scan(tipOnly...); err != nil {
+				return t, false, fmt.Errorf("postgres: reading branch: %w", err)
+			}
+		}
+		if rows.RawValues()[3] == nil { // no message: the session's row alone
+			continue
+		}
+		if err := each(row, seq.Int64); err != nil {
+			return t, false, err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return t, false, fmt.Errorf("postgres: reading branch: %w", err)
+	}
+	if !found || !id.Valid {
+		if leaf != "" {
+			return t, false, notFound("message", leaf)
+		}
+		return tip{}, false, nil // no session, or no message yet
+	}
+	t.leaf, t.seq = id.String, seq.Int64
+	return t, !t.branched, nil
+}
+
+// qualify prefixes each of the comma-separated columns cols with table.
+func qualify(table, cols string) string {
+	f := strings.Split(cols, ",")
+	for i, c := range f {
+		f[i] = table + "." + strings.TrimSpace(c)
+	}
+	return strings.Join(f, ", ")
+}
+
+// prefixRow is a row whose first n columns are skipped (dest holds nil for them): Scan's
+// destinations take the rest.
+type prefixRow struct {
+	rows pgx.Rows
+	n    int
+	dest []any
+}
+
+func (r *prefixRow) Scan(dest ...any) error {
+	r.dest = append(r.dest[:r.n], dest...)
+	return r.rows.Scan(r.dest...)
+}
+
 // ListBranch returns messages of the branch that ends at leaf ("": the active leaf).
 func (s *Store) ListBranch(ctx context.Context, sessionID, leaf string, afterSeq int64, limit int) ([]parley.Message, parley.BranchTip, error) {
-	t, err := branchTip(ctx, s.pool, sessionID, leaf)
+	msgs := []parley.Message{}
+	each := func(r pgx.Row, _ int64) error {
+		m, err := scanMessage(r)
+		if err != nil {
+			return fmt.Errorf("postgres: reading messages: %w", err)
+		}
+		msgs = append(msgs, m)
+		return nil
+	}
+	t, read, err := s.readBranch(ctx, sessionID, leaf, messageCols, afterSeq, limit, each)
 	if err != nil || t.leaf == "" {
 		return []parley.Message{}, parley.BranchTip{}, err
 	}
-	q, args := branchQuery(messageCols, sessionID, t, afterSeq, limit)
-	msgs, err := s.queryMessages(ctx, q, args...)
-	return msgs, parley.BranchTip{ID: t.leaf, Seq: t.seq}, err
+	if !read {
+		q, args := branchQuery(messageCols, sessionID, t, afterSeq, limit)
+		if msgs, err = s.queryMessages(ctx, q, args...); err != nil {
+			return nil, parley.BranchTip{}, err
+		}
+	}
+	return msgs, parley.BranchTip{ID: t.leaf, Seq: t.seq}, nil
 }
+
+// modelCols are the columns of a message a model is sent (ModelBranch).
+const modelCols = `role, content, parts, name, tool_calls, tool_call_id, reasoning, thinking_blocks, error`
 
 // ModelBranch returns the model view of the branch that ends at leaf ("": the active leaf).
 func (s *Store) ModelBranch(ctx context.Context, sessionID, leaf string) ([]parley.Message, parley.BranchTip, error) {
-	t, err := branchTip(ctx, s.pool, sessionID, leaf)
-	if err != nil || t.leaf == "" {
-		return []parley.Message{}, parley.BranchTip{}, err
-	}
-	q, args := branchQuery(`role, content, parts, name, tool_calls, tool_call_id, reasoning, thinking_blocks, error`, sessionID, t, 0, 0)
-	rows, err := s.pool.Query(ctx, q, args...)
-	if err != nil {
-		return nil, parley.BranchTip{}, fmt.Errorf("postgres: reading history: %w", err)
-	}
-	defer rows.Close()
-	// The leaf's seq bounds the branch's length: size the slice once instead of growing it. One
-	// spare slot lets llmctx.BuildOwned put a system prompt first without copying.
-	out := make([]parley.Message, 0, min(t.seq, 1<<20)+1)
+	var out []parley.Message
 	var (
 		role                          string
 		text, name, callID, reasoning pgtype.Text
 		failed                        pgtype.Text
 		parts, calls, thinking        []byte
 	)
-	for rows.Next() {
-		if err := rows.Scan(&role, &text, &parts, &name, &calls, &callID, &reasoning, &thinking, &failed); err != nil {
-			return nil, parley.BranchTip{}, fmt.Errorf("postgres: reading history: %w", err)
+	each := func(r pgx.Row, leafSeq int64) error {
+		if err := r.Scan(&role, &text, &parts, &name, &calls, &callID, &reasoning, &thinking, &failed); err != nil {
+			return fmt.Errorf("postgres: reading history: %w", err)
 		}
 		var m parley.Message
 		if err := decodeOpenAI(&m, role, text, name, callID, reasoning, parts, calls, nil, thinking); err != nil {
-			return nil, parley.BranchTip{}, fmt.Errorf("postgres: reading history: %w", err)
+			return fmt.Errorf("postgres: reading history: %w", err)
 		}
 		m.Error = parley.ErrorCode(failed.String)
+		if out == nil {
+			// The leaf's seq bounds the branch's length: size the slice once instead of
+			// growing it. One spare slot lets llmctx.BuildOwned put a system prompt first
+			// without copying.
+			out = make([]parley.Message, 0, min(leafSeq, 1<<20)+1)
+		}
 		out = append(out, m)
+		return nil
+	}
+	t, read, err := s.readBranch(ctx, sessionID, leaf, modelCols, 0, 0, each)
+	if err != nil || t.leaf == "" {
+		return []parley.Message{}, parley.BranchTip{}, err
+	}
+	if read {
+		if out == nil {
+			out = []parley.Message{}
+		}
+		return out, parley.BranchTip{ID: t.leaf, Seq: t.seq}, nil
+	}
+	q, args := branchQuery(modelCols, sessionID, t, 0, 0)
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, parley.BranchTip{}, fmt.Errorf("postgres: reading history: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := each(rows, t.seq); err != nil {
+			return nil, parley.BranchTip{}, err
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, parley.BranchTip{}, fmt.Errorf("postgres: reading history: %w", err)

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -138,5 +139,83 @@ func TestDeadlockedWritesRunAgain(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Fatalf("a deadlocked write failed: %v", err)
 		}
+	}
+}
+
+// A write that hides the failure of its statement leaves the shared transaction aborted: the
+// pipelined transaction must then fail its whole batch, not commit it nor tell a batch-mate its
+// write is stored. Written alone, the same write fails at the commit.
+func TestAWriteThatHidesAFailureFailsItsBatch(t *testing.T) {
+	s, err := Open(context.Background(), pgtest.Schema(t), func(o *options) { o.writers = 1 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	hides := func(ctx context.Context, tx pgx.Tx) error {
+		_, _ = tx.Exec(ctx, `INSERT INTO no_such_table VALUES ($1)`, 1) // the error is dropped
+		return nil
+	}
+	if err := s.w.Do(ctx, hides); err == nil {
+		t.Error("a lone write that left its transaction aborted was acknowledged")
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	entered, release, held := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		held <- s.w.Do(ctx, func(context.Context, pgx.Tx) error { close(entered); <-release; return nil })
+	}()
+	<-entered
+	errs := make(chan error, 2)
+	sess := &parley.Session{ID: parley.NewID(), Owner: "a", CreatedAt: now, UpdatedAt: now}
+	go func() { errs <- s.w.DoKey(ctx, "a", hides) }()
+	go func() {
+		errs <- s.w.DoKey(ctx, "b", func(ctx context.Context, tx pgx.Tx) error { return createSession(ctx, tx, sess) })
+	}()
+	for deadline := time.Now().Add(time.Minute); s.w.Queued() < 2; {
+		if time.Now().After(deadline) {
+			close(release)
+			t.Fatalf("%d of 2 writes queued", s.w.Queued())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	var acknowledged int
+	for range 2 {
+		if <-errs == nil {
+			acknowledged++
+		}
+	}
+	_, err = s.GetSession(ctx, sess.ID)
+	stored := err == nil
+	if acknowledged > 0 && !stored {
+		t.Errorf("%d writes acknowledged, but the session is not stored", acknowledged)
+	}
+	if acknowledged == 2 {
+		t.Error("the write that hid its failure was acknowledged beside its batch-mate")
+	}
+}
+
+// A write that runs a statement on the transaction's connection itself (Tx.Conn) runs it inside
+// the transaction: the BEGIN waiting to go with the first statement is sent before, and the
+// write's failure rolls the statement back.
+func TestAStatementOnTheConnectionIsInTheTransaction(t *testing.T) {
+	s := openTest(t)
+	defer s.Close()
+	ctx := context.Background()
+	id := parley.NewID()
+	err := s.w.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Conn().Exec(ctx, `INSERT INTO sessions (id, title, owner, created_at, updated_at) VALUES ($1, '', 'a', now(), now())`, id); err != nil {
+			return err
+		}
+		return errors.New("the write fails after its statement")
+	})
+	if err == nil {
+		t.Fatal("the failing write was acknowledged")
+	}
+	if _, err := s.GetSession(ctx, id); !errors.Is(err, parley.ErrNotFound) {
+		t.Errorf("the failed write's statement was kept (GetSession: %v)", err)
 	}
 }

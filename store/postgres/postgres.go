@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"slices"
 	"strings"
 	"time"
 
@@ -52,6 +53,9 @@ type options struct {
 	migrate bool
 	batched func(n int, err error) // tests: told the size of each group-commit batch
 	writers int                    // tests: transactions written at once (default: half the pool)
+	// tests and benchmarks: changes the pool's configuration (to count round trips, to know
+	// the backends' process ids)
+	configure func(*pgxpool.Config)
 }
 
 // Option configures Open.
@@ -75,6 +79,9 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
 	}
+	if o.configure != nil {
+		o.configure(cfg)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
@@ -84,7 +91,10 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	if o.writers <= 0 {
 		o.writers = max(1, int(cfg.MaxConns)/2)
 	}
-	s.w = groupcommit.New[pgx.Tx](pgTx{pool}, groupcommit.Options{Batched: o.batched, Writers: o.writers, Retry: isTransient})
+	// Optimistic: a savepoint is a statement and a subtransaction on PostgreSQL; a batch sets
+	// them only when one of its writes failed.
+	s.w = groupcommit.New[pgx.Tx](pgTx{pool}, groupcommit.Options{Batched: o.batched, Writers: o.writers, Retry: isTransient,
+		Optimistic: true})
 	if err := s.Ping(ctx); err != nil {
 		s.w.Close()
 		pool.Close()
@@ -174,27 +184,27 @@ func (s *Store) writeFor(ctx context.Context, sessionID string, fn func(ctx cont
 	return s.w.DoKey(ctx, sessionID, fn)
 }
 
-// pgTx is the group-commit writer's view of the database.
+// pgTx is the group-commit writer's view of the database. Its transactions are pipelined
+// (pipeTx): BEGIN, the savepoints around each write and their releases go to the server with the
+// next statement instead of a round trip each, and the last of them with COMMIT.
 type pgTx struct{ pool *pgxpool.Pool }
 
 func (d pgTx) Begin(ctx context.Context) (pgx.Tx, error) {
-	tx, err := d.pool.Begin(ctx)
+	conn, err := d.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: begin: %w", err)
 	}
-	return tx, nil
+	return &pipeTx{conn: conn}, nil // BEGIN goes with the first statement
 }
 
-func (pgTx) Savepoint(ctx context.Context, tx pgx.Tx) error { return exec(ctx, tx, `SAVEPOINT op`) }
-func (pgTx) Release(ctx context.Context, tx pgx.Tx) error {
-	return exec(ctx, tx, `RELEASE SAVEPOINT op`)
+func (pgTx) Savepoint(_ context.Context, tx pgx.Tx) error { return tx.(*pipeTx).queue(`SAVEPOINT op`) }
+func (pgTx) Release(_ context.Context, tx pgx.Tx) error {
+	return tx.(*pipeTx).queue(`RELEASE SAVEPOINT op`)
 }
-func (pgTx) Next(ctx context.Context, tx pgx.Tx) error {
-	return exec(ctx, tx, `RELEASE SAVEPOINT op; SAVEPOINT op`) // one round trip (simple protocol)
+func (pgTx) Next(_ context.Context, tx pgx.Tx) error {
+	return tx.(*pipeTx).queue(`RELEASE SAVEPOINT op`, `SAVEPOINT op`)
 }
-func (pgTx) RollbackTo(ctx context.Context, tx pgx.Tx) error {
-	return exec(ctx, tx, `ROLLBACK TO SAVEPOINT op`)
-}
+func (pgTx) RollbackTo(ctx context.Context, tx pgx.Tx) error { return tx.(*pipeTx).rollbackTo(ctx) }
 
 func (pgTx) Commit(ctx context.Context, tx pgx.Tx) error {
 	if err := tx.Commit(ctx); err != nil {
@@ -207,13 +217,6 @@ func (pgTx) Rollback(tx pgx.Tx) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = tx.Rollback(ctx)
-}
-
-func exec(ctx context.Context, tx pgx.Tx, q string) error {
-	if _, err := tx.Exec(ctx, q); err != nil {
-		return fmt.Errorf("postgres: %s: %w", q, err)
-	}
-	return nil
 }
 
 func notFound(kind, id string) error {
@@ -422,6 +425,9 @@ func encodeMessages(msgs []*parley.Message) ([]rowcodec.Columns, error) {
 // appendMessages is AppendMessages' work inside a transaction: it returns the last seq and the
 // messages' parents.
 func appendMessages(ctx context.Context, tx pgx.Tx, sessionID string, msgs []*parley.Message, cols []rowcodec.Columns) (int64, rowcodec.Links, error) {
+	if chained(msgs) {
+		return appendChain(ctx, tx, sessionID, msgs, cols)
+	}
 	total := rowcodec.TotalUsage(msgs)
 	var (
 		last  int64
@@ -473,16 +479,103 @@ func setSeqs(sessionID string, msgs []*parley.Message, last int64, links rowcode
 // and their parents.
 func queueMessages(b *pgx.Batch, sessionID string, first int64, msgs []*parley.Message, cols []rowcodec.Columns, parents []string) {
 	for i, m := range msgs {
-		c := cols[i]
-		var success any
-		if m.Success != nil {
-			success = *m.Success
-		}
-		b.Queue(insertMessage, m.ID, sessionID, first+int64(i), string(m.Role), c.Text, c.Parts, nullStr(m.Name),
-			c.ToolCalls, nullStr(m.ToolCallID), nullStr(m.Reasoning), nullStr(m.RunID), nullStr(m.Model),
-			m.LatencyMS, c.Usage, success, nullStr(m.ResourceID), m.CreatedAt.UTC(), c.Thinking, nullStr(m.Server), nullStr(string(m.Error)),
-			nullStr(parents[i]))
+		b.Queue(insertMessage, messageArgs(m, cols[i], sessionID, first+int64(i), nullStr(parents[i]))...)
 	}
+}
+
+// messageArgs are the arguments of insertMessage (and insertChained) for m.
+func messageArgs(m *parley.Message, c rowcodec.Columns, sessionID string, seq int64, parent any) []any {
+	var success any
+	if m.Success != nil {
+		success = *m.Success
+	}
+	return []any{m.ID, sessionID, seq, string(m.Role), c.Text, c.Parts, nullStr(m.Name),
+		c.ToolCalls, nullStr(m.ToolCallID), nullStr(m.Reasoning), nullStr(m.RunID), nullStr(m.Model),
+		m.LatencyMS, c.Usage, success, nullStr(m.ResourceID), m.CreatedAt.UTC(), c.Thinking, nullStr(m.Server), nullStr(string(m.Error)),
+		parent}
+}
+
+// insertChained inserts a message that extends the session's chain: its seq is $3 after the
+// session's last, its parent $21 or else the session's leaf; it returns its parent. Both are read
+// under the session's row lock, which the transaction then holds: FOR UPDATE waits for a writer
+// that holds it and reads the row as that writer committed it (the statement's snapshot, taken
+// before, would give the leaf it replaced). No session: seq is NULL and the insert fails
+// (not_null_violation).
+const insertChained = `INSERT INTO messages (id, session_id, seq, role, content, parts, name, tool_calls,
+	tool_call_id, reasoning, run_id, model, latency_ms, usage, success, resource_id, created_at, thinking_blocks, server, error,
+	parent_id)
+	VALUES ($1, $2, (SELECT last_seq FROM sessions WHERE id = $2 FOR UPDATE) + $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
+	$14, $15, $16, $17, $18, $19, $20, COALESCE($21, (SELECT leaf_id FROM sessions WHERE id = $2 FOR UPDATE)))
+	RETURNING parent_id`
+
+// appendChain is appendMessages for messages none of which names its parent (a chat's turn):
+// each extends the chain, so that nothing need be read before they are written. The inserts and
+// the session's update go in one batch, one round trip, where appendMessages takes two.
+func appendChain(ctx context.Context, tx pgx.Tx, sessionID string, msgs []*parley.Message, cols []rowcodec.Columns) (int64, rowcodec.Links, error) {
+	b := &pgx.Batch{}
+	queueChain(b, sessionID, msgs, cols)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	last, links, err := readChain(br, sessionID, msgs)
+	if err != nil {
+		return 0, links, err
+	}
+	if err := br.Close(); err != nil {
+		return 0, links, fmt.Errorf("postgres: appending messages: %w", err)
+	}
+	return last, links, nil
+}
+
+// queueChain queues appendChain's statements: the inserts, then the session's update.
+func queueChain(b *pgx.Batch, sessionID string, msgs []*parley.Message, cols []rowcodec.Columns) {
+	for i, m := range msgs {
+		var parent any
+		if i > 0 {
+			parent = msgs[i-1].ID
+		}
+		b.Queue(insertChained, messageArgs(m, cols[i], sessionID, int64(i+1), parent)...)
+	}
+	total := rowcodec.TotalUsage(msgs)
+	b.Queue(`UPDATE sessions SET last_seq = last_seq + $1, updated_at = GREATEST(updated_at, $2),
+		prompt_tokens = prompt_tokens + $3, completion_tokens = completion_tokens + $4, total_tokens = total_tokens + $5,
+		reasoning_tokens = reasoning_tokens + $6, cached_tokens = cached_tokens + $7, cost = cost + $8,
+		open_calls = GREATEST(0, open_calls + $9), leaf_id = $11
+		WHERE id = $10 RETURNING last_seq`,
+		len(msgs), msgs[len(msgs)-1].CreatedAt.UTC(), total.PromptTokens, total.CompletionTokens, total.TotalTokens,
+		total.ReasoningTokens, total.CachedTokens, total.Cost, rowcodec.OpenCallsDelta(msgs), sessionID,
+		msgs[len(msgs)-1].ID)
+}
+
+// readChain reads the results of queueChain's statements: the last seq and the messages'
+// parents.
+func readChain(br pgx.BatchResults, sessionID string, msgs []*parley.Message) (int64, rowcodec.Links, error) {
+	var (
+		leaf, parent pgtype.Text
+		last         int64
+		links        rowcodec.Links
+	)
+	for i := range msgs {
+		err := br.QueryRow().Scan(&parent)
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "23502" && pe.ColumnName == "seq" { // not_null_violation: no session
+			return 0, links, notFound("session", sessionID)
+		}
+		if err != nil {
+			return 0, links, fmt.Errorf("postgres: appending messages: %w", err)
+		}
+		if i == 0 {
+			leaf = parent
+		}
+	}
+	if err := br.QueryRow().Scan(&last); err != nil {
+		return 0, links, fmt.Errorf("postgres: appending messages: %w", err)
+	}
+	return last, rowcodec.LinkParents(msgs, leaf.String), nil
+}
+
+// chained reports whether none of msgs names its parent: each extends the chain.
+func chained(msgs []*parley.Message) bool {
+	return !slices.ContainsFunc(msgs, func(m *parley.Message) bool { return m.ParentID != "" })
 }
 
 func nullStr(s string) any {

@@ -56,16 +56,22 @@ func encodeTools(tools []string) ([]byte, error) {
 func createRun(ctx context.Context, tx pgx.Tx, r *parley.RunRecord, tools []byte) error {
 	_, err := tx.Exec(ctx, `INSERT INTO runs (`+runCols+`) VALUES ($1, $2, $3, $4, $5, 'running', '', $6, $7, $8, $9, $10, $10)`,
 		r.ID, r.SessionID, r.Owner, r.Model, tools, r.Instance, r.LeaseUntil.UTC(), r.Attempts, r.FirstSeq, r.CreatedAt.UTC())
+	if err != nil {
+		return runError(err, r.SessionID)
+	}
+	return nil
+}
+
+// runError says why inserting a run failed.
+func runError(err error, sessionID string) error {
 	var pe *pgconn.PgError
 	switch {
 	case errors.As(err, &pe) && pe.Code == "23505": // unique_violation: runs_one_running
 		return parley.Errorf(parley.ECConflict, "a run is already active in this session")
 	case errors.As(err, &pe) && pe.Code == "23503": // foreign_key_violation
-		return notFound("session", r.SessionID)
-	case err != nil:
-		return fmt.Errorf("postgres: creating run: %w", err)
+		return notFound("session", sessionID)
 	}
-	return nil
+	return fmt.Errorf("postgres: creating run: %w", err)
 }
 
 // RenewRuns extends the lease of the instance's running runs among ids.
@@ -271,6 +277,14 @@ func (s *Store) BeginRun(ctx context.Context, b *parley.RunBegin) (int64, error)
 		links       rowcodec.Links
 	)
 	err := s.writeFor(ctx, sessionID, func(ctx context.Context, tx pgx.Tx) (err error) {
+		if b.NewSession != nil && b.Run != nil {
+			first, last, links, err = beginNewSession(ctx, tx, b, tools, cols)
+			return err
+		}
+		if b.NewSession == nil && b.Run != nil && chained(b.Messages) {
+			first, last, links, err = beginInSession(ctx, tx, b, tools, cols)
+			return err
+		}
 		if b.NewSession != nil {
 			if err := createSession(ctx, tx, b.NewSession); err != nil {
 				return err
@@ -300,6 +314,92 @@ func (s *Store) BeginRun(ctx context.Context, b *parley.RunBegin) (int64, error)
 		setSeqs(sessionID, b.Messages, last, links)
 	}
 	return first, nil
+}
+
+// beginNewSession is BeginRun's work for a run of a new session, in one round trip: with no row
+// to read before, the session is inserted as the other steps would leave it (its event numbers
+// reserved from 1, its messages' seqs, usage, open calls and leaf), and the run and the messages
+// are inserted beside it, all queued in one batch. It returns what those steps would.
+func beginNewSession(ctx context.Context, tx pgx.Tx, b *parley.RunBegin, tools []byte, cols []rowcodec.Columns) (first, last int64, links rowcodec.Links, err error) {
+	sess, msgs := b.NewSession, b.Messages
+	links = rowcodec.LinkParents(msgs, "")
+	if len(links.Outside) > 0 { // a new session has no message a parent could name
+		return 0, 0, links, parley.Errorf(parley.ECInvalid, "parent_id: not a message of this session")
+	}
+	first, last = 1, int64(len(msgs))
+	updated := sess.UpdatedAt.UTC()
+	var leaf any
+	if len(msgs) > 0 {
+		leaf = msgs[len(msgs)-1].ID
+		if at := msgs[len(msgs)-1].CreatedAt.UTC(); at.After(updated) {
+			updated = at
+		}
+	}
+	total := rowcodec.TotalUsage(msgs)
+	q := &pgx.Batch{}
+	q.Queue(`INSERT INTO sessions (id, title, owner, created_at, updated_at, project_id, event_seq, last_seq, prompt_tokens,
+		completion_tokens, total_tokens, reasoning_tokens, cached_tokens, cost, open_calls, leaf_id, branched)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`,
+		sess.ID, sess.Title, sess.Owner, sess.CreatedAt.UTC(), updated, nullable(sess.ProjectID), b.Reserve, last,
+		total.PromptTokens, total.CompletionTokens, total.TotalTokens, total.ReasoningTokens, total.CachedTokens, total.Cost,
+		max(0, rowcodec.OpenCallsDelta(msgs)), leaf, links.Branches)
+	b.Run.FirstSeq = first
+	r := b.Run
+	q.Queue(`INSERT INTO runs (`+runCols+`) VALUES ($1, $2, $3, $4, $5, 'running', '', $6, $7, $8, $9, $10, $10)`,
+		r.ID, r.SessionID, r.Owner, r.Model, tools, r.Instance, r.LeaseUntil.UTC(), r.Attempts, r.FirstSeq, r.CreatedAt.UTC())
+	queueMessages(q, sess.ID, 1, msgs, cols, links.Parents)
+	br := tx.SendBatch(ctx, q)
+	defer br.Close()
+	if _, err := br.Exec(); isFKViolation(err) {
+		return 0, 0, links, notFound("project", sess.ProjectID)
+	} else if err != nil {
+		return 0, 0, links, fmt.Errorf("postgres: creating session: %w", err)
+	}
+	if _, err := br.Exec(); err != nil {
+		return 0, 0, links, runError(err, sess.ID)
+	}
+	if err := br.Close(); err != nil {
+		return 0, 0, links, fmt.Errorf("postgres: appending messages: %w", err)
+	}
+	return first, last, links, nil
+}
+
+// beginInSession is BeginRun's work for a run of a session that exists, with messages that
+// extend its chain, in one round trip: the event numbers are reserved (which locks the session's
+// row), the run takes the first of them from the row as that update left it, and the messages
+// are appended as appendChain does, all in one batch.
+func beginInSession(ctx context.Context, tx pgx.Tx, b *parley.RunBegin, tools []byte, cols []rowcodec.Columns) (first, last int64, links rowcodec.Links, err error) {
+	q := &pgx.Batch{}
+	q.Queue(`UPDATE sessions SET event_seq = event_seq + $1 WHERE id = $2 RETURNING event_seq`, b.Reserve, b.SessionID)
+	r := b.Run
+	q.Queue(`INSERT INTO runs (`+runCols+`) VALUES ($1, $2, $3, $4, $5, 'running', '', $6, $7, $8,
+		(SELECT event_seq FROM sessions WHERE id = $2) - $9 + 1, $10, $10)`,
+		r.ID, r.SessionID, r.Owner, r.Model, tools, r.Instance, r.LeaseUntil.UTC(), r.Attempts, b.Reserve, r.CreatedAt.UTC())
+	if len(b.Messages) > 0 {
+		queueChain(q, b.SessionID, b.Messages, cols)
+	}
+	br := tx.SendBatch(ctx, q)
+	defer br.Close()
+	var reserved int64
+	if err := br.QueryRow().Scan(&reserved); errors.Is(err, pgx.ErrNoRows) {
+		return 0, 0, links, notFound("session", b.SessionID)
+	} else if err != nil {
+		return 0, 0, links, fmt.Errorf("postgres: reserving event numbers: %w", err)
+	}
+	first = reserved - b.Reserve + 1
+	r.FirstSeq = first
+	if _, err := br.Exec(); err != nil {
+		return 0, 0, links, runError(err, b.SessionID)
+	}
+	if len(b.Messages) > 0 {
+		if last, links, err = readChain(br, b.SessionID, b.Messages); err != nil {
+			return 0, 0, links, err
+		}
+	}
+	if err := br.Close(); err != nil {
+		return 0, 0, links, fmt.Errorf("postgres: beginning a run: %w", err)
+	}
+	return first, last, links, nil
 }
 
 // FinishRun stores what ends a run in one transaction: its last messages, its events not

@@ -130,3 +130,34 @@ func benchChats(b *testing.B, c int) {
 	defer s.Close()
 	storetest.BenchChats(b, s, c)
 }
+
+// BenchmarkChatReads is what a chat in a short session reads outside a transaction: the session
+// (its owner and project), its running run, and the model view of its active branch. These run as
+// statements prepared once per connection (Store.prepared), not parsed at each call.
+func BenchmarkChatReads(b *testing.B) {
+	s := openTemp(b)
+	defer s.Close()
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	sess := &parley.Session{ID: parley.NewID(), Title: "t", Owner: "u", CreatedAt: now, UpdatedAt: now}
+	if err := s.CreateSession(ctx, sess); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.AppendMessages(ctx, sess.ID,
+		&parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("hello"), CreatedAt: now},
+		&parley.Message{ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text("hi"), CreatedAt: now}); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.GetSession(ctx, sess.ID); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.ActiveRun(ctx, sess.ID); parley.CodeOf(err) != parley.ECNotFound {
+			b.Fatal(err)
+		}
+		if h, err := s.ModelHistory(ctx, sess.ID); err != nil || len(h) != 2 {
+			b.Fatal(len(h), err)
+		}
+	}
+}

@@ -19,13 +19,13 @@ type tip struct {
 }
 
 // branchTip reads the session and the leaf of the branch asked for ("" for the active one).
-func branchTip(ctx context.Context, db *sql.DB, sessionID, leaf string) (tip, error) {
+func (s *Store) branchTip(ctx context.Context, sessionID, leaf string) (tip, error) {
 	var (
 		t   tip
 		id  sql.NullString
 		seq sql.NullInt64
 	)
-	err := db.QueryRowContext(ctx, `SELECT s.branched, m.id, m.seq FROM sessions s
+	err := s.queryRow(ctx, `SELECT s.branched, m.id, m.seq FROM sessions s
 		LEFT JOIN messages m ON m.session_id = s.id AND m.id = COALESCE(NULLIF(?, ''), s.leaf_id)
 		WHERE s.id = ?`, leaf, sessionID).Scan(&t.branched, &id, &seq)
 	if errors.Is(err, sql.ErrNoRows) || err == nil && !id.Valid {
@@ -69,7 +69,7 @@ func branchQuery(cols, sessionID string, t tip, after int64, limit int) (string,
 
 // ListBranch returns messages of the branch that ends at leaf ("": the active leaf).
 func (s *Store) ListBranch(ctx context.Context, sessionID, leaf string, afterSeq int64, limit int) ([]parley.Message, parley.BranchTip, error) {
-	t, err := branchTip(ctx, s.db, sessionID, leaf)
+	t, err := s.branchTip(ctx, sessionID, leaf)
 	if err != nil || t.leaf == "" {
 		return []parley.Message{}, parley.BranchTip{}, err
 	}
@@ -80,12 +80,12 @@ func (s *Store) ListBranch(ctx context.Context, sessionID, leaf string, afterSeq
 
 // ModelBranch returns the model view of the branch that ends at leaf ("": the active leaf).
 func (s *Store) ModelBranch(ctx context.Context, sessionID, leaf string) ([]parley.Message, parley.BranchTip, error) {
-	t, err := branchTip(ctx, s.db, sessionID, leaf)
+	t, err := s.branchTip(ctx, sessionID, leaf)
 	if err != nil || t.leaf == "" {
 		return []parley.Message{}, parley.BranchTip{}, err
 	}
 	q, args := branchQuery(`role, content, parts, name, tool_calls, tool_call_id, reasoning, thinking_blocks, error`, sessionID, t, 0, 0)
-	rows, err := s.db.QueryContext(ctx, q, args...)
+	rows, err := s.query(ctx, q, args...)
 	if err != nil {
 		return nil, parley.BranchTip{}, fmt.Errorf("sqlite: reading history: %w", err)
 	}
@@ -119,7 +119,7 @@ func (s *Store) ModelBranch(ctx context.Context, sessionID, leaf string) ([]parl
 // Tree returns the session's active leaf and all its messages, compact, in seq order.
 func (s *Store) Tree(ctx context.Context, sessionID string) (string, []parley.TreeNode, error) {
 	var leaf string
-	err := s.db.QueryRowContext(ctx, `SELECT COALESCE(leaf_id, '') FROM sessions WHERE id = ?`, sessionID).Scan(&leaf)
+	err := s.queryRow(ctx, `SELECT COALESCE(leaf_id, '') FROM sessions WHERE id = ?`, sessionID).Scan(&leaf)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", nil, notFound("session", sessionID)
 	}
@@ -228,14 +228,24 @@ func noRunningRun(ctx context.Context, tx *sql.Tx, sessionID string) error {
 }
 
 // checkParents checks that each id is a message of the session.
-func checkParents(ctx context.Context, tx *sql.Tx, sessionID string, ids []string) error {
+func checkParents(ctx context.Context, tx cachedTx, sessionID string, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
 	ids = rowcodec.Distinct(ids)
-	var n int
-	err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM messages WHERE session_id = ? AND id IN (?`+strings.Repeat(", ?", len(ids)-1)+`)`,
-		append([]any{sessionID}, anySlice(ids)...)...).Scan(&n)
+	var (
+		n   int
+		q   = `SELECT COUNT(*) FROM messages WHERE session_id = ? AND id IN (?` + strings.Repeat(", ?", len(ids)-1) + `)`
+		row *sql.Row
+	)
+	if len(ids) == 1 {
+		// One parent named (a chat's message stored after the leaf it was read at, an edit):
+		// prepared once. Other counts vary and are not kept.
+		row = tx.QueryRowContext(ctx, q, sessionID, ids[0])
+	} else {
+		row = tx.tx.QueryRowContext(ctx, q, append([]any{sessionID}, anySlice(ids)...)...)
+	}
+	err := row.Scan(&n)
 	if err != nil {
 		return fmt.Errorf("sqlite: checking parents: %w", err)
 	}

@@ -143,7 +143,7 @@ func (s *Store) ListEvents(ctx context.Context, sessionID string, after int64, l
 		limit = 256
 	}
 	// Each row holds one event at least: limit rows are enough.
-	rows, err := s.db.QueryContext(ctx, `SELECT data FROM event_batches WHERE session_id = ? AND last_seq > ? ORDER BY first_seq LIMIT ?`,
+	rows, err := s.query(ctx, `SELECT data FROM event_batches WHERE session_id = ? AND last_seq > ? ORDER BY first_seq LIMIT ?`,
 		sessionID, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: listing events: %w", err)

@@ -63,7 +63,7 @@ func (s *Store) CreateFile(ctx context.Context, f *parley.File, quota int64) err
 
 // GetFile returns the file with id.
 func (s *Store) GetFile(ctx context.Context, id string) (*parley.File, error) {
-	f, err := scanFile(s.db.QueryRowContext(ctx, `SELECT `+fileCols+` FROM files WHERE id = ?`, id))
+	f, err := scanFile(s.queryRow(ctx, `SELECT `+fileCols+` FROM files WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, notFound("file", id)
 	}

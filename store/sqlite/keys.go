@@ -71,7 +71,7 @@ func scanKey(r scanner) (*parley.APIKey, error) {
 
 // APIKeyByHash returns the key whose secret hashes to hash.
 func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (*parley.APIKey, error) {
-	k, err := scanKey(s.db.QueryRowContext(ctx, `SELECT `+keyCols+` FROM api_keys WHERE hash = ?`, hash))
+	k, err := scanKey(s.queryRow(ctx, `SELECT `+keyCols+` FROM api_keys WHERE hash = ?`, hash))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("api key: %w", parley.ErrNotFound)
 	}

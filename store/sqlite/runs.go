@@ -152,7 +152,7 @@ func (s *Store) ClaimRuns(ctx context.Context, instance, orphanedBy string, now,
 
 // ActiveRun returns the session's running run.
 func (s *Store) ActiveRun(ctx context.Context, sessionID string) (*parley.RunRecord, error) {
-	r, err := scanRun(s.db.QueryRowContext(ctx, `SELECT `+runCols+` FROM runs WHERE session_id = ? AND state = 'running'`, sessionID))
+	r, err := scanRun(s.queryRow(ctx, `SELECT `+runCols+` FROM runs WHERE session_id = ? AND state = 'running'`, sessionID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("running run of session %q: %w", sessionID, parley.ErrNotFound)
 	}

@@ -152,19 +152,46 @@ func (s *Store) cached(tx *sql.Tx) cachedTx { return cachedTx{s, tx} }
 // stmt returns q prepared, bound to the transaction; nil if it cannot be prepared (the caller
 // then runs q unprepared, which reports the error).
 func (c cachedTx) stmt(ctx context.Context, q string) *sql.Stmt {
-	c.s.stmtMu.Lock()
-	st, ok := c.s.stmts[q]
-	if !ok {
-		var err error
-		if st, err = c.s.db.PrepareContext(ctx, q); err != nil {
-			c.s.stmtMu.Unlock()
-			return nil
-		}
-		c.s.stmts[q] = st
+	st := c.s.prepared(ctx, q)
+	if st == nil {
+		return nil
 	}
-	c.s.stmtMu.Unlock()
 	// database/sql keeps one prepared copy per connection; the transaction's is reused.
 	return c.tx.StmtContext(ctx, st)
+}
+
+// prepared returns q prepared once for the store, nil if it cannot be prepared. database/sql
+// prepares it on each connection the first time it runs there and keeps that copy, so SQLite
+// parses and plans a hot statement once per connection instead of at each call. Only fixed query
+// texts go here: the cache is never trimmed.
+func (s *Store) prepared(ctx context.Context, q string) *sql.Stmt {
+	s.stmtMu.Lock()
+	defer s.stmtMu.Unlock()
+	st, ok := s.stmts[q]
+	if !ok {
+		var err error
+		if st, err = s.db.PrepareContext(ctx, q); err != nil {
+			return nil
+		}
+		s.stmts[q] = st
+	}
+	return st
+}
+
+// queryRow runs the hot read q as a statement prepared once per connection (prepared).
+func (s *Store) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	if st := s.prepared(ctx, q); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return s.db.QueryRowContext(ctx, q, args...)
+}
+
+// query runs the hot read q as a statement prepared once per connection (prepared).
+func (s *Store) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	if st := s.prepared(ctx, q); st != nil {
+		return st.QueryContext(ctx, args...)
+	}
+	return s.db.QueryContext(ctx, q, args...)
 }
 
 func (c cachedTx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
@@ -297,7 +324,7 @@ func scanSession(r scanner) (*parley.Session, error) {
 
 // GetSession returns the session with id.
 func (s *Store) GetSession(ctx context.Context, id string) (*parley.Session, error) {
-	sess, err := scanSession(s.db.QueryRowContext(ctx, `SELECT `+sessionCols+` FROM sessions WHERE id = ?`, id))
+	sess, err := scanSession(s.queryRow(ctx, `SELECT `+sessionCols+` FROM sessions WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, notFound("session", id)
 	}
@@ -455,7 +482,7 @@ func (s *Store) appendMessages(ctx context.Context, tx *sql.Tx, sessionID string
 		return 0, links, fmt.Errorf("sqlite: appending messages: %w", err)
 	}
 	links = rowcodec.LinkParents(msgs, leaf.String)
-	if err := checkParents(ctx, tx, sessionID, links.Outside); err != nil {
+	if err := checkParents(ctx, c, sessionID, links.Outside); err != nil {
 		return 0, links, err
 	}
 	// One statement reserves the seqs, totals the usage, moves the leaf and touches the
@@ -632,7 +659,7 @@ func (s *Store) History(ctx context.Context, sessionID string) ([]parley.Message
 }
 
 func (s *Store) queryMessages(ctx context.Context, q string, args ...any) ([]parley.Message, error) {
-	rows, err := s.db.QueryContext(ctx, q, args...)
+	rows, err := s.query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: reading messages: %w", err)
 	}

@@ -115,7 +115,7 @@ func (s *Store) CreateProject(ctx context.Context, p *parley.Project) error {
 
 // GetProject returns the project with id.
 func (s *Store) GetProject(ctx context.Context, id string) (*parley.Project, error) {
-	p, err := scanProject(s.db.QueryRowContext(ctx, `SELECT `+projectCols+` FROM projects WHERE id = ?`, id))
+	p, err := scanProject(s.queryRow(ctx, `SELECT `+projectCols+` FROM projects WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, notFound("project", id)
 	}
@@ -271,7 +271,7 @@ func (s *Store) ListMemory(ctx context.Context, projectID string, limit int) ([]
 	if limit <= 0 {
 		limit = parley.MaxMemoryEntries
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT `+memoryCols+` FROM memory_entries WHERE project_id = ?
+	rows, err := s.query(ctx, `SELECT `+memoryCols+` FROM memory_entries WHERE project_id = ?
 		ORDER BY created_at DESC, id DESC LIMIT ?`, projectID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: listing memory: %w", err)
@@ -294,7 +294,7 @@ func (s *Store) ListMemory(ctx context.Context, projectID string, limit int) ([]
 // CountMemory returns how many entries the project's memory holds.
 func (s *Store) CountMemory(ctx context.Context, projectID string) (int, error) {
 	var n int
-	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM memory_entries WHERE project_id = ?`, projectID).Scan(&n); err != nil {
+	if err := s.queryRow(ctx, `SELECT count(*) FROM memory_entries WHERE project_id = ?`, projectID).Scan(&n); err != nil {
 		return 0, fmt.Errorf("sqlite: counting memory: %w", err)
 	}
 	return n, nil

@@ -59,6 +59,13 @@ type Options struct {
 	// whose commit failed with one runs again whole. Its operations must then be safe to run
 	// again: each sets its results, it does not add to them.
 	Retry func(err error) bool
+	// Optimistic runs a batch of several operations without savepoints first: where a savepoint
+	// costs the database work of its own (PostgreSQL: a statement, and a subtransaction for
+	// each operation that writes), a batch that fails nowhere is then just its operations and
+	// a commit. If one operation fails, that transaction is rolled back and the batch runs again
+	// with a savepoint around each operation, as without this option. Operations must then be
+	// safe to run again (as for Retry).
+	Optimistic bool
 }
 
 // maxRetries bounds how often an operation runs again (Options.Retry).
@@ -274,6 +281,11 @@ func (w *Writer[T]) run(batch []*op[T]) {
 // transact runs ops in one transaction, each one's own error in errs; it returns the error that
 // failed the whole transaction (begin, a savepoint, commit).
 func (w *Writer[T]) transact(ctx context.Context, ops []*op[T], errs []error) (err error) {
+	if w.opts.Optimistic && len(ops) > 1 {
+		if done, err := w.optimistic(ctx, ops); done {
+			return err
+		}
+	}
 	tx, err := w.db.Begin(ctx)
 	if err != nil {
 		return err
@@ -316,4 +328,31 @@ func (w *Writer[T]) transact(ctx context.Context, ops []*op[T], errs []error) (e
 		return err
 	}
 	return nil
+}
+
+// optimistic runs ops in one transaction without savepoints (Options.Optimistic). It reports
+// done = false, having rolled back, if an operation failed: the caller runs them again, each in a
+// savepoint. Otherwise every operation succeeded and err is the commit's (or begin's).
+func (w *Writer[T]) optimistic(ctx context.Context, ops []*op[T]) (done bool, err error) {
+	tx, err := w.db.Begin(ctx)
+	if err != nil {
+		return true, err
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			w.db.Rollback(tx)
+			done, err = true, fmt.Errorf("groupcommit: a write panicked: %v", p)
+		}
+	}()
+	for _, o := range ops {
+		if o.fn(ctx, tx) != nil {
+			w.db.Rollback(tx)
+			return false, nil
+		}
+	}
+	if err := w.db.Commit(ctx, tx); err != nil {
+		w.db.Rollback(tx)
+		return true, err
+	}
+	return true, nil
 }

@@ -18,6 +18,9 @@ type memDB struct {
 	mu        sync.Mutex
 	committed map[string]int
 	commits   int
+	// savepoints counts the savepoints set (Savepoint and Next); rollbacks the transactions
+	// rolled back.
+	savepoints, rollbacks int
 	// beforeCommit runs inside Commit, before the data is committed.
 	beforeCommit func()
 }
@@ -32,6 +35,9 @@ func (d *memDB) Begin(context.Context) (*memTx, error) {
 	return &memTx{data: maps.Clone(d.committed)}, nil
 }
 func (d *memDB) Savepoint(_ context.Context, tx *memTx) error {
+	d.mu.Lock()
+	d.savepoints++
+	d.mu.Unlock()
 	tx.save = maps.Clone(tx.data)
 	return nil
 }
@@ -53,7 +59,11 @@ func (d *memDB) Commit(_ context.Context, tx *memTx) error {
 	d.commits++
 	return nil
 }
-func (d *memDB) Rollback(*memTx) {}
+func (d *memDB) Rollback(*memTx) {
+	d.mu.Lock()
+	d.rollbacks++
+	d.mu.Unlock()
+}
 
 func (d *memDB) get(k string) (int, bool) {
 	d.mu.Lock()
@@ -427,5 +437,74 @@ func TestABatchRunsItsOperationsInKeyOrder(t *testing.T) {
 	<-heldDone
 	if got := fmt.Sprint(order); got != "[2 a1 b0 b3]" {
 		t.Fatalf("ran in the order %s, want [2 a1 b0 b3]", got)
+	}
+}
+
+// With Optimistic, a batch where nothing fails sets no savepoint; one where an operation fails
+// runs again with savepoints, the failure rolled back alone and every other operation committed
+// once.
+func TestOptimisticBatchesSetSavepointsOnlyAfterAFailure(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		t.Run(fmt.Sprintf("failure=%v", fail), func(t *testing.T) {
+			db := &memDB{committed: map[string]int{"dup": 1}}
+			w := New[*memTx](db, Options{Optimistic: true})
+			defer w.Close()
+			release, heldDone := hold(t, w)
+			const n = 20
+			errs := make([]error, n)
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					key := fmt.Sprintf("k%d", i)
+					if fail && i == 7 {
+						key = "dup"
+					}
+					errs[i] = w.Do(context.Background(), insert(key))
+				}()
+			}
+			deadline := time.Now().Add(wait)
+			for len(w.queue) < n {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d of %d operations queued", len(w.queue), n)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			close(release)
+			wg.Wait()
+			if err := <-heldDone; err != nil {
+				t.Fatal(err)
+			}
+			for i, err := range errs {
+				if fail && i == 7 {
+					if err == nil || err.Error() != "dup: duplicate" {
+						t.Errorf("the failing operation got %v, want its own error", err)
+					}
+					continue
+				}
+				if err != nil {
+					t.Errorf("operation %d: %v", i, err)
+				}
+				key := fmt.Sprintf("k%d", i)
+				if v, _ := db.get(key); v != 1 {
+					t.Errorf("operation %d acknowledged but not committed", i)
+				}
+				if v, _ := db.get("touched:" + key); v != 1 {
+					t.Errorf("operation %d committed %d times, want once", i, v)
+				}
+			}
+			if v, _ := db.get("touched:dup"); v != 0 {
+				t.Errorf("the failing operation's partial write was committed")
+			}
+			db.mu.Lock()
+			defer db.mu.Unlock()
+			switch {
+			case !fail && (db.savepoints != 0 || db.rollbacks != 0):
+				t.Errorf("%d savepoints and %d rollbacks for batches without a failure, want none", db.savepoints, db.rollbacks)
+			case fail && (db.savepoints != n || db.rollbacks != 1):
+				t.Errorf("%d savepoints and %d rollbacks, want %d (the batch again, one per operation) and 1", db.savepoints, db.rollbacks, n)
+			}
+		})
 	}
 }

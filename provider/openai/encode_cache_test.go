@@ -1,0 +1,151 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/provider/internal/convert"
+)
+
+// referenceRequest is the request as one object, as the encoder wrote it before it was written
+// in parts: the parts joined must be the same bytes.
+type referenceRequest struct {
+	Model               string             `json:"model"`
+	Messages            []wireMessage      `json:"messages"`
+	Tools               []wireTool         `json:"tools,omitempty"`
+	ToolChoice          string             `json:"tool_choice,omitempty"`
+	Temperature         *float64           `json:"temperature,omitempty"`
+	MaxCompletionTokens int                `json:"max_completion_tokens,omitempty"`
+	MaxTokens           int                `json:"max_tokens,omitempty"`
+	Stream              bool               `json:"stream"`
+	StreamOptions       *wireStreamOptions `json:"stream_options,omitempty"`
+}
+
+func referenceEncode(t *testing.T, req *parley.ChatRequest, stream bool, opts EncodeOptions) []byte {
+	t.Helper()
+	w := referenceRequest{Model: req.Model, Temperature: req.Temperature, Stream: stream}
+	for _, m := range req.Messages {
+		wm, err := encodeMessage(m.OpenAI(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Messages = append(w.Messages, wm)
+	}
+	for _, tl := range req.Tools {
+		params := bytes.TrimSpace(tl.Parameters)
+		if len(params) == 0 {
+			params = []byte(`{"type":"object","properties":{}}`)
+		}
+		w.Tools = append(w.Tools, wireTool{Type: "function", Function: wireFunction{Name: tl.Name, Description: tl.Description, Parameters: params}})
+	}
+	if len(w.Tools) > 0 {
+		w.ToolChoice = req.ToolChoice
+	}
+	if opts.LegacyMaxTokens {
+		w.MaxTokens = req.MaxTokens
+	} else {
+		w.MaxCompletionTokens = req.MaxTokens
+	}
+	if stream {
+		w.StreamOptions = &wireStreamOptions{IncludeUsage: true}
+	}
+	b, err := convert.Marshal(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+var calculator = parley.ToolSpec{Name: "calculator", Description: "Evaluates <arithmetic> & more",
+	Parameters: json.RawMessage(` {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]} `)}
+
+// The request written in parts, its tools from the client's cache or not, is byte for byte the
+// request written as one object.
+func TestEncodeRequestInPartsIsTheOneObject(t *testing.T) {
+	temp := 0.25
+	msgs := []parley.Message{
+		{Role: parley.RoleSystem, Content: parley.Text("Be brief <b> & \"exact\"")},
+		{Role: parley.RoleUser, Content: parley.Text("What is 2+2?")},
+	}
+	reqs := []*parley.ChatRequest{
+		{Model: "gpt-x", Messages: msgs},
+		{Model: "gpt-x", Messages: msgs, Tools: []parley.ToolSpec{calculator}, ToolChoice: "auto", Temperature: &temp, MaxTokens: 100},
+		{Model: "gpt-x", Messages: msgs, Tools: []parley.ToolSpec{calculator, {Name: "clock"}}},
+		{Model: "gpt-x", Messages: msgs, ToolChoice: "required", MaxTokens: 7},
+	}
+	var tc toolCache
+	for i, req := range reqs {
+		for _, stream := range []bool{true, false} {
+			for _, opts := range []EncodeOptions{{}, {LegacyMaxTokens: true}} {
+				want := referenceEncode(t, req, stream, opts)
+				for round, cache := range []*toolCache{nil, &tc, &tc} {
+					got, err := encodeRequest(req, stream, opts, cache)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !bytes.Equal(got, want) {
+						t.Fatalf("request %d (stream %v, %+v, round %d):\n got %s\nwant %s", i, stream, opts, round, got, want)
+					}
+				}
+			}
+		}
+	}
+}
+
+// A client's cache of encoded tools follows the tools offered: a changed schema, description or
+// list is encoded anew, and a change to the caller's bytes after a call does not reach the cache.
+func TestToolCacheFollowsTheTools(t *testing.T) {
+	var tc toolCache
+	msgs := []parley.Message{{Role: parley.RoleUser, Content: parley.Text("hi")}}
+	params := []byte(`{"type":"object","properties":{"a":{"type":"string"}}}`)
+	spec := parley.ToolSpec{Name: "t", Parameters: params}
+	check := func(specs ...parley.ToolSpec) {
+		t.Helper()
+		req := &parley.ChatRequest{Model: "m", Messages: msgs, Tools: specs}
+		got, err := encodeRequest(req, true, EncodeOptions{}, &tc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := referenceEncode(t, req, true, EncodeOptions{}); !bytes.Equal(got, want) {
+			t.Fatalf("got %s\nwant %s", got, want)
+		}
+	}
+	check(spec)
+	copy(params, `{"type":"object","properties":{"b"`) // the caller's bytes change in place
+	check(spec)
+	check(parley.ToolSpec{Name: "t", Description: "now described", Parameters: params})
+	check(spec, parley.ToolSpec{Name: "u"})
+	check(spec)
+	if _, err := encodeRequest(&parley.ChatRequest{Model: "m", Messages: msgs, Tools: []parley.ToolSpec{{Name: "bad", Parameters: []byte(`{`)}}}, true, EncodeOptions{}, &tc); parley.CodeOf(err) != parley.ECInvalid {
+		t.Fatalf("invalid parameters: %v, want ECInvalid", err)
+	}
+}
+
+// BenchmarkEncodeRequest encodes bench/gateway's request (a system prompt, one question, the
+// built-in tools' schemas) as a client does on every call.
+func BenchmarkEncodeRequest(b *testing.B) {
+	var specs []parley.ToolSpec
+	for _, name := range []string{"calculator", "clock", "web_search", "fetch_url", "todo", "memory"} {
+		specs = append(specs, parley.ToolSpec{Name: name, Description: "A tool that does " + name + " for the model, with a longer description of its use.",
+			Parameters: json.RawMessage(`{"type":"object","properties":{"input":{"type":"string","description":"what to do"},"limit":{"type":"integer","minimum":1,"maximum":100}},"required":["input"]}`)})
+	}
+	req := &parley.ChatRequest{Model: "bench-model", Tools: specs, Messages: []parley.Message{
+		{Role: parley.RoleSystem, Content: parley.Text("You are a helpful assistant. Answer briefly.")},
+		{Role: parley.RoleUser, Content: parley.Text("Tell me something about streaming servers, please.")},
+	}}
+	for _, bc := range []struct {
+		name  string
+		cache *toolCache
+	}{{"uncached", nil}, {"client", &toolCache{}}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := encodeRequest(req, true, EncodeOptions{}, bc.cache); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,347 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// pipeTx is the transaction of one group-commit batch. Its framing statements (BEGIN, a
+// savepoint before each write, its release) need no answer of their own before the write's next
+// statement: they wait here and go to the server in one network write with that statement (a
+// pipelined batch), and the last of them with COMMIT. A batch of n writes of k statements each
+// thus costs n·k + 1 round trips instead of n·k + n + 3, and a lone write one round trip less
+// than a transaction begun on its own. Only the rollback to the savepoint of a write that failed
+// is sent at once (rollbackTo).
+//
+// A framing statement that fails (the connection broke, or a write left the transaction aborted
+// and said nothing) makes the statement it went with fail too, and the transaction is broken: the
+// writer's next step (savepoint, release, rollback to it, commit) returns that error, and the
+// whole batch fails, as it did when the framing statement was a round trip of its own.
+type pipeTx struct {
+	conn    *pgxpool.Conn
+	tx      pgx.Tx   // pgx's transaction, once BEGIN was sent (for the few methods delegated to it)
+	pending []string // framing statements not sent yet, BEGIN first while tx is nil
+	broken  error    // a framing statement failed: the transaction cannot go on
+	done    bool     // committed or rolled back: the connection went back to the pool
+}
+
+var _ pgx.Tx = (*pipeTx)(nil)
+
+// errBroken wraps the failure of a framing statement.
+type errBroken struct{ err error }
+
+func (e *errBroken) Error() string {
+	return fmt.Sprintf("postgres: the batch's transaction could not go on: %v", e.err)
+}
+func (e *errBroken) Unwrap() error { return e.err }
+
+// queue adds framing statements to send before the next statement; it returns the error that
+// broke the transaction, if one did.
+func (p *pipeTx) queue(stmts ...string) error {
+	if p.broken != nil {
+		return p.broken
+	}
+	p.pending = append(p.pending, stmts...)
+	return nil
+}
+
+// rollbackTo undoes the write since the savepoint. Unlike the other framing statements it is
+// sent at once: the transaction is aborted until it ran, and pgx prepares a statement it has not
+// seen on this connection in a round trip of its own before the batch it is in, which an aborted
+// transaction refuses.
+func (p *pipeTx) rollbackTo(ctx context.Context) error {
+	if p.broken != nil {
+		return p.broken
+	}
+	if p.tx == nil { // nothing reached the server: nothing to undo
+		return nil
+	}
+	stmts := append(p.pending, "ROLLBACK TO SAVEPOINT op")
+	p.pending = p.pending[:0]
+	if _, err := p.conn.Exec(ctx, strings.Join(stmts, "; ")); err != nil { // no arguments: one simple query
+		p.broken = &errBroken{err}
+		return p.broken
+	}
+	return nil
+}
+
+// ready reports whether a statement can go to the server as it is: the transaction has begun
+// and no framing statement waits.
+func (p *pipeTx) ready() bool { return p.tx != nil && len(p.pending) == 0 }
+
+// send sends the waiting framing statements, BEGIN first if the transaction has not begun, then
+// the queued queries of b, in one batch, and reads the framing statements' results: what is
+// left of the results is b's.
+func (p *pipeTx) send(ctx context.Context, b *pgx.Batch) (pgx.BatchResults, error) {
+	if p.broken != nil {
+		return nil, p.broken
+	}
+	nb := &pgx.Batch{}
+	framing := len(p.pending)
+	if p.tx == nil {
+		nb.BeginTx(pgx.TxOptions{})
+		framing++
+	}
+	for _, s := range p.pending {
+		nb.Queue(s)
+	}
+	p.pending = p.pending[:0]
+	if b != nil {
+		nb.QueuedQueries = append(nb.QueuedQueries, b.QueuedQueries...)
+	}
+	br := p.conn.SendBatch(ctx, nb)
+	if p.tx == nil {
+		if t, ok := br.(interface{ Tx() pgx.Tx }); ok {
+			p.tx = t.Tx()
+		}
+	}
+	for range framing {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			p.broken = &errBroken{err}
+			return nil, p.broken
+		}
+	}
+	return br, nil
+}
+
+// flush sends the waiting framing statements (and BEGIN) on their own.
+func (p *pipeTx) flush(ctx context.Context) error {
+	if p.ready() {
+		return nil
+	}
+	br, err := p.send(ctx, nil)
+	if err != nil {
+		return err
+	}
+	return br.Close()
+}
+
+// plainArgs reports whether args can go in a batch: a batch takes no query options, and a
+// statement without arguments may be several statements, which only the simple protocol runs.
+func plainArgs(args []any) bool {
+	if len(args) == 0 {
+		return false
+	}
+	switch args[0].(type) {
+	case pgx.QueryExecMode, pgx.QueryRewriter:
+		return false
+	}
+	return true
+}
+
+func (p *pipeTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if !p.ready() && plainArgs(args) {
+		b := &pgx.Batch{}
+		b.Queue(sql, args...)
+		br, err := p.send(ctx, b)
+		if err != nil {
+			return pgconn.CommandTag{}, err
+		}
+		tag, err := br.Exec()
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		return tag, err
+	}
+	if err := p.flush(ctx); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return p.conn.Exec(ctx, sql, args...)
+}
+
+func (p *pipeTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if !p.ready() && plainArgs(args) {
+		b := &pgx.Batch{}
+		b.Queue(sql, args...)
+		br, err := p.send(ctx, b)
+		if err != nil {
+			return nil, err
+		}
+		rows, err := br.Query()
+		if err != nil {
+			_ = br.Close()
+			return nil, err
+		}
+		return &batchRows{Rows: rows, br: br}, nil
+	}
+	if err := p.flush(ctx); err != nil {
+		return nil, err
+	}
+	return p.conn.Query(ctx, sql, args...)
+}
+
+func (p *pipeTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if p.ready() {
+		return p.conn.QueryRow(ctx, sql, args...)
+	}
+	rows, err := p.Query(ctx, sql, args...)
+	return &batchRow{rows: rows, err: err}
+}
+
+func (p *pipeTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if p.ready() {
+		return p.conn.SendBatch(ctx, b)
+	}
+	br, err := p.send(ctx, b)
+	if err != nil {
+		return pgx.FailedBatchResults(b, err)
+	}
+	return br
+}
+
+func (p *pipeTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
+	if err := p.flush(ctx); err != nil {
+		return 0, err
+	}
+	return p.conn.CopyFrom(ctx, table, cols, src)
+}
+
+func (p *pipeTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if err := p.flush(ctx); err != nil {
+		return nil, err
+	}
+	return p.conn.Conn().Prepare(ctx, name, sql)
+}
+
+// Begin starts a nested transaction (a savepoint of pgx's own).
+func (p *pipeTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if err := p.flush(ctx); err != nil {
+		return nil, err
+	}
+	return p.tx.Begin(ctx)
+}
+
+func (p *pipeTx) LargeObjects() pgx.LargeObjects {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.flush(ctx); err != nil || p.tx == nil {
+		// pgx gives no way to return the error: the large objects' calls fail on the
+		// broken transaction.
+		return pgx.LargeObjects{}
+	}
+	return p.tx.LargeObjects()
+}
+
+// Conn returns the connection, once the waiting framing statements were sent: a statement run
+// on it directly must not run before BEGIN. If they fail, the transaction is broken and the
+// batch fails at the writer's next step.
+func (p *pipeTx) Conn() *pgx.Conn {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = p.flush(ctx)
+	return p.conn.Conn()
+}
+
+// Commit sends the waiting framing statements and COMMIT in one round trip.
+func (p *pipeTx) Commit(ctx context.Context) error {
+	if p.done {
+		return pgx.ErrTxClosed
+	}
+	if p.broken != nil {
+		return p.broken
+	}
+	if p.tx == nil { // nothing was written: there is nothing to commit
+		p.release()
+		return nil
+	}
+	// Framing statements take no arguments: with COMMIT they go as one simple query.
+	tag, err := p.conn.Exec(ctx, strings.Join(append(p.pending, "COMMIT"), "; "))
+	p.pending = p.pending[:0]
+	if err != nil {
+		return err // Rollback follows
+	}
+	if tag.String() == "ROLLBACK" { // the transaction was aborted: PostgreSQL rolled it back
+		p.release()
+		return pgx.ErrTxCommitRollback
+	}
+	p.release()
+	return nil
+}
+
+// Rollback drops the transaction, if it began, and gives the connection back (or closes it,
+// if the rollback failed).
+func (p *pipeTx) Rollback(ctx context.Context) error {
+	if p.done {
+		return pgx.ErrTxClosed
+	}
+	defer p.release()
+	p.pending = p.pending[:0]
+	if p.tx == nil || p.conn.Conn().PgConn().TxStatus() == 'I' {
+		return nil
+	}
+	if _, err := p.conn.Exec(ctx, "ROLLBACK"); err != nil {
+		_ = p.conn.Conn().Close(ctx) // the pool drops a closed connection
+		return err
+	}
+	return nil
+}
+
+func (p *pipeTx) release() {
+	if !p.done {
+		p.done = true
+		p.conn.Release()
+	}
+}
+
+// batchRows are the rows of a query sent in a batch: closing them closes the batch.
+type batchRows struct {
+	pgx.Rows
+	br     pgx.BatchResults
+	closed bool
+	err    error
+}
+
+func (r *batchRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.Close()
+	return false
+}
+
+func (r *batchRows) Close() {
+	if r.closed {
+		return
+	}
+	r.closed = true
+	r.Rows.Close()
+	r.err = r.br.Close()
+}
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.err
+}
+
+// batchRow is QueryRow's row of a query sent in a batch (pgx's connRow does the same on Rows).
+type batchRow struct {
+	rows pgx.Rows
+	err  error
+}
+
+func (r *batchRow) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	defer r.rows.Close()
+	if !r.rows.Next() {
+		if err := r.rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	if err := r.rows.Scan(dest...); err != nil {
+		return err
+	}
+	r.rows.Close()
+	return r.rows.Err()
+}
