@@ -107,6 +107,24 @@ const (
 	RunRecovered = "recovered"
 )
 
+// EncodedEvent is an event of a session's stream with its JSON, as json.Marshal encodes the
+// Event: a store keeps the bytes the stream already made for its readers, so that an event is
+// encoded once.
+type EncodedEvent struct {
+	Seq  int64
+	JSON []byte
+	// Event is the event itself: needed where JSON is left to be made (RunFinish), otherwise
+	// optional.
+	Event *Event
+}
+
+// EncodedEventAppender is an EventStore that also takes events already encoded.
+type EncodedEventAppender interface {
+	// AppendEncodedEvents is AppendEvents for events whose JSON is made (each with Seq and JSON
+	// set): their JSON is stored as it is.
+	AppendEncodedEvents(ctx context.Context, sessionID string, at time.Time, evs []EncodedEvent) error
+}
+
 // EventStore keeps each session's stream of run events, so that a client can resume the stream
 // after the run has left the memory of every server, and hands out the stream's sequence numbers.
 type EventStore interface {

@@ -86,10 +86,12 @@ type RunBeginner interface {
 	// BeginRun stores b in one transaction and returns the first of the event numbers it
 	// reserved; on error nothing of b is stored.
 	BeginRun(ctx context.Context, b *RunBegin) (first int64, err error)
-	// FinishRun gives back the event numbers after last when limit is still the last one
-	// reserved (ReleaseEventSeqs) and marks the run ended (EndRun), in one transaction. It
-	// returns EndRun's ECConflict when the instance no longer runs the run; the numbers are
-	// given back all the same.
+	// FinishRun stores what ends a run in one transaction, in this order: the run's last
+	// messages (AppendMessages), its events not stored yet (AppendEvents; an event already
+	// stored is skipped), the event numbers after last when
+	// limit is still the last one reserved (ReleaseEventSeqs), and the run's end (EndRun). It
+	// returns EndRun's ECConflict when the instance no longer runs the run; the messages, the
+	// events and the numbers are stored all the same. On any other error nothing of f is stored.
 	FinishRun(ctx context.Context, f RunFinish) error
 }
 
@@ -108,7 +110,14 @@ type RunBegin struct {
 
 // RunFinish is what ends a run: FinishRun's arguments.
 type RunFinish struct {
-	SessionID   string
+	SessionID string
+	// Messages are appended first; once FinishRun returned, each has its Seq, SessionID and
+	// ParentID, as AppendMessages gives them.
+	Messages []*Message
+	// Events are stored next (their Seqs consecutive and increasing). An event's JSON is stored
+	// as it is; one without JSON is encoded from its Event after Messages are numbered (so that
+	// a record event carrying one of Messages shows its seq), and FinishRun sets its JSON.
+	Events      []EncodedEvent
 	Limit, Last int64 // ReleaseEventSeqs
 	RunID       string
 	Instance    string

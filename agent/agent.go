@@ -118,6 +118,11 @@ type Input struct {
 	// call takes what the session adds to the system prompt from it (SessionPrompt) instead of
 	// reading it again.
 	Session *parley.Session
+	// StoreWithEnd, when set, may take the run's answer (its last assistant message, after which
+	// Run returns) to be stored with the run's end in one write (runs.Run.StoreWithEnd): the run
+	// then announces it (its record event) once stored, and calls stored with it first. When it
+	// reports false, or is not set, the agent stores and announces the answer itself.
+	StoreWithEnd func(msg *parley.Message, stored func(*parley.Message)) bool
 }
 
 // Result is how a run ended.
@@ -317,6 +322,10 @@ func (a *Agent) loop(ctx context.Context, in Input, t *turn, res *Result) (*Resu
 		}
 
 		msg := a.assistant(in, answeredBy, resp, latency)
+		if len(msg.ToolCalls) == 0 && a.storeWithEnd(in, msg) {
+			res.Final, res.FinishReason = msg, parley.FinishStop
+			return res, nil
+		}
 		if err := a.store(ctx, in.SessionID, msg); err != nil {
 			return res, err
 		}
@@ -360,6 +369,10 @@ func (a *Agent) loop(ctx context.Context, in Input, t *turn, res *Result) (*Resu
 	}
 	// A streaming client shows text from chunks; the record that follows replaces them.
 	emitSafe(parley.Event{Type: parley.EventChunk, Content: text})
+	if a.storeWithEnd(in, msg) {
+		res.Final, res.FinishReason = msg, parley.FinishMaxIterations
+		return res, nil
+	}
 	if err := a.store(ctx, in.SessionID, msg); err != nil {
 		return res, err
 	}
@@ -382,6 +395,20 @@ func (a *Agent) systemPrompt(ctx context.Context, sessionID string, sess *parley
 		return extra, nil
 	}
 	return a.cfg.SystemPrompt + "\n\n" + extra, nil
+}
+
+// storeWithEnd gives msg, the run's answer, to be stored with the run's end (StoreWithEnd), and
+// reports whether it was taken. The history is told of it once stored, as store tells it.
+func (a *Agent) storeWithEnd(in Input, msg *parley.Message) bool {
+	if in.StoreWithEnd == nil {
+		return false
+	}
+	scrubNUL(msg)
+	var stored func(*parley.Message)
+	if h, ok := a.cfg.History.(appender); ok {
+		stored = func(m *parley.Message) { h.Appended(in.SessionID, m) }
+	}
+	return in.StoreWithEnd(msg, stored)
 }
 
 func (in Input) gate(ctx context.Context) error {

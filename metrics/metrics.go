@@ -113,7 +113,7 @@ func New() *Metrics {
 		Name: "parley_slow_subscribers_total", Help: "Stream subscribers detached from their session's hub for falling a queue behind (event=detached), and detached ones that caught up and joined it again (event=caught_up).",
 	}, []string{"event"})
 	m.appends = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name: "parley_store_append_duration_seconds", Help: "Time to store one batch of a run's events (one AppendEvents call), by outcome (ok or error).",
+		Name: "parley_store_append_duration_seconds", Help: "Time to store one batch of a run's events (one AppendEvents call, or the write of a run's end that carries its last events), by outcome (ok or error).",
 		Buckets: prometheus.DefBuckets,
 	}, []string{"outcome"})
 	m.publishes = prometheus.NewHistogramVec(prometheus.HistogramOpts{

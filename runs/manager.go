@@ -43,7 +43,8 @@ type Options struct {
 	// PauseTimeout bounds how long a run stays paused; then it is aborted (default 10m).
 	PauseTimeout time.Duration
 	// FlushEvery is how long events wait to be written to Events, so that a stream of small
-	// chunks costs a few writes a second (default 100ms).
+	// chunks costs a few writes a second (default 100ms); a run's first events wait ten times
+	// as long, so that a short run's events are all written with its end (one write).
 	FlushEvery time.Duration
 	// Runs keeps a durable record of each run, leased to Instance, so that one run per session
 	// holds across every instance sharing the store and a run outlives its process (Start). Nil:
@@ -212,6 +213,10 @@ type Run struct {
 	resumed  chan struct{} // closed when a pause ends
 	awaiting bool          // in AwaitApproval
 	wake     chan struct{} // a decision on an approval was stored (AwaitApproval); buffered 1
+	// final is the run's last message, held to be stored with its end (StoreWithEnd), and
+	// finalStored what is told once it is.
+	final       *parley.Message
+	finalStored func(*parley.Message)
 }
 
 // ErrBusy is returned by Begin when the session already has an active run.
@@ -587,11 +592,18 @@ func (r *Run) run(fn Func, emit func(parley.Event)) {
 	if errors.Is(context.Cause(r.ctx), parley.ErrHandedOver) {
 		// Left running in its record for the instance that takes it over: no end here.
 		endSpan(span, "handed_over", nil)
+		if serr := r.storeFinal(); serr != nil {
+			r.log().Error("the run's answer was not stored", "err", serr)
+		}
 		r.log().Info("run left to be taken over", "err", err)
 		r.leave()
 		return
 	}
 	if err != nil {
+		// The body failed after it gave its answer to be stored with the end: stored first.
+		if serr := r.storeFinal(); serr != nil {
+			r.log().Error("the run's answer was not stored", "err", serr)
+		}
 		if parley.CodeOf(err) == parley.ECCanceled || errors.Is(err, context.Canceled) {
 			finish = parley.FinishAborted
 		} else {
@@ -603,12 +615,7 @@ func (r *Run) run(fn Func, emit func(parley.Event)) {
 				RetryAfter: parley.RetryAfterSeconds(err)}})
 		}
 	}
-	if m.opts.Metrics != nil {
-		// Before done goes out: a client that saw done finds the run counted.
-		m.opts.Metrics.RunFinished(finish)
-	}
-	endSpan(span, finish, err)
-	r.emitDone(finish)
+	finish, err = r.emitDone(finish, err, func(finish string, err error) { endSpan(span, finish, err) })
 	if m.afterDone != nil {
 		m.afterDone()
 	}
@@ -622,44 +629,168 @@ const endAttempts = 3
 
 // recordEnd writes the end of the run with write, trying again while the store times out. A
 // conflict on a later attempt means an earlier one committed after all (or the run was taken
-// over meanwhile): either way, this instance is done with the record.
-func (r *Run) recordEnd(write func(ctx context.Context) error) {
+// over meanwhile): either way, this instance is done with the record. It returns the error it
+// logged, or nil.
+func (r *Run) recordEnd(write func(ctx context.Context) error) error {
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 		err := write(ctx)
 		cancel()
 		switch {
 		case err == nil:
-			return
+			return nil
 		case attempt > 1 && parley.CodeOf(err) == parley.ECConflict:
 			r.log().Warn("the end of a run was already recorded, or the run was taken over", "err", err)
-			return
+			return nil
 		case errors.Is(err, context.DeadlineExceeded) && attempt < endAttempts:
 			r.log().Warn("the store is slow to record the end of a run; trying again", "attempt", attempt, "err", err)
 		default:
 			r.log().Error("could not record the end of a run", "err", err)
-			return
+			return err
 		}
 	}
 }
 
-// emitDone appends the run's last event. Under the emit lock, so that no late event (a pause
-// status) slips in: the numbers the run will not use go back first, then the session is freed,
-// here and in the run's record (a client that sends its next message as soon as it sees done,
-// to any instance, must not be told a run is still active, and the next run must go on from
-// done's number + 1), then done goes out.
-func (r *Run) emitDone(finish string) {
+// messageStore is what a run needs of the store to keep a message on its own.
+type messageStore interface {
+	AppendMessages(ctx context.Context, sessionID string, msgs ...*parley.Message) error
+}
+
+// StoreWithEnd takes msg, the run's last message (the answer after which its body returns), to
+// be stored with the run's end in one write (parley.RunFinish) instead of one of its own: the
+// run announces it (a record event) once it is stored, just before done. It reports false when
+// the store cannot (OneWrite is false) or the run already holds one: the caller then stores msg
+// and announces it itself. A body that fails or is handed over after it gave its answer has it
+// stored on its own first. stored, if set, is told of msg (numbered) once it is stored, before
+// the run's done event goes out.
+func (r *Run) StoreWithEnd(msg *parley.Message, stored func(*parley.Message)) bool {
+	if r.m.beginner() == nil {
+		return false
+	}
+	if _, ok := r.m.opts.Runs.(messageStore); !ok {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.final != nil || !r.endedAt.IsZero() {
+		return false
+	}
+	r.final, r.finalStored = msg, stored
+	return true
+}
+
+// takeFinal returns the message held for the run's end, if any, and forgets it.
+func (r *Run) takeFinal() *parley.Message {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	msg := r.final
+	r.final = nil
+	return msg
+}
+
+// tellStored tells the run's body that msg, its answer held for the end, is stored.
+func (r *Run) tellStored(msg *parley.Message) {
+	r.mu.Lock()
+	stored := r.finalStored
+	r.finalStored = nil
+	r.mu.Unlock()
+	if stored != nil {
+		stored(msg)
+	}
+}
+
+// storeFinal stores the message held for the run's end on its own, and announces it.
+func (r *Run) storeFinal() error {
+	msg := r.takeFinal()
+	if msg == nil {
+		return nil
+	}
+	r.emitMu.Lock()
+	defer r.emitMu.Unlock()
+	return r.storeFinalLocked(msg)
+}
+
+// storeFinalLocked stores msg on its own and announces it; with the emit lock held.
+func (r *Run) storeFinalLocked(msg *parley.Message) error {
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	err := r.m.opts.Runs.(messageStore).AppendMessages(ctx, r.SessionID, msg)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("storing %s message: %w", msg.Role, err)
+	}
+	r.tellStored(msg)
+	r.appendLocked(parley.Event{Type: parley.EventRecord, Message: msg})
+	return nil
+}
+
+// emitDone appends the run's last event and returns how the run finished (which changes only
+// when its answer, held for the end, could not be stored). Under the emit lock, so that no late
+// event (a pause status) slips in: the numbers the run will not use go back first, then the
+// session is freed, here and in the run's record (a client that sends its next message as soon
+// as it sees done, to any instance, must not be told a run is still active, and the next run
+// must go on from done's number + 1), then done goes out.
+//
+// With a store that writes a run's end in one transaction (OneWrite), that transaction holds
+// the run's answer (StoreWithEnd), every event of the run not stored yet, its record and done
+// events, the numbers given back and the run's end: one write after the model answered. The
+// record and done events reach the session's readers once it committed.
+func (r *Run) emitDone(finish string, err error, ended func(finish string, err error)) (string, error) {
 	m := r.m
 	r.emitMu.Lock()
 	defer r.emitMu.Unlock()
-	last := r.w.Next() // done's number
 	r.ending.Store(true)
-	if rb := m.beginner(); rb != nil { // both in one write
-		end := parley.RunFinish{SessionID: r.SessionID, Limit: r.w.Limit(), Last: last,
-			RunID: r.ID, Instance: m.opts.Instance, Finish: finish, At: m.opts.Now()}
-		r.recordEnd(func(ctx context.Context) error { return rb.FinishRun(ctx, end) })
-		r.w.GaveBack(last)
+	free := func(finish string, err error) {
+		// Before done goes out: a client that saw done finds the run counted and its span ended.
+		if m.opts.Metrics != nil {
+			m.opts.Metrics.RunFinished(finish)
+		}
+		ended(finish, err)
+		m.mu.Lock()
+		if m.active[r.SessionID] == r {
+			delete(m.active, r.SessionID)
+		}
+		m.mu.Unlock()
+	}
+	final := r.takeFinal()
+	if rb := m.beginner(); rb != nil { // all in one write
+		var tail []parley.Event
+		end := parley.RunFinish{SessionID: r.SessionID, RunID: r.ID, Instance: m.opts.Instance, Finish: finish, At: m.opts.Now()}
+		if final != nil {
+			end.Messages = []*parley.Message{final}
+			tail = append(tail, parley.Event{Type: parley.EventRecord, Message: final, RunID: r.ID, SessionID: r.SessionID})
+		}
+		tail = append(tail, parley.Event{Type: parley.EventDone, FinishReason: finish, RunID: r.ID, SessionID: r.SessionID})
+		stamped, werr := r.w.Finish(tail, func(evs []parley.EncodedEvent) error {
+			end.Events, end.Last, end.Limit = evs, evs[len(evs)-1].Seq, r.w.Limit()
+			if eerr := r.recordEnd(func(ctx context.Context) error { return rb.FinishRun(ctx, end) }); eerr != nil && parley.CodeOf(eerr) != parley.ECConflict {
+				return eerr // nothing was stored
+			}
+			if final != nil {
+				r.tellStored(final)
+			}
+			free(finish, err)
+			return nil
+		})
+		if werr == nil {
+			r.w.GaveBack(stamped[len(stamped)-1].Seq)
+			r.ended = true
+			return finish, err
+		}
+		// Nothing of the end was stored: one write after another, as a store that cannot.
+		r.log().Warn("could not store the end of a run in one write; storing it piece by piece", "err", werr)
+		if final != nil {
+			if serr := r.storeFinalLocked(final); serr != nil {
+				r.log().Error("run failed", "err", serr)
+				finish, err = parley.FinishError, serr
+				r.appendLocked(parley.Event{Type: parley.EventError, Error: &parley.ErrorBody{Code: parley.CodeOf(serr), Message: redact.String(parley.MessageOf(serr))}})
+			}
+		}
+		last := r.w.Next() // done's number
+		r.w.GiveBack(last)
+		at := m.opts.Now()
+		r.recordEnd(func(ctx context.Context) error { return m.opts.Runs.EndRun(ctx, r.ID, m.opts.Instance, finish, at) })
 	} else {
+		last := r.w.Next() // done's number
 		r.w.GiveBack(last)
 		if m.opts.Runs != nil { // the session is free on every instance before done goes out
 			at := m.opts.Now()
@@ -668,13 +799,10 @@ func (r *Run) emitDone(finish string) {
 			})
 		}
 	}
-	m.mu.Lock()
-	if m.active[r.SessionID] == r {
-		delete(m.active, r.SessionID)
-	}
-	m.mu.Unlock()
+	free(finish, err)
 	r.ended = true
 	r.w.Append(parley.Event{Type: parley.EventDone, FinishReason: finish, RunID: r.ID, SessionID: r.SessionID})
+	return finish, err
 }
 
 // emit stamps ev with the run's ids and appends it to the session's stream, which numbers it.
@@ -684,6 +812,11 @@ func (r *Run) emit(ev parley.Event) {
 	if r.ended { // a late status (a pause as the run ended) after done: done stays last
 		return
 	}
+	r.appendLocked(ev)
+}
+
+// appendLocked is emit with the emit lock held.
+func (r *Run) appendLocked(ev parley.Event) {
 	ev.RunID, ev.SessionID = r.ID, r.SessionID
 	r.w.Append(ev)
 }

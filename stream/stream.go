@@ -91,7 +91,8 @@ type Metrics interface {
 	// it reached the ring again.
 	SubscriberDetached()
 	SubscriberCaughtUp()
-	// StoreAppend: one AppendEvents call took d; RelayPublish: one Publish took d.
+	// StoreAppend: one AppendEvents call, or the write of a run's end that carries its last
+	// events (Writer.Finish), took d; RelayPublish: one Publish took d.
 	StoreAppend(d time.Duration, failed bool)
 	RelayPublish(d time.Duration, failed bool)
 }
@@ -116,7 +117,9 @@ type Options struct {
 	// Block is how many sequence numbers a Writer reserves at a time (default DefaultBlock).
 	Block int64
 	// FlushEvery is how long events wait to be written to the store, so that a stream of small
-	// chunks costs a few writes a second (default DefaultFlushEvery).
+	// chunks costs a few writes a second (default DefaultFlushEvery); a run's first events wait
+	// ten times as long, so that a short run's events are all written with its end
+	// (Writer.Finish).
 	FlushEvery time.Duration
 	Log        *slog.Logger
 	Metrics    Metrics

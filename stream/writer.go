@@ -2,6 +2,9 @@ package stream
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"sync"
 	"time"
 
 	parley "github.com/parleyhq/parley"
@@ -22,7 +25,11 @@ type Writer struct {
 	written chan struct{} // closed when the store writer has stopped
 	relayed chan struct{} // closed when the relay publisher has stopped
 	dropped bool
-	batch   []parley.Event // the store writer's batch, reused; cleared once written
+
+	// storing is held by the store writer while it takes and writes a batch, and by Finish:
+	// the run's events are written by one of them at a time, each once.
+	storing sync.Mutex
+	upto    int64 // under s.mu: the run's events up to it are written (or given up on)
 }
 
 // Open reserves the first block of sequence numbers of a new run of the session and returns its
@@ -55,6 +62,7 @@ func (h *Hub) OpenReserved(sessionID string, first, n int64) *Writer {
 	}
 	s.active = first
 	s.stored = first - 1
+	w.upto = first - 1
 	s.wakeLocked()
 	s.mu.Unlock()
 	if h.opts.Store != nil {
@@ -76,6 +84,24 @@ func (w *Writer) FirstSeq() int64 { return w.first }
 // Next returns the Seq the next Append gets.
 func (w *Writer) Next() int64 { return w.next }
 
+// number makes sure the next n numbers are reserved, reserving another block when the run has
+// used its numbers (n is at most a block).
+func (w *Writer) number(n int64) {
+	s, h := w.s, w.h
+	if w.next+n-1 > w.limit {
+		first, err := h.reserve(h.ctx, s.id, h.opts.Block)
+		switch {
+		case err != nil:
+			// Numbering goes on; only a crash of this process could now reuse numbers.
+			h.opts.Log.Error("could not reserve event numbers", "session", s.id, "err", err)
+		case first != max(w.next, w.limit+1):
+			h.opts.Log.Error("event numbers reserved out of order", "session", s.id, "want", max(w.next, w.limit+1), "got", first)
+		default:
+			w.limit = first + h.opts.Block - 1
+		}
+	}
+}
+
 // Append stamps ev with the next sequence number (reserving another block when the run has used
 // its numbers), encodes it, and hands it to the session's readers, the store and the relay. It
 // returns ev as stamped. When the ring holds more than its bounds of events the store has not
@@ -83,18 +109,7 @@ func (w *Writer) Next() int64 { return w.next }
 // returns ev with Seq 0.
 func (w *Writer) Append(ev parley.Event) parley.Event {
 	s, h := w.s, w.h
-	if w.next > w.limit {
-		first, err := h.reserve(h.ctx, s.id, h.opts.Block)
-		switch {
-		case err != nil:
-			// Numbering goes on; only a crash of this process could now reuse numbers.
-			h.opts.Log.Error("could not reserve event numbers", "session", s.id, "err", err)
-		case first != w.next:
-			h.opts.Log.Error("event numbers reserved out of order", "session", s.id, "want", w.next, "got", first)
-		default:
-			w.limit = first + h.opts.Block - 1
-		}
-	}
+	w.number(1)
 	ev.Seq = w.next
 	f := h.frame(ev)
 	s.mu.Lock()
@@ -164,6 +179,76 @@ func (w *Writer) Limit() int64 { return w.limit }
 // run's end, in one transaction), as GiveBack would have.
 func (w *Writer) GaveBack(last int64) { w.limit = max(last, w.next-1) }
 
+// ErrFinished is Finish's error for a Writer closed before it.
+var ErrFinished = errors.New("stream: the run's events are closed")
+
+// Finish appends tail, the run's last events, once write has stored them together with every
+// event of the run the store has not taken yet, in one write (the run's end: parley.RunFinish).
+// write gets those events in order, the ring's with their JSON and tail's, stamped with the next
+// numbers, without (write sets it, as parley.RunBeginner.FinishRun does; or it is made here).
+// The session's readers see tail only once write returned nil, so that what tail announces is
+// durable before any client sees it. When write fails, nothing is appended (the store writer goes
+// on with the ring's events) and the caller may Append tail itself. Finish returns tail as
+// stamped. It is called by the producer, like Append, and blocks the store writer while write
+// runs.
+func (w *Writer) Finish(tail []parley.Event, write func(evs []parley.EncodedEvent) error) ([]parley.Event, error) {
+	s, h := w.s, w.h
+	w.number(int64(len(tail)))
+	w.storing.Lock()
+	defer w.storing.Unlock()
+	s.mu.Lock()
+	if w.closed {
+		s.mu.Unlock()
+		return nil, ErrFinished
+	}
+	if s.from > w.upto && s.ring.n > 0 && s.ring.at(0).Seq > w.upto+1 {
+		h.opts.Log.Error("run events lost before they were stored", "session", s.id, "after", w.upto, "from", s.from)
+	}
+	i := s.ring.after(w.upto)
+	evs := make([]parley.EncodedEvent, 0, s.ring.n-i+len(tail))
+	for ; i < s.ring.n && s.ring.at(i).Seq < w.next; i++ {
+		f := s.ring.at(i)
+		evs = append(evs, parley.EncodedEvent{Seq: f.Seq, JSON: f.JSON, Event: &f.Event})
+	}
+	next := w.next
+	s.mu.Unlock()
+	stamped := make([]parley.Event, len(tail))
+	for j := range tail {
+		stamped[j] = tail[j]
+		stamped[j].Seq = next + int64(j)
+		evs = append(evs, parley.EncodedEvent{Seq: stamped[j].Seq, Event: &stamped[j]})
+	}
+	start := time.Now()
+	err := write(evs)
+	if h.opts.Metrics != nil {
+		h.opts.Metrics.StoreAppend(time.Since(start), err != nil)
+	}
+	if err != nil {
+		return nil, err
+	}
+	frames := make([]*Frame, 0, len(tail))
+	for j, e := range evs[len(evs)-len(tail):] {
+		if e.JSON == nil {
+			var err error
+			if e.JSON, err = json.Marshal(&stamped[j]); err != nil {
+				h.opts.Log.Error("could not encode an event", "session", s.id, "seq", e.Seq, "err", err)
+				continue
+			}
+		}
+		frames = append(frames, &Frame{Event: stamped[j], JSON: e.JSON})
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w.next += int64(len(tail))
+	for _, f := range frames {
+		s.ring.push(f)
+		s.last = f.Seq
+	}
+	w.storedLocked(w.next - 1)
+	s.wakeLocked()
+	return stamped, nil
+}
+
 // Close marks the run's events complete and waits until the store and the relay have them. The
 // ring keeps them for the session's readers until Drop.
 func (w *Writer) Close() {
@@ -232,62 +317,103 @@ func (w *Writer) pending(after int64, n, maxBytes int) (frames []*Frame, more, c
 	return frames, more, w.closed, s.wake, s.from
 }
 
+// firstFlush is how many times FlushEvery a run's first events wait to be written: most runs
+// end before (a chat's answer), and their events are written with their end.
+const firstFlush = 10
+
 // writeStore writes the run's events to the store a batch at a time, letting them gather for
-// FlushEvery (unless the run ends or its producer waits for the store), until the Writer closes.
+// FlushEvery (firstFlush times that for the first batch) unless the run ends or its producer
+// waits for the store, until the Writer closes. What it has not written when the run ends,
+// Finish writes with the run's end.
 func (w *Writer) writeStore() {
 	defer close(w.written)
 	h, s := w.h, w.s
 	after := w.first - 1
 	maxBytes := max(h.opts.RingBytes/writeBatchShare, 1)
-	for {
-		frames, more, closed, wake, from := w.pending(after, writeBatch, maxBytes)
+	for gather := true; ; {
+		if gather {
+			w.gather(after)
+		}
+		w.storing.Lock()
+		s.mu.Lock()
+		after = max(after, w.upto)
+		s.mu.Unlock()
+		frames, more, closed, _, from := w.pending(after, writeBatch, maxBytes)
 		if from > after && (len(frames) == 0 || frames[0].Seq > after+1) {
 			h.opts.Log.Error("run events lost before they were stored", "session", s.id, "after", after, "from", from)
 		}
 		if len(frames) > 0 {
-			evs := w.batch[:0]
-			for _, f := range frames {
-				evs = append(evs, f.Event)
-			}
-			w.store(evs)
-			after = evs[len(evs)-1].Seq
-			// The copies keep the events' strings alive: let them go until the next batch.
-			clear(evs)
-			w.batch = evs[:0]
+			w.store(frames)
+			after = frames[len(frames)-1].Seq
 			s.mu.Lock()
-			s.stored = max(s.stored, after)
-			close(s.progress)
-			s.progress = make(chan struct{})
-			s.trimLocked()
+			w.storedLocked(after)
 			s.mu.Unlock()
 		}
-		if more {
-			continue // a full batch: write the rest now
-		}
-		if closed {
+		w.storing.Unlock()
+		// A full batch (in events or bytes): the rest is written at once, without gathering.
+		if gather = !more; gather && closed {
 			return
 		}
-		if len(frames) == 0 {
-			// The first events after a quiet spell go out at once; then the next gather.
-			select {
-			case <-wake:
-			case <-w.closing:
-			}
-			continue
-		}
-		// Let events gather for a moment, unless the run ends or its producer waits.
-		t := time.NewTimer(h.opts.FlushEvery)
-		select {
-		case <-t.C:
-		case <-w.closing:
-		case <-w.urge:
-		}
-		t.Stop()
 	}
 }
 
-func (w *Writer) store(evs []parley.Event) {
+// gather waits until the ring holds events after `after`, then lets more gather for a moment:
+// FlushEvery, and firstFlush times that before the run's first write, so that a short run,
+// however slow an overloaded server makes it, leaves all of its events to its end's one write
+// (Finish). It returns at once when the run ends, and early when its producer waits.
+func (w *Writer) gather(after int64) {
+	s := w.s
+	s.mu.Lock()
+	idle, wake := s.last <= max(after, w.upto), s.wake
+	s.mu.Unlock()
+	if idle {
+		select {
+		case <-wake:
+		case <-w.closing:
+			return
+		}
+	}
+	wait := w.h.opts.FlushEvery
+	if after < w.first {
+		wait *= firstFlush
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-w.closing:
+	case <-w.urge:
+	}
+}
+
+// storedLocked records that the run's events up to seq are written: the ring may drop them, and
+// a producer waiting for the store goes on. Call with s.mu held.
+func (w *Writer) storedLocked(seq int64) {
+	s := w.s
+	w.upto = max(w.upto, seq)
+	s.stored = max(s.stored, seq)
+	close(s.progress)
+	s.progress = make(chan struct{})
+	s.trimLocked()
+}
+
+// store writes frames to the store: their JSON as it is when the store takes encoded events.
+func (w *Writer) store(frames []*Frame) {
 	h := w.h
+	enc, _ := h.opts.Store.(parley.EncodedEventAppender)
+	var evs []parley.Event
+	var encoded []parley.EncodedEvent
+	if enc != nil {
+		encoded = make([]parley.EncodedEvent, len(frames))
+		for i, f := range frames {
+			encoded[i] = parley.EncodedEvent{Seq: f.Seq, JSON: f.JSON, Event: &f.Event}
+		}
+	} else {
+		evs = make([]parley.Event, len(frames))
+		for i, f := range frames {
+			evs[i] = f.Event
+		}
+	}
 	var err error
 	for attempt := range 3 {
 		if attempt > 0 {
@@ -295,7 +421,11 @@ func (w *Writer) store(evs []parley.Event) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 		start := time.Now()
-		err = h.opts.Store.AppendEvents(ctx, w.s.id, time.Now(), evs)
+		if enc != nil {
+			err = enc.AppendEncodedEvents(ctx, w.s.id, time.Now(), encoded)
+		} else {
+			err = h.opts.Store.AppendEvents(ctx, w.s.id, time.Now(), evs)
+		}
 		cancel()
 		if h.opts.Metrics != nil {
 			h.opts.Metrics.StoreAppend(time.Since(start), err != nil)
@@ -304,7 +434,7 @@ func (w *Writer) store(evs []parley.Event) {
 			return
 		}
 	}
-	h.opts.Log.Error("could not store run events", "session", w.s.id, "from", evs[0].Seq, "to", evs[len(evs)-1].Seq, "err", err)
+	h.opts.Log.Error("could not store run events", "session", w.s.id, "from", frames[0].Seq, "to", frames[len(frames)-1].Seq, "err", err)
 }
 
 // publish hands the run's events to the relay as they come, until the Writer closes. Unlike the

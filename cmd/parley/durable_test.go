@@ -163,7 +163,7 @@ func TestTakeoverMidStreamShowsTextOnce(t *testing.T) {
 // takeoverMidStream kills the server after a few chunks of an answer, restarts it, and checks the
 // replay; it reports false when no chunk had been stored before the kill (nothing was tested).
 func takeoverMidStream(t *testing.T) bool {
-	args := []string{"--db", filepath.Join(t.TempDir(), "parley.db"), "--instance-id", "midstream", "--mock-token-delay", "20ms",
+	args := []string{"--db", filepath.Join(t.TempDir(), "parley.db"), "--instance-id", "midstream", "--mock-token-delay", "100ms",
 		"--rate-limit", "off", "--guest-rate-limit", "off"}
 	srv := startChild(t, args...)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -175,7 +175,7 @@ func takeoverMidStream(t *testing.T) bool {
 		if ev.Data.Type == parley.EventChunk {
 			chunks++
 		}
-		return chunks < 15 // 300 ms of streaming: the event writer flushes every 100 ms
+		return chunks < 15 // 1.5 s of streaming: the event writer flushes a run's first events after 1 s
 	})
 	resp.Body.Close()
 	if chunks < 15 {

@@ -59,24 +59,49 @@ func (s *Store) AppendEvents(ctx context.Context, sessionID string, at time.Time
 	if err != nil {
 		return err
 	}
-	// Encoded before the transaction; again inside it only if a retried write overlaps.
-	batches, err := rowcodec.EventBatches(evs, nil)
+	enc, err := rowcodec.EncodeEvents(evs)
 	if err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}
-	return s.writeFor(ctx, sessionID, func(ctx context.Context, tx pgx.Tx) error {
-		err := appendEvents(ctx, tx, sessionID, at, evs, batches)
-		if isFKViolation(err) { // no such session
-			return notFound("session", sessionID)
-		}
-		if err != nil {
-			return fmt.Errorf("postgres: storing events: %w", err)
-		}
+	return s.appendEncoded(ctx, sessionID, at, enc)
+}
+
+var _ parley.EncodedEventAppender = (*Store)(nil)
+
+// AppendEncodedEvents stores evs, their JSON as it is, a batch per row; events already stored
+// are skipped.
+func (s *Store) AppendEncodedEvents(ctx context.Context, sessionID string, at time.Time, evs []parley.EncodedEvent) error {
+	if len(evs) == 0 {
 		return nil
+	}
+	evs, err := rowcodec.CheckEncoded(evs, true)
+	if err != nil {
+		return err
+	}
+	return s.appendEncoded(ctx, sessionID, at, evs)
+}
+
+func (s *Store) appendEncoded(ctx context.Context, sessionID string, at time.Time, evs []parley.EncodedEvent) error {
+	// Joined before the transaction; again inside it only if a retried write overlaps.
+	batches := rowcodec.EventBatches(evs, nil)
+	return s.writeFor(ctx, sessionID, func(ctx context.Context, tx pgx.Tx) error {
+		return storeEvents(ctx, tx, sessionID, at, evs, batches)
 	})
 }
 
-func appendEvents(ctx context.Context, tx pgx.Tx, sessionID string, at time.Time, evs []parley.Event, batches []rowcodec.EventBatch) error {
+// storeEvents is appendEvents with its errors as the store reports them.
+func storeEvents(ctx context.Context, tx pgx.Tx, sessionID string, at time.Time, evs []parley.EncodedEvent, batches []rowcodec.EventBatch) error {
+	err := appendEvents(ctx, tx, sessionID, at, evs, batches)
+	if isFKViolation(err) { // no such session
+		return notFound("session", sessionID)
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: storing events: %w", err)
+	}
+	return nil
+}
+
+func appendEvents(ctx context.Context, tx pgx.Tx, sessionID string, at time.Time, evs []parley.EncodedEvent, batches []rowcodec.EventBatch) error {
 	// The rows already stored that these events overlap (a retried write).
 	rows, err := tx.Query(ctx, `SELECT first_seq, last_seq FROM event_batches WHERE session_id = $1 AND first_seq <= $2 AND last_seq >= $3`,
 		sessionID, evs[len(evs)-1].Seq, evs[0].Seq)
@@ -97,9 +122,7 @@ func appendEvents(ctx context.Context, tx pgx.Tx, sessionID string, at time.Time
 		return err
 	}
 	if len(stored) > 0 {
-		if batches, err = rowcodec.EventBatches(evs, rowcodec.RangesCover(stored)); err != nil {
-			return err
-		}
+		batches = rowcodec.EventBatches(evs, rowcodec.RangesCover(stored))
 	}
 	for _, b := range batches {
 		if _, err := tx.Exec(ctx, `INSERT INTO event_batches (session_id, first_seq, last_seq, data, created_at) VALUES ($1, $2, $3, $4, $5)`,

@@ -402,15 +402,57 @@ func beginInSession(ctx context.Context, tx pgx.Tx, b *parley.RunBegin, tools []
 	return first, last, links, nil
 }
 
-// FinishRun gives back unused event numbers and ends the run in one transaction
-// (parley.RunBeginner).
+// FinishRun stores what ends a run in one transaction: its last messages, its events not
+// stored yet, the event numbers it gives back and its end (parley.RunBeginner).
 func (s *Store) FinishRun(ctx context.Context, f parley.RunFinish) error {
-	var ended error
-	err := s.writeFor(ctx, f.SessionID, func(ctx context.Context, tx pgx.Tx) error {
+	var cols []rowcodec.Columns
+	if len(f.Messages) > 0 {
+		var err error
+		if cols, err = encodeMessages(f.Messages); err != nil {
+			return err
+		}
+	}
+	// The events to encode here, once the messages they may carry are numbered: encoded anew
+	// each time the write runs.
+	var encode []int
+	for i := range f.Events {
+		e := &f.Events[i]
+		switch {
+		case e.Seq <= 0 || e.JSON == nil && e.Event == nil:
+			return parley.Errorf(parley.ECInvalid, "events: event %d has no sequence number or nothing to store", i)
+		case i > 0 && e.Seq <= f.Events[i-1].Seq:
+			return parley.Errorf(parley.ECInvalid, "events: the events of a run's end are not in order")
+		case e.JSON == nil:
+			encode = append(encode, i)
+		}
+	}
+	var (
+		last  int64
+		links rowcodec.Links
+		ended error
+	)
+	err := s.writeFor(ctx, f.SessionID, func(ctx context.Context, tx pgx.Tx) (err error) {
+		if len(f.Messages) > 0 {
+			if last, links, err = appendMessages(ctx, tx, f.SessionID, f.Messages, cols); err != nil {
+				return err
+			}
+		}
+		if len(f.Events) > 0 {
+			for _, i := range encode {
+				f.Events[i].JSON = nil
+			}
+			if err := rowcodec.EncodeAfter(f.Events, f.Messages, f.SessionID, last, links); err != nil {
+				return fmt.Errorf("postgres: %w", err)
+			}
+			if err := storeEvents(ctx, tx, f.SessionID, f.At, f.Events, rowcodec.EventBatches(f.Events, nil)); err != nil {
+				return err
+			}
+		}
 		if err := releaseEventSeqs(ctx, tx, f.SessionID, f.Limit, f.Last); err != nil {
 			return err
 		}
-		// A run no longer this instance's is no failure of the transaction: the numbers go back.
+		// A run no longer this instance's is no failure of the transaction: the messages, the
+		// events and the numbers are kept.
 		ended = endRun(ctx, tx, f.RunID, f.Instance, f.Finish, f.At)
 		if parley.CodeOf(ended) != parley.ECConflict {
 			return ended
@@ -419,6 +461,9 @@ func (s *Store) FinishRun(ctx context.Context, f parley.RunFinish) error {
 	})
 	if err != nil {
 		return err
+	}
+	if len(f.Messages) > 0 {
+		setSeqs(f.SessionID, f.Messages, last, links)
 	}
 	return ended
 }

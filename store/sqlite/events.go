@@ -62,25 +62,49 @@ func (s *Store) AppendEvents(ctx context.Context, sessionID string, at time.Time
 	if err != nil {
 		return err
 	}
-	// Encoded before the transaction; again inside it only if a retried write overlaps.
-	batches, err := rowcodec.EventBatches(evs, nil)
+	enc, err := rowcodec.EncodeEvents(evs)
 	if err != nil {
 		return fmt.Errorf("sqlite: %w", err)
 	}
+	return s.appendEncoded(ctx, sessionID, at, enc)
+}
+
+var _ parley.EncodedEventAppender = (*Store)(nil)
+
+// AppendEncodedEvents stores evs, their JSON as it is, a batch per row; events already stored
+// are skipped.
+func (s *Store) AppendEncodedEvents(ctx context.Context, sessionID string, at time.Time, evs []parley.EncodedEvent) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	evs, err := rowcodec.CheckEncoded(evs, true)
+	if err != nil {
+		return err
+	}
+	return s.appendEncoded(ctx, sessionID, at, evs)
+}
+
+func (s *Store) appendEncoded(ctx context.Context, sessionID string, at time.Time, evs []parley.EncodedEvent) error {
+	// Joined before the transaction; again inside it only if a retried write overlaps.
+	batches := rowcodec.EventBatches(evs, nil)
 	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		return s.appendEvents(ctx, tx, sessionID, at, evs, batches)
+		return s.appendEvents(ctx, tx, sessionID, at, evs, batches, false)
 	})
 }
 
-func (s *Store) appendEvents(ctx context.Context, tx *sql.Tx, sessionID string, at time.Time, evs []parley.Event, batches []rowcodec.EventBatch) error {
+// appendEvents is AppendEvents' work inside a write transaction; known: the transaction has
+// already found the session.
+func (s *Store) appendEvents(ctx context.Context, tx *sql.Tx, sessionID string, at time.Time, evs []parley.EncodedEvent, batches []rowcodec.EventBatch, known bool) error {
 	c := s.cached(tx)
-	var one int
-	err := c.QueryRowContext(ctx, `SELECT 1 FROM sessions WHERE id = ?`, sessionID).Scan(&one)
-	if errors.Is(err, sql.ErrNoRows) {
-		return notFound("session", sessionID)
-	}
-	if err != nil {
-		return fmt.Errorf("sqlite: storing events: %w", err)
+	if !known {
+		var one int
+		err := c.QueryRowContext(ctx, `SELECT 1 FROM sessions WHERE id = ?`, sessionID).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return notFound("session", sessionID)
+		}
+		if err != nil {
+			return fmt.Errorf("sqlite: storing events: %w", err)
+		}
 	}
 	// The rows already stored that these events overlap (a retried write).
 	rows, err := c.QueryContext(ctx, `SELECT first_seq, last_seq FROM event_batches WHERE session_id = ? AND first_seq <= ? AND last_seq >= ?`,
@@ -102,9 +126,7 @@ func (s *Store) appendEvents(ctx context.Context, tx *sql.Tx, sessionID string, 
 		return fmt.Errorf("sqlite: storing events: %w", err)
 	}
 	if len(stored) > 0 {
-		if batches, err = rowcodec.EventBatches(evs, rowcodec.RangesCover(stored)); err != nil {
-			return fmt.Errorf("sqlite: %w", err)
-		}
+		batches = rowcodec.EventBatches(evs, rowcodec.RangesCover(stored))
 	}
 	for _, b := range batches {
 		if _, err := c.ExecContext(ctx, `INSERT INTO event_batches (session_id, first_seq, last_seq, data, created_at) VALUES (?, ?, ?, ?, ?)`,

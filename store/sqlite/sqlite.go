@@ -58,6 +58,11 @@ type Option func(*options)
 // WithoutMigrate opens the database without applying pending migrations.
 func WithoutMigrate() Option { return func(o *options) { o.migrate = false } }
 
+// OnCommit has the store tell fn about each write transaction, just before its writes are answered: how
+// many writes it carried (group commit) and the error that failed it whole, if any (metrics,
+// and tests that count a chat's transactions).
+func OnCommit(fn func(writes int, err error)) Option { return func(o *options) { o.batched = fn } }
+
 // Open opens (creating it if needed) the database file at path and applies pending migrations.
 func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	o := options{migrate: true}

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
@@ -223,6 +224,156 @@ func testConcurrentEventStreams(t *testing.T, s parley.Store) {
 		}
 		if n != events {
 			t.Fatalf("session %s: %d events stored, want %d", sid, n, events)
+		}
+	}
+}
+
+// A run's end in one write (FinishRun): its answer, its events not stored yet (some encoded by
+// the caller, some left to the store, after the answer is numbered), the numbers it gives back
+// and its end; all of it or, on a failure, none of it.
+func testFinishRunWithEnd(t *testing.T, s parley.Store) {
+	rb := beginner(t, s)
+	at := base
+	begin := func(sess *parley.Session, instance string) (*parley.RunRecord, *parley.Message, int64) {
+		t.Helper()
+		run := &parley.RunRecord{ID: parley.NewID(), SessionID: sess.ID, Owner: "alice", Model: "m", Instance: instance,
+			LeaseUntil: at.Add(time.Minute), CreatedAt: at}
+		user := msg(parley.RoleUser, "hello", at)
+		user.RunID = run.ID
+		first, err := rb.BeginRun(ctx, &parley.RunBegin{NewSession: sess, Reserve: 100, Run: run, Messages: []*parley.Message{user}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return run, user, first
+	}
+	newSess := func() *parley.Session {
+		return &parley.Session{ID: parley.NewID(), Title: "t", Owner: "alice", CreatedAt: at, UpdatedAt: at}
+	}
+	encoded := func(ev parley.Event) parley.EncodedEvent {
+		t.Helper()
+		b, err := json.Marshal(&ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return parley.EncodedEvent{Seq: ev.Seq, JSON: b, Event: &ev}
+	}
+
+	sess := newSess()
+	run, user, first := begin(sess, "i1")
+	ev := func(seq int64, typ parley.EventType) parley.Event {
+		return parley.Event{Seq: seq, Type: typ, RunID: run.ID, SessionID: sess.ID, Content: fmt.Sprintf("e%d", seq)}
+	}
+	// The first events were stored while the run streamed, as the stream encoded them.
+	if ea, ok := s.(parley.EncodedEventAppender); ok {
+		if err := ea.AppendEncodedEvents(ctx, sess.ID, at, []parley.EncodedEvent{encoded(ev(first, parley.EventStart)), encoded(ev(first+1, parley.EventChunk))}); err != nil {
+			t.Fatal(err)
+		}
+	} else if err := s.AppendEvents(ctx, sess.ID, at, []parley.Event{ev(first, parley.EventStart), ev(first+1, parley.EventChunk)}); err != nil {
+		t.Fatal(err)
+	}
+	answer := msg(parley.RoleAssistant, "hi there", at.Add(time.Second))
+	answer.RunID = run.ID
+	record := parley.Event{Seq: first + 3, Type: parley.EventRecord, RunID: run.ID, SessionID: sess.ID, Message: answer}
+	done := parley.Event{Seq: first + 4, Type: parley.EventDone, RunID: run.ID, SessionID: sess.ID, FinishReason: parley.FinishStop}
+	end := parley.RunFinish{SessionID: sess.ID, Messages: []*parley.Message{answer},
+		Events: []parley.EncodedEvent{encoded(ev(first+2, parley.EventChunk)), {Seq: record.Seq, Event: &record}, {Seq: done.Seq, Event: &done}},
+		Limit:  first + 99, Last: done.Seq, RunID: run.ID, Instance: "i1", Finish: parley.FinishStop, At: at.Add(time.Second)}
+	if err := rb.FinishRun(ctx, end); err != nil {
+		t.Fatal(err)
+	}
+	// The answer is numbered and follows the user's message; the record event the store encoded
+	// shows it so.
+	if answer.Seq != user.Seq+1 || answer.SessionID != sess.ID || answer.ParentID != user.ID {
+		t.Fatalf("the answer: seq %d of %q, parent %q; want %d of %q, parent %q", answer.Seq, answer.SessionID, answer.ParentID, user.Seq+1, sess.ID, user.ID)
+	}
+	var rec parley.Event
+	if err := json.Unmarshal(end.Events[1].JSON, &rec); err != nil || rec.Message == nil || rec.Message.Seq != answer.Seq || rec.Message.ParentID != user.ID || rec.Seq != record.Seq {
+		t.Fatalf("the record event's JSON as the store made it: %s, %v", end.Events[1].JSON, err)
+	}
+	if want := jsonOf(t, &record); string(end.Events[1].JSON) != want {
+		t.Fatalf("the record event's JSON:\n%s\nwant, as the numbered event encodes:\n%s", end.Events[1].JSON, want)
+	}
+	if end.Events[2].JSON == nil {
+		t.Fatal("the done event's JSON was not set")
+	}
+	h, err := s.History(ctx, sess.ID)
+	if err != nil || len(h) != 2 || h[1].ID != answer.ID || h[1].Content.String() != "hi there" {
+		t.Fatalf("history after the run's end: %+v, %v", h, err)
+	}
+	evs, err := s.ListEvents(ctx, sess.ID, 0, 100)
+	if err != nil || len(evs) != 5 {
+		t.Fatalf("events: %d, %v; want 5", len(evs), err)
+	}
+	for i, e := range evs {
+		if e.Seq != first+int64(i) {
+			t.Fatalf("event %d has seq %d, want %d", i, e.Seq, first+int64(i))
+		}
+	}
+	if evs[2].Content != fmt.Sprintf("e%d", first+2) || evs[3].Type != parley.EventRecord || evs[3].Message == nil ||
+		evs[3].Message.ID != answer.ID || evs[3].Message.Seq != answer.Seq || evs[4].Type != parley.EventDone || evs[4].FinishReason != parley.FinishStop {
+		t.Fatalf("the events of the run's end as stored: %+v", evs[2:])
+	}
+	if _, err := s.ActiveRun(ctx, sess.ID); !isNotFound(err) {
+		t.Fatalf("after FinishRun the run is still running: %v", err)
+	}
+	if next, err := s.ReserveEventSeqs(ctx, sess.ID, 1); err != nil || next != done.Seq+1 {
+		t.Fatalf("after the run's end: next number %d, %v; want %d", next, err, done.Seq+1)
+	}
+
+	// A run another instance took over: a conflict, and its answer, events and numbers are
+	// stored all the same.
+	sess2 := newSess()
+	run2, _, first2 := begin(sess2, "i1")
+	answer2 := msg(parley.RoleAssistant, "late", at)
+	answer2.RunID = run2.ID
+	record2 := parley.Event{Seq: first2, Type: parley.EventRecord, RunID: run2.ID, SessionID: sess2.ID, Message: answer2}
+	err = rb.FinishRun(ctx, parley.RunFinish{SessionID: sess2.ID, Messages: []*parley.Message{answer2}, Events: []parley.EncodedEvent{{Seq: first2, Event: &record2}},
+		Limit: first2 + 99, Last: first2, RunID: run2.ID, Instance: "someone-else", Finish: parley.FinishStop, At: at})
+	if parley.CodeOf(err) != parley.ECConflict {
+		t.Fatalf("finishing another instance's run: %v, want conflict", err)
+	}
+	if h, err := s.History(ctx, sess2.ID); err != nil || len(h) != 2 || h[1].ID != answer2.ID {
+		t.Fatalf("the answer of a run taken over: %d messages, %v", len(h), err)
+	}
+	if evs, err := s.ListEvents(ctx, sess2.ID, 0, 10); err != nil || len(evs) != 1 || evs[0].Message == nil || evs[0].Message.Seq != answer2.Seq {
+		t.Fatalf("the events of a run taken over: %+v, %v", evs, err)
+	}
+	if next, err := s.ReserveEventSeqs(ctx, sess2.ID, 1); err != nil || next != first2+1 {
+		t.Fatalf("after a refused finish: next number %d, %v; want %d", next, err, first2+1)
+	}
+
+	// A write that fails half-way (the answer names a parent the session does not have) stores
+	// nothing: no message, no event, the run still running, no number given back.
+	sess3 := newSess()
+	run3, _, first3 := begin(sess3, "i1")
+	bad := msg(parley.RoleAssistant, "x", at)
+	bad.ParentID = parley.NewID()
+	start3 := ev(first3, parley.EventStart)
+	err = rb.FinishRun(ctx, parley.RunFinish{SessionID: sess3.ID, Messages: []*parley.Message{bad}, Events: []parley.EncodedEvent{encoded(start3)},
+		Limit: first3 + 99, Last: first3, RunID: run3.ID, Instance: "i1", Finish: parley.FinishStop, At: at})
+	if err == nil || parley.CodeOf(err) == parley.ECConflict {
+		t.Fatalf("an end whose answer names an unknown parent: %v, want a failure", err)
+	}
+	if h, _ := s.History(ctx, sess3.ID); len(h) != 1 {
+		t.Fatalf("a failed end stored its answer: %d messages", len(h))
+	}
+	if evs, _ := s.ListEvents(ctx, sess3.ID, 0, 10); len(evs) != 0 {
+		t.Fatalf("a failed end stored %d events", len(evs))
+	}
+	if r, err := s.ActiveRun(ctx, sess3.ID); err != nil || r.ID != run3.ID {
+		t.Fatalf("after a failed end the run is not running: %v", err)
+	}
+	if next, err := s.ReserveEventSeqs(ctx, sess3.ID, 1); err != nil || next != first3+100 {
+		t.Fatalf("after a failed end: next number %d, %v; want %d", next, err, first3+100)
+	}
+	// Events out of order, or with nothing to store, are refused.
+	for _, evs := range [][]parley.EncodedEvent{
+		{encoded(ev(first3+2, parley.EventChunk)), encoded(ev(first3+1, parley.EventChunk))},
+		{{Seq: first3 + 1}},
+	} {
+		if err := rb.FinishRun(ctx, parley.RunFinish{SessionID: sess3.ID, Events: evs, Limit: first3 + 99, Last: first3 + 2,
+			RunID: run3.ID, Instance: "i1", Finish: parley.FinishStop, At: at}); parley.CodeOf(err) != parley.ECInvalid {
+			t.Fatalf("an end with events %+v: %v, want invalid", evs, err)
 		}
 	}
 }

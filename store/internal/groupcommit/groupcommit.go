@@ -50,7 +50,8 @@ type Options struct {
 	// Writers is how many transactions may run at once, each with a batch of its own (default
 	// 1: SQLite has one writer; PostgreSQL can commit several at once).
 	Writers int
-	// Batched, if set, is told the size of each batch once it is answered (metrics, tests).
+	// Batched, if set, is told the size of each batch once it is done, just before its
+	// operations are answered (metrics, tests).
 	Batched func(n int, err error)
 	// Retry, if set, tells an error that another transaction may not meet (PostgreSQL: a
 	// deadlock with a batch on another connection). An operation that failed with one runs again
@@ -264,15 +265,16 @@ func (w *Writer[T]) run(batch []*op[T]) {
 			errs[i] = sub[j]
 		}
 	}
+	if w.opts.Batched != nil {
+		// Before the answers: a caller told its write is done finds its transaction counted.
+		w.opts.Batched(len(live), err)
+	}
 	for i, o := range live {
 		if err != nil {
 			o.err <- err
 		} else {
 			o.err <- errs[i]
 		}
-	}
-	if w.opts.Batched != nil {
-		w.opts.Batched(len(live), err)
 	}
 }
 

@@ -1,0 +1,199 @@
+package stream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	parley "github.com/parleyhq/parley"
+)
+
+// storedSeqs returns the numbers of the session's stored events.
+func storedSeqs(m *memEvents, session string) []int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []int64
+	for _, ev := range m.events[session] {
+		out = append(out, ev.Seq)
+	}
+	return out
+}
+
+// waitStored waits until the session's stored events number n.
+func waitStored(t *testing.T, m *memEvents, session string, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); len(storedSeqs(m, session)) < n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("stored %v, want %d events", storedSeqs(m, session), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A run's end writes, in one write, the events the store writer has not taken and the run's
+// last events; readers see those only once the write returned, and nothing is written twice.
+func TestFinishWritesWhatIsLeftWithTheTail(t *testing.T) {
+	mem := newMemEvents()
+	h := New(Options{Store: mem, FlushEvery: time.Hour})
+	w, err := h.Open(context.Background(), "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		w.Append(parley.Event{Type: parley.EventChunk, Content: "a"})
+	}
+	w.urge <- struct{}{} // the store writer writes what it has now
+	waitStored(t, mem, "s1", 3)
+	for range 2 {
+		w.Append(parley.Event{Type: parley.EventChunk, Content: "b"})
+	}
+	sub := h.Subscribe(context.Background(), "s1", 0)
+	defer sub.Close()
+
+	var got []parley.EncodedEvent
+	tail, err := w.Finish([]parley.Event{{Type: parley.EventDone, FinishReason: parley.FinishStop}}, func(evs []parley.EncodedEvent) error {
+		got = append(got, evs...)
+		w.s.mu.Lock()
+		last := w.s.last
+		w.s.mu.Unlock()
+		if last != 5 {
+			t.Errorf("while the end is written, the ring goes up to %d, want 5", last)
+		}
+		var list []parley.Event
+		for i, e := range evs {
+			if e.JSON == nil {
+				b, err := json.Marshal(e.Event)
+				if err != nil {
+					return err
+				}
+				evs[i].JSON = b
+			}
+			var ev parley.Event
+			if err := json.Unmarshal(evs[i].JSON, &ev); err != nil {
+				return err
+			}
+			list = append(list, ev)
+		}
+		return mem.AppendEvents(context.Background(), "s1", time.Now(), list)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tail) != 1 || tail[0].Seq != 6 {
+		t.Fatalf("the tail as stamped: %+v, want one event numbered 6", tail)
+	}
+	if len(got) != 3 || got[0].Seq != 4 || got[1].Seq != 5 || got[2].Seq != 6 {
+		t.Fatalf("the end's write got %d events: %+v, want 4, 5 and 6", len(got), got)
+	}
+	if got[0].JSON == nil || got[1].JSON == nil || got[2].JSON != nil || got[2].Event.Type != parley.EventDone {
+		t.Fatal("the end's write: the ring's events come with their JSON, the tail's without")
+	}
+	w.Close()
+	w.Drop()
+	if seqs := storedSeqs(mem, "s1"); len(seqs) != 6 || seqs[5] != 6 {
+		t.Fatalf("stored %v, want 1 to 6", seqs)
+	}
+	var seen []int64
+	for len(seen) < 6 {
+		select {
+		case <-sub.Ready():
+		case <-time.After(time.Minute):
+			t.Fatalf("read %v, and no more", seen)
+		}
+		frames, err := sub.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range frames {
+			seen = append(seen, f.Seq)
+		}
+	}
+	if seen[5] != 6 {
+		t.Fatalf("read %v", seen)
+	}
+}
+
+// When the end's write fails, nothing of the tail is appended, and the store writer still
+// writes the ring's events.
+func TestFinishThatFailsAppendsNothing(t *testing.T) {
+	mem := newMemEvents()
+	h := New(Options{Store: mem, FlushEvery: time.Hour})
+	w, err := h.Open(context.Background(), "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		w.Append(parley.Event{Type: parley.EventChunk, Content: "a"})
+	}
+	failed := errors.New("the store is down")
+	if _, err := w.Finish([]parley.Event{{Type: parley.EventDone}}, func([]parley.EncodedEvent) error { return failed }); !errors.Is(err, failed) {
+		t.Fatalf("Finish: %v, want the write's error", err)
+	}
+	if w.Next() != 3 {
+		t.Fatalf("after a failed end the next number is %d, want 3", w.Next())
+	}
+	if ev := w.Append(parley.Event{Type: parley.EventDone}); ev.Seq != 3 {
+		t.Fatalf("done appended after a failed end: seq %d, want 3", ev.Seq)
+	}
+	w.Close()
+	w.Drop()
+	if seqs := storedSeqs(mem, "s1"); len(seqs) != 3 {
+		t.Fatalf("stored %v, want 1 to 3", seqs)
+	}
+}
+
+// encodedMem is a memEvents that takes events encoded, and keeps the JSON it was given.
+type encodedMem struct {
+	*memEvents
+	json [][]byte
+}
+
+func (m *encodedMem) AppendEncodedEvents(ctx context.Context, s string, at time.Time, evs []parley.EncodedEvent) error {
+	list := make([]parley.Event, len(evs))
+	m.mu.Lock()
+	for i, e := range evs {
+		m.json = append(m.json, e.JSON)
+		list[i] = *e.Event
+	}
+	m.mu.Unlock()
+	return m.AppendEvents(ctx, s, at, list)
+}
+
+// A store that takes encoded events gets the very bytes the readers get: each event is encoded
+// once.
+func TestTheStoreGetsTheFramesJSON(t *testing.T) {
+	mem := &encodedMem{memEvents: newMemEvents()}
+	h := New(Options{Store: mem, FlushEvery: time.Millisecond})
+	w, err := h.Open(context.Background(), "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := h.Subscribe(context.Background(), "s1", 0)
+	defer sub.Close()
+	for range 3 {
+		w.Append(parley.Event{Type: parley.EventChunk, Content: "a"})
+	}
+	var frames []*Frame
+	for len(frames) < 3 {
+		<-sub.Ready()
+		fs, err := sub.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames = append(frames, fs...)
+	}
+	w.Close()
+	w.Drop()
+	mem.mu.Lock()
+	defer mem.mu.Unlock()
+	if len(mem.json) != 3 {
+		t.Fatalf("the store got %d encoded events, want 3", len(mem.json))
+	}
+	for i, f := range frames {
+		if &mem.json[i][0] != &f.JSON[0] {
+			t.Errorf("event %d: the store got other bytes than the readers' frame", f.Seq)
+		}
+	}
+}
