@@ -327,6 +327,13 @@ func TestTwoWritersRunTwoBatchesAtOnce(t *testing.T) {
 	}
 	errs := make(chan error, 2)
 	go func() { errs <- w.Do(context.Background(), meet(a, b)) }()
+	// The second write is sent once the first one runs, so that it cannot join the first's batch
+	// (where it would run only after the first had given up waiting for it).
+	select {
+	case <-a:
+	case <-time.After(wait):
+		t.Fatal("the first write never ran")
+	}
 	go func() { errs <- w.Do(context.Background(), meet(b, a)) }()
 	for range 2 {
 		if err := <-errs; err != nil {
