@@ -471,7 +471,9 @@ func TestResume(t *testing.T) {
 // until resume; a pause that lasts too long aborts the run; a second message during a run is
 // refused.
 func TestControl(t *testing.T) {
-	e := newEnvWith(t, runs.Options{PauseTimeout: 200 * time.Millisecond}, nil)
+	// Long enough for the pause and resume below on a loaded machine; short enough to wait for
+	// at the end, where a pause outlives it.
+	e := newEnvWith(t, runs.Options{PauseTimeout: 2 * time.Second}, nil)
 	step := make(chan struct{}, 4)
 	stepAgent(e, step)
 	sid := e.newSession(t, "alice")
@@ -531,7 +533,7 @@ func TestControl(t *testing.T) {
 		t.Fatalf("abort without a run: %d", code)
 	}
 
-	// A pause longer than the pause timeout (200ms here) aborts the run, with an error event.
+	// A pause longer than the pause timeout (2 s here) aborts the run, with an error event.
 	c.send(`{"type":"user_message","id":"m4","data":{"text":"Pause me"}}`)
 	waitFor(t, c, "llm_chunk")
 	if code, _ := e.do(t, "POST", "/api/v1/sessions/"+sid+"/pause", ""); code != 200 {
