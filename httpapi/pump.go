@@ -136,25 +136,15 @@ func (p *pump) start(ctx context.Context) {
 }
 
 // kick starts the parked pump again, or tells the running one to look again before it parks.
-func (p *pump) kick() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ended || !p.started {
-		return
-	}
-	if p.running {
-		p.kicked = true
-		return
-	}
-	p.running = true
-	p.dueOnly = false
-	go p.resume()
-}
+func (p *pump) kick() { p.restart(false) }
 
 // kickDue starts the parked pump at its next deadline (a heartbeat, the recheck of its
 // credentials, its idle end): once that is done it parks again at once, rather than after
 // wsPark.
-func (p *pump) kickDue() {
+func (p *pump) kickDue() { p.restart(true) }
+
+// restart is kick (dueOnly false) and kickDue (dueOnly true).
+func (p *pump) restart(dueOnly bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.ended || !p.started {
@@ -165,7 +155,7 @@ func (p *pump) kickDue() {
 		return
 	}
 	p.running = true
-	p.dueOnly = true
+	p.dueOnly = dueOnly
 	go p.resume()
 }
 
