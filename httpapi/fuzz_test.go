@@ -140,7 +140,7 @@ func FuzzWebSocketFrames(f *testing.F) {
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		w := &wsConn{
 			s: s, id: auth.Identity{User: "alice"}, ip: "127.0.0.1", cancel: func(error) {}, r: upgrade,
-			outbox: make(chan []byte, wsOutboxSize), session: make(chan string, 1), activity: make(chan struct{}, 1),
+			outbox: make(chan []byte, wsOutboxSize), session: make(chan follow, 1), activity: make(chan struct{}, 1),
 		}
 		w.handle(context.Background(), frame)
 		if len(w.outbox) != 1 {

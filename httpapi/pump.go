@@ -41,6 +41,12 @@ type transport interface {
 	lifetime()
 }
 
+// follow is a session for a pump to start following, from the event after seq `after`.
+type follow struct {
+	sessionID string
+	after     int64
+}
+
 // pump is one client's stream. The WebSocket's own inputs (replies to the client's frames, the
 // session its first message created, its activity) come in through the optional channels, each
 // send followed by kick; an SSE stream leaves them nil.
@@ -61,7 +67,7 @@ type pump struct {
 
 	replies  <-chan []byte
 	reply    func(b []byte) error
-	sessions <-chan string
+	sessions <-chan follow
 	activity <-chan struct{}
 
 	// onEnd is called once, in the pump's goroutine, with why it stopped (start only).
@@ -271,9 +277,9 @@ func (p *pump) loopOrPark() (err error, ended bool) {
 				return errClientGone{err}, true
 			}
 			p.parkAt = time.Now().Add(p.park)
-		case id := <-p.sessions:
+		case f := <-p.sessions:
 			if p.sub == nil {
-				p.subscribe(ctx, id, stream.Join)
+				p.subscribe(ctx, f.sessionID, f.after)
 			}
 			p.parkAt = time.Now().Add(p.park)
 		case <-p.activity:

@@ -128,7 +128,7 @@ type wsConn struct {
 	ip       string
 	cancel   context.CancelCauseFunc
 	outbox   chan []byte
-	session  chan string   // a session the reader created: the writer starts following it
+	session  chan follow   // a session the reader created: the writer starts following it
 	activity chan struct{} // the client sent a frame: the idle timer starts again
 
 	sessionID string // owned by the reader after the start
@@ -225,7 +225,7 @@ func (s *server) handleWS() http.Handler {
 		live := detachedRequest(r, ctx)
 		conn = &wsConn{
 			s: s, c: c, conn: cw.conn, id: id, ip: s.clientIP(r), r: live, cancel: stop, sessionID: sessionID, connCtx: connCtx, life: ctx,
-			outbox: make(chan []byte, wsOutboxSize), session: make(chan string, 1), activity: make(chan struct{}, 1),
+			outbox: make(chan []byte, wsOutboxSize), session: make(chan follow, 1), activity: make(chan struct{}, 1),
 		}
 		stopShutdown := func() bool { return false }
 		if s.Lifetime != nil {
@@ -625,7 +625,9 @@ func (w *wsConn) userMessage(ctx context.Context, m wsUserMessage) (map[string]a
 	}
 	if w.sessionID == "" {
 		w.sessionID = st.Session.ID
-		w.session <- st.Session.ID
+		// From the run's first event, not stream.Join: the run may be over before the writer
+		// subscribes, and a reader that joins then starts after it.
+		w.session <- follow{sessionID: st.Session.ID, after: st.Run.FirstSeq() - 1}
 		w.kick()
 	}
 	return map[string]any{"action": "user_message", "session_id": st.Session.ID, "run_id": st.Run.ID, "message_id": st.UserMessage.ID}, nil
