@@ -44,6 +44,12 @@ type Store struct {
 
 	stmtMu sync.Mutex
 	stmts  map[string]*sql.Stmt // the hot writes' statements (cachedTx)
+	// txStmts are those statements bound to the write transaction under way (tx), made once
+	// per transaction instead of once per statement run: a batch runs each many times.
+	txStmts struct {
+		tx *sql.Tx
+		m  map[string]*sql.Stmt
+	}
 
 	// ran counts the statements run in write transactions (the savepoints of group commit and
 	// the hot writes' statements, cachedTx), for the benchmarks and the tests that count them.
@@ -162,12 +168,29 @@ func (s *Store) cached(tx *sql.Tx) cachedTx { return cachedTx{s, tx} }
 // stmt returns q prepared, bound to the transaction; nil if it cannot be prepared (the caller
 // then runs q unprepared, which reports the error).
 func (c cachedTx) stmt(ctx context.Context, q string) *sql.Stmt {
-	st := c.s.prepared(ctx, q)
+	s := c.s
+	s.stmtMu.Lock()
+	if s.txStmts.tx == c.tx {
+		if st, ok := s.txStmts.m[q]; ok {
+			s.stmtMu.Unlock()
+			return st
+		}
+	}
+	s.stmtMu.Unlock()
+	st := s.prepared(ctx, q)
 	if st == nil {
 		return nil
 	}
-	// database/sql keeps one prepared copy per connection; the transaction's is reused.
-	return c.tx.StmtContext(ctx, st)
+	// database/sql keeps one prepared copy per connection; the transaction's is reused. The
+	// statement bound to the transaction is closed with it (commit or rollback).
+	txst := c.tx.StmtContext(ctx, st)
+	s.stmtMu.Lock()
+	if s.txStmts.tx != c.tx { // the store's first statement in this transaction
+		s.txStmts.tx, s.txStmts.m = c.tx, make(map[string]*sql.Stmt, 16)
+	}
+	s.txStmts.m[q] = txst
+	s.stmtMu.Unlock()
+	return txst
 }
 
 // prepared returns q prepared once for the store, nil if it cannot be prepared. database/sql
@@ -229,14 +252,6 @@ func (c cachedTx) QueryContext(ctx context.Context, q string, args ...any) (*sql
 		return st.QueryContext(ctx, args...)
 	}
 	return c.tx.QueryContext(ctx, q, args...)
-}
-
-func (c cachedTx) PrepareContext(ctx context.Context, q string) (*sql.Stmt, error) {
-	ctx = context.WithoutCancel(ctx)
-	if st := c.stmt(ctx, q); st != nil {
-		return st, nil
-	}
-	return c.tx.PrepareContext(ctx, q)
 }
 
 // sqlTx is the group-commit writer's view of the database.
@@ -574,23 +589,10 @@ func setSeqs(sessionID string, msgs []*parley.Message, last int64, links rowcode
 	}
 }
 
-// preparer is a transaction, or one whose hot statements are prepared once (cachedTx).
-type preparer interface {
-	PrepareContext(ctx context.Context, q string) (*sql.Stmt, error)
-}
-
 // insertMessages inserts the message rows (messageRow) with seqs from first on and their parents.
-func insertMessages(ctx context.Context, tx preparer, sessionID string, first int64, rows [][]any, parents []string) error {
-	stmt, err := tx.PrepareContext(ctx, insertMessage)
-	if err != nil {
-		return fmt.Errorf("sqlite: appending messages: %w", err)
-	}
-	defer stmt.Close()
-	if c, ok := tx.(cachedTx); ok {
-		c.s.ran.Add(int64(len(rows)))
-	}
+func insertMessages(ctx context.Context, c cachedTx, sessionID string, first int64, rows [][]any, parents []string) error {
 	for i, r := range rows {
-		if _, err := stmt.ExecContext(ctx, messageArgs(r, sessionID, first+int64(i), nullStr(parents[i]))...); err != nil {
+		if _, err := c.ExecContext(ctx, insertMessage, messageArgs(r, sessionID, first+int64(i), nullStr(parents[i]))...); err != nil {
 			return fmt.Errorf("sqlite: appending message %d: %w", i, err)
 		}
 	}
