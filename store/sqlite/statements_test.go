@@ -55,8 +55,23 @@ func TestAChatRunsNineStatements(t *testing.T) {
 	if err != nil || got.LeafID != answer.ID || got.Usage.TotalTokens != 5 || answer.Seq != 2 || answer.ParentID != user.ID {
 		t.Fatalf("session %+v (%v), answer seq %d parent %q", got, err, answer.Seq, answer.ParentID)
 	}
-	if next, err := s.ReserveEventSeqs(ctx, sess.ID, 1); err != nil || next != first+2 {
-		t.Fatalf("next event number %d, %v; want %d", next, err, first+2)
+	// The next chat of the session: one read of the session, the message, the session's
+	// update (which reserves the event numbers too) and the run. Before: 6.
+	next := &parley.RunRecord{ID: parley.NewID(), SessionID: sess.ID, Owner: "u", Model: "m", Instance: "i", LeaseUntil: now.Add(time.Minute), CreatedAt: now}
+	again := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("again"), RunID: next.ID, CreatedAt: now}
+	before = s.ran.Load()
+	first2, err := s.BeginRun(ctx, &parley.RunBegin{SessionID: sess.ID, Reserve: 1024, Run: next, Messages: []*parley.Message{again}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s.ran.Load() - before; n != 4 {
+		t.Errorf("BeginRun of an existing session ran %d statements, want 4", n)
+	}
+	if first2 != first+2 || next.FirstSeq != first2 || again.Seq != 3 || again.ParentID != answer.ID {
+		t.Fatalf("the next run: first %d (run's %d), message seq %d parent %q; want %d, 3, %q", first2, next.FirstSeq, again.Seq, again.ParentID, first+2, answer.ID)
+	}
+	if seq, err := s.ReserveEventSeqs(ctx, sess.ID, 1); err != nil || seq != first2+1024 {
+		t.Fatalf("next event number %d, %v; want %d", seq, err, first2+1024)
 	}
 }
 
