@@ -157,7 +157,11 @@ func (s *Store) write(ctx context.Context, fn func(ctx context.Context, tx *sql.
 
 // cachedTx runs the statements of the hot writes (a chat's, a run's events) as statements
 // prepared once per connection: SQLite then parses and plans each statement once, not at each
-// write.
+// write. They run without the batch's cancellation (context.WithoutCancel): given a context that
+// can end, the driver starts a goroutine and sets a progress handler for each statement, and
+// these are single-row statements by key, which do not wait for anything once the write
+// transaction holds SQLite's lock (BEGIN IMMEDIATE, under the batch's context). The batch's
+// bound still applies to its beginning and to the other statements.
 type cachedTx struct {
 	s  *Store
 	tx *sql.Tx
