@@ -5,7 +5,8 @@
 // and connects -ws idle WebSockets (GET /api/ws?convId=…) and -sse idle SSE streams
 // (GET /api/v1/sessions/{id}/stream) to it, from -sources loopback addresses (127.0.0.2, …: one
 // address has only the ephemeral port range for its connections to the server's port). It raises
-// the open files limit for itself and the server. It reports Parley's resident memory, live heap,
+// the open files limit for itself and the server. It reports Parley's resident memory (-settle after
+// connecting, and settled after a collection), live heap,
 // goroutine stacks and goroutines per connection (with both kinds, the SSE streams first measured
 // alone on a fresh server: -alone) and against issue 25's targets (PASS/FAIL), then starts -runs
 // runs on the session
@@ -343,10 +344,12 @@ type heapStats struct {
 
 // settledStatus reads the process's memory once its resident size has stopped falling: after a
 // collection, the runtime's scavenger returns the freed pages beyond about 10% of the heap in use
-// to the system over the next seconds. An idle server gets there without help (the runtime
-// collects at least every two minutes), so this is what an idle connection goes on holding, where
-// a reading just after connecting also counts what the connecting left behind. It waits until
-// the resident size has fallen by less than 64 KiB in 4 s, at most 30 s.
+// to the system over the next seconds. This is what the server holds without what connecting
+// left behind (garbage, freed stacks), which a reading just after connecting also counts: a lower
+// bound. Left alone, an idle server stays somewhat above it (the runtime collects every two
+// minutes, and keeps resident the heap that the garbage made meanwhile, such as heartbeats',
+// reached at that collection). It waits until the resident size has fallen by less than 64 KiB
+// in 4 s, at most 30 s.
 func settledStatus(pid int) (status, error) {
 	st, err := procStatus(pid)
 	if err != nil {
