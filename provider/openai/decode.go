@@ -109,11 +109,12 @@ func newChunkDecoder() *chunkDecoder { return &chunkDecoder{lastIndex: -1} }
 func (d *chunkDecoder) decode(evs []parley.StreamEvent, data []byte) ([]parley.StreamEvent, error) {
 	// encoding/json decodes a slice's elements into its backing array without zeroing them: the
 	// last chunk's choices are cleared first.
-	ch := &d.ch
-	clear(ch.Choices[:cap(ch.Choices)])
-	*ch = wireChunk{Choices: ch.Choices[:0]}
-	if err := json.Unmarshal(data, ch); err != nil {
-		return evs, parley.WrapError(parley.ECUpstream, err, "invalid provider stream chunk")
+	ch := d.reset()
+	if !fastChunk(data, ch) {
+		ch = d.reset()
+		if err := json.Unmarshal(data, ch); err != nil {
+			return evs, parley.WrapError(parley.ECUpstream, err, "invalid provider stream chunk")
+		}
 	}
 	if upstream.IsSet(ch.Error) {
 		return evs, parley.WrapError(parley.ECUpstream, upstream.ParseError(ch.Error), "provider stream failed")
@@ -149,6 +150,14 @@ func (d *chunkDecoder) decode(evs []parley.StreamEvent, data []byte) ([]parley.S
 		evs = append(evs, parley.StreamEvent{Type: parley.StreamUsage, Usage: &u})
 	}
 	return evs, nil
+}
+
+// reset clears the last chunk's decoding, keeping its choices' backing array.
+func (d *chunkDecoder) reset() *wireChunk {
+	ch := &d.ch
+	clear(ch.Choices[:cap(ch.Choices)])
+	*ch = wireChunk{Choices: ch.Choices[:0]}
+	return ch
 }
 
 // index returns the tool-call index of a delta. Without an explicit index, a delta with a new

@@ -20,7 +20,12 @@ func NewStream(body io.ReadCloser) parley.Stream {
 func newStream(ctx context.Context, body io.ReadCloser) *upstream.Stream {
 	sse, dec := upstream.NewSSEReader(body), newChunkDecoder()
 	var usage *parley.Usage // the latest usage seen, reported once at [DONE]
-	return upstream.NewStream(ctx, body, "[DONE]", func(out []parley.StreamEvent) ([]parley.StreamEvent, error) {
+	return upstream.NewStream(ctx, body, "[DONE]", func(out []parley.StreamEvent) (evs []parley.StreamEvent, err error) {
+		defer func() {
+			if err != nil { // the stream's end (io.EOF too): the framer is not called again
+				sse.Release()
+			}
+		}()
 		ev, err := sse.Next()
 		if err != nil {
 			return out, upstream.Cut(err)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"sync"
 )
 
 // MaxEventSize bounds one line of a provider's event stream, and the data of one event.
@@ -33,16 +34,41 @@ type SSEReader struct {
 	first bool
 	data  []byte
 	typ   string
-	has   bool // a data field was seen since the last dispatch
+	has   bool        // a data field was seen since the last dispatch
+	bufs  *sseBuffers // lent by sseBufferPool until Release
 }
 
+// sseBuffers are a reader's line buffer and data buffer, lent from one model call to the next
+// (Release): a streamed chat allocated them anew on every call.
+type sseBuffers struct{ line, data []byte }
+
+var sseBufferPool = sync.Pool{New: func() any { return &sseBuffers{line: make([]byte, initialBuffer)} }}
+
+// maxKeptData is the largest data buffer Release keeps for the next reader.
+const maxKeptData = 64 << 10
+
 func NewSSEReader(r io.Reader) *SSEReader {
+	bufs := sseBufferPool.Get().(*sseBuffers)
 	sc := bufio.NewScanner(r)
 	// A model's chunks are a few hundred bytes: the buffer starts small (a stream holds it for
-	// its whole answer) and doubles for a longer line, up to MaxEventSize.
-	sc.Buffer(make([]byte, 0, initialBuffer), MaxEventSize)
+	// its whole answer) and doubles for a longer line, up to MaxEventSize (the scanner then
+	// uses a buffer of its own; the lent one stays initialBuffer long).
+	sc.Buffer(bufs.line[:0], MaxEventSize)
 	sc.Split(splitLine)
-	return &SSEReader{sc: sc, first: true}
+	return &SSEReader{sc: sc, first: true, data: bufs.data[:0], bufs: bufs}
+}
+
+// Release gives the reader's buffers back for the next reader. Call it once the stream has
+// ended, when nothing refers to an event's data any more; the reader must not be used after.
+func (r *SSEReader) Release() {
+	if r.bufs == nil {
+		return
+	}
+	if cap(r.data) <= maxKeptData {
+		r.bufs.data = r.data[:0]
+	}
+	sseBufferPool.Put(r.bufs)
+	r.bufs, r.sc, r.data = nil, nil, nil
 }
 
 // Next returns the next event. At the end of the input, an event whose lines were complete but

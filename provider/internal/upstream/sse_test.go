@@ -91,3 +91,50 @@ func TestSSEReaderReadError(t *testing.T) {
 		t.Errorf("got %q, %v; want one event then boom", got, err)
 	}
 }
+
+// A released reader's buffers serve the next reader, which reads its own stream whole: a long
+// line that made the last one grow, or a long event, leaves nothing behind.
+func TestReleasedBuffersServeTheNextReader(t *testing.T) {
+	long := strings.Repeat("x", 3*initialBuffer)
+	r := NewSSEReader(strings.NewReader("data: " + long + "\ndata: " + long + "\n\ndata: b\n\n"))
+	got, err := readAll(r)
+	if err != io.EOF || len(got) != 2 || got[0].Data != long+"\n"+long || got[1].Data != "b" {
+		t.Fatalf("first reader: %d events, %v", len(got), err)
+	}
+	r.Release()
+	r.Release() // twice is harmless
+	for i := 0; i < 3; i++ {
+		r := NewSSEReader(strings.NewReader("event: e\ndata: c\n\ndata: d\n\n"))
+		got, err := readAll(r)
+		if err != io.EOF || len(got) != 2 || got[0] != (ev{"e", "c"}) || got[1] != (ev{"", "d"}) {
+			t.Fatalf("next reader: %v, %v", got, err)
+		}
+		r.Release()
+	}
+}
+
+// A model call's reader borrows its buffers: reading a short stream allocates far less than the
+// 4 KiB line buffer it used to make each time.
+func TestReaderBorrowsItsBuffers(t *testing.T) {
+	if raceOn {
+		t.Skip("sync.Pool keeps nothing reliably under the race detector")
+	}
+	body := strings.Repeat("data: {\"choices\":[{\"delta\":{\"content\":\"hello\"}}]}\n\n", 5) + "data: [DONE]\n\n"
+	var in strings.Reader
+	bytesPer := testing.Benchmark(func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			in.Reset(body)
+			r := NewSSEReader(&in)
+			for {
+				if _, err := r.Next(); err != nil {
+					break
+				}
+			}
+			r.Release()
+		}
+	}).AllocedBytesPerOp()
+	if bytesPer >= initialBuffer {
+		t.Errorf("a short stream allocated %d bytes, want less than %d", bytesPer, initialBuffer)
+	}
+}
