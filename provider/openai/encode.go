@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/internal/jsonstr"
 	"github.com/parleyhq/parley/provider/internal/convert"
 )
 
@@ -218,8 +219,14 @@ func encodeMessage(m parley.Message, opts EncodeOptions) (wireMessage, error) {
 
 // encodeContent keeps the content's form: null, a string, or an array of parts.
 func encodeContent(c parley.Content, docsAsText bool) (json.RawMessage, error) {
-	if !c.IsParts() {
-		return json.Marshal(c) // null or a string
+	switch {
+	case c.IsNull():
+		return json.RawMessage("null"), nil
+	case !c.IsParts():
+		// A string, escaped as json.Marshal escapes it (a system prompt is most of a request's
+		// text: json.Marshal went through Content's MarshalJSON and checked its result again).
+		text := c.String()
+		return jsonstr.Append(make([]byte, 0, len(text)+len(text)/8+2), text), nil
 	}
 	parts := make([]wirePart, 0, len(c.Parts()))
 	for i, p := range c.Parts() {

@@ -3,6 +3,7 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/parleyhq/parley"
@@ -147,5 +148,29 @@ func BenchmarkEncodeRequest(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// Text content is written as json.Marshal writes it, byte for byte, without its reflection.
+func TestTextContentAsJSONMarshal(t *testing.T) {
+	texts := []string{"", "plain", "quotes \" and \\ back", "<b>html</b> & co", "tab\tnew\nline\r\x00\x1f\x7f",
+		"é 日本 😀", "line\u2028para\u2029", "bad \xff\xfe utf8 \xe2\x82", strings.Repeat("long system prompt. ", 200)}
+	for _, s := range texts {
+		c := parley.Text(s)
+		got, err := encodeContent(c, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := json.Marshal(c)
+		if !bytes.Equal(got, want) {
+			t.Errorf("encodeContent(%q) = %s, want %s", s, got, want)
+		}
+	}
+	if got, _ := encodeContent(parley.Content{}, false); string(got) != "null" {
+		t.Errorf("null content: %s", got)
+	}
+	text := parley.Text(strings.Repeat("You are a helpful assistant. Answer \"briefly\".\n", 50))
+	if n := testing.AllocsPerRun(50, func() { _, _ = encodeContent(text, false) }); n > 1 {
+		t.Errorf("text content: %v allocations, want 1", n)
 	}
 }
