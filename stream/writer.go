@@ -30,6 +30,8 @@ type Writer struct {
 	// the run's events are written by one of them at a time, each once.
 	storing sync.Mutex
 	upto    int64 // under s.mu: the run's events up to it are written (or given up on)
+	// relayedTo, under s.mu: the run's events up to it are handed to the relay (with one).
+	relayedTo int64
 }
 
 // Open reserves the first block of sequence numbers of a new run of the session and returns its
@@ -56,6 +58,7 @@ func (h *Hub) OpenReserved(sessionID string, first, n int64) *Writer {
 		// starts again at this run; a reader before it catches up from the store.
 		s.ring.clear()
 		s.from, s.last = first-1, first-1
+		s.storeFailed = false
 	}
 	if s.joinFrom == Join {
 		s.joinFrom = first - 1
@@ -63,6 +66,7 @@ func (h *Hub) OpenReserved(sessionID string, first, n int64) *Writer {
 	s.active = first
 	s.stored = first - 1
 	w.upto = first - 1
+	w.relayedTo = first - 1
 	s.wakeLocked()
 	s.mu.Unlock()
 	if h.opts.Store != nil {
@@ -244,7 +248,7 @@ func (w *Writer) Finish(tail []parley.Event, write func(evs []parley.EncodedEven
 		s.ring.push(f)
 		s.last = f.Seq
 	}
-	w.storedLocked(w.next - 1)
+	w.storedLocked(w.next-1, true)
 	s.wakeLocked()
 	return stamped, nil
 }
@@ -269,6 +273,7 @@ func (w *Writer) Close() {
 		s.w = nil
 		s.active = 0
 		s.trimLocked()
+		s.trimReadLocked()
 	}
 	s.mu.Unlock()
 }
@@ -343,10 +348,10 @@ func (w *Writer) writeStore() {
 			h.opts.Log.Error("run events lost before they were stored", "session", s.id, "after", after, "from", from)
 		}
 		if len(frames) > 0 {
-			w.store(frames)
+			ok := w.store(frames)
 			after = frames[len(frames)-1].Seq
 			s.mu.Lock()
-			w.storedLocked(after)
+			w.storedLocked(after, ok)
 			s.mu.Unlock()
 		}
 		w.storing.Unlock()
@@ -386,19 +391,24 @@ func (w *Writer) gather(after int64) {
 	}
 }
 
-// storedLocked records that the run's events up to seq are written: the ring may drop them, and
-// a producer waiting for the store goes on. Call with s.mu held.
-func (w *Writer) storedLocked(seq int64) {
+// storedLocked records that the run's events up to seq are written (ok) or given up on: the
+// ring may drop them, and a producer waiting for the store goes on. Call with s.mu held.
+func (w *Writer) storedLocked(seq int64, ok bool) {
 	s := w.s
 	w.upto = max(w.upto, seq)
 	s.stored = max(s.stored, seq)
+	if !ok {
+		s.storeFailed = true
+	}
 	close(s.progress)
 	s.progress = make(chan struct{})
 	s.trimLocked()
+	s.trimReadLocked()
 }
 
 // store writes frames to the store: their JSON as it is when the store takes encoded events.
-func (w *Writer) store(frames []*Frame) {
+// It reports whether the store has them (false: the write failed, and was logged).
+func (w *Writer) store(frames []*Frame) bool {
 	h := w.h
 	enc, _ := h.opts.Store.(parley.EncodedEventAppender)
 	var evs []parley.Event
@@ -430,11 +440,15 @@ func (w *Writer) store(frames []*Frame) {
 		if h.opts.Metrics != nil {
 			h.opts.Metrics.StoreAppend(time.Since(start), err != nil)
 		}
-		if err == nil || parley.CodeOf(err) == parley.ECNotFound { // a deleted session keeps nothing
-			return
+		if err == nil {
+			return true
+		}
+		if parley.CodeOf(err) == parley.ECNotFound { // a deleted session keeps nothing
+			return false
 		}
 	}
 	h.opts.Log.Error("could not store run events", "session", w.s.id, "from", frames[0].Seq, "to", frames[len(frames)-1].Seq, "err", err)
+	return false
 }
 
 // publish hands the run's events to the relay as they come, until the Writer closes. Unlike the
@@ -470,6 +484,9 @@ func (w *Writer) publish() {
 				h.opts.Log.Warn("could not relay run events", "session", s.id, "from", frames[0].Seq, "err", err)
 			}
 			after = frames[len(frames)-1].Seq
+			s.mu.Lock()
+			w.relayedTo = after
+			s.mu.Unlock()
 			continue
 		}
 		if closed {
