@@ -68,7 +68,7 @@ func TestRingKeepsOnlyWhatIsUnstoredOrUnread(t *testing.T) {
 	reader := h.Subscribe(ctx, "s1", w.FirstSeq()-1)
 	defer reader.Close()
 	w.Append(parley.Event{Type: parley.EventStart}) // 1
-	for range 99 {                                   // 2..100
+	for range 99 {                                  // 2..100
 		w.Append(parley.Event{Type: parley.EventChunk, Content: "x"})
 	}
 	checkSeqs(t, "reader", take(t, ctx, reader, 100), 1, 100)
