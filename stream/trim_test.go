@@ -3,6 +3,8 @@ package stream
 import (
 	"context"
 	"errors"
+	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -171,4 +173,45 @@ func TestRingKeepsReadEventsAfterAFailedStoreWrite(t *testing.T) {
 	defer again.Close()
 	checkSeqs(t, "resumed from the start", take(t, ctx, again, 20), 1, 20)
 	w.Close()
+}
+
+// A run's store writer is a goroutine only while it has events to write: none while the events
+// gather, none once they are written, while the runs go on.
+func TestStoreWriterRunsOnlyWhileItWrites(t *testing.T) {
+	const runs = 50
+	for _, flush := range []time.Duration{time.Hour, time.Millisecond} {
+		ev := newMemEvents()
+		h := New(Options{Store: ev, FlushEvery: flush})
+		ctx := timeout(t)
+		before := runtime.NumGoroutine()
+		ws := make([]*Writer, runs)
+		for i := range ws {
+			ws[i], _ = h.Open(ctx, "s"+strconv.Itoa(i))
+			ws[i].Append(parley.Event{Type: parley.EventChunk, Content: "x"})
+		}
+		if flush == time.Millisecond {
+			for i := range ws {
+				waitUpto(t, ws[i], ws[i].FirstSeq())
+			}
+		}
+		// A goroutine each would be 50 more; allow for others' (timers, the runtime's), and for
+		// store writers that have written but not yet returned.
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
+			grown := runtime.NumGoroutine() - before
+			if grown < runs/2 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("FlushEvery %v: %d more goroutines for %d open runs with nothing to write", flush, grown, runs)
+			}
+		}
+		for i, w := range ws {
+			w.Append(parley.Event{Type: parley.EventDone})
+			w.Close()
+			w.Drop()
+			if got := ev.stored("s" + strconv.Itoa(i)); len(got) != 2 {
+				t.Fatalf("FlushEvery %v: run %d stored %d events, want 2", flush, i, len(got))
+			}
+		}
+	}
 }
