@@ -12,8 +12,11 @@
 // never drops an event the store has not taken (a producer that outruns the store waits for it
 // once the ring holds its bounds of such events, up to a time bound), so a reader that falls
 // behind can always catch up from the store. The events waiting for the store count against the
-// ring's bounds: they are the ring's frames, not a queue beside it. Every reader of a
-// session shares the ring's frames: an event is encoded once however many read it.
+// ring's bounds: they are the ring's frames, not a queue beside it. Within its bounds the ring
+// keeps only what the store has not taken or a reader of the ring has not read: after each store
+// write it lets go of the rest, and a reader that joins or resumes from before it reads those
+// events from the store. Every reader of a session shares the ring's frames: an event is encoded
+// once however many read it.
 package stream
 
 import (
