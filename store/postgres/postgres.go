@@ -512,8 +512,14 @@ const insertChained = `INSERT INTO messages (id, session_id, seq, role, content,
 // each extends the chain, so that nothing need be read before they are written. The inserts and
 // the session's update go in one batch, one round trip, where appendMessages takes two.
 func appendChain(ctx context.Context, tx pgx.Tx, sessionID string, msgs []*parley.Message, cols []rowcodec.Columns) (int64, rowcodec.Links, error) {
+	return appendChainReleasing(ctx, tx, sessionID, msgs, cols, nil)
+}
+
+// appendChainReleasing is appendChain that also gives back the event numbers of rel, if not nil
+// (queueChainReleasing).
+func appendChainReleasing(ctx context.Context, tx pgx.Tx, sessionID string, msgs []*parley.Message, cols []rowcodec.Columns, rel *release) (int64, rowcodec.Links, error) {
 	b := &pgx.Batch{}
-	queueChain(b, sessionID, msgs, cols)
+	queueChainReleasing(b, sessionID, msgs, cols, rel)
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
 	last, links, err := readChain(br, sessionID, msgs)
@@ -528,6 +534,17 @@ func appendChain(ctx context.Context, tx pgx.Tx, sessionID string, msgs []*parle
 
 // queueChain queues appendChain's statements: the inserts, then the session's update.
 func queueChain(b *pgx.Batch, sessionID string, msgs []*parley.Message, cols []rowcodec.Columns) {
+	queueChainReleasing(b, sessionID, msgs, cols, nil)
+}
+
+// release is what ReleaseEventSeqs is given: the numbers after Last go back if Limit is still the
+// last one reserved.
+type release struct{ Limit, Last int64 }
+
+// queueChainReleasing is queueChain that also gives back the event numbers of rel, if not nil, in
+// the same update of the session's row (one statement and one row version fewer than
+// releaseEventSeqs after it).
+func queueChainReleasing(b *pgx.Batch, sessionID string, msgs []*parley.Message, cols []rowcodec.Columns, rel *release) {
 	for i, m := range msgs {
 		var parent any
 		if i > 0 {
@@ -536,15 +553,22 @@ func queueChain(b *pgx.Batch, sessionID string, msgs []*parley.Message, cols []r
 		b.Queue(insertChained, messageArgs(m, cols[i], sessionID, int64(i+1), parent)...)
 	}
 	total := rowcodec.TotalUsage(msgs)
-	b.Queue(`UPDATE sessions SET last_seq = last_seq + $1, updated_at = GREATEST(updated_at, $2),
+	args := []any{len(msgs), msgs[len(msgs)-1].CreatedAt.UTC(), total.PromptTokens, total.CompletionTokens, total.TotalTokens,
+		total.ReasoningTokens, total.CachedTokens, total.Cost, rowcodec.OpenCallsDelta(msgs), sessionID,
+		msgs[len(msgs)-1].ID}
+	if rel == nil {
+		b.Queue(updateChain+` WHERE id = $10 RETURNING last_seq`, args...)
+		return
+	}
+	b.Queue(updateChain+`, event_seq = CASE WHEN event_seq = $12 THEN $13 ELSE event_seq END WHERE id = $10 RETURNING last_seq`,
+		append(args, rel.Limit, rel.Last)...)
+}
+
+// updateChain is the session's update after messages that extend its chain, up to its WHERE.
+const updateChain = `UPDATE sessions SET last_seq = last_seq + $1, updated_at = GREATEST(updated_at, $2),
 		prompt_tokens = prompt_tokens + $3, completion_tokens = completion_tokens + $4, total_tokens = total_tokens + $5,
 		reasoning_tokens = reasoning_tokens + $6, cached_tokens = cached_tokens + $7, cost = cost + $8,
-		open_calls = GREATEST(0, open_calls + $9), leaf_id = $11
-		WHERE id = $10 RETURNING last_seq`,
-		len(msgs), msgs[len(msgs)-1].CreatedAt.UTC(), total.PromptTokens, total.CompletionTokens, total.TotalTokens,
-		total.ReasoningTokens, total.CachedTokens, total.Cost, rowcodec.OpenCallsDelta(msgs), sessionID,
-		msgs[len(msgs)-1].ID)
-}
+		open_calls = GREATEST(0, open_calls + $9), leaf_id = $11`
 
 // readChain reads the results of queueChain's statements: the last seq and the messages'
 // parents.

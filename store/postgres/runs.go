@@ -101,9 +101,10 @@ func (s *Store) EndRun(ctx context.Context, id, instance, finish string, at time
 	})
 }
 
+const endRunSQL = `UPDATE runs SET state = 'ended', finish = $1, updated_at = $2 WHERE id = $3 AND instance = $4 AND state = 'running'`
+
 func endRun(ctx context.Context, tx pgx.Tx, id, instance, finish string, at time.Time) error {
-	tag, err := tx.Exec(ctx, `UPDATE runs SET state = 'ended', finish = $1, updated_at = $2 WHERE id = $3 AND instance = $4 AND state = 'running'`,
-		finish, at.UTC(), id, instance)
+	tag, err := tx.Exec(ctx, endRunSQL, finish, at.UTC(), id, instance)
 	if err != nil {
 		return fmt.Errorf("postgres: ending run: %w", err)
 	}
@@ -431,12 +432,21 @@ func (s *Store) FinishRun(ctx context.Context, f parley.RunFinish) error {
 		links rowcodec.Links
 		ended error
 	)
+	rel := &release{f.Limit, f.Last}
 	err := s.writeFor(ctx, f.SessionID, func(ctx context.Context, tx pgx.Tx) (err error) {
+		released := false
 		if len(f.Messages) > 0 {
-			if last, links, err = appendMessages(ctx, tx, f.SessionID, f.Messages, cols); err != nil {
+			if chained(f.Messages) { // a turn's answer: the numbers go back in the session's update
+				last, links, err = appendChainReleasing(ctx, tx, f.SessionID, f.Messages, cols, rel)
+				released = true
+			} else {
+				last, links, err = appendMessages(ctx, tx, f.SessionID, f.Messages, cols)
+			}
+			if err != nil {
 				return err
 			}
 		}
+		var batches []rowcodec.EventBatch
 		if len(f.Events) > 0 {
 			for _, i := range encode {
 				f.Events[i].JSON = nil
@@ -444,20 +454,14 @@ func (s *Store) FinishRun(ctx context.Context, f parley.RunFinish) error {
 			if err := rowcodec.EncodeAfter(f.Events, f.Messages, f.SessionID, last, links); err != nil {
 				return fmt.Errorf("postgres: %w", err)
 			}
-			if err := storeEvents(ctx, tx, f.SessionID, f.At, f.Events, rowcodec.EventBatches(f.Events, nil)); err != nil {
-				return err
-			}
+			batches = rowcodec.EventBatches(f.Events, nil)
 		}
-		if err := releaseEventSeqs(ctx, tx, f.SessionID, f.Limit, f.Last); err != nil {
-			return err
+		give := rel
+		if released {
+			give = nil
 		}
-		// A run no longer this instance's is no failure of the transaction: the messages, the
-		// events and the numbers are kept.
-		ended = endRun(ctx, tx, f.RunID, f.Instance, f.Finish, f.At)
-		if parley.CodeOf(ended) != parley.ECConflict {
-			return ended
-		}
-		return nil
+		ended, err = finishBatch(ctx, tx, f, batches, give)
+		return err
 	})
 	if err != nil {
 		return err
@@ -466,4 +470,47 @@ func (s *Store) FinishRun(ctx context.Context, f parley.RunFinish) error {
 		setSeqs(f.SessionID, f.Messages, last, links)
 	}
 	return ended
+}
+
+// finishBatch is the rest of FinishRun after its messages, in one round trip: the rows of its
+// events (batches), each inserted unless a row already stored overlaps it, the event numbers of
+// rel given back (unless nil: they went back with the messages), and the run's end. If a stored
+// row overlapped one (a write run again), the events are then stored as AppendEvents stores
+// them, around what is stored. It returns endRun's error apart: a run no longer this instance's
+// is no failure of the transaction (ECConflict; the messages, the events and the numbers are
+// kept).
+func finishBatch(ctx context.Context, tx pgx.Tx, f parley.RunFinish, batches []rowcodec.EventBatch, rel *release) (ended, err error) {
+	b := &pgx.Batch{}
+	queueNewEventBatches(b, f.SessionID, f.At, batches)
+	if rel != nil {
+		b.Queue(releaseSQL, rel.Last, f.SessionID, rel.Limit)
+	}
+	b.Queue(endRunSQL, f.Finish, f.At.UTC(), f.RunID, f.Instance)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	overlap, err := readNewEventBatches(br, len(batches))
+	if err != nil {
+		return nil, eventsError(err, f.SessionID)
+	}
+	if rel != nil {
+		if _, err := br.Exec(); err != nil {
+			return nil, fmt.Errorf("postgres: releasing event numbers: %w", err)
+		}
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return nil, fmt.Errorf("postgres: ending run: %w", err)
+	}
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("postgres: ending run: %w", err)
+	}
+	if overlap {
+		if err := eventsError(appendAround(ctx, tx, f.SessionID, f.At, f.Events), f.SessionID); err != nil {
+			return nil, err
+		}
+	}
+	if tag.RowsAffected() == 0 {
+		return parley.Errorf(parley.ECConflict, "run %s: not running on instance %s", f.RunID, f.Instance), nil
+	}
+	return nil, nil
 }
