@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -14,10 +15,9 @@ import (
 // finishFixture begins a run of a new session and returns what ends it: the answer, events
 // first..first+n-1 (the last two left for the store to encode, as the run's record and done
 // are) and the numbers to give back.
-func finishFixture(t *testing.T, s *Store, n int) (*parley.RunBegin, parley.RunFinish) {
+func finishFixture(t *testing.T, s *Store, n int, now time.Time) (*parley.RunBegin, parley.RunFinish) {
 	t.Helper()
 	ctx := context.Background()
-	now := time.Now().UTC().Truncate(time.Microsecond)
 	sess := &parley.Session{ID: parley.NewID(), Owner: "o", CreatedAt: now, UpdatedAt: now}
 	run := &parley.RunRecord{ID: parley.NewID(), SessionID: sess.ID, Owner: "o", Model: "m", Instance: "i",
 		LeaseUntil: now.Add(time.Minute), CreatedAt: now}
@@ -60,7 +60,7 @@ func TestRoundTripsOfARunsEvents(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	for i := range 2 { // the first prepares the statements on the connection
-		_, f := finishFixture(t, s, 6)
+		_, f := finishFixture(t, s, 6, time.Now().UTC().Truncate(time.Microsecond))
 		before := p.trips.Load()
 		if err := s.AppendEncodedEvents(ctx, f.SessionID, f.At, f.Events[:2]); err != nil {
 			t.Fatal(err)
@@ -89,7 +89,7 @@ func TestFinishRunAroundStoredEvents(t *testing.T) {
 	s := openTest(t)
 	defer s.Close()
 	ctx := context.Background()
-	b, f := finishFixture(t, s, 7)
+	b, f := finishFixture(t, s, 7, time.Now().UTC().Truncate(time.Microsecond))
 	first := f.Events[0].Seq
 	// Events first+1..first+2 were stored, with other contents.
 	var stored []parley.EncodedEvent
@@ -131,5 +131,118 @@ func TestFinishRunAroundStoredEvents(t *testing.T) {
 	}
 	if next, err := s.ReserveEventSeqs(ctx, b.NewSession.ID, 1); err != nil || next != f.Last+1 {
 		t.Errorf("the next event number %d, %v; want %d", next, err, f.Last+1)
+	}
+}
+
+// FinishRun writes a chat's end in few statements (the answer and the session's update in one,
+// the numbers given back in it; the events' row and the run's end in one); this holds it to the
+// steps it stands for: the answer appended after the user's message by the statements of any
+// message (AppendMessages naming its parent), the events appended (AppendEncodedEvents), the
+// numbers given back (ReleaseEventSeqs) and the run ended (EndRun) must leave the same rows.
+func TestFinishRunLeavesWhatItsStepsWould(t *testing.T) {
+	s := openTest(t)
+	defer s.Close()
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	fastBegin, fast := finishFixture(t, s, 6, now)
+	stepsBegin, steps := finishFixture(t, s, 6, now)
+	if err := s.FinishRun(ctx, fast); err != nil {
+		t.Fatal(err)
+	}
+	answer := steps.Messages[0]
+	answer.ParentID = stepsBegin.Messages[0].ID
+	if err := s.AppendMessages(ctx, steps.SessionID, answer); err != nil {
+		t.Fatal(err)
+	}
+	for i := range steps.Events {
+		if e := &steps.Events[i]; e.JSON == nil {
+			j, err := json.Marshal(e.Event)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.JSON = j
+		}
+	}
+	if err := s.AppendEncodedEvents(ctx, steps.SessionID, steps.At, steps.Events); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReleaseEventSeqs(ctx, steps.SessionID, steps.Limit, steps.Last); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.EndRun(ctx, steps.RunID, steps.Instance, steps.Finish, steps.At); err != nil {
+		t.Fatal(err)
+	}
+	if m := fast.Messages[0]; m.Seq != answer.Seq || m.ParentID != fastBegin.Messages[0].ID {
+		t.Errorf("the answer: seq %d, parent %q; the steps give seq %d, parent of the user's message", m.Seq, m.ParentID, answer.Seq)
+	}
+	row := func(b *parley.RunBegin, f parley.RunFinish) string {
+		ids := map[string]string{b.NewSession.ID: "session", b.Run.ID: "run", b.Messages[0].ID: "user", f.Messages[0].ID: "answer"}
+		var out []any
+		for _, q := range []string{
+			`SELECT to_jsonb(s) FROM sessions s WHERE id = $1`,
+			`SELECT to_jsonb(r) FROM runs r WHERE session_id = $1`,
+			`SELECT jsonb_agg(to_jsonb(m) ORDER BY seq) FROM messages m WHERE session_id = $1`,
+			`SELECT jsonb_agg(jsonb_build_object('first', first_seq, 'last', last_seq, 'data', convert_from(data, 'UTF8')::jsonb) ORDER BY first_seq)
+				FROM event_batches WHERE session_id = $1`,
+		} {
+			var v any
+			if err := s.pool.QueryRow(ctx, q, b.NewSession.ID).Scan(&v); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, replaceIDs(v, ids))
+		}
+		j, _ := json.Marshal(out)
+		return string(j)
+	}
+	if f, st := row(fastBegin, fast), row(stepsBegin, steps); f != st {
+		t.Errorf("FinishRun left\n%s\nthe steps left\n%s", f, st)
+	}
+}
+
+// The statements of a chat's writes, counted as pgx sends them (each of a batch, BEGIN and
+// COMMIT too): a new session's run begins in one statement, a run's end takes two, a write of
+// events one.
+func TestStatementsOfAChat(t *testing.T) {
+	var p probe
+	s, err := Open(context.Background(), pgtest.Schema(t)+"&pool_max_conns=1", p.options)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	count := func(name string, want int64, do func() error) {
+		t.Helper()
+		before := p.stmts.Load()
+		if err := do(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if got := p.stmts.Load() - before; got != want {
+			t.Errorf("%s: %d statements, want %d", name, got, want)
+		}
+	}
+	var (
+		b *parley.RunBegin
+		f parley.RunFinish
+	)
+	// BEGIN, the session with the run and the user's message, COMMIT; it was 5.
+	count("BeginRun of a new session", 3, func() error { b, f = finishFixture(t, s, 6, now); return nil })
+	// BEGIN, the events' row, COMMIT; it was 4.
+	count("AppendEncodedEvents", 3, func() error { return s.AppendEncodedEvents(ctx, f.SessionID, f.At, f.Events[:2]) })
+	f.Events = f.Events[2:]
+	// BEGIN, the answer with the session's update, the events' row with the run's end, COMMIT;
+	// it was 8.
+	count("FinishRun", 4, func() error { return s.FinishRun(ctx, f) })
+	if next, err := s.ReserveEventSeqs(ctx, b.NewSession.ID, 1); err != nil || next != f.Last+1 {
+		t.Errorf("the next event number %d, %v; want %d", next, err, f.Last+1)
+	}
+
+	// A new session in a project that does not exist: not found, as CreateSession says.
+	sess := &parley.Session{ID: parley.NewID(), Owner: "o", ProjectID: "no-such-project", CreatedAt: now, UpdatedAt: now}
+	run := &parley.RunRecord{ID: parley.NewID(), SessionID: sess.ID, Owner: "o", Model: "m", Instance: "i", LeaseUntil: now, CreatedAt: now}
+	user := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("hi"), RunID: run.ID, CreatedAt: now}
+	_, err = s.BeginRun(ctx, &parley.RunBegin{NewSession: sess, Reserve: 10, Run: run, Messages: []*parley.Message{user}})
+	if !errors.Is(err, parley.ErrNotFound) {
+		t.Errorf("BeginRun in a project that does not exist: %v, want not found", err)
 	}
 }
