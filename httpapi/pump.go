@@ -132,6 +132,11 @@ func (p *pump) start(ctx context.Context) {
 	p.mu.Lock()
 	p.started = true
 	p.running = true
+	// Its first work done (an SSE stream's head, a catch-up, a WebSocket's connected status), the
+	// pump parks at once, as one started by a deadline does, rather than after wsPark: idle
+	// connections opened together would otherwise each hold a goroutine and its stack for that
+	// long, whose stacks, freed, stay resident until the runtime returns them.
+	p.dueOnly = true
 	if p.ownKick {
 		p.stopCtx = func() bool { return false }
 	} else {

@@ -107,6 +107,55 @@ func TestParkedPumpWakesForEvents(t *testing.T) {
 	<-p.done
 }
 
+// A pump parks as soon as its first work is done, not after its park time: connections opened
+// together do not each hold a goroutine (and leave its stack behind) for that long. Woken by
+// events, it waits its park time again before it parks.
+func TestStartedPumpParksAtOnce(t *testing.T) {
+	m := runs.NewManager(runs.Options{})
+	defer m.Shutdown(context.Background())
+	s := &server{Deps: Deps{Runs: m, StreamIdle: time.Hour}}
+	tr := &recordingTransport{}
+	p := &pump{s: s, r: httptest.NewRequest("GET", "/", nil), t: tr, park: time.Hour, onEnd: func(error) {}}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer func() { cancel(); <-p.done }()
+	p.subscribe(ctx, "s1", stream.Join)
+	p.start(ctx)
+	for !p.parked() {
+		select {
+		case <-ctx.Done():
+			t.Fatal("a started pump with nothing to do did not park before its park time (an hour)")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	tr.mu.Lock()
+	if len(tr.flushed) != 1 {
+		t.Errorf("flushes before parking: %v, want one (the stream's head)", tr.flushed)
+	}
+	tr.mu.Unlock()
+	r, err := m.Begin(ctx, runs.Spec{Session: "s1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Go(func(context.Context, func(parley.Event)) (string, error) { return parley.FinishStop, nil })
+	<-r.Done()
+	for {
+		tr.mu.Lock()
+		n := len(tr.seqs)
+		tr.mu.Unlock()
+		if n == 2 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the run's events did not reach the parked pump: %d of 2", n)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if p.parked() {
+		t.Error("a pump woken by events parked at once, not after its park time")
+	}
+}
+
 // An SSE stream holds no write buffer between batches.
 func TestSSEWriterBorrowsItsBuffer(t *testing.T) {
 	rec := httptest.NewRecorder()

@@ -233,9 +233,18 @@ func detachedRequest(r *http.Request, ctx context.Context) *http.Request {
 	} else if wsAuthProtocol(r) != "" {
 		h = http.Header{"Sec-Websocket-Protocol": r.Header["Sec-Websocket-Protocol"]}
 	}
-	d := &http.Request{Method: r.Method, Proto: r.Proto, ProtoMajor: r.ProtoMajor, ProtoMinor: r.ProtoMinor,
-		Header: h, Host: r.Host, RemoteAddr: r.RemoteAddr}
+	d := &http.Request{Method: constant(r.Method, http.MethodGet), Proto: constant(r.Proto, "HTTP/1.1"),
+		ProtoMajor: r.ProtoMajor, ProtoMinor: r.ProtoMinor, Header: h, Host: r.Host, RemoteAddr: r.RemoteAddr}
 	return d.WithContext(ctx)
+}
+
+// constant returns c when s is c: net/http's method and protocol are parts of the request line
+// it read, which a string kept for the stream's life would keep whole.
+func constant(s, c string) string {
+	if s == c {
+		return c
+	}
+	return s
 }
 
 // errClientLeft: the client of a detached stream closed its connection.

@@ -5,7 +5,8 @@
 // and connects -ws idle WebSockets (GET /api/ws?convId=…) and -sse idle SSE streams
 // (GET /api/v1/sessions/{id}/stream) to it, from -sources loopback addresses (127.0.0.2, …: one
 // address has only the ephemeral port range for its connections to the server's port). It raises
-// the open files limit for itself and the server. It reports Parley's resident memory, live heap,
+// the open files limit for itself and the server. It reports Parley's resident memory (-settle after
+// connecting, and settled after a collection), live heap,
 // goroutine stacks and goroutines per connection (with both kinds, the SSE streams first measured
 // alone on a fresh server: -alone) and against issue 25's targets (PASS/FAIL), then starts -runs
 // runs on the session
@@ -169,7 +170,7 @@ func run() error {
 		if err != nil {
 			return fmt.Errorf("SSE streams alone: %w", err)
 		}
-		fmt.Fprintf(os.Stderr, "SSE streams alone: +%s each\n", kib(float64(sseAlone.after.rss-sseAlone.base.rss)/float64(o.sse)))
+		fmt.Fprintf(os.Stderr, "SSE streams alone: +%s each\n", kib(sseAlone.rss()))
 	}
 
 	main, err := startMeasured(ctx, o, dir, "fanout", upLn.Addr().String(), &current, runs[0])
@@ -305,6 +306,9 @@ func (m *measured) read() (status, heapStats, error) {
 		return st, heapStats{}, err
 	}
 	h, err := readHeap(m.pprof)
+	if err == nil {
+		h.settled, err = settledStatus(m.srv.Pid())
+	}
 	if err == nil && m.profile != "" {
 		m.readings++
 		for _, p := range []struct{ path, ext string }{{"/debug/pprof/heap", "heap"}, {"/debug/pprof/heap?debug=1", "heap.txt"}, {"/debug/pprof/goroutine", "goroutine"}} {
@@ -330,10 +334,40 @@ func saveURL(url, file string) error {
 	return os.WriteFile(file, b, 0o644)
 }
 
-// heapStats is what the server's profiles say of its memory after a collection.
+// heapStats is what the server's profiles say of its memory after a collection, and its resident
+// memory once the runtime has returned to the system what that collection freed.
 type heapStats struct {
 	live, stacks int64 // bytes: the live heap (HeapAlloc) and the goroutines' stacks (StackInuse)
 	goroutines   int
+	settled      status // after the collection, once the scavenger has settled (settledStatus)
+}
+
+// settledStatus reads the process's memory once its resident size has stopped falling: after a
+// collection, the runtime's scavenger returns the freed pages beyond about 10% of the heap in use
+// to the system over the next seconds. This is what the server holds without what connecting
+// left behind (garbage, freed stacks), which a reading just after connecting also counts: a lower
+// bound. Left alone, an idle server stays somewhat above it (the runtime collects every two
+// minutes, and keeps resident the heap that the garbage made meanwhile, such as heartbeats',
+// reached at that collection). It waits until the resident size has fallen by less than 64 KiB
+// in 4 s, at most 30 s.
+func settledStatus(pid int) (status, error) {
+	st, err := procStatus(pid)
+	if err != nil {
+		return st, err
+	}
+	mark, markAt, t0 := st.rss, time.Now(), time.Now()
+	for time.Since(t0) < 30*time.Second {
+		time.Sleep(500 * time.Millisecond)
+		if st, err = procStatus(pid); err != nil {
+			return st, err
+		}
+		if mark-st.rss >= 64<<10 {
+			mark, markAt = st.rss, time.Now()
+		} else if time.Since(markAt) >= 4*time.Second {
+			break
+		}
+	}
+	return st, nil
 }
 
 // readHeap reads the heap profile with gc=1 (a collection first; twice) and debug=1
@@ -664,6 +698,7 @@ func start(ctx context.Context, logFile string, env []string, bin string, args .
 // status is what /proc/<pid>/status says of a process's memory.
 type status struct {
 	rss, hwm int64 // bytes: resident now, and its high-water mark
+	anon     int64 // bytes: the anonymous part of rss (RssAnon: not the program's mapped code and files)
 	threads  int
 }
 
@@ -684,6 +719,8 @@ func procStatus(pid int) (status, error) {
 			s.rss = v << 10
 		case "VmHWM:":
 			s.hwm = v << 10
+		case "RssAnon:":
+			s.anon = v << 10
 		case "Threads:":
 			s.threads = int(v)
 		}

@@ -18,8 +18,8 @@ func TestReportMemoryVerdicts(t *testing.T) {
 	r.print(&out)
 	text := out.String()
 	for _, want := range []string{
-		"| memory per idle WebSocket ≤ 16 KiB | 15.0 KiB | PASS |",
-		"| memory per idle SSE stream ≤ 8 KiB (SSE streams, after the WebSockets) | 9.0 KiB | FAIL |",
+		"| memory per idle WebSocket ≤ 16 KiB, 0s after connecting | 15.0 KiB | PASS |",
+		"| memory per idle SSE stream ≤ 8 KiB (SSE streams, after the WebSockets), 0s after connecting | 9.0 KiB | FAIL |",
 		"| 772.4 MiB | PASS (extrapolated) |", // 40 MiB + 50,000 × 15 KiB
 	} {
 		if !strings.Contains(text, want) {
@@ -48,9 +48,41 @@ func TestReportSSEAlone(t *testing.T) {
 	r.print(&out)
 	text := out.String()
 	for _, want := range []string{
-		"| 1000 idle WebSockets | 15.0 KiB | 5.0 KiB | 4.0 KiB | 1.00 |",
-		"| 100 idle SSE streams, alone on a fresh server | 7.0 KiB | 3.0 KiB | 0.0 KiB | 0.00 |",
-		"| memory per idle SSE stream ≤ 8 KiB (SSE streams, alone on a fresh server) | 7.0 KiB | PASS |",
+		"| 1000 idle WebSockets | 15.0 KiB | - | - | 5.0 KiB | 4.0 KiB | 1.00 |",
+		"| 100 idle SSE streams, alone on a fresh server | 7.0 KiB | - | - | 3.0 KiB | 0.0 KiB | 0.00 |",
+		"| memory per idle SSE stream ≤ 8 KiB (SSE streams, alone on a fresh server), 0s after connecting | 7.0 KiB | PASS |",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the report lacks %q:\n%s", want, text)
+		}
+	}
+}
+
+// TestReportSettled: with readings settled after a collection, each kind's figure 3 s after
+// connecting is counted from the settled reading before it, and the settled figures (resident and
+// anonymous) get their own columns and verdicts, beside the others, not instead of them.
+func TestReportSettled(t *testing.T) {
+	settled := func(rss, anon int64) heapStats { return heapStats{live: 1, settled: status{rss: rss, anon: anon}} }
+	r := report{
+		o:       options{ws: 1000, sse: 100},
+		base:    status{rss: 42 << 20}, // before the collection: 2 MiB more than settled
+		afterWS: status{rss: 40<<20 + 1000*17<<10},
+		// settled after the WebSockets: 13 KiB each, 12 KiB of them anonymous
+		baseHeap:    settled(40<<20, 10<<20),
+		afterWSHeap: settled(40<<20+1000*13<<10, 10<<20+1000*12<<10),
+		sseAlone: &phase{n: 100, base: status{rss: 33 << 20}, after: status{rss: 30<<20 + 100*10<<10},
+			baseHeap: settled(30<<20, 8<<20), afterHeap: settled(30<<20+100*7<<10, 8<<20+100*6<<10)},
+	}
+	var out strings.Builder
+	r.print(&out)
+	text := out.String()
+	for _, want := range []string{
+		"| 1000 idle WebSockets | 17.0 KiB | 13.0 KiB | 12.0 KiB |",
+		"| 100 idle SSE streams, alone on a fresh server | 10.0 KiB | 7.0 KiB | 6.0 KiB |",
+		"| memory per idle WebSocket ≤ 16 KiB, 0s after connecting | 17.0 KiB | FAIL |",
+		"| memory per idle WebSocket ≤ 16 KiB, settled after a collection | 13.0 KiB | PASS |",
+		"| memory per idle SSE stream ≤ 8 KiB (SSE streams, alone on a fresh server), 0s after connecting | 10.0 KiB | FAIL |",
+		"| memory per idle SSE stream ≤ 8 KiB (SSE streams, alone on a fresh server), settled after a collection | 7.0 KiB | PASS |",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the report lacks %q:\n%s", want, text)

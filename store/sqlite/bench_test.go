@@ -161,3 +161,15 @@ func BenchmarkChatReads(b *testing.B) {
 		}
 	}
 }
+
+// The chats of runs.Manager on a parley.RunBeginner (BeginRun, FinishRun), 1, 32 and 128 at once,
+// with the CPU time and the SQL statements each chat costs.
+func BenchmarkRunChats1(b *testing.B)   { benchRunChats(b, 1) }
+func BenchmarkRunChats32(b *testing.B)  { benchRunChats(b, 32) }
+func BenchmarkRunChats128(b *testing.B) { benchRunChats(b, 128) }
+
+func benchRunChats(b *testing.B, c int) {
+	s := openTemp(b)
+	defer s.Close()
+	storetest.BenchRunChats(b, s, c, s.ran.Load)
+}

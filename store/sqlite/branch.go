@@ -298,7 +298,7 @@ func (s *Store) Fork(ctx context.Context, sessionID, messageID string, into *par
 		if err != nil {
 			return fmt.Errorf("sqlite: creating session: %w", err)
 		}
-		return insertMessages(ctx, tx, into.ID, 1, rows, parents)
+		return insertMessages(ctx, s.cached(tx), into.ID, 1, rows, parents)
 	})
 	if err != nil {
 		return nil, err

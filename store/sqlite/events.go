@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	parley "github.com/parleyhq/parley"
@@ -88,24 +89,14 @@ func (s *Store) appendEncoded(ctx context.Context, sessionID string, at time.Tim
 	// Joined before the transaction; again inside it only if a retried write overlaps.
 	batches := rowcodec.EventBatches(evs, nil)
 	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		return s.appendEvents(ctx, tx, sessionID, at, evs, batches, false)
+		return s.appendEvents(ctx, tx, sessionID, at, evs, batches)
 	})
 }
 
-// appendEvents is AppendEvents' work inside a write transaction; known: the transaction has
-// already found the session.
-func (s *Store) appendEvents(ctx context.Context, tx *sql.Tx, sessionID string, at time.Time, evs []parley.EncodedEvent, batches []rowcodec.EventBatch, known bool) error {
+// appendEvents is AppendEvents' work inside a write transaction. A session that does not exist
+// fails the insert (its foreign key): no read of the session first.
+func (s *Store) appendEvents(ctx context.Context, tx *sql.Tx, sessionID string, at time.Time, evs []parley.EncodedEvent, batches []rowcodec.EventBatch) error {
 	c := s.cached(tx)
-	if !known {
-		var one int
-		err := c.QueryRowContext(ctx, `SELECT 1 FROM sessions WHERE id = ?`, sessionID).Scan(&one)
-		if errors.Is(err, sql.ErrNoRows) {
-			return notFound("session", sessionID)
-		}
-		if err != nil {
-			return fmt.Errorf("sqlite: storing events: %w", err)
-		}
-	}
 	// The rows already stored that these events overlap (a retried write).
 	rows, err := c.QueryContext(ctx, `SELECT first_seq, last_seq FROM event_batches WHERE session_id = ? AND first_seq <= ? AND last_seq >= ?`,
 		sessionID, evs[len(evs)-1].Seq, evs[0].Seq)
@@ -128,13 +119,24 @@ func (s *Store) appendEvents(ctx context.Context, tx *sql.Tx, sessionID string, 
 	if len(stored) > 0 {
 		batches = rowcodec.EventBatches(evs, rowcodec.RangesCover(stored))
 	}
+	return insertEventBatches(ctx, c, sessionID, at, batches)
+}
+
+func insertEventBatches(ctx context.Context, c cachedTx, sessionID string, at time.Time, batches []rowcodec.EventBatch) error {
 	for _, b := range batches {
 		if _, err := c.ExecContext(ctx, `INSERT INTO event_batches (session_id, first_seq, last_seq, data, created_at) VALUES (?, ?, ?, ?, ?)`,
 			sessionID, b.First, b.Last, b.Data, micros(at)); err != nil {
-			return fmt.Errorf("sqlite: storing events: %w", err)
+			return eventsError(err, sessionID)
 		}
 	}
 	return nil
+}
+
+func eventsError(err error, sessionID string) error {
+	if strings.Contains(err.Error(), "FOREIGN KEY") {
+		return notFound("session", sessionID)
+	}
+	return fmt.Errorf("sqlite: storing events: %w", err)
 }
 
 // ListEvents returns up to limit events of the session with Seq > after, in order.

@@ -41,26 +41,20 @@ func checkRun(r *parley.RunRecord) error {
 	return nil
 }
 
-// createRun is CreateRun's work inside a write transaction.
+// createRun is CreateRun's work inside a write transaction. The unique index runs_one_running
+// finds a session's running run: no read before the insert.
 func (s *Store) createRun(ctx context.Context, tx *sql.Tx, r *parley.RunRecord, tools any) error {
-	c := s.cached(tx)
-	var one int
-	err := c.QueryRowContext(ctx, `SELECT 1 FROM runs WHERE session_id = ? AND state = 'running'`, r.SessionID).Scan(&one)
-	if err == nil {
-		return parley.Errorf(parley.ECConflict, "a run is already active in this session")
-	}
-	if !errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("sqlite: creating run: %w", err)
-	}
-	_, err = c.ExecContext(ctx, `INSERT INTO runs (`+runCols+`) VALUES (?, ?, ?, ?, ?, 'running', '', ?, ?, ?, ?, ?, ?)`,
+	_, err := s.cached(tx).ExecContext(ctx, `INSERT INTO runs (`+runCols+`) VALUES (?, ?, ?, ?, ?, 'running', '', ?, ?, ?, ?, ?, ?)`,
 		r.ID, r.SessionID, r.Owner, r.Model, tools, r.Instance, micros(r.LeaseUntil), r.Attempts, r.FirstSeq, micros(r.CreatedAt), micros(r.CreatedAt))
-	if err != nil {
-		if strings.Contains(err.Error(), "FOREIGN KEY") {
-			return notFound("session", r.SessionID)
-		}
-		return fmt.Errorf("sqlite: creating run: %w", err)
+	switch {
+	case err == nil:
+		return nil
+	case strings.Contains(err.Error(), "runs.session_id"): // UNIQUE: runs_one_running
+		return parley.Errorf(parley.ECConflict, "a run is already active in this session")
+	case strings.Contains(err.Error(), "FOREIGN KEY"):
+		return notFound("session", r.SessionID)
 	}
-	return nil
+	return fmt.Errorf("sqlite: creating run: %w", err)
 }
 
 // RenewRuns extends the lease of the instance's running runs among ids.
@@ -68,8 +62,9 @@ func (s *Store) RenewRuns(ctx context.Context, instance string, ids []string, un
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	renewed := []string{}
+	var renewed []string
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		renewed = []string{} // run again when the batch is (Optimistic)
 		args := []any{micros(until), instance}
 		for _, id := range ids {
 			args = append(args, id)
@@ -130,6 +125,7 @@ func (s *Store) ClaimRuns(ctx context.Context, instance, orphanedBy string, now,
 	}
 	var out []parley.RunRecord
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		out = nil // run again when the batch is (Optimistic)
 		rows, err := tx.QueryContext(ctx, `UPDATE runs SET instance = ?, lease_until = ?, attempts = attempts + 1, updated_at = ?
 			WHERE id IN (SELECT id FROM runs WHERE state = 'running' AND (lease_until < ? OR (instance = ? AND updated_at < ?))
 				ORDER BY lease_until LIMIT ?)
@@ -298,23 +294,25 @@ func (s *Store) BeginRun(ctx context.Context, b *parley.RunBegin) (int64, error)
 	)
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) (err error) {
 		if b.NewSession != nil {
-			if err := s.createSession(ctx, tx, b.NewSession); err != nil {
+			first, last, links, err = s.beginNewSession(ctx, tx, b, tools, rows)
+			return err
+		}
+		if len(b.Messages) > 0 {
+			// The event numbers are reserved by the session's update that appends the
+			// messages.
+			var seq int64
+			if last, seq, links, err = s.appendMessages(ctx, tx, sessionID, b.Messages, rows, eventSeqs{reserve: b.Reserve}); err != nil {
 				return err
 			}
-		}
-		if first, err = s.reserveEventSeqs(ctx, tx, sessionID, b.Reserve); err != nil {
+			first = seq - b.Reserve + 1
+		} else if first, err = s.reserveEventSeqs(ctx, tx, sessionID, b.Reserve); err != nil {
 			return err
 		}
 		if b.Run != nil {
 			b.Run.FirstSeq = first
-			if err := s.createRun(ctx, tx, b.Run, tools); err != nil {
-				return err
-			}
+			return s.createRun(ctx, tx, b.Run, tools)
 		}
-		if len(b.Messages) > 0 {
-			last, links, err = s.appendMessages(ctx, tx, sessionID, b.Messages, rows)
-		}
-		return err
+		return nil
 	})
 	if err != nil {
 		return 0, err
@@ -326,6 +324,53 @@ func (s *Store) BeginRun(ctx context.Context, b *parley.RunBegin) (int64, error)
 		setSeqs(sessionID, b.Messages, last, links)
 	}
 	return first, nil
+}
+
+// beginNewSession is BeginRun's work for a new session: with no row to read before, the session
+// is inserted as the other steps would leave it (its event numbers reserved from 1, its messages'
+// seqs, usage, open calls and leaf), then the run and the messages beside it. It returns what
+// those steps would: the first event number, the last seq and the messages' parents.
+func (s *Store) beginNewSession(ctx context.Context, tx *sql.Tx, b *parley.RunBegin, tools any, rows [][]any) (first, last int64, links rowcodec.Links, err error) {
+	sess, msgs := b.NewSession, b.Messages
+	links = rowcodec.LinkParents(msgs, "")
+	if len(links.Outside) > 0 { // a new session has no message a parent could name
+		return 0, 0, links, parley.Errorf(parley.ECInvalid, "parent_id: not a message of this session")
+	}
+	if sess.ProjectID != "" {
+		if err := projectExists(ctx, tx, sess.ProjectID); err != nil {
+			return 0, 0, links, err
+		}
+	}
+	first, last = 1, int64(len(msgs))
+	updated := micros(sess.UpdatedAt)
+	var leaf any
+	if len(msgs) > 0 {
+		leaf = msgs[len(msgs)-1].ID
+		updated = max(updated, micros(msgs[len(msgs)-1].CreatedAt))
+	}
+	total := rowcodec.TotalUsage(msgs)
+	c := s.cached(tx)
+	_, err = c.ExecContext(ctx, `INSERT INTO sessions (id, title, owner, created_at, updated_at, project_id, event_seq, last_seq,
+		prompt_tokens, completion_tokens, total_tokens, reasoning_tokens, cached_tokens, cost, open_calls, leaf_id, branched)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		sess.ID, sess.Title, sess.Owner, micros(sess.CreatedAt), updated, nullable(sess.ProjectID), b.Reserve, last,
+		total.PromptTokens, total.CompletionTokens, total.TotalTokens, total.ReasoningTokens, total.CachedTokens, total.Cost,
+		max(0, rowcodec.OpenCallsDelta(msgs)), leaf, links.Branches)
+	if err != nil {
+		return 0, 0, links, fmt.Errorf("sqlite: creating session: %w", err)
+	}
+	if b.Run != nil {
+		b.Run.FirstSeq = first
+		if err := s.createRun(ctx, tx, b.Run, tools); err != nil {
+			return 0, 0, links, err
+		}
+	}
+	if len(msgs) > 0 {
+		if err := insertMessages(ctx, c, sess.ID, 1, rows, links.Parents); err != nil {
+			return 0, 0, links, err
+		}
+	}
+	return first, last, links, nil
 }
 
 // FinishRun stores what ends a run in one transaction: its last messages, its events not
@@ -359,7 +404,10 @@ func (s *Store) FinishRun(ctx context.Context, f parley.RunFinish) error {
 	)
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) (err error) {
 		if len(f.Messages) > 0 {
-			if last, links, err = s.appendMessages(ctx, tx, f.SessionID, f.Messages, rows); err != nil {
+			// The unused event numbers are given back by the session's update that appends
+			// the messages.
+			if last, _, links, err = s.appendMessages(ctx, tx, f.SessionID, f.Messages, rows,
+				eventSeqs{release: true, limit: f.Limit, last: f.Last}); err != nil {
 				return err
 			}
 		}
@@ -370,12 +418,14 @@ func (s *Store) FinishRun(ctx context.Context, f parley.RunFinish) error {
 			if err := rowcodec.EncodeAfter(f.Events, f.Messages, f.SessionID, last, links); err != nil {
 				return fmt.Errorf("sqlite: %w", err)
 			}
-			if err := s.appendEvents(ctx, tx, f.SessionID, f.At, f.Events, rowcodec.EventBatches(f.Events, nil), len(f.Messages) > 0); err != nil {
+			if err := s.appendEvents(ctx, tx, f.SessionID, f.At, f.Events, rowcodec.EventBatches(f.Events, nil)); err != nil {
 				return err
 			}
 		}
-		if err := s.releaseEventSeqs(ctx, tx, f.SessionID, f.Limit, f.Last); err != nil {
-			return err
+		if len(f.Messages) == 0 {
+			if err := s.releaseEventSeqs(ctx, tx, f.SessionID, f.Limit, f.Last); err != nil {
+				return err
+			}
 		}
 		// A run no longer this instance's is no failure of the transaction: the messages, the
 		// events and the numbers are kept.

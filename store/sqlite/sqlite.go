@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pressly/goose/v3"
@@ -43,6 +44,16 @@ type Store struct {
 
 	stmtMu sync.Mutex
 	stmts  map[string]*sql.Stmt // the hot writes' statements (cachedTx)
+	// txStmts are those statements bound to the write transaction under way (tx), made once
+	// per transaction instead of once per statement run: a batch runs each many times.
+	txStmts struct {
+		tx *sql.Tx
+		m  map[string]*sql.Stmt
+	}
+
+	// ran counts the statements run in write transactions (the savepoints of group commit and
+	// the hot writes' statements, cachedTx), for the benchmarks and the tests that count them.
+	ran atomic.Int64
 }
 
 var _ parley.Store = (*Store)(nil)
@@ -83,7 +94,12 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	db.SetMaxIdleConns(8)
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	s := &Store{db: db, stmts: map[string]*sql.Stmt{}}
-	s.w = groupcommit.New[*sql.Tx](sqlTx{db}, groupcommit.Options{Batched: o.batched})
+	// Optimistic: a batch runs without savepoints unless one of its writes fails. A savepoint
+	// here is two statements per write (SAVEPOINT, RELEASE), and while one is open SQLite copies
+	// each page a write changes again into the savepoint's journal: together a fifth of a
+	// streamed chat's store CPU at 32 in flight. Each write's function must then be safe to run
+	// again, its effects of a first run rolled back: it sets its results, it does not add to them.
+	s.w = groupcommit.New[*sql.Tx](sqlTx{db, &s.ran}, groupcommit.Options{Batched: o.batched, Optimistic: true})
 	if err := s.Ping(ctx); err != nil {
 		s.w.Close()
 		db.Close()
@@ -141,7 +157,11 @@ func (s *Store) write(ctx context.Context, fn func(ctx context.Context, tx *sql.
 
 // cachedTx runs the statements of the hot writes (a chat's, a run's events) as statements
 // prepared once per connection: SQLite then parses and plans each statement once, not at each
-// write.
+// write. They run without the batch's cancellation (context.WithoutCancel): given a context that
+// can end, the driver starts a goroutine and sets a progress handler for each statement, and
+// these are single-row statements by key, which do not wait for anything once the write
+// transaction holds SQLite's lock (BEGIN IMMEDIATE, under the batch's context). The batch's
+// bound still applies to its beginning and to the other statements.
 type cachedTx struct {
 	s  *Store
 	tx *sql.Tx
@@ -152,12 +172,29 @@ func (s *Store) cached(tx *sql.Tx) cachedTx { return cachedTx{s, tx} }
 // stmt returns q prepared, bound to the transaction; nil if it cannot be prepared (the caller
 // then runs q unprepared, which reports the error).
 func (c cachedTx) stmt(ctx context.Context, q string) *sql.Stmt {
-	st := c.s.prepared(ctx, q)
+	s := c.s
+	s.stmtMu.Lock()
+	if s.txStmts.tx == c.tx {
+		if st, ok := s.txStmts.m[q]; ok {
+			s.stmtMu.Unlock()
+			return st
+		}
+	}
+	s.stmtMu.Unlock()
+	st := s.prepared(ctx, q)
 	if st == nil {
 		return nil
 	}
-	// database/sql keeps one prepared copy per connection; the transaction's is reused.
-	return c.tx.StmtContext(ctx, st)
+	// database/sql keeps one prepared copy per connection; the transaction's is reused. The
+	// statement bound to the transaction is closed with it (commit or rollback).
+	txst := c.tx.StmtContext(ctx, st)
+	s.stmtMu.Lock()
+	if s.txStmts.tx != c.tx { // the store's first statement in this transaction
+		s.txStmts.tx, s.txStmts.m = c.tx, make(map[string]*sql.Stmt, 16)
+	}
+	s.txStmts.m[q] = txst
+	s.stmtMu.Unlock()
+	return txst
 }
 
 // prepared returns q prepared once for the store, nil if it cannot be prepared. database/sql
@@ -195,6 +232,8 @@ func (s *Store) query(ctx context.Context, q string, args ...any) (*sql.Rows, er
 }
 
 func (c cachedTx) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	c.s.ran.Add(1)
+	ctx = context.WithoutCancel(ctx)
 	if st := c.stmt(ctx, q); st != nil {
 		return st.ExecContext(ctx, args...)
 	}
@@ -202,6 +241,8 @@ func (c cachedTx) ExecContext(ctx context.Context, q string, args ...any) (sql.R
 }
 
 func (c cachedTx) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	c.s.ran.Add(1)
+	ctx = context.WithoutCancel(ctx)
 	if st := c.stmt(ctx, q); st != nil {
 		return st.QueryRowContext(ctx, args...)
 	}
@@ -209,21 +250,19 @@ func (c cachedTx) QueryRowContext(ctx context.Context, q string, args ...any) *s
 }
 
 func (c cachedTx) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	c.s.ran.Add(1)
+	ctx = context.WithoutCancel(ctx)
 	if st := c.stmt(ctx, q); st != nil {
 		return st.QueryContext(ctx, args...)
 	}
 	return c.tx.QueryContext(ctx, q, args...)
 }
 
-func (c cachedTx) PrepareContext(ctx context.Context, q string) (*sql.Stmt, error) {
-	if st := c.stmt(ctx, q); st != nil {
-		return st, nil
-	}
-	return c.tx.PrepareContext(ctx, q)
-}
-
 // sqlTx is the group-commit writer's view of the database.
-type sqlTx struct{ db *sql.DB }
+type sqlTx struct {
+	db  *sql.DB
+	ran *atomic.Int64 // Store.ran
+}
 
 func (d sqlTx) Begin(ctx context.Context) (*sql.Tx, error) {
 	tx, err := d.db.BeginTx(ctx, nil)
@@ -233,8 +272,12 @@ func (d sqlTx) Begin(ctx context.Context) (*sql.Tx, error) {
 	return tx, nil
 }
 
-func (sqlTx) Savepoint(ctx context.Context, tx *sql.Tx) error { return exec(ctx, tx, `SAVEPOINT op`) }
-func (sqlTx) Release(ctx context.Context, tx *sql.Tx) error {
+func (d sqlTx) Savepoint(ctx context.Context, tx *sql.Tx) error {
+	d.ran.Add(1)
+	return exec(ctx, tx, `SAVEPOINT op`)
+}
+func (d sqlTx) Release(ctx context.Context, tx *sql.Tx) error {
+	d.ran.Add(1)
 	return exec(ctx, tx, `RELEASE SAVEPOINT op`)
 }
 func (d sqlTx) Next(ctx context.Context, tx *sql.Tx) error {
@@ -243,7 +286,8 @@ func (d sqlTx) Next(ctx context.Context, tx *sql.Tx) error {
 	}
 	return d.Savepoint(ctx, tx)
 }
-func (sqlTx) RollbackTo(ctx context.Context, tx *sql.Tx) error {
+func (d sqlTx) RollbackTo(ctx context.Context, tx *sql.Tx) error {
+	d.ran.Add(1)
 	return exec(ctx, tx, `ROLLBACK TO SAVEPOINT op`)
 }
 
@@ -437,7 +481,7 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...*p
 		links rowcodec.Links
 	)
 	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) (err error) {
-		last, links, err = s.appendMessages(ctx, tx, sessionID, msgs, rows)
+		last, _, links, err = s.appendMessages(ctx, tx, sessionID, msgs, rows, eventSeqs{})
 		return err
 	})
 	if err != nil {
@@ -463,42 +507,82 @@ func messageRows(msgs []*parley.Message) ([][]any, error) {
 	return rows, nil
 }
 
-// appendMessages is AppendMessages' work inside a write transaction: it returns the last seq and
-// the messages' parents.
-func (s *Store) appendMessages(ctx context.Context, tx *sql.Tx, sessionID string, msgs []*parley.Message, rows [][]any) (int64, rowcodec.Links, error) {
+// eventSeqs is what a write of messages also does to the session's event numbers, in the
+// statement that updates the session: reserve more (BeginRun), or give back those after last if
+// limit is still the last one reserved (FinishRun, ReleaseEventSeqs).
+type eventSeqs struct {
+	reserve     int64
+	release     bool
+	limit, last int64
+}
+
+// after returns the session's event_seq after e, from seq before.
+func (e eventSeqs) after(seq int64) int64 {
+	if e.release && seq == e.limit {
+		seq = e.last
+	}
+	return seq + e.reserve
+}
+
+// updateSession is the session's part of a write of messages: one statement sets the last seq
+// and the event numbers (read before in the same transaction: it is the only writer), totals the
+// messages' usage, moves the leaf and touches the session. No RETURNING: SQLite runs one as a
+// trigger, and a statement with one keeps a journal of its own of the pages it changes, which
+// costs more than the read before.
+const updateSession = `UPDATE sessions SET last_seq = ?, event_seq = ?, updated_at = MAX(updated_at, ?),
+	prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ?, total_tokens = total_tokens + ?,
+	reasoning_tokens = reasoning_tokens + ?, cached_tokens = cached_tokens + ?, cost = cost + ?,
+	open_calls = MAX(0, open_calls + ?), leaf_id = ?, branched = MAX(branched, ?)
+	WHERE id = ?`
+
+// appendMessages is AppendMessages' work inside a write transaction, with ev done to the
+// session's event numbers in the same statement: it returns the last seq, the session's event_seq
+// after ev and the messages' parents.
+func (s *Store) appendMessages(ctx context.Context, tx *sql.Tx, sessionID string, msgs []*parley.Message, rows [][]any, ev eventSeqs) (int64, int64, rowcodec.Links, error) {
 	c := s.cached(tx)
-	total := rowcodec.TotalUsage(msgs)
 	var (
-		last  int64
-		links rowcodec.Links
+		links     rowcodec.Links
+		leaf      sql.NullString
+		last, seq int64
 	)
 	// The session's leaf is the parent of the first message, unless it names its own.
-	var leaf sql.NullString
-	err := c.QueryRowContext(ctx, `SELECT leaf_id FROM sessions WHERE id = ?`, sessionID).Scan(&leaf)
+	err := c.QueryRowContext(ctx, `SELECT leaf_id, last_seq, event_seq FROM sessions WHERE id = ?`, sessionID).Scan(&leaf, &last, &seq)
 	if errors.Is(err, sql.ErrNoRows) {
-		return 0, links, notFound("session", sessionID)
+		return 0, 0, links, notFound("session", sessionID)
 	}
 	if err != nil {
-		return 0, links, fmt.Errorf("sqlite: appending messages: %w", err)
+		return 0, 0, links, fmt.Errorf("sqlite: appending messages: %w", err)
 	}
 	links = rowcodec.LinkParents(msgs, leaf.String)
 	if err := checkParents(ctx, c, sessionID, links.Outside); err != nil {
-		return 0, links, err
+		return 0, 0, links, err
 	}
-	// One statement reserves the seqs, totals the usage, moves the leaf and touches the
-	// session.
-	err = c.QueryRowContext(ctx, `UPDATE sessions SET last_seq = last_seq + ?, updated_at = MAX(updated_at, ?),
-		prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ?, total_tokens = total_tokens + ?,
-		reasoning_tokens = reasoning_tokens + ?, cached_tokens = cached_tokens + ?, cost = cost + ?,
-		open_calls = MAX(0, open_calls + ?), leaf_id = ?, branched = MAX(branched, ?)
-		WHERE id = ? RETURNING last_seq`,
-		len(msgs), micros(msgs[len(msgs)-1].CreatedAt), total.PromptTokens, total.CompletionTokens, total.TotalTokens,
-		total.ReasoningTokens, total.CachedTokens, total.Cost, rowcodec.OpenCallsDelta(msgs), msgs[len(msgs)-1].ID,
-		links.Branches, sessionID).Scan(&last)
+	if err := insertMessages(ctx, c, sessionID, last+1, rows, links.Parents); err != nil {
+		return 0, 0, links, err
+	}
+	last, seq = last+int64(len(msgs)), ev.after(seq)
+	total := rowcodec.TotalUsage(msgs)
+	_, err = c.ExecContext(ctx, updateSession, last, seq, micros(msgs[len(msgs)-1].CreatedAt),
+		total.PromptTokens, total.CompletionTokens, total.TotalTokens, total.ReasoningTokens, total.CachedTokens, total.Cost,
+		rowcodec.OpenCallsDelta(msgs), msgs[len(msgs)-1].ID, links.Branches, sessionID)
 	if err != nil {
-		return 0, links, fmt.Errorf("sqlite: appending messages: %w", err)
+		return 0, 0, links, fmt.Errorf("sqlite: appending messages: %w", err)
 	}
-	return last, links, insertMessages(ctx, c, sessionID, last-int64(len(msgs))+1, rows, links.Parents)
+	return last, seq, links, nil
+}
+
+// insertMessage inserts a message at a seq and parent given (insertMessages).
+const insertMessage = `INSERT INTO messages (id, session_id, seq, role, content, parts, name, tool_calls,
+	tool_call_id, reasoning, run_id, model, latency_ms, usage, success, resource_id, created_at, thinking_blocks, server, error,
+	parent_id)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+// messageArgs are the parameters of insertMessage for a message's row (messageRow).
+func messageArgs(r []any, sessionID string, seq int64, parent any) []any {
+	args := make([]any, 0, len(r)+3)
+	args = append(args, r[0], sessionID, seq)
+	args = append(args, r[1:]...)
+	return append(args, parent)
 }
 
 // setSeqs numbers msgs, stored with last as the last seq, and sets their parents.
@@ -509,24 +593,10 @@ func setSeqs(sessionID string, msgs []*parley.Message, last int64, links rowcode
 	}
 }
 
-// preparer is a transaction, or one whose hot statements are prepared once (cachedTx).
-type preparer interface {
-	PrepareContext(ctx context.Context, q string) (*sql.Stmt, error)
-}
-
 // insertMessages inserts the message rows (messageRow) with seqs from first on and their parents.
-func insertMessages(ctx context.Context, tx preparer, sessionID string, first int64, rows [][]any, parents []string) error {
-	stmt, err := tx.PrepareContext(ctx, `INSERT INTO messages (id, session_id, seq, role, content, parts, name, tool_calls,
-		tool_call_id, reasoning, run_id, model, latency_ms, usage, success, resource_id, created_at, thinking_blocks, server, error,
-		parent_id)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-	if err != nil {
-		return fmt.Errorf("sqlite: appending messages: %w", err)
-	}
-	defer stmt.Close()
+func insertMessages(ctx context.Context, c cachedTx, sessionID string, first int64, rows [][]any, parents []string) error {
 	for i, r := range rows {
-		args := append([]any{r[0], sessionID, first + int64(i)}, r[1:]...)
-		if _, err := stmt.ExecContext(ctx, append(args, nullStr(parents[i]))...); err != nil {
+		if _, err := c.ExecContext(ctx, insertMessage, messageArgs(r, sessionID, first+int64(i), nullStr(parents[i]))...); err != nil {
 			return fmt.Errorf("sqlite: appending message %d: %w", i, err)
 		}
 	}

@@ -2,9 +2,11 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -246,4 +248,71 @@ func Branch10k(b *testing.B, s parley.Store, sid string) {
 	if got, err := s.SwitchBranch(ctx, sid, leaf); err != nil || got != leaf {
 		b.Fatalf("switch back: %q %v", got, err)
 	}
+}
+
+// BenchRunChats runs c chats of new sessions at once, each making the two writes runs.Manager
+// makes for a streamed chat on a parley.RunBeginner: BeginRun (the session, a block of event
+// numbers, the run record and the user's message) and FinishRun (the assistant's message, the
+// run's 7 events, the numbers given back and the run's end). It reports chats/s and the CPU
+// time (user and system, of the whole process) per chat, which depends less on the machine's
+// load than chats/s; statements, if set, returns how many SQL statements the store ran so far,
+// reported per chat.
+func BenchRunChats(b *testing.B, s parley.Store, c int, statements func() int64) {
+	rb, ok := s.(parley.RunBeginner)
+	if !ok {
+		b.Skip("the store is no parley.RunBeginner")
+	}
+	const reserve = 1024
+	ctx := context.Background()
+	var st0 int64
+	if statements != nil {
+		st0 = statements()
+	}
+	cpu0 := cpuTime()
+	benchConcurrent(b, c, func(_, i int) error {
+		now := time.Now().UTC().Truncate(time.Microsecond)
+		sess := &parley.Session{ID: parley.NewID(), Owner: "bench", Title: "bench", CreatedAt: now, UpdatedAt: now}
+		run := &parley.RunRecord{ID: parley.NewID(), SessionID: sess.ID, Owner: "bench", Model: "m", Instance: "bench",
+			LeaseUntil: now.Add(time.Minute), CreatedAt: now}
+		user := benchMessage(i)
+		user.RunID = run.ID
+		first, err := rb.BeginRun(ctx, &parley.RunBegin{NewSession: sess, SessionID: sess.ID, Reserve: reserve, Run: run,
+			Messages: []*parley.Message{user}})
+		if err != nil {
+			return err
+		}
+		answer := &parley.Message{ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text("An answer of a few words."),
+			RunID: run.ID, Model: "m", CreatedAt: now, Usage: &parley.Usage{PromptTokens: 12, CompletionTokens: 8, TotalTokens: 20}}
+		evs := []parley.Event{{Type: parley.EventStart}, {Type: parley.EventRecord, Message: user},
+			{Type: parley.EventChunk, Content: "An answer "}, {Type: parley.EventChunk, Content: "of a few "},
+			{Type: parley.EventChunk, Content: "words."}, {Type: parley.EventRecord, Message: answer},
+			{Type: parley.EventDone, FinishReason: "stop"}}
+		enc := make([]parley.EncodedEvent, len(evs))
+		for j := range evs {
+			e := &evs[j]
+			e.Seq, e.RunID, e.SessionID = first+int64(j), run.ID, sess.ID
+			enc[j] = parley.EncodedEvent{Seq: e.Seq, Event: e}
+			if e.Message != answer { // the answer's record is encoded once it is numbered
+				if enc[j].JSON, err = json.Marshal(e); err != nil {
+					return err
+				}
+			}
+		}
+		return rb.FinishRun(ctx, parley.RunFinish{SessionID: sess.ID, Messages: []*parley.Message{answer}, Events: enc,
+			Limit: first + reserve - 1, Last: enc[len(enc)-1].Seq, RunID: run.ID, Instance: "bench", Finish: "stop", At: now})
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "chats/s")
+	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/chat")
+	if statements != nil {
+		b.ReportMetric(float64(statements()-st0)/float64(b.N), "stmts/chat")
+	}
+}
+
+// cpuTime returns the user and system CPU time of the process so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

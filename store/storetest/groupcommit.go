@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -49,6 +50,7 @@ func testBeginRun(t *testing.T, s parley.Store) {
 	if err != nil || active.ID != run.ID || active.FirstSeq != 1 || len(active.SelectedTools) != 1 {
 		t.Fatalf("active run: %+v, %v", active, err)
 	}
+	testBeginNewSessionWithTurn(t, s)
 
 	// A second run of the session is refused, and nothing of it is stored: no message, no
 	// numbers taken.
@@ -375,5 +377,56 @@ func testFinishRunWithEnd(t *testing.T, s parley.Store) {
 			RunID: run3.ID, Instance: "i1", Finish: parley.FinishStop, At: at}); parley.CodeOf(err) != parley.ECInvalid {
 			t.Fatalf("an end with events %+v: %v, want invalid", evs, err)
 		}
+	}
+}
+
+// A new session begun with several messages is stored as the steps one by one would leave it
+// (a store may insert it whole): its leaf is the last message, its usage their total, it was
+// updated when the last was made, its event numbers are reserved from 1, and what is appended
+// next follows.
+func testBeginNewSessionWithTurn(t *testing.T, s parley.Store) {
+	t.Helper()
+	rb := beginner(t, s)
+	at := base
+	sess := &parley.Session{ID: parley.NewID(), Title: "t", Owner: "alice", CreatedAt: at, UpdatedAt: at}
+	run := &parley.RunRecord{ID: parley.NewID(), SessionID: sess.ID, Owner: "alice", Model: "m", Instance: "i1",
+		LeaseUntil: at.Add(time.Minute), CreatedAt: at}
+	user := msg(parley.RoleUser, "hello", at)
+	answer := msg(parley.RoleAssistant, "", at.Add(time.Second))
+	answer.Usage = &parley.Usage{PromptTokens: 7, CompletionTokens: 3, TotalTokens: 10, Cost: 0.5}
+	answer.ToolCalls = []parley.ToolCall{{ID: "call_1", Type: "function", Function: parley.FunctionCall{Name: "calculator", Arguments: "{}"}}}
+	first, err := rb.BeginRun(ctx, &parley.RunBegin{NewSession: sess, Reserve: 50, Run: run, Messages: []*parley.Message{user, answer}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first != 1 || user.Seq != 1 || answer.Seq != 2 || user.ParentID != "" || answer.ParentID != user.ID {
+		t.Fatalf("first %d; seqs %d, %d; parents %q, %q", first, user.Seq, answer.Seq, user.ParentID, answer.ParentID)
+	}
+	got, err := s.GetSession(ctx, sess.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.LeafID != answer.ID || got.Usage != *answer.Usage || !got.UpdatedAt.Equal(answer.CreatedAt) || !got.CreatedAt.Equal(at) {
+		t.Fatalf("the new session: leaf %q, usage %+v, created %v, updated %v; want %q, %+v, %v, %v",
+			got.LeafID, got.Usage, got.CreatedAt, got.UpdatedAt, answer.ID, *answer.Usage, at, answer.CreatedAt)
+	}
+	if err := rb.FinishRun(ctx, parley.RunFinish{SessionID: sess.ID, Limit: 50, Last: 3, RunID: run.ID, Instance: "i1",
+		Finish: parley.FinishStop, At: at.Add(2 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	// The call is open: the session is found with open tool calls once its run ended.
+	if ids, err := s.SessionsWithOpenToolCalls(ctx, "", 1000); err != nil || !slices.Contains(ids, sess.ID) {
+		t.Fatalf("sessions with open tool calls: %v, %v; want %s among them", ids, err, sess.ID)
+	}
+	result := msg(parley.RoleTool, "3", at.Add(3*time.Second))
+	result.ToolCallID, result.Name = "call_1", "calculator"
+	if err := s.AppendMessages(ctx, sess.ID, result); err != nil || result.Seq != 3 || result.ParentID != answer.ID {
+		t.Fatalf("the next message: seq %d, parent %q, %v; want 3 after %q", result.Seq, result.ParentID, err, answer.ID)
+	}
+	if ids, err := s.SessionsWithOpenToolCalls(ctx, "", 1000); err != nil || slices.Contains(ids, sess.ID) {
+		t.Fatalf("sessions with open tool calls after the result: %v, %v", ids, err)
+	}
+	if next, err := s.ReserveEventSeqs(ctx, sess.ID, 1); err != nil || next != 4 {
+		t.Fatalf("the next event number: %d, %v; want 4", next, err)
 	}
 }
