@@ -94,10 +94,13 @@ func TestTwoInstances(t *testing.T) {
 		scanSSE(resp.Body, func(ev sseEvent) bool { onA <- ev.Data; return ev.Data.Type != parley.EventDone })
 	}()
 	run2 := <-onA
-	if code, body := postJSON(t, b.url+"/api/v1/chat/stream", map[string]any{"message": "me too", "session_id": session}); code != http.StatusConflict {
-		t.Fatalf("a second run through B: %d %s, want 409", code, body)
-	}
-	for _, step := range []struct{ action, state string }{{"pause", "paused"}, {"resume", "running"}, {"abort", "aborting"}} {
+	// Paused first, so that the run cannot end before the steps after (a loaded machine).
+	for i, step := range []struct{ action, state string }{{"pause", "paused"}, {"resume", "running"}, {"abort", "aborting"}} {
+		if i == 1 {
+			if code, body := postJSON(t, b.url+"/api/v1/chat/stream", map[string]any{"message": "me too", "session_id": session}); code != http.StatusConflict {
+				t.Fatalf("a second run through B: %d %s, want 409", code, body)
+			}
+		}
 		code, body := postJSON(t, b.url+"/api/v1/sessions/"+session+"/"+step.action, nil)
 		var out struct{ RunID, State string }
 		json.Unmarshal(body, &struct {

@@ -20,7 +20,8 @@ func TestBeginRunOfANewSessionLeavesWhatItsStepsWould(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		parent string // the second message's ParentID
-	}{{"a chain", ""}, {"a branch", parley.ParentRoot}} {
+		one    bool   // the user's message alone (BeginRun's one statement)
+	}{{"a chain", "", false}, {"a branch", parley.ParentRoot, false}, {"one message", "", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			begin := func() *parley.RunBegin {
 				sess := &parley.Session{ID: parley.NewID(), Owner: "o", Title: "t", CreatedAt: now, UpdatedAt: now}
@@ -31,6 +32,9 @@ func TestBeginRunOfANewSessionLeavesWhatItsStepsWould(t *testing.T) {
 				call := &parley.Message{ID: parley.NewID(), Role: parley.RoleAssistant, RunID: run.ID, ParentID: tc.parent,
 					ToolCalls: []parley.ToolCall{{ID: "c1", Type: "function", Function: parley.FunctionCall{Name: "x", Arguments: "{}"}}},
 					Usage:     &parley.Usage{PromptTokens: 3, CompletionTokens: 4, TotalTokens: 7, Cost: 0.5}, CreatedAt: now.Add(2 * time.Second)}
+				if tc.one {
+					return &parley.RunBegin{NewSession: sess, Reserve: 100, Run: run, Messages: []*parley.Message{user}}
+				}
 				return &parley.RunBegin{NewSession: sess, Reserve: 100, Run: run, Messages: []*parley.Message{user, call}}
 			}
 			fast, steps := begin(), begin()

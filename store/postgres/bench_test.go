@@ -3,6 +3,7 @@ package postgres
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -169,6 +170,88 @@ func benchChats(b *testing.B, c int) {
 	p.report(b, b.N, "chat")
 }
 
+// The store calls of a streamed chat of a new session as the server makes them: the run's
+// beginning (BeginRun: the session, the run, the user's message) and its end (FinishRun: the
+// answer, the run's events, 3 chunks among them, the numbers given back, the run's end), with 1,
+// 32 and 128 chats at once.
+func BenchmarkServerChats1(b *testing.B)   { benchServerChats(b, 1) }
+func BenchmarkServerChats32(b *testing.B)  { benchServerChats(b, 32) }
+func BenchmarkServerChats128(b *testing.B) { benchServerChats(b, 128) }
+
+func benchServerChats(b *testing.B, c int) {
+	var p probe
+	s := openTest(b, p.options)
+	defer s.Close()
+	for i := range 2 * c { // warm: every connection has prepared the statements
+		if err := serverChat(s, i); err != nil {
+			b.Fatal(err)
+		}
+	}
+	p.start()
+	b.ResetTimer()
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+		errs = make(chan error, c)
+	)
+	for range c {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(b.N) {
+					return
+				}
+				if err := serverChat(s, int(i)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		b.Fatal(err)
+	default:
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "chats/s")
+	p.report(b, b.N, "chat")
+}
+
+// serverChat is one chat of benchServerChats.
+func serverChat(s *Store, i int) error {
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	sess := &parley.Session{ID: parley.NewID(), Owner: "bench", Title: "bench", CreatedAt: now, UpdatedAt: now}
+	run := &parley.RunRecord{ID: parley.NewID(), SessionID: sess.ID, Owner: "bench", Model: "m", Instance: "bench",
+		LeaseUntil: now.Add(time.Minute), CreatedAt: now}
+	user := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text(fmt.Sprintf("message %d: a typical short chat line", i)),
+		RunID: run.ID, CreatedAt: now}
+	const reserve = 1024
+	first, err := s.BeginRun(ctx, &parley.RunBegin{NewSession: sess, Reserve: reserve, Run: run, Messages: []*parley.Message{user}})
+	if err != nil {
+		return err
+	}
+	answer := &parley.Message{ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text("An answer of a few words."),
+		RunID: run.ID, Model: "m", CreatedAt: now, Usage: &parley.Usage{PromptTokens: 12, CompletionTokens: 8, TotalTokens: 20}}
+	evs := []parley.Event{{Type: parley.EventStart, Model: "m"}, {Type: parley.EventRecord, Message: user},
+		{Type: parley.EventChunk, Content: "An answer "}, {Type: parley.EventChunk, Content: "of a few "}, {Type: parley.EventChunk, Content: "words."},
+		{Type: parley.EventRecord, Message: answer}, {Type: parley.EventDone, FinishReason: "stop"}}
+	enc := make([]parley.EncodedEvent, len(evs))
+	for j := range evs {
+		evs[j].Seq, evs[j].RunID, evs[j].SessionID = first+int64(j), run.ID, sess.ID
+		enc[j] = parley.EncodedEvent{Seq: evs[j].Seq, Event: &evs[j]}
+		if j < len(evs)-2 { // the stream encoded them; the record of the answer and done are the end's
+			if enc[j].JSON, err = json.Marshal(&evs[j]); err != nil {
+				return err
+			}
+		}
+	}
+	last := first + int64(len(evs)) - 1
+	return s.FinishRun(ctx, parley.RunFinish{SessionID: sess.ID, Messages: []*parley.Message{answer}, Events: enc,
+		Limit: first + reserve - 1, Last: last, RunID: run.ID, Instance: "bench", Finish: "stop", At: now})
+}
+
 // probe counts what a benchmark's store did that does not depend on the machine's load: round
 // trips to the server (a write answered by a read, on each connection), transactions committed by
 // the group-commit writer, and the CPU time of the PostgreSQL backends serving the pool.
@@ -177,6 +260,9 @@ type probe struct {
 	pids     []uint32
 	trips    atomic.Int64
 	commits  atomic.Int64
+	stmts    atomic.Int64 // statements sent (a simple query of several counts each)
+	stmts0   int64
+	self0    time.Duration // this process's CPU at start
 	cpu0     time.Duration
 	trips0   int64
 	commits0 int64
@@ -197,6 +283,7 @@ func (p *probe) options(o *options) {
 			p.mu.Unlock()
 			return nil
 		}
+		cfg.ConnConfig.Tracer = stmtCounter{&p.stmts}
 		// No ping before handing out a connection that was idle: it would be a round trip
 		// that depends on the machine's speed.
 		cfg.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { return false }
@@ -208,32 +295,63 @@ func (p *probe) options(o *options) {
 func (p *probe) backendCPU() time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var ticks int64
+	var cpu time.Duration
 	for _, pid := range p.pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		// Fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
-		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-		if len(f) > 12 {
-			u, _ := strconv.ParseInt(f[11], 10, 64)
-			s, _ := strconv.ParseInt(f[12], 10, 64)
-			ticks += u + s
-		}
+		cpu += procCPU(fmt.Sprintf("/proc/%d/stat", pid))
 	}
-	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ = 100
+	return cpu
+}
+
+// procCPU returns the user and system time of the process whose stat file is at path (Linux
+// /proc; 0 elsewhere).
+func procCPU(path string) time.Duration {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	// Fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) <= 12 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	s, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+s) * 10 * time.Millisecond // USER_HZ = 100
 }
 
 func (p *probe) start() {
-	p.cpu0, p.trips0, p.commits0 = p.backendCPU(), p.trips.Load(), p.commits.Load()
+	p.cpu0, p.trips0, p.commits0, p.stmts0 = p.backendCPU(), p.trips.Load(), p.commits.Load(), p.stmts.Load()
+	p.self0 = procCPU("/proc/self/stat")
 }
 
 func (p *probe) report(b *testing.B, n int, unit string) {
 	b.ReportMetric(float64(p.trips.Load()-p.trips0)/float64(n), "roundtrips/"+unit)
 	b.ReportMetric(float64(p.commits.Load()-p.commits0)/float64(n), "commits/"+unit)
+	b.ReportMetric(float64(p.stmts.Load()-p.stmts0)/float64(n), "statements/"+unit)
 	b.ReportMetric(float64(p.backendCPU()-p.cpu0)/float64(time.Microsecond)/float64(n), "pg-cpu-µs/"+unit)
+	// The benchmark's own process: the store's side (pgx, group commit, encoding) and the
+	// benchmark's loop.
+	b.ReportMetric(float64(procCPU("/proc/self/stat")-p.self0)/float64(time.Microsecond)/float64(n), "go-cpu-µs/"+unit)
 }
+
+// stmtCounter counts the statements pgx sends: each query, each query of a batch, and each
+// statement of a simple query without arguments (pipeTx sends its framing and COMMIT as one).
+type stmtCounter struct{ n *atomic.Int64 }
+
+func (c stmtCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if len(d.Args) == 0 {
+		c.n.Add(int64(strings.Count(d.SQL, "; ")) + 1)
+	} else {
+		c.n.Add(1)
+	}
+	return ctx
+}
+func (stmtCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (stmtCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+func (c stmtCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) { c.n.Add(1) }
+func (stmtCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)       {}
 
 // countingConn counts round trips: a read after a write. pgx may write and read from different
 // goroutines (its background reader), so the flag is atomic.

@@ -43,8 +43,10 @@ func (s *Store) ReleaseEventSeqs(ctx context.Context, sessionID string, limit, l
 	})
 }
 
+const releaseSQL = `UPDATE sessions SET event_seq = $1 WHERE id = $2 AND event_seq = $3`
+
 func releaseEventSeqs(ctx context.Context, tx pgx.Tx, sessionID string, limit, last int64) error {
-	if _, err := tx.Exec(ctx, `UPDATE sessions SET event_seq = $1 WHERE id = $2 AND event_seq = $3`, last, sessionID, limit); err != nil {
+	if _, err := tx.Exec(ctx, releaseSQL, last, sessionID, limit); err != nil {
 		return fmt.Errorf("postgres: releasing event numbers: %w", err)
 	}
 	return nil
@@ -91,7 +93,11 @@ func (s *Store) appendEncoded(ctx context.Context, sessionID string, at time.Tim
 
 // storeEvents is appendEvents with its errors as the store reports them.
 func storeEvents(ctx context.Context, tx pgx.Tx, sessionID string, at time.Time, evs []parley.EncodedEvent, batches []rowcodec.EventBatch) error {
-	err := appendEvents(ctx, tx, sessionID, at, evs, batches)
+	return eventsError(appendEvents(ctx, tx, sessionID, at, evs, batches), sessionID)
+}
+
+// eventsError is err, of a write of events, as the store reports it.
+func eventsError(err error, sessionID string) error {
 	if isFKViolation(err) { // no such session
 		return notFound("session", sessionID)
 	}
@@ -101,8 +107,52 @@ func storeEvents(ctx context.Context, tx pgx.Tx, sessionID string, at time.Time,
 	return nil
 }
 
+// insertNewEventBatch inserts a row of events unless a row stored overlaps its numbers (then it
+// inserts nothing): the usual write needs no read of what is stored before it.
+const insertNewEventBatch = `INSERT INTO event_batches (session_id, first_seq, last_seq, data, created_at)
+	SELECT $1::text, $2::bigint, $3::bigint, $4::bytea, $5::timestamptz WHERE NOT EXISTS
+	(SELECT 1 FROM event_batches WHERE session_id = $1::text AND first_seq <= $3::bigint AND last_seq >= $2::bigint)`
+
+// queueNewEventBatches queues the insert of each of batches unless a stored row overlaps it
+// (insertNewEventBatch).
+func queueNewEventBatches(b *pgx.Batch, sessionID string, at time.Time, batches []rowcodec.EventBatch) {
+	for _, eb := range batches {
+		b.Queue(insertNewEventBatch, sessionID, eb.First, eb.Last, eb.Data, at.UTC())
+	}
+}
+
+// readNewEventBatches reads the results of n inserts queueNewEventBatches queued: overlap is
+// whether one of them inserted nothing.
+func readNewEventBatches(br pgx.BatchResults, n int) (overlap bool, err error) {
+	for range n {
+		tag, err := br.Exec()
+		if err != nil {
+			return false, err
+		}
+		overlap = overlap || tag.RowsAffected() == 0
+	}
+	return overlap, nil
+}
+
+// appendEvents stores evs, joined into batches (rowcodec.EventBatches(evs, nil)), in one round
+// trip: each row is inserted unless a row already stored overlaps it. If one did (a write run
+// again), the rest of evs is stored around what is stored (appendAround).
 func appendEvents(ctx context.Context, tx pgx.Tx, sessionID string, at time.Time, evs []parley.EncodedEvent, batches []rowcodec.EventBatch) error {
-	// The rows already stored that these events overlap (a retried write).
+	b := &pgx.Batch{}
+	queueNewEventBatches(b, sessionID, at, batches)
+	br := tx.SendBatch(ctx, b)
+	overlap, err := readNewEventBatches(br, len(batches))
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil || !overlap {
+		return err
+	}
+	return appendAround(ctx, tx, sessionID, at, evs)
+}
+
+// appendAround stores those of evs that no stored row holds, in rows of consecutive numbers.
+func appendAround(ctx context.Context, tx pgx.Tx, sessionID string, at time.Time, evs []parley.EncodedEvent) error {
 	rows, err := tx.Query(ctx, `SELECT first_seq, last_seq FROM event_batches WHERE session_id = $1 AND first_seq <= $2 AND last_seq >= $3`,
 		sessionID, evs[len(evs)-1].Seq, evs[0].Seq)
 	if err != nil {
@@ -121,10 +171,7 @@ func appendEvents(ctx context.Context, tx pgx.Tx, sessionID string, at time.Time
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	if len(stored) > 0 {
-		batches = rowcodec.EventBatches(evs, rowcodec.RangesCover(stored))
-	}
-	for _, b := range batches {
+	for _, b := range rowcodec.EventBatches(evs, rowcodec.RangesCover(stored)) {
 		if _, err := tx.Exec(ctx, `INSERT INTO event_batches (session_id, first_seq, last_seq, data, created_at) VALUES ($1, $2, $3, $4, $5)`,
 			sessionID, b.First, b.Last, b.Data, at.UTC()); err != nil {
 			return err

@@ -512,8 +512,14 @@ const insertChained = `INSERT INTO messages (id, session_id, seq, role, content,
 // each extends the chain, so that nothing need be read before they are written. The inserts and
 // the session's update go in one batch, one round trip, where appendMessages takes two.
 func appendChain(ctx context.Context, tx pgx.Tx, sessionID string, msgs []*parley.Message, cols []rowcodec.Columns) (int64, rowcodec.Links, error) {
+	return appendChainReleasing(ctx, tx, sessionID, msgs, cols, nil)
+}
+
+// appendChainReleasing is appendChain that also gives back the event numbers of rel, if not nil
+// (queueChainReleasing).
+func appendChainReleasing(ctx context.Context, tx pgx.Tx, sessionID string, msgs []*parley.Message, cols []rowcodec.Columns, rel *release) (int64, rowcodec.Links, error) {
 	b := &pgx.Batch{}
-	queueChain(b, sessionID, msgs, cols)
+	queueChainReleasing(b, sessionID, msgs, cols, rel)
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
 	last, links, err := readChain(br, sessionID, msgs)
@@ -528,6 +534,28 @@ func appendChain(ctx context.Context, tx pgx.Tx, sessionID string, msgs []*parle
 
 // queueChain queues appendChain's statements: the inserts, then the session's update.
 func queueChain(b *pgx.Batch, sessionID string, msgs []*parley.Message, cols []rowcodec.Columns) {
+	queueChainReleasing(b, sessionID, msgs, cols, nil)
+}
+
+// release is what ReleaseEventSeqs is given: the numbers after Last go back if Limit is still the
+// last one reserved.
+type release struct{ Limit, Last int64 }
+
+// queueChainReleasing is queueChain that also gives back the event numbers of rel, if not nil, in
+// the same update of the session's row (one statement and one row version fewer than
+// releaseEventSeqs after it).
+func queueChainReleasing(b *pgx.Batch, sessionID string, msgs []*parley.Message, cols []rowcodec.Columns, rel *release) {
+	if len(msgs) == 1 { // one statement
+		m, total := msgs[0], rowcodec.TotalUsage(msgs)
+		args := append(messageArgs(m, cols[0], sessionID, 1, nil), total.PromptTokens, total.CompletionTokens, total.TotalTokens,
+			total.ReasoningTokens, total.CachedTokens, total.Cost, rowcodec.OpenCallsDelta(msgs))
+		if rel == nil {
+			b.Queue(insertOneChained, args...)
+		} else {
+			b.Queue(insertOneChainedReleasing, append(args, rel.Limit, rel.Last)...)
+		}
+		return
+	}
 	for i, m := range msgs {
 		var parent any
 		if i > 0 {
@@ -536,15 +564,52 @@ func queueChain(b *pgx.Batch, sessionID string, msgs []*parley.Message, cols []r
 		b.Queue(insertChained, messageArgs(m, cols[i], sessionID, int64(i+1), parent)...)
 	}
 	total := rowcodec.TotalUsage(msgs)
-	b.Queue(`UPDATE sessions SET last_seq = last_seq + $1, updated_at = GREATEST(updated_at, $2),
+	args := []any{len(msgs), msgs[len(msgs)-1].CreatedAt.UTC(), total.PromptTokens, total.CompletionTokens, total.TotalTokens,
+		total.ReasoningTokens, total.CachedTokens, total.Cost, rowcodec.OpenCallsDelta(msgs), sessionID,
+		msgs[len(msgs)-1].ID}
+	if rel == nil {
+		b.Queue(updateChain+` WHERE id = $10 RETURNING last_seq`, args...)
+		return
+	}
+	b.Queue(updateChain+`, event_seq = CASE WHEN event_seq = $12 THEN $13 ELSE event_seq END WHERE id = $10 RETURNING last_seq`,
+		append(args, rel.Limit, rel.Last)...)
+}
+
+// insertOneChained is the statements of queueChain for one message in one: the session's row
+// is locked and updated (its leaf read before), and the message inserted after that leaf with
+// the seq the update took; it returns the message's parent and seq. Its arguments are those of
+// insertChained ($3 = 1, $21 = NULL), then the message's usage ($22-$27) and the open calls it
+// adds ($28). No session: seq is NULL and the insert fails (not_null_violation), as
+// insertChained does.
+const insertOneChained = `WITH old AS (SELECT leaf_id FROM sessions WHERE id = $2 FOR UPDATE),
+	s AS (UPDATE sessions SET last_seq = last_seq + $3, updated_at = GREATEST(updated_at, $17),
+		prompt_tokens = prompt_tokens + $22, completion_tokens = completion_tokens + $23, total_tokens = total_tokens + $24,
+		reasoning_tokens = reasoning_tokens + $25, cached_tokens = cached_tokens + $26, cost = cost + $27,
+		open_calls = GREATEST(0, open_calls + $28), leaf_id = $1` + oneChainedRest
+
+// insertOneChainedReleasing is insertOneChained that also gives back event numbers in the same
+// update ($29: the last number reserved, $30: the last used), as releaseEventSeqs does.
+const insertOneChainedReleasing = `WITH old AS (SELECT leaf_id FROM sessions WHERE id = $2 FOR UPDATE),
+	s AS (UPDATE sessions SET last_seq = last_seq + $3, updated_at = GREATEST(updated_at, $17),
+		prompt_tokens = prompt_tokens + $22, completion_tokens = completion_tokens + $23, total_tokens = total_tokens + $24,
+		reasoning_tokens = reasoning_tokens + $25, cached_tokens = cached_tokens + $26, cost = cost + $27,
+		open_calls = GREATEST(0, open_calls + $28), leaf_id = $1,
+		event_seq = CASE WHEN event_seq = $29 THEN $30 ELSE event_seq END` + oneChainedRest
+
+const oneChainedRest = `
+		FROM old WHERE sessions.id = $2 RETURNING sessions.last_seq, old.leaf_id)
+	INSERT INTO messages (id, session_id, seq, role, content, parts, name, tool_calls,
+	tool_call_id, reasoning, run_id, model, latency_ms, usage, success, resource_id, created_at, thinking_blocks, server, error,
+	parent_id)
+	VALUES ($1, $2, (SELECT last_seq FROM s), $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
+	$14, $15, $16, $17, $18, $19, $20, COALESCE($21, (SELECT leaf_id FROM s)))
+	RETURNING parent_id, seq`
+
+// updateChain is the session's update after messages that extend its chain, up to its WHERE.
+const updateChain = `UPDATE sessions SET last_seq = last_seq + $1, updated_at = GREATEST(updated_at, $2),
 		prompt_tokens = prompt_tokens + $3, completion_tokens = completion_tokens + $4, total_tokens = total_tokens + $5,
 		reasoning_tokens = reasoning_tokens + $6, cached_tokens = cached_tokens + $7, cost = cost + $8,
-		open_calls = GREATEST(0, open_calls + $9), leaf_id = $11
-		WHERE id = $10 RETURNING last_seq`,
-		len(msgs), msgs[len(msgs)-1].CreatedAt.UTC(), total.PromptTokens, total.CompletionTokens, total.TotalTokens,
-		total.ReasoningTokens, total.CachedTokens, total.Cost, rowcodec.OpenCallsDelta(msgs), sessionID,
-		msgs[len(msgs)-1].ID)
-}
+		open_calls = GREATEST(0, open_calls + $9), leaf_id = $11`
 
 // readChain reads the results of queueChain's statements: the last seq and the messages'
 // parents.
@@ -555,7 +620,12 @@ func readChain(br pgx.BatchResults, sessionID string, msgs []*parley.Message) (i
 		links        rowcodec.Links
 	)
 	for i := range msgs {
-		err := br.QueryRow().Scan(&parent)
+		var err error
+		if len(msgs) == 1 { // insertOneChained: the session's update is in it
+			err = br.QueryRow().Scan(&parent, &last)
+		} else {
+			err = br.QueryRow().Scan(&parent)
+		}
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "23502" && pe.ColumnName == "seq" { // not_null_violation: no session
 			return 0, links, notFound("session", sessionID)
@@ -567,8 +637,10 @@ func readChain(br pgx.BatchResults, sessionID string, msgs []*parley.Message) (i
 			leaf = parent
 		}
 	}
-	if err := br.QueryRow().Scan(&last); err != nil {
-		return 0, links, fmt.Errorf("postgres: appending messages: %w", err)
+	if len(msgs) > 1 {
+		if err := br.QueryRow().Scan(&last); err != nil {
+			return 0, links, fmt.Errorf("postgres: appending messages: %w", err)
+		}
 	}
 	return last, rowcodec.LinkParents(msgs, leaf.String), nil
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -101,9 +103,10 @@ func (s *Store) EndRun(ctx context.Context, id, instance, finish string, at time
 	})
 }
 
+const endRunSQL = `UPDATE runs SET state = 'ended', finish = $1, updated_at = $2 WHERE id = $3 AND instance = $4 AND state = 'running'`
+
 func endRun(ctx context.Context, tx pgx.Tx, id, instance, finish string, at time.Time) error {
-	tag, err := tx.Exec(ctx, `UPDATE runs SET state = 'ended', finish = $1, updated_at = $2 WHERE id = $3 AND instance = $4 AND state = 'running'`,
-		finish, at.UTC(), id, instance)
+	tag, err := tx.Exec(ctx, endRunSQL, finish, at.UTC(), id, instance)
 	if err != nil {
 		return fmt.Errorf("postgres: ending run: %w", err)
 	}
@@ -336,17 +339,22 @@ func beginNewSession(ctx context.Context, tx pgx.Tx, b *parley.RunBegin, tools [
 		}
 	}
 	total := rowcodec.TotalUsage(msgs)
-	q := &pgx.Batch{}
-	q.Queue(`INSERT INTO sessions (id, title, owner, created_at, updated_at, project_id, event_seq, last_seq, prompt_tokens,
-		completion_tokens, total_tokens, reasoning_tokens, cached_tokens, cost, open_calls, leaf_id, branched)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`,
-		sess.ID, sess.Title, sess.Owner, sess.CreatedAt.UTC(), updated, nullable(sess.ProjectID), b.Reserve, last,
+	sessArgs := []any{sess.ID, sess.Title, sess.Owner, sess.CreatedAt.UTC(), updated, nullable(sess.ProjectID), b.Reserve, last,
 		total.PromptTokens, total.CompletionTokens, total.TotalTokens, total.ReasoningTokens, total.CachedTokens, total.Cost,
-		max(0, rowcodec.OpenCallsDelta(msgs)), leaf, links.Branches)
+		max(0, rowcodec.OpenCallsDelta(msgs)), leaf, links.Branches}
 	b.Run.FirstSeq = first
 	r := b.Run
-	q.Queue(`INSERT INTO runs (`+runCols+`) VALUES ($1, $2, $3, $4, $5, 'running', '', $6, $7, $8, $9, $10, $10)`,
-		r.ID, r.SessionID, r.Owner, r.Model, tools, r.Instance, r.LeaseUntil.UTC(), r.Attempts, r.FirstSeq, r.CreatedAt.UTC())
+	runArgs := []any{r.ID, r.SessionID, r.Owner, r.Model, tools, r.Instance, r.LeaseUntil.UTC(), r.Attempts, r.FirstSeq, r.CreatedAt.UTC()}
+	if len(msgs) == 1 { // a chat's first turn: one statement
+		args := append(append(messageArgs(msgs[0], cols[0], sess.ID, 1, nullStr(links.Parents[0])), sessArgs...), runArgs...)
+		if _, err := tx.Exec(ctx, beginNewSessionOne, args...); err != nil {
+			return 0, 0, links, beginError(err, sess)
+		}
+		return first, last, links, nil
+	}
+	q := &pgx.Batch{}
+	q.Queue(insertNewSession, sessArgs...)
+	q.Queue(insertRun, runArgs...)
 	queueMessages(q, sess.ID, 1, msgs, cols, links.Parents)
 	br := tx.SendBatch(ctx, q)
 	defer br.Close()
@@ -362,6 +370,43 @@ func beginNewSession(ctx context.Context, tx pgx.Tx, b *parley.RunBegin, tools [
 		return 0, 0, links, fmt.Errorf("postgres: appending messages: %w", err)
 	}
 	return first, last, links, nil
+}
+
+const (
+	insertNewSession = `INSERT INTO sessions (id, title, owner, created_at, updated_at, project_id, event_seq, last_seq, prompt_tokens,
+		completion_tokens, total_tokens, reasoning_tokens, cached_tokens, cost, open_calls, leaf_id, branched)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`
+	insertRun = `INSERT INTO runs (` + runCols + `) VALUES ($1, $2, $3, $4, $5, 'running', '', $6, $7, $8, $9, $10, $10)`
+)
+
+// beginNewSessionOne is beginNewSession's three inserts in one statement, for one message: its
+// arguments are insertMessage's ($1-$21), then insertNewSession's ($22-$38), then insertRun's
+// ($39-$48). The message's and the run's references to the session are checked at the end of
+// the statement, when the session's row is there.
+var beginNewSessionOne = `WITH s AS (` + shiftParams(insertNewSession, 21) + `),
+	r AS (` + shiftParams(insertRun, 38) + `)
+	` + insertMessage
+
+// shiftParams returns the statement q with each parameter $n numbered $(n+by).
+func shiftParams(q string, by int) string {
+	return paramRE.ReplaceAllStringFunc(q, func(p string) string {
+		n, _ := strconv.Atoi(p[1:])
+		return "$" + strconv.Itoa(n+by)
+	})
+}
+
+var paramRE = regexp.MustCompile(`\$[0-9]+`)
+
+// beginError says why beginNewSessionOne failed.
+func beginError(err error, sess *parley.Session) error {
+	var pe *pgconn.PgError
+	switch {
+	case isFKViolation(err) && errors.As(err, &pe) && pe.TableName == "sessions":
+		return notFound("project", sess.ProjectID)
+	case errors.As(err, &pe) && pe.TableName == "runs":
+		return runError(err, sess.ID)
+	}
+	return fmt.Errorf("postgres: beginning a run: %w", err)
 }
 
 // beginInSession is BeginRun's work for a run of a session that exists, with messages that
@@ -431,12 +476,21 @@ func (s *Store) FinishRun(ctx context.Context, f parley.RunFinish) error {
 		links rowcodec.Links
 		ended error
 	)
+	rel := &release{f.Limit, f.Last}
 	err := s.writeFor(ctx, f.SessionID, func(ctx context.Context, tx pgx.Tx) (err error) {
+		released := false
 		if len(f.Messages) > 0 {
-			if last, links, err = appendMessages(ctx, tx, f.SessionID, f.Messages, cols); err != nil {
+			if chained(f.Messages) { // a turn's answer: the numbers go back in the session's update
+				last, links, err = appendChainReleasing(ctx, tx, f.SessionID, f.Messages, cols, rel)
+				released = true
+			} else {
+				last, links, err = appendMessages(ctx, tx, f.SessionID, f.Messages, cols)
+			}
+			if err != nil {
 				return err
 			}
 		}
+		var batches []rowcodec.EventBatch
 		if len(f.Events) > 0 {
 			for _, i := range encode {
 				f.Events[i].JSON = nil
@@ -444,20 +498,14 @@ func (s *Store) FinishRun(ctx context.Context, f parley.RunFinish) error {
 			if err := rowcodec.EncodeAfter(f.Events, f.Messages, f.SessionID, last, links); err != nil {
 				return fmt.Errorf("postgres: %w", err)
 			}
-			if err := storeEvents(ctx, tx, f.SessionID, f.At, f.Events, rowcodec.EventBatches(f.Events, nil)); err != nil {
-				return err
-			}
+			batches = rowcodec.EventBatches(f.Events, nil)
 		}
-		if err := releaseEventSeqs(ctx, tx, f.SessionID, f.Limit, f.Last); err != nil {
-			return err
+		give := rel
+		if released {
+			give = nil
 		}
-		// A run no longer this instance's is no failure of the transaction: the messages, the
-		// events and the numbers are kept.
-		ended = endRun(ctx, tx, f.RunID, f.Instance, f.Finish, f.At)
-		if parley.CodeOf(ended) != parley.ECConflict {
-			return ended
-		}
-		return nil
+		ended, err = finishBatch(ctx, tx, f, batches, give)
+		return err
 	})
 	if err != nil {
 		return err
@@ -466,4 +514,75 @@ func (s *Store) FinishRun(ctx context.Context, f parley.RunFinish) error {
 		setSeqs(f.SessionID, f.Messages, last, links)
 	}
 	return ended
+}
+
+// finishBatch is the rest of FinishRun after its messages, in one round trip: the rows of its
+// events (batches), each inserted unless a row already stored overlaps it, the event numbers of
+// rel given back (unless nil: they went back with the messages), and the run's end. If a stored
+// row overlapped one (a write run again), the events are then stored as AppendEvents stores
+// them, around what is stored. It returns endRun's error apart: a run no longer this instance's
+// is no failure of the transaction (ECConflict; the messages, the events and the numbers are
+// kept).
+func finishBatch(ctx context.Context, tx pgx.Tx, f parley.RunFinish, batches []rowcodec.EventBatch, rel *release) (ended, err error) {
+	if len(batches) == 1 && rel == nil { // a chat's end: one statement
+		return finishOne(ctx, tx, f, batches[0])
+	}
+	b := &pgx.Batch{}
+	queueNewEventBatches(b, f.SessionID, f.At, batches)
+	if rel != nil {
+		b.Queue(releaseSQL, rel.Last, f.SessionID, rel.Limit)
+	}
+	b.Queue(endRunSQL, f.Finish, f.At.UTC(), f.RunID, f.Instance)
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	overlap, err := readNewEventBatches(br, len(batches))
+	if err != nil {
+		return nil, eventsError(err, f.SessionID)
+	}
+	if rel != nil {
+		if _, err := br.Exec(); err != nil {
+			return nil, fmt.Errorf("postgres: releasing event numbers: %w", err)
+		}
+	}
+	tag, err := br.Exec()
+	if err != nil {
+		return nil, fmt.Errorf("postgres: ending run: %w", err)
+	}
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("postgres: ending run: %w", err)
+	}
+	if overlap {
+		if err := eventsError(appendAround(ctx, tx, f.SessionID, f.At, f.Events), f.SessionID); err != nil {
+			return nil, err
+		}
+	}
+	if tag.RowsAffected() == 0 {
+		return parley.Errorf(parley.ECConflict, "run %s: not running on instance %s", f.RunID, f.Instance), nil
+	}
+	return nil, nil
+}
+
+// endWithEvents is finishBatch's two statements for one row of events in one: the row is
+// inserted unless a stored row overlaps it, and the run ended; it returns whether each did.
+const endWithEvents = `WITH e AS (` + insertNewEventBatch + ` RETURNING 1),
+	r AS (UPDATE runs SET state = 'ended', finish = $6, updated_at = $5 WHERE id = $7 AND instance = $8 AND state = 'running' RETURNING 1)
+	SELECT EXISTS (SELECT 1 FROM e), EXISTS (SELECT 1 FROM r)`
+
+// finishOne is finishBatch for one row of events whose numbers went back with the messages.
+func finishOne(ctx context.Context, tx pgx.Tx, f parley.RunFinish, eb rowcodec.EventBatch) (ended, err error) {
+	var stored, endedNow bool
+	err = tx.QueryRow(ctx, endWithEvents, f.SessionID, eb.First, eb.Last, eb.Data, f.At.UTC(), f.Finish, f.RunID, f.Instance).
+		Scan(&stored, &endedNow)
+	if err != nil {
+		return nil, eventsError(err, f.SessionID)
+	}
+	if !stored {
+		if err := eventsError(appendAround(ctx, tx, f.SessionID, f.At, f.Events), f.SessionID); err != nil {
+			return nil, err
+		}
+	}
+	if !endedNow {
+		return parley.Errorf(parley.ECConflict, "run %s: not running on instance %s", f.RunID, f.Instance), nil
+	}
+	return nil, nil
 }
