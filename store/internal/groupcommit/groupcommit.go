@@ -78,7 +78,9 @@ var ErrClosed = errors.New("groupcommit: the store is closed")
 // finds no batch under way (a free writer slot) leads, and runs the waiting operations, its own
 // among them, in one transaction; the others wait for their answer. A lone caller thus runs its
 // write on its own goroutine, and under load each commit carries every write that queued during
-// the last one.
+// the last one. A leader done with its batch hands its slot to the first operation still waiting,
+// whose caller leads the next batch: a waiting caller waits on its own operation's channel and
+// its context alone, and is woken once, for its answer or for its turn to lead.
 type Writer[T any] struct {
 	db    Tx[T]
 	opts  Options
