@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	parley "github.com/parleyhq/parley"
 )
@@ -40,6 +41,45 @@ func BenchmarkFanOut(b *testing.B) {
 	for _, n := range []int{1, 100, 1000} {
 		b.Run("subscribers="+strconv.Itoa(n), func(b *testing.B) {
 			h := New(Options{RingEvents: 1 << 16, RingBytes: 1 << 30})
+			ctx := context.Background()
+			w, _ := h.Open(ctx, "s1")
+			total := int64(b.N)
+			var wg sync.WaitGroup
+			for range n {
+				sub := h.Subscribe(ctx, "s1", Join)
+				wg.Go(func() {
+					defer sub.Close()
+					var got int64
+					for got < total {
+						<-sub.Ready()
+						fs, err := sub.Next(ctx)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						got += int64(len(fs))
+					}
+				})
+			}
+			ev := parley.Event{Type: parley.EventChunk, Content: "a token"}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				w.Append(ev)
+			}
+			wg.Wait()
+			b.StopTimer()
+			w.Close()
+		})
+	}
+}
+
+// BenchmarkFanOutStored is BenchmarkFanOut with a store (in memory) taking the events in batches
+// as a server's does: what the ring's trimming after each store write costs beside the readers.
+func BenchmarkFanOutStored(b *testing.B) {
+	for _, n := range []int{1, 1000} {
+		b.Run("subscribers="+strconv.Itoa(n), func(b *testing.B) {
+			h := New(Options{Store: newMemEvents(), FlushEvery: time.Millisecond})
 			ctx := context.Background()
 			w, _ := h.Open(ctx, "s1")
 			total := int64(b.N)

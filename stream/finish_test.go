@@ -32,6 +32,16 @@ func waitStored(t *testing.T, m *memEvents, session string, n int) {
 	}
 }
 
+// writeNow makes the store writer write what it has now, if it waits for events to gather.
+func writeNow(w *Writer) {
+	w.s.mu.Lock()
+	urged := w.urgeLocked()
+	w.s.mu.Unlock()
+	if urged {
+		go w.flush()
+	}
+}
+
 // A run's end writes, in one write, the events the store writer has not taken and the run's
 // last events; readers see those only once the write returned, and nothing is written twice.
 func TestFinishWritesWhatIsLeftWithTheTail(t *testing.T) {
@@ -44,7 +54,7 @@ func TestFinishWritesWhatIsLeftWithTheTail(t *testing.T) {
 	for range 3 {
 		w.Append(parley.Event{Type: parley.EventChunk, Content: "a"})
 	}
-	w.urge <- struct{}{} // the store writer writes what it has now
+	writeNow(w) // the store writer writes what it has now
 	waitStored(t, mem, "s1", 3)
 	for range 2 {
 		w.Append(parley.Event{Type: parley.EventChunk, Content: "b"})

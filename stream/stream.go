@@ -12,8 +12,11 @@
 // never drops an event the store has not taken (a producer that outruns the store waits for it
 // once the ring holds its bounds of such events, up to a time bound), so a reader that falls
 // behind can always catch up from the store. The events waiting for the store count against the
-// ring's bounds: they are the ring's frames, not a queue beside it. Every reader of a
-// session shares the ring's frames: an event is encoded once however many read it.
+// ring's bounds: they are the ring's frames, not a queue beside it. Within its bounds the ring
+// keeps only what the store has not taken or a reader of the ring has not read: after each store
+// write it lets go of the rest, and a reader that joins or resumes from before it reads those
+// events from the store. Every reader of a session shares the ring's frames: an event is encoded
+// once however many read it.
 package stream
 
 import (
@@ -263,7 +266,13 @@ type session struct {
 	// stored: with a store and a writer, the events up to stored are written (or given up on);
 	// the ring drops nothing after it.
 	stored int64
-	w      *Writer
+	// storeFailed: a store write of the ring's events failed (since the ring last started
+	// again), so stored may count events the store does not hold: the ring keeps its events to
+	// its bounds rather than dropping what its readers have read (trimReadLocked).
+	storeFailed bool
+	// readers: the open subscriptions; the ring keeps what those reading it have not read yet.
+	readers map[*Subscription]struct{}
+	w       *Writer
 	// active is the first Seq of the run in progress, here (w) or on another instance (seen by
 	// the feeder); 0 when none is.
 	active int64
@@ -332,6 +341,38 @@ func (s *session) trimLocked() (blocked bool) {
 		s.from = s.ring.pop().Seq
 	}
 	return false
+}
+
+// trimReadLocked drops the oldest frames the store holds and every reader of the ring (and the
+// relay publisher) has read, whatever the ring's bounds: a reader that needs them later (one
+// that joins, or resumes, from before them) reads them from the store, as it reads whatever the
+// ring has moved past. So a run's memory is what its store and its readers have not taken yet,
+// not the ring's bounds. Readers behind the ring read the store anyway and hold nothing. It
+// does nothing without a store, or once a store write failed. Call with s.mu held.
+func (s *session) trimReadLocked() {
+	o := &s.h.opts
+	if o.Store == nil || s.storeFailed || s.ring.n == 0 || s.ring.at(0).Seq > s.stored {
+		return
+	}
+	limit := s.stored
+	for sub := range s.readers {
+		at := sub.after
+		if !sub.placed {
+			if s.joinFrom == Join {
+				continue
+			}
+			at = s.joinFrom
+		}
+		if at >= s.from {
+			limit = min(limit, at)
+		}
+	}
+	if w := s.w; w != nil && o.Relay != nil {
+		limit = min(limit, w.relayedTo)
+	}
+	for s.ring.n > 0 && s.ring.at(0).Seq <= limit {
+		s.from = s.ring.pop().Seq
+	}
 }
 
 // overLocked reports whether the ring holds more than its bounds. Called after trimLocked

@@ -51,20 +51,27 @@ func (h *Hub) Subscribe(ctx context.Context, sessionID string, after int64) *Sub
 		go feed()
 	}
 	sub := &Subscription{h: h, s: s, after: after, placed: after >= 0}
+	s.mu.Lock()
 	if after < 0 {
-		s.mu.Lock()
 		switch {
 		case s.active > 0:
 			sub.after, sub.placed = s.active-1, true
 		case s.from != Join:
 			sub.after, sub.placed = s.last, true // after the latest run seen: the next one
 		}
-		s.mu.Unlock()
-		if !sub.placed && h.opts.RemoteRun != nil {
-			if first := h.opts.RemoteRun(ctx, sessionID); first > 0 {
-				sub.after, sub.placed = first-1, true
-			}
+	}
+	if sub.placed || h.opts.RemoteRun == nil {
+		s.addReaderLocked(sub)
+	}
+	s.mu.Unlock()
+	if !sub.placed && h.opts.RemoteRun != nil {
+		first := h.opts.RemoteRun(ctx, sessionID)
+		s.mu.Lock()
+		if first > 0 {
+			sub.after, sub.placed = first-1, true
 		}
+		s.addReaderLocked(sub)
+		s.mu.Unlock()
 	}
 	return sub
 }
@@ -94,6 +101,15 @@ func (h *Hub) After(ctx context.Context, sessionID string, after int64) iter.Seq
 			}
 		}
 	}
+}
+
+// addReaderLocked counts sub among the session's readers: the ring keeps what it has not read.
+// Call with s.mu held.
+func (s *session) addReaderLocked(sub *Subscription) {
+	if s.readers == nil {
+		s.readers = map[*Subscription]struct{}{}
+	}
+	s.readers[sub] = struct{}{}
 }
 
 // Ready is ready when Next may have frames. Call it again after each Next: the channel it
@@ -220,8 +236,10 @@ func (sub *Subscription) Next(ctx context.Context) ([]*Frame, error) {
 	if len(evs) > 0 {
 		clear(sub.buf)
 		sub.buf = append(sub.buf[:0], h.encode(evs)...)
+		s.mu.Lock() // the ring's trimming reads where its readers are
 		sub.after = evs[len(evs)-1].Seq
 		sub.idle = false
+		s.mu.Unlock()
 		return sub.buf, nil
 	}
 	s.mu.Lock()
@@ -248,6 +266,7 @@ func (sub *Subscription) Close() {
 	clear(sub.buf)
 	sub.buf = nil
 	delete(s.notify, sub)
+	delete(s.readers, sub)
 	s.mu.Unlock()
 	h.mu.Lock()
 	s.subs--

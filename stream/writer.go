@@ -20,16 +20,24 @@ type Writer struct {
 	limit int64 // the last number reserved
 
 	closed  bool          // under s.mu: nothing more is appended
-	closing chan struct{} // closed by Close: the store writer and the relay publisher drain and stop
-	urge    chan struct{} // the producer waits for the store: write now
-	written chan struct{} // closed when the store writer has stopped
+	closing chan struct{} // closed by Close: the relay publisher drains and stops
 	relayed chan struct{} // closed when the relay publisher has stopped
 	dropped bool
+
+	// The store writer runs only while the run has events to write: the first Append after it
+	// stopped arms flushTimer, which starts it once the events had time to gather (so an active
+	// stream holds no goroutine of its own while its events gather). Under s.mu: writing is set
+	// from the arming until the writer stops, when idle (made at the arming) is closed.
+	writing    bool
+	flushTimer *time.Timer
+	idle       chan struct{}
 
 	// storing is held by the store writer while it takes and writes a batch, and by Finish:
 	// the run's events are written by one of them at a time, each once.
 	storing sync.Mutex
 	upto    int64 // under s.mu: the run's events up to it are written (or given up on)
+	// relayedTo, under s.mu: the run's events up to it are handed to the relay (with one).
+	relayedTo int64
 }
 
 // Open reserves the first block of sequence numbers of a new run of the session and returns its
@@ -48,7 +56,7 @@ func (h *Hub) Open(ctx context.Context, sessionID string) (*Writer, error) {
 func (h *Hub) OpenReserved(sessionID string, first, n int64) *Writer {
 	s := h.get(sessionID)
 	w := &Writer{h: h, s: s, first: first, next: first, limit: first + n - 1,
-		closing: make(chan struct{}), urge: make(chan struct{}, 1), written: make(chan struct{}), relayed: make(chan struct{})}
+		closing: make(chan struct{}), relayed: make(chan struct{})}
 	s.mu.Lock()
 	s.w = w
 	if s.last != first-1 {
@@ -56,6 +64,7 @@ func (h *Hub) OpenReserved(sessionID string, first, n int64) *Writer {
 		// starts again at this run; a reader before it catches up from the store.
 		s.ring.clear()
 		s.from, s.last = first-1, first-1
+		s.storeFailed = false
 	}
 	if s.joinFrom == Join {
 		s.joinFrom = first - 1
@@ -63,13 +72,9 @@ func (h *Hub) OpenReserved(sessionID string, first, n int64) *Writer {
 	s.active = first
 	s.stored = first - 1
 	w.upto = first - 1
+	w.relayedTo = first - 1
 	s.wakeLocked()
 	s.mu.Unlock()
-	if h.opts.Store != nil {
-		go w.writeStore()
-	} else {
-		close(w.written)
-	}
 	if h.opts.Relay != nil {
 		go w.publish()
 	} else {
@@ -124,6 +129,7 @@ func (w *Writer) Append(ev parley.Event) parley.Event {
 	}
 	s.ring.push(f)
 	s.last = f.Seq
+	w.scheduleLocked()
 	blocked := s.trimLocked()
 	s.wakeLocked()
 	if blocked && s.overLocked() {
@@ -149,10 +155,10 @@ func (w *Writer) waitForStoreLocked() {
 			return
 		}
 		p := s.progress
+		urged := w.urgeLocked()
 		s.mu.Unlock()
-		select {
-		case w.urge <- struct{}{}:
-		default:
+		if urged {
+			go w.flush()
 		}
 		t := time.NewTimer(left)
 		select {
@@ -244,7 +250,7 @@ func (w *Writer) Finish(tail []parley.Event, write func(evs []parley.EncodedEven
 		s.ring.push(f)
 		s.last = f.Seq
 	}
-	w.storedLocked(w.next - 1)
+	w.storedLocked(w.next-1, true)
 	s.wakeLocked()
 	return stamped, nil
 }
@@ -260,15 +266,23 @@ func (w *Writer) Close() {
 	}
 	w.closed = true
 	s.wakeLocked()
+	now := w.urgeLocked() // the events gathering are written at once
+	idle := w.idle
 	s.mu.Unlock()
 	close(w.closing)
-	<-w.written
+	if now {
+		w.flush()
+	}
+	if idle != nil {
+		<-idle
+	}
 	<-w.relayed
 	s.mu.Lock()
 	if s.w == w {
 		s.w = nil
 		s.active = 0
 		s.trimLocked()
+		s.trimReadLocked()
 	}
 	s.mu.Unlock()
 }
@@ -321,84 +335,98 @@ func (w *Writer) pending(after int64, n, maxBytes int) (frames []*Frame, more, c
 // end before (a chat's answer), and their events are written with their end.
 const firstFlush = 10
 
-// writeStore writes the run's events to the store a batch at a time, letting them gather for
-// FlushEvery (firstFlush times that for the first batch) unless the run ends or its producer
-// waits for the store, until the Writer closes. What it has not written when the run ends,
-// Finish writes with the run's end.
-func (w *Writer) writeStore() {
-	defer close(w.written)
+// scheduleLocked arms the store writer, unless it is armed or writing: the events appended
+// from now are written once they have gathered for FlushEvery (firstFlush times that before the
+// run's first write, so that a short run, however slow an overloaded server makes it, leaves
+// all of its events to its end's one write, Finish). Call with s.mu held.
+func (w *Writer) scheduleLocked() {
+	if w.writing || w.h.opts.Store == nil {
+		return
+	}
+	w.writing = true
+	w.idle = make(chan struct{})
+	wait := w.h.opts.FlushEvery
+	if w.upto < w.first {
+		wait *= firstFlush
+	}
+	if w.flushTimer == nil {
+		w.flushTimer = time.AfterFunc(wait, w.flush)
+	} else {
+		w.flushTimer.Reset(wait)
+	}
+}
+
+// urgeLocked stops the store writer's wait for events to gather, and reports whether it did:
+// the caller then runs the writer (w.flush) itself. Call with s.mu held.
+func (w *Writer) urgeLocked() bool {
+	return w.writing && w.flushTimer != nil && w.flushTimer.Stop()
+}
+
+// flush is the store writer: it writes the run's events to the store a batch at a time (a
+// store write takes at most half the ring's bytes and writeBatch events) until it has written
+// what the ring holds of the run, then stops; events appended meanwhile arm it again, or, once
+// the Writer is closed, are written at once. What it has not written when the run ends, Finish
+// writes with the run's end.
+func (w *Writer) flush() {
 	h, s := w.h, w.s
-	after := w.first - 1
 	maxBytes := max(h.opts.RingBytes/writeBatchShare, 1)
-	for gather := true; ; {
-		if gather {
-			w.gather(after)
-		}
+	for {
 		w.storing.Lock()
 		s.mu.Lock()
-		after = max(after, w.upto)
+		after := w.upto
 		s.mu.Unlock()
-		frames, more, closed, _, from := w.pending(after, writeBatch, maxBytes)
+		frames, more, _, _, from := w.pending(after, writeBatch, maxBytes)
 		if from > after && (len(frames) == 0 || frames[0].Seq > after+1) {
 			h.opts.Log.Error("run events lost before they were stored", "session", s.id, "after", after, "from", from)
 		}
 		if len(frames) > 0 {
-			w.store(frames)
-			after = frames[len(frames)-1].Seq
+			ok := w.store(frames)
 			s.mu.Lock()
-			w.storedLocked(after)
+			w.storedLocked(frames[len(frames)-1].Seq, ok)
 			s.mu.Unlock()
 		}
 		w.storing.Unlock()
-		// A full batch (in events or bytes): the rest is written at once, without gathering.
-		if gather = !more; gather && closed {
+		if more {
+			continue // a full batch (in events or bytes): the rest is written at once
+		}
+		s.mu.Lock()
+		if w.next-1 > w.upto {
+			if w.closed {
+				s.mu.Unlock()
+				continue
+			}
+			// Appended while writing: they gather for the next write.
+			wait := h.opts.FlushEvery
+			w.flushTimer.Reset(wait)
+			s.mu.Unlock()
 			return
 		}
+		w.writing = false
+		close(w.idle)
+		w.idle = nil
+		s.mu.Unlock()
+		return
 	}
 }
 
-// gather waits until the ring holds events after `after`, then lets more gather for a moment:
-// FlushEvery, and firstFlush times that before the run's first write, so that a short run,
-// however slow an overloaded server makes it, leaves all of its events to its end's one write
-// (Finish). It returns at once when the run ends, and early when its producer waits.
-func (w *Writer) gather(after int64) {
-	s := w.s
-	s.mu.Lock()
-	idle, wake := s.last <= max(after, w.upto), s.wake
-	s.mu.Unlock()
-	if idle {
-		select {
-		case <-wake:
-		case <-w.closing:
-			return
-		}
-	}
-	wait := w.h.opts.FlushEvery
-	if after < w.first {
-		wait *= firstFlush
-	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-w.closing:
-	case <-w.urge:
-	}
-}
-
-// storedLocked records that the run's events up to seq are written: the ring may drop them, and
-// a producer waiting for the store goes on. Call with s.mu held.
-func (w *Writer) storedLocked(seq int64) {
+// storedLocked records that the run's events up to seq are written (ok) or given up on: the
+// ring may drop them, and a producer waiting for the store goes on. Call with s.mu held.
+func (w *Writer) storedLocked(seq int64, ok bool) {
 	s := w.s
 	w.upto = max(w.upto, seq)
 	s.stored = max(s.stored, seq)
+	if !ok {
+		s.storeFailed = true
+	}
 	close(s.progress)
 	s.progress = make(chan struct{})
 	s.trimLocked()
+	s.trimReadLocked()
 }
 
 // store writes frames to the store: their JSON as it is when the store takes encoded events.
-func (w *Writer) store(frames []*Frame) {
+// It reports whether the store has them (false: the write failed, and was logged).
+func (w *Writer) store(frames []*Frame) bool {
 	h := w.h
 	enc, _ := h.opts.Store.(parley.EncodedEventAppender)
 	var evs []parley.Event
@@ -430,11 +458,15 @@ func (w *Writer) store(frames []*Frame) {
 		if h.opts.Metrics != nil {
 			h.opts.Metrics.StoreAppend(time.Since(start), err != nil)
 		}
-		if err == nil || parley.CodeOf(err) == parley.ECNotFound { // a deleted session keeps nothing
-			return
+		if err == nil {
+			return true
+		}
+		if parley.CodeOf(err) == parley.ECNotFound { // a deleted session keeps nothing
+			return false
 		}
 	}
 	h.opts.Log.Error("could not store run events", "session", w.s.id, "from", frames[0].Seq, "to", frames[len(frames)-1].Seq, "err", err)
+	return false
 }
 
 // publish hands the run's events to the relay as they come, until the Writer closes. Unlike the
@@ -470,6 +502,9 @@ func (w *Writer) publish() {
 				h.opts.Log.Warn("could not relay run events", "session", s.id, "from", frames[0].Seq, "err", err)
 			}
 			after = frames[len(frames)-1].Seq
+			s.mu.Lock()
+			w.relayedTo = after
+			s.mu.Unlock()
 			continue
 		}
 		if closed {

@@ -75,6 +75,7 @@ type options struct {
 	serveArgs   []string
 	serveEnv    []string
 	sources     int
+	samplesTo   string
 }
 
 func run() error {
@@ -88,6 +89,7 @@ func run() error {
 	flag.DurationVar(&o.streamTime, "stream-timeout", 3*time.Minute, "time bound of one chat; one that has not ended by then counts as failed")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "time bound of the whole benchmark")
 	flag.IntVar(&o.sources, "sources", 0, "loopback addresses the clients connect from (127.0.2.1, 127.0.2.2, …), each good for about 28,000 connections; 0: one per 5,000 streams")
+	flag.StringVar(&o.samplesTo, "samples", "", "file to write the long phase's memory readings to (CSV, one every 250 ms: seconds, streams in progress, resident, heap in use, stacks, in bytes)")
 	flag.StringVar(&o.keepLogs, "logs", "", "directory to keep Parley's logs in (default: dropped with the temp dir)")
 	flag.StringVar(&o.heapProfile, "heap-profile", "", "file to write a heap profile of Parley to, taken in the long phase once 90% of the streams are in progress and half an answer has been sent (Parley then runs with --pprof-addr), with its goroutines beside it (FILE.goroutines)")
 	flag.DurationVar(&o.profileAt, "heap-profile-at", 0, "take the heap profile this long after 90% of the streams are in progress (default: half an answer)")
@@ -665,6 +667,16 @@ func (b *bench) long(ctx context.Context) error {
 	after := b.readMem(srv.Pid(), metricsURL)
 	srv.Stop()
 	failed, short, firstErr := summarize(results, o.longChunks)
+	if o.samplesTo != "" {
+		var csv strings.Builder
+		csv.WriteString("seconds,active,rss,heap_inuse,stack_inuse\n")
+		for _, s := range samples {
+			fmt.Fprintf(&csv, "%.2f,%d,%d,%d,%d\n", s.at.Seconds(), s.active, s.rss, s.heap, s.stack)
+		}
+		if err := os.WriteFile(o.samplesTo, []byte(csv.String()), 0o644); err != nil {
+			return fmt.Errorf("-samples: %w", err)
+		}
+	}
 
 	var top sample // the reading with the most streams in progress (the latest of equals)
 	var peakRSS, peakHeap, peakStack int64

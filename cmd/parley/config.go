@@ -186,7 +186,7 @@ func serveFlags(fs *flag.FlagSet, c *config) {
 	fs.IntVar(&c.MaxMessageChars, "max-message-chars", 100_000, "longest user message accepted, in characters")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, time given to active runs to finish before they are aborted")
 	fs.DurationVar(&c.RunRetain, "run-retain", 5*time.Minute, "how long a finished run stays known in memory (its events are read from the database)")
-	fs.IntVar(&c.StreamRingBytes, "stream-ring-bytes", stream.DefaultRingBytes, "recent events kept in memory per session for its readers, in bytes; a run whose events the database has not yet taken waits for it past this, and a reader further behind reads the database (memory per active stream grows with it)")
+	fs.IntVar(&c.StreamRingBytes, "stream-ring-bytes", stream.DefaultRingBytes, "bound, in bytes, of a session's recent events kept in memory: those the database has not yet taken (a run waits for it past this) and those a reader has not yet read (a reader further behind reads the database); the rest are let go at each database write")
 	fs.DurationVar(&c.EventRetention, "event-retention", 72*time.Hour, "how long run events stay in the database for clients that resume a stream (0: forever)")
 	fs.DurationVar(&c.PauseTimeout, "pause-timeout", 10*time.Minute, "a run paused for longer is aborted")
 	fs.StringVar(&c.ToolPolicy, "tool-policy", "", "tool approval policy: comma-separated pattern=auto|ask|deny (tool names, * and ? wildcards; the exact name, else the most specific pattern wins), e.g. 'mcp_fs_*=ask,mcp_fs_read*=auto,calculator=auto'; a project's tool_policy overrides it")
