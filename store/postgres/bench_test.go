@@ -3,7 +3,6 @@ package postgres
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -182,74 +181,11 @@ func benchServerChats(b *testing.B, c int) {
 	var p probe
 	s := openTest(b, p.options)
 	defer s.Close()
-	for i := range 2 * c { // warm: every connection has prepared the statements
-		if err := serverChat(s, i); err != nil {
-			b.Fatal(err)
-		}
-	}
-	p.start()
-	b.ResetTimer()
-	var (
-		next atomic.Int64
-		wg   sync.WaitGroup
-		errs = make(chan error, c)
-	)
-	for range c {
-		wg.Go(func() {
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(b.N) {
-					return
-				}
-				if err := serverChat(s, int(i)); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	select {
-	case err := <-errs:
-		b.Fatal(err)
-	default:
-	}
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "chats/s")
-	p.report(b, b.N, "chat")
-}
-
-// serverChat is one chat of benchServerChats.
-func serverChat(s *Store, i int) error {
-	ctx := context.Background()
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	sess := &parley.Session{ID: parley.NewID(), Owner: "bench", Title: "bench", CreatedAt: now, UpdatedAt: now}
-	run := &parley.RunRecord{ID: parley.NewID(), SessionID: sess.ID, Owner: "bench", Model: "m", Instance: "bench",
-		LeaseUntil: now.Add(time.Minute), CreatedAt: now}
-	user := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text(fmt.Sprintf("message %d: a typical short chat line", i)),
-		RunID: run.ID, CreatedAt: now}
-	const reserve = 1024
-	first, err := s.BeginRun(ctx, &parley.RunBegin{NewSession: sess, Reserve: reserve, Run: run, Messages: []*parley.Message{user}})
-	if err != nil {
-		return err
-	}
-	answer := &parley.Message{ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text("An answer of a few words."),
-		RunID: run.ID, Model: "m", CreatedAt: now, Usage: &parley.Usage{PromptTokens: 12, CompletionTokens: 8, TotalTokens: 20}}
-	evs := []parley.Event{{Type: parley.EventStart, Model: "m"}, {Type: parley.EventRecord, Message: user},
-		{Type: parley.EventChunk, Content: "An answer "}, {Type: parley.EventChunk, Content: "of a few "}, {Type: parley.EventChunk, Content: "words."},
-		{Type: parley.EventRecord, Message: answer}, {Type: parley.EventDone, FinishReason: "stop"}}
-	enc := make([]parley.EncodedEvent, len(evs))
-	for j := range evs {
-		evs[j].Seq, evs[j].RunID, evs[j].SessionID = first+int64(j), run.ID, sess.ID
-		enc[j] = parley.EncodedEvent{Seq: evs[j].Seq, Event: &evs[j]}
-		if j < len(evs)-2 { // the stream encoded them; the record of the answer and done are the end's
-			if enc[j].JSON, err = json.Marshal(&evs[j]); err != nil {
-				return err
-			}
-		}
-	}
-	last := first + int64(len(evs)) - 1
-	return s.FinishRun(ctx, parley.RunFinish{SessionID: sess.ID, Messages: []*parley.Message{answer}, Events: enc,
-		Limit: first + reserve - 1, Last: last, RunID: run.ID, Instance: "bench", Finish: "stop", At: now})
+	storetest.BenchRunChats(b, s, c, storetest.ChatsProbe{
+		Warm:   2 * c, // every connection has prepared the statements
+		Start:  p.start,
+		Report: func(n int) { p.report(b, n, "chat") },
+	})
 }
 
 // probe counts what a benchmark's store did that does not depend on the machine's load: round

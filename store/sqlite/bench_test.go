@@ -171,5 +171,5 @@ func BenchmarkRunChats128(b *testing.B) { benchRunChats(b, 128) }
 func benchRunChats(b *testing.B, c int) {
 	s := openTemp(b)
 	defer s.Close()
-	storetest.BenchRunChats(b, s, c, s.ran.Load)
+	storetest.BenchRunChats(b, s, c, storetest.ChatsProbe{Statements: s.ran.Load})
 }

@@ -403,11 +403,16 @@ func (s *Store) FinishRun(ctx context.Context, f parley.RunFinish) error {
 		ended error
 	)
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) (err error) {
+		var overlaps *eventOverlaps
 		if len(f.Messages) > 0 {
 			// The unused event numbers are given back by the session's update that appends
-			// the messages.
+			// the messages, and its read of the session finds the event rows already stored
+			// that the events overlap (a retried write).
+			if len(f.Events) > 0 {
+				overlaps = &eventOverlaps{first: f.Events[0].Seq, last: f.Events[len(f.Events)-1].Seq}
+			}
 			if last, _, links, err = s.appendMessages(ctx, tx, f.SessionID, f.Messages, rows,
-				eventSeqs{release: true, limit: f.Limit, last: f.Last}); err != nil {
+				eventSeqs{release: true, limit: f.Limit, last: f.Last, overlaps: overlaps}); err != nil {
 				return err
 			}
 		}
@@ -418,7 +423,16 @@ func (s *Store) FinishRun(ctx context.Context, f parley.RunFinish) error {
 			if err := rowcodec.EncodeAfter(f.Events, f.Messages, f.SessionID, last, links); err != nil {
 				return fmt.Errorf("sqlite: %w", err)
 			}
-			if err := s.appendEvents(ctx, tx, f.SessionID, f.At, f.Events, rowcodec.EventBatches(f.Events, nil)); err != nil {
+			if overlaps == nil {
+				err = s.appendEvents(ctx, tx, f.SessionID, f.At, f.Events, rowcodec.EventBatches(f.Events, nil))
+			} else {
+				var stored rowcodec.Covered
+				if len(overlaps.stored) > 0 {
+					stored = rowcodec.RangesCover(overlaps.stored)
+				}
+				err = insertEventBatches(ctx, s.cached(tx), f.SessionID, f.At, rowcodec.EventBatches(f.Events, stored))
+			}
+			if err != nil {
 				return err
 			}
 		}

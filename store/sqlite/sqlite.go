@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -514,6 +515,41 @@ type eventSeqs struct {
 	reserve     int64
 	release     bool
 	limit, last int64
+	// overlaps, if set, is filled by the read of the session's row with the event rows already
+	// stored that overlap the events to store (FinishRun: a retried write), so that no
+	// statement of its own reads them.
+	overlaps *eventOverlaps
+}
+
+// eventOverlaps are the event numbers to store, first to last, and the rows already stored that
+// overlap them ([first_seq, last_seq] each), as read with the session's row.
+type eventOverlaps struct {
+	first, last int64
+	stored      [][2]int64
+}
+
+// readSession is appendMessages' read of the session's row; readSessionOverlaps reads the event
+// rows that overlap the events to store as well (eventSeqs.overlaps), each as
+// "first_seq,last_seq", joined by ";", or NULL if none.
+const (
+	readSession         = `SELECT leaf_id, last_seq, event_seq FROM sessions WHERE id = ?`
+	readSessionOverlaps = `SELECT leaf_id, last_seq, event_seq, (SELECT group_concat(first_seq || ',' || last_seq, ';')
+	FROM event_batches WHERE session_id = sessions.id AND first_seq <= ? AND last_seq >= ?) FROM sessions WHERE id = ?`
+)
+
+// parseRanges parses readSessionOverlaps' list of stored rows.
+func parseRanges(list string) ([][2]int64, error) {
+	var out [][2]int64
+	for r := range strings.SplitSeq(list, ";") {
+		a, b, ok := strings.Cut(r, ",")
+		first, err1 := strconv.ParseInt(a, 10, 64)
+		last, err2 := strconv.ParseInt(b, 10, 64)
+		if !ok || err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("sqlite: reading the stored event rows: %q", list)
+		}
+		out = append(out, [2]int64{first, last})
+	}
+	return out, nil
 }
 
 // after returns the session's event_seq after e, from seq before.
@@ -546,7 +582,16 @@ func (s *Store) appendMessages(ctx context.Context, tx *sql.Tx, sessionID string
 		last, seq int64
 	)
 	// The session's leaf is the parent of the first message, unless it names its own.
-	err := c.QueryRowContext(ctx, `SELECT leaf_id, last_seq, event_seq FROM sessions WHERE id = ?`, sessionID).Scan(&leaf, &last, &seq)
+	var err error
+	if o := ev.overlaps; o == nil {
+		err = c.QueryRowContext(ctx, readSession, sessionID).Scan(&leaf, &last, &seq)
+	} else {
+		var stored sql.NullString
+		err = c.QueryRowContext(ctx, readSessionOverlaps, o.last, o.first, sessionID).Scan(&leaf, &last, &seq, &stored)
+		if err == nil && stored.Valid {
+			o.stored, err = parseRanges(stored.String)
+		}
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, 0, links, notFound("session", sessionID)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -15,9 +16,10 @@ import (
 // A streamed chat of a new session is two writes (runs.Manager on a parley.RunBeginner): its
 // beginning inserts the session as the other steps would leave it, the run and the user's
 // message (3 statements, no read); its end reads the session, inserts the answer and updates the
-// session (which gives the unused event numbers back too), reads the event rows the events may
-// overlap, inserts them and ends the run (6). Before: 7 and 7.
-func TestAChatRunsNineStatements(t *testing.T) {
+// session (which gives the unused event numbers back too; its read finds the event rows the
+// events may overlap as well), inserts the events and ends the run (5). Before: 7 and 7, then 3
+// and 6.
+func TestAChatRunsEightStatements(t *testing.T) {
 	s := openTemp(t)
 	defer s.Close()
 	ctx := context.Background()
@@ -47,8 +49,8 @@ func TestAChatRunsNineStatements(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := s.ran.Load() - before; n != 6 {
-		t.Errorf("FinishRun with an answer and events ran %d statements, want 6", n)
+	if n := s.ran.Load() - before; n != 5 {
+		t.Errorf("FinishRun with an answer and events ran %d statements, want 5", n)
 	}
 	// What the statements left: the answer after the user's message, the numbers given back.
 	got, err := s.GetSession(ctx, sess.ID)
@@ -72,6 +74,58 @@ func TestAChatRunsNineStatements(t *testing.T) {
 	}
 	if seq, err := s.ReserveEventSeqs(ctx, sess.ID, 1); err != nil || seq != first2+1024 {
 		t.Fatalf("next event number %d, %v; want %d", seq, err, first2+1024)
+	}
+}
+
+// FinishRun's read of the session finds the event rows already stored that its events overlap
+// (a write given again, or events stored while the run streamed): each event is stored once, the
+// others beside them.
+func TestFinishRunStoresOverlappingEventsOnce(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	sess := &parley.Session{ID: parley.NewID(), Owner: "u", Title: "t", CreatedAt: now, UpdatedAt: now}
+	run := &parley.RunRecord{ID: parley.NewID(), SessionID: sess.ID, Owner: "u", Model: "m", Instance: "i", LeaseUntil: now.Add(time.Minute), CreatedAt: now}
+	first, err := s.BeginRun(ctx, &parley.RunBegin{NewSession: sess, SessionID: sess.ID, Reserve: 100, Run: run,
+		Messages: []*parley.Message{{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("hello"), RunID: run.ID, CreatedAt: now}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := func(seq int64) parley.Event {
+		return parley.Event{Seq: seq, Type: parley.EventChunk, RunID: run.ID, SessionID: sess.ID, Content: fmt.Sprintf("c%d", seq)}
+	}
+	// Stored while the run streamed: two rows, first..first+1 and first+3.
+	if err := s.AppendEvents(ctx, sess.ID, now, []parley.Event{chunk(first), chunk(first + 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AppendEvents(ctx, sess.ID, now, []parley.Event{chunk(first + 3)}); err != nil {
+		t.Fatal(err)
+	}
+	var end []parley.EncodedEvent
+	for seq := first + 1; seq <= first+5; seq++ {
+		ev := chunk(seq)
+		end = append(end, parley.EncodedEvent{Seq: seq, Event: &ev})
+	}
+	answer := &parley.Message{ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text("hi"), RunID: run.ID, CreatedAt: now}
+	if err := s.FinishRun(ctx, parley.RunFinish{SessionID: sess.ID, Messages: []*parley.Message{answer}, Events: end,
+		Limit: first + 99, Last: first + 5, RunID: run.ID, Instance: "i", Finish: parley.FinishStop, At: now}); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := s.ListEvents(ctx, sess.ID, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []int64
+	for _, e := range evs {
+		seqs = append(seqs, e.Seq)
+	}
+	if want := []int64{first, first + 1, first + 2, first + 3, first + 4, first + 5}; !slices.Equal(seqs, want) {
+		t.Fatalf("events stored %v, want %v, each once", seqs, want)
+	}
+	var rows int
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM event_batches WHERE session_id = ?`, sess.ID).Scan(&rows); err != nil || rows != 4 {
+		t.Fatalf("%d event rows (%v), want 4: the two stored, first+2 and first+4..first+5", rows, err)
 	}
 }
 

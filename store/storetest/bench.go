@@ -255,21 +255,15 @@ func Branch10k(b *testing.B, s parley.Store, sid string) {
 // numbers, the run record and the user's message) and FinishRun (the assistant's message, the
 // run's 7 events, the numbers given back and the run's end). It reports chats/s and the CPU
 // time (user and system, of the whole process) per chat, which depends less on the machine's
-// load than chats/s; statements, if set, returns how many SQL statements the store ran so far,
-// reported per chat.
-func BenchRunChats(b *testing.B, s parley.Store, c int, statements func() int64) {
+// load than chats/s, and what probe measures of the store.
+func BenchRunChats(b *testing.B, s parley.Store, c int, probe ChatsProbe) {
 	rb, ok := s.(parley.RunBeginner)
 	if !ok {
 		b.Skip("the store is no parley.RunBeginner")
 	}
 	const reserve = 1024
 	ctx := context.Background()
-	var st0 int64
-	if statements != nil {
-		st0 = statements()
-	}
-	cpu0 := cpuTime()
-	benchConcurrent(b, c, func(_, i int) error {
+	chat := func(i int) error {
 		now := time.Now().UTC().Truncate(time.Microsecond)
 		sess := &parley.Session{ID: parley.NewID(), Owner: "bench", Title: "bench", CreatedAt: now, UpdatedAt: now}
 		run := &parley.RunRecord{ID: parley.NewID(), SessionID: sess.ID, Owner: "bench", Model: "m", Instance: "bench",
@@ -300,12 +294,43 @@ func BenchRunChats(b *testing.B, s parley.Store, c int, statements func() int64)
 		}
 		return rb.FinishRun(ctx, parley.RunFinish{SessionID: sess.ID, Messages: []*parley.Message{answer}, Events: enc,
 			Limit: first + reserve - 1, Last: enc[len(enc)-1].Seq, RunID: run.ID, Instance: "bench", Finish: "stop", At: now})
-	})
+	}
+	for i := range probe.Warm {
+		if err := chat(-1 - i); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var st0 int64
+	if probe.Statements != nil {
+		st0 = probe.Statements()
+	}
+	if probe.Start != nil {
+		probe.Start()
+	}
+	cpu0 := cpuTime()
+	benchConcurrent(b, c, func(_, i int) error { return chat(i) })
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "chats/s")
 	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/chat")
-	if statements != nil {
-		b.ReportMetric(float64(statements()-st0)/float64(b.N), "stmts/chat")
+	if probe.Statements != nil {
+		b.ReportMetric(float64(probe.Statements()-st0)/float64(b.N), "stmts/chat")
 	}
+	if probe.Report != nil {
+		probe.Report(b.N)
+	}
+}
+
+// ChatsProbe is what BenchRunChats measures of a store beyond chats/s and the process's CPU;
+// every field may be left out.
+type ChatsProbe struct {
+	// Statements returns how many SQL statements the store ran so far (reported per chat).
+	Statements func() int64
+	// Warm is how many chats run one after another before the measured ones (so that every
+	// connection of a pool has prepared its statements).
+	Warm int
+	// Start is called just before the measured chats, Report just after them with their number
+	// (to report what the store did per chat with b.ReportMetric).
+	Start  func()
+	Report func(chats int)
 }
 
 // cpuTime returns the user and system CPU time of the process so far.

@@ -78,7 +78,9 @@ var ErrClosed = errors.New("groupcommit: the store is closed")
 // finds no batch under way (a free writer slot) leads, and runs the waiting operations, its own
 // among them, in one transaction; the others wait for their answer. A lone caller thus runs its
 // write on its own goroutine, and under load each commit carries every write that queued during
-// the last one.
+// the last one. A leader done with its batch hands its slot to the first operation still waiting,
+// whose caller leads the next batch: a waiting caller waits on its own operation's channel and
+// its context alone, and is woken once, for its answer or for its turn to lead.
 type Writer[T any] struct {
 	db    Tx[T]
 	opts  Options
@@ -144,49 +146,100 @@ func (w *Writer[T]) DoKey(ctx context.Context, key string, fn func(ctx context.C
 		case w.queue <- o:
 			queued = true
 		case w.slots <- struct{}{}: // the queue is full and no batch runs (its callers gave up)
-			w.lead()
-			<-w.slots
+			w.lead(nil)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-w.stop:
 			return ErrClosed
 		}
 	}
-	for {
-		select {
-		case err := <-o.err:
-			return err
-		case w.slots <- struct{}{}: // no batch runs in this slot: lead one
-			w.lead()
-			<-w.slots
-		case <-ctx.Done():
-			if o.state.CompareAndSwap(opWaiting, opGivenUp) {
-				return ctx.Err()
-			}
-			return <-o.err // taken: its leader answers it
-		case <-w.stop:
-			if o.state.CompareAndSwap(opWaiting, opGivenUp) {
-				return ErrClosed
-			}
-			return <-o.err
+	if w.shut.Load() { // Close may have emptied the queue before o came into it
+		if o.state.CompareAndSwap(opWaiting, opGivenUp) {
+			return ErrClosed
 		}
+		return w.answer(o, <-o.err)
+	}
+	select {
+	case w.slots <- struct{}{}: // no batch runs in this slot: lead one
+		w.lead(nil)
+	default: // a leader is under way; it hands its slot on to a waiting operation when done
+	}
+	// The wait selects on o's own channel and ctx alone: no channel shared with the other
+	// waiters, whose lock every waiter's select would take twice.
+	done := ctx.Done()
+	if done == nil {
+		return w.answer(o, <-o.err)
+	}
+	select {
+	case err := <-o.err:
+		return w.answer(o, err)
+	case <-done:
+		if o.state.CompareAndSwap(opWaiting, opGivenUp) {
+			return ctx.Err()
+		}
+		return w.answer(o, <-o.err) // taken: its leader answers it (or hands it the slot)
 	}
 }
 
-// lead runs one batch of the operations waiting in the queue, if any.
-func (w *Writer[T]) lead() {
+// errLead is what a finishing leader sends an operation it took from the queue, instead of its
+// answer: the slot is now that operation's caller's, and its batch starts with the operation.
+var errLead = errors.New("groupcommit: lead")
+
+// answer returns err, o's answer, unless it is errLead: the caller then leads the batch that
+// starts with o, and returns o's answer from it.
+func (w *Writer[T]) answer(o *op[T], err error) error {
+	if err != errLead {
+		return err
+	}
+	w.lead(o)
+	return <-o.err
+}
+
+// lead runs batches of the operations waiting in the queue while holding a slot (first among
+// them, if not nil, already taken), then passes the slot on: to the first operation still waiting
+// in the queue, whose caller leads the next batch, or back to the slots if the queue is empty.
+func (w *Writer[T]) lead(first *op[T]) {
 	batch := make([]*op[T], 0, min(w.opts.MaxBatch, len(w.queue)+1))
-gather:
+	if first != nil {
+		batch = append(batch, first)
+	}
 	for len(batch) < w.opts.MaxBatch {
 		select {
 		case o := <-w.queue:
-			batch = append(batch, o)
+			if o.state.CompareAndSwap(opWaiting, opTaken) { // else its caller gave up: left out
+				batch = append(batch, o)
+			}
+			continue
 		default:
-			break gather
 		}
+		break
 	}
 	if len(batch) > 0 {
 		w.run(batch)
+	}
+	// Hand the slot to an operation still waiting, so that its caller leads the next batch
+	// (this caller's own operation is answered and it goes back to its work).
+	for {
+		select {
+		case o := <-w.queue:
+			if o.state.CompareAndSwap(opWaiting, opTaken) {
+				o.err <- errLead
+				return
+			}
+			continue // given up: left out
+		default:
+		}
+		<-w.slots
+		// An operation queued before the slot came free, whose caller then found every slot
+		// taken, would wait for no leader: look again, and lead it if no one else does.
+		if len(w.queue) == 0 {
+			return
+		}
+		select {
+		case w.slots <- struct{}{}:
+		default:
+			return // another caller took the slot: it leads
+		}
 	}
 }
 
@@ -218,18 +271,8 @@ func (w *Writer[T]) Close() {
 	})
 }
 
-// run runs one batch in one transaction and answers its operations.
-func (w *Writer[T]) run(batch []*op[T]) {
-	// Operations whose caller gave up before they were taken are left out.
-	live := batch[:0]
-	for _, o := range batch {
-		if o.state.CompareAndSwap(opWaiting, opTaken) {
-			live = append(live, o)
-		}
-	}
-	if len(live) == 0 {
-		return
-	}
+// run runs one batch of taken operations in one transaction and answers them.
+func (w *Writer[T]) run(live []*op[T]) {
 	slices.SortStableFunc(live, func(a, b *op[T]) int { return strings.Compare(a.key, b.key) })
 	ctx, cancel := context.WithTimeout(context.Background(), w.opts.BatchTimeout)
 	defer cancel()
