@@ -40,36 +40,7 @@ func BenchmarkAppendAtBound(b *testing.B) {
 func BenchmarkFanOut(b *testing.B) {
 	for _, n := range []int{1, 100, 1000} {
 		b.Run("subscribers="+strconv.Itoa(n), func(b *testing.B) {
-			h := New(Options{RingEvents: 1 << 16, RingBytes: 1 << 30})
-			ctx := context.Background()
-			w, _ := h.Open(ctx, "s1")
-			total := int64(b.N)
-			var wg sync.WaitGroup
-			for range n {
-				sub := h.Subscribe(ctx, "s1", Join)
-				wg.Go(func() {
-					defer sub.Close()
-					var got int64
-					for got < total {
-						<-sub.Ready()
-						fs, err := sub.Next(ctx)
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						got += int64(len(fs))
-					}
-				})
-			}
-			ev := parley.Event{Type: parley.EventChunk, Content: "a token"}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for range b.N {
-				w.Append(ev)
-			}
-			wg.Wait()
-			b.StopTimer()
-			w.Close()
+			fanOut(b, Options{RingEvents: 1 << 16, RingBytes: 1 << 30}, n)
 		})
 	}
 }
@@ -79,36 +50,42 @@ func BenchmarkFanOut(b *testing.B) {
 func BenchmarkFanOutStored(b *testing.B) {
 	for _, n := range []int{1, 1000} {
 		b.Run("subscribers="+strconv.Itoa(n), func(b *testing.B) {
-			h := New(Options{Store: newMemEvents(), FlushEvery: time.Millisecond})
-			ctx := context.Background()
-			w, _ := h.Open(ctx, "s1")
-			total := int64(b.N)
-			var wg sync.WaitGroup
-			for range n {
-				sub := h.Subscribe(ctx, "s1", Join)
-				wg.Go(func() {
-					defer sub.Close()
-					var got int64
-					for got < total {
-						<-sub.Ready()
-						fs, err := sub.Next(ctx)
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						got += int64(len(fs))
-					}
-				})
-			}
-			ev := parley.Event{Type: parley.EventChunk, Content: "a token"}
-			b.ReportAllocs()
-			b.ResetTimer()
-			for range b.N {
-				w.Append(ev)
-			}
-			wg.Wait()
-			b.StopTimer()
-			w.Close()
+			fanOut(b, Options{Store: newMemEvents(), FlushEvery: time.Millisecond}, n)
 		})
 	}
+}
+
+// fanOut appends b.N events to a hub made with opts, read by n subscribers in goroutines of
+// their own, and waits until each has read them all.
+func fanOut(b *testing.B, opts Options, n int) {
+	h := New(opts)
+	ctx := context.Background()
+	w, _ := h.Open(ctx, "s1")
+	total := int64(b.N)
+	var wg sync.WaitGroup
+	for range n {
+		sub := h.Subscribe(ctx, "s1", Join)
+		wg.Go(func() {
+			defer sub.Close()
+			var got int64
+			for got < total {
+				<-sub.Ready()
+				fs, err := sub.Next(ctx)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				got += int64(len(fs))
+			}
+		})
+	}
+	ev := parley.Event{Type: parley.EventChunk, Content: "a token"}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		w.Append(ev)
+	}
+	wg.Wait()
+	b.StopTimer()
+	w.Close()
 }
