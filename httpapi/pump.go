@@ -292,7 +292,9 @@ func (p *pump) loopOrPark() (err error, ended bool) {
 			p.idleAt, p.parkAt = now.Add(s.StreamIdle), now.Add(p.park)
 		case <-p.timer.C:
 			p.armed = time.Time{}
-			if p.park > 0 && !time.Now().Before(p.parkAt) && p.tryPark() {
+			// A context that ended before start could take a kick (a WebSocket shut down as it
+			// opened) is seen by the loop (the case above), not parked past.
+			if p.park > 0 && ctx.Err() == nil && !time.Now().Before(p.parkAt) && p.tryPark() {
 				return nil, false
 			}
 		case <-ctx.Done():

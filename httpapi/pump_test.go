@@ -243,3 +243,26 @@ func TestParkedPumpEndsWhenIdle(t *testing.T) {
 		t.Fatal("the client was not told the stream was idle")
 	}
 }
+
+// A pump whose context ended before it started (its kick then did nothing: a WebSocket shut down
+// as it opened) ends, rather than parking at once past its end. Each start is one draw of the
+// loop's select between its park time and its context's end: twenty starts catch a pump that
+// can park.
+func TestPumpWhoseContextEndedBeforeStartEnds(t *testing.T) {
+	m := runs.NewManager(runs.Options{})
+	defer m.Shutdown(context.Background())
+	s := &server{Deps: Deps{Runs: m, StreamIdle: time.Hour}}
+	for i := range 20 {
+		p := &pump{s: s, r: httptest.NewRequest("GET", "/", nil), t: &recordingTransport{}, park: time.Hour, ownKick: true, onEnd: func(error) {}}
+		ctx, cancel := context.WithCancel(context.Background())
+		p.subscribe(ctx, "s1", stream.Join)
+		cancel()
+		p.kick() // before start: does nothing
+		p.start(ctx)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("start %d: the pump did not end (parked: %v)", i, p.parked())
+		}
+	}
+}
