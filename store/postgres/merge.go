@@ -1,0 +1,387 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/store/internal/groupcommit"
+	"github.com/parleyhq/parley/store/internal/rowcodec"
+)
+
+// Merging a batch's like writes. A group-commit batch under load holds many chats' writes: the
+// begins of new sessions' runs and the ends of runs. Each on its own is one or two statements,
+// and every statement costs a backend a bind, an executor's start and end and its share of the
+// protocol, and the batch a round trip. Merged (groupcommit.Merger), a batch's begins are one
+// statement and its ends two, whatever their number, each taking its rows from arrays (unnest).
+// What they store is what each write's own statements would store (the tests hold them to it);
+// the rows are locked in the order of their sessions' ids, as a batch's writes run.
+//
+// Merge says only that a part failed, not which one: the writer then runs the batch again with
+// a savepoint around each write, each by its own statements, and each caller gets its own error.
+
+var _ groupcommit.Merger[pgx.Tx] = pgTx{}
+
+// errMerged is a merged part's failure: its batch runs again, each write on its own.
+var errMerged = errors.New("postgres: a merged write failed")
+
+// Merge runs the parts of a batch's writes that can be merged (beginPart, finishPart): the begins
+// in one statement and the answers of the ends in another, sent together, then the ends' events
+// and runs' ends in a third.
+func (pgTx) Merge(ctx context.Context, tx pgx.Tx, parts []any) error {
+	var (
+		begins   []*beginPart
+		finishes []*finishPart
+	)
+	for _, p := range parts {
+		switch p := p.(type) {
+		case *beginPart:
+			begins = append(begins, p)
+		case *finishPart:
+			finishes = append(finishes, p)
+		default:
+			return fmt.Errorf("postgres: no merge for %T", p)
+		}
+	}
+	b := &pgx.Batch{}
+	if len(begins) > 0 {
+		b.Queue(mergedBeginSQL, beginArgs(begins)...)
+	}
+	if len(finishes) > 0 {
+		b.Queue(mergedAnswersSQL, answerArgs(finishes)...)
+	}
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	if len(begins) > 0 {
+		tag, err := br.Exec()
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() != int64(len(begins)) {
+			return errMerged
+		}
+		for _, p := range begins {
+			p.first, p.last = 1, 1
+			p.links = rowcodec.LinkParents(p.b.Messages, "")
+			p.b.Run.FirstSeq = 1
+		}
+	}
+	if len(finishes) > 0 {
+		if err := readAnswers(br, finishes); err != nil {
+			return err
+		}
+	}
+	if err := br.Close(); err != nil {
+		return err
+	}
+	if len(finishes) > 0 {
+		if err := endMerged(ctx, tx, finishes); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unnest returns `unnest($k::type[], …) AS name(col, …)` for cols (name type pairs), the
+// parameters numbered from first.
+func unnest(name string, first int, cols ...string) string {
+	var args, names []string
+	for i, c := range cols {
+		col, typ, _ := strings.Cut(c, " ")
+		args = append(args, "$"+strconv.Itoa(first+i)+"::"+typ+"[]")
+		names = append(names, col)
+	}
+	return "unnest(" + strings.Join(args, ", ") + ") AS " + name + "(" + strings.Join(names, ", ") + ")"
+}
+
+// msgArrayCols are the columns msgArrays gives, as unnest takes them: the message's own, all but
+// its session, seq and parent. JSON goes as text and is cast to jsonb.
+var msgArrayCols = []string{"m_id text", "m_role text", "m_content text", "m_parts text", "m_name text", "m_calls text",
+	"m_call_id text", "m_reasoning text", "m_run text", "m_model text", "m_latency bigint", "m_usage text", "m_success boolean",
+	"m_resource text", "m_created timestamptz", "m_thinking text", "m_server text", "m_error text"}
+
+// msgSelect is what the insert of messages selects from msgArrayCols, after its session and seq
+// and before its parent.
+const msgSelect = `m_role, m_content, m_parts::jsonb, m_name, m_calls::jsonb, m_call_id, m_reasoning, m_run, m_model,
+	m_latency, m_usage::jsonb, m_success, m_resource, m_created, m_thinking::jsonb, m_server, m_error`
+
+// msgArrays are the columns of messages, an array each (msgArrayCols).
+type msgArrays struct {
+	id, role                                               []string
+	content, parts, name, calls, callID, reasoning, run, m []pgtype.Text
+	latency                                                []int64
+	usage                                                  []pgtype.Text
+	success                                                []pgtype.Bool
+	resource                                               []pgtype.Text
+	created                                                []time.Time
+	thinking, server, error                                []pgtype.Text
+}
+
+func text(s string) pgtype.Text { return pgtype.Text{String: s, Valid: s != ""} }
+
+// jsonText is an encoded column (rowcodec.Columns: a string or nil) as text.
+func jsonText(v any) pgtype.Text {
+	s, ok := v.(string)
+	return pgtype.Text{String: s, Valid: ok}
+}
+
+func (a *msgArrays) add(m *parley.Message, c rowcodec.Columns) {
+	a.id, a.role = append(a.id, m.ID), append(a.role, string(m.Role))
+	a.content, a.parts = append(a.content, jsonText(c.Text)), append(a.parts, jsonText(c.Parts))
+	a.name, a.calls, a.callID = append(a.name, text(m.Name)), append(a.calls, jsonText(c.ToolCalls)), append(a.callID, text(m.ToolCallID))
+	a.reasoning, a.run, a.m = append(a.reasoning, text(m.Reasoning)), append(a.run, text(m.RunID)), append(a.m, text(m.Model))
+	a.latency, a.usage = append(a.latency, m.LatencyMS), append(a.usage, jsonText(c.Usage))
+	var success pgtype.Bool
+	if m.Success != nil {
+		success = pgtype.Bool{Bool: *m.Success, Valid: true}
+	}
+	a.success, a.resource, a.created = append(a.success, success), append(a.resource, text(m.ResourceID)), append(a.created, m.CreatedAt.UTC())
+	a.thinking, a.server, a.error = append(a.thinking, jsonText(c.Thinking)), append(a.server, text(m.Server)), append(a.error, text(string(m.Error)))
+}
+
+func (a *msgArrays) args() []any {
+	return []any{a.id, a.role, a.content, a.parts, a.name, a.calls, a.callID, a.reasoning, a.run, a.m, a.latency, a.usage,
+		a.success, a.resource, a.created, a.thinking, a.server, a.error}
+}
+
+// beginCols are the columns of mergedBeginSQL's rows before the message's: the session's and
+// the run's.
+var beginCols = []string{"sid text", "title text", "owner text", "s_created timestamptz", "s_updated timestamptz",
+	"project text", "reserve bigint", "pt bigint", "ct bigint", "tt bigint", "rt bigint", "cht bigint", "cost float8",
+	"open_calls integer", "rid text", "r_owner text", "r_model text", "tools text", "instance text", "lease timestamptz",
+	"attempts integer", "r_created timestamptz"}
+
+// mergedBeginSQL inserts the sessions, runs and first messages of new sessions' runs, a row of
+// each per element of its arrays (beginArgs), as beginNewSessionOne does for one: the session
+// with its event numbers reserved from 1, its one message (seq 1, no parent) as its leaf, the
+// run's first event number 1. It returns nothing; its tag counts the messages.
+var mergedBeginSQL = `WITH a AS MATERIALIZED (SELECT * FROM ` + unnest("a", 1, append(beginCols, msgArrayCols...)...) + `),
+	s AS (INSERT INTO sessions (id, title, owner, created_at, updated_at, project_id, event_seq, last_seq, prompt_tokens,
+		completion_tokens, total_tokens, reasoning_tokens, cached_tokens, cost, open_calls, leaf_id, branched)
+		SELECT sid, title, owner, s_created, s_updated, project, reserve, 1, pt, ct, tt, rt, cht, cost, open_calls, m_id, false
+		FROM a ORDER BY sid),
+	r AS (INSERT INTO runs (` + runCols + `)
+		SELECT rid, sid, r_owner, r_model, tools::jsonb, 'running', '', instance, lease, attempts, 1, r_created, r_created
+		FROM a ORDER BY sid)
+	INSERT INTO messages (` + messageCols + `)
+	SELECT m_id, sid, 1, ` + msgSelect + `, NULL FROM a ORDER BY sid`
+
+// beginArgs are mergedBeginSQL's arguments for ps (each mergeable).
+func beginArgs(ps []*beginPart) []any {
+	n := len(ps)
+	var (
+		sid, title, owner, rid, rOwner, rModel, instance []string
+		project, tools                                   = make([]pgtype.Text, 0, n), make([]pgtype.Text, 0, n)
+		sCreated, sUpdated, lease, rCreated              []time.Time
+		reserve, pt, ct, tt, rt, cht                     []int64
+		cost                                             []float64
+		openCalls, attempts                              []int32
+		msgs                                             msgArrays
+	)
+	for _, p := range ps {
+		sess, r, m := p.b.NewSession, p.b.Run, p.b.Messages[0]
+		updated := sess.UpdatedAt.UTC()
+		if at := m.CreatedAt.UTC(); at.After(updated) {
+			updated = at
+		}
+		total := rowcodec.TotalUsage(p.b.Messages)
+		sid, title, owner = append(sid, sess.ID), append(title, sess.Title), append(owner, sess.Owner)
+		sCreated, sUpdated, project = append(sCreated, sess.CreatedAt.UTC()), append(sUpdated, updated), append(project, text(sess.ProjectID))
+		reserve = append(reserve, p.b.Reserve)
+		pt, ct, tt = append(pt, total.PromptTokens), append(ct, total.CompletionTokens), append(tt, total.TotalTokens)
+		rt, cht, cost = append(rt, total.ReasoningTokens), append(cht, total.CachedTokens), append(cost, total.Cost)
+		openCalls = append(openCalls, int32(max(0, rowcodec.OpenCallsDelta(p.b.Messages))))
+		var tool pgtype.Text
+		if p.tools != nil {
+			tool = pgtype.Text{String: string(p.tools), Valid: true}
+		}
+		rid, rOwner, rModel, tools = append(rid, r.ID), append(rOwner, r.Owner), append(rModel, r.Model), append(tools, tool)
+		instance, lease = append(instance, r.Instance), append(lease, r.LeaseUntil.UTC())
+		attempts, rCreated = append(attempts, int32(r.Attempts)), append(rCreated, r.CreatedAt.UTC())
+		msgs.add(m, p.cols[0])
+	}
+	return append([]any{sid, title, owner, sCreated, sUpdated, project, reserve, pt, ct, tt, rt, cht, cost, openCalls,
+		rid, rOwner, rModel, tools, instance, lease, attempts, rCreated}, msgs.args()...)
+}
+
+// answerCols are the columns of mergedAnswersSQL's rows before the message's: the session, the
+// answer's usage and open calls, and the event numbers to give back.
+var answerCols = []string{"sid text", "pt bigint", "ct bigint", "tt bigint", "rt bigint", "cht bigint", "cost float8",
+	"open_calls integer", "lim bigint", "lst bigint"}
+
+// mergedAnswersSQL appends one answer to each of several sessions, as insertOneChainedReleasing
+// does for one: each session's row is locked (in the order of their ids) and updated (the answer
+// its leaf, its usage added, the event numbers after lst given back if lim is still the last
+// reserved), and the answer inserted after the leaf it had, with the seq the update took. It
+// returns each answer's session, parent and seq; a session that is not there returns no row.
+var mergedAnswersSQL = `WITH a AS MATERIALIZED (SELECT * FROM ` + unnest("a", 1, append(answerCols, msgArrayCols...)...) + `),
+	old AS MATERIALIZED (SELECT id, leaf_id FROM sessions WHERE id IN (SELECT sid FROM a) ORDER BY id FOR UPDATE),
+	s AS (UPDATE sessions SET last_seq = sessions.last_seq + 1, updated_at = GREATEST(sessions.updated_at, a.m_created),
+		prompt_tokens = sessions.prompt_tokens + a.pt, completion_tokens = sessions.completion_tokens + a.ct,
+		total_tokens = sessions.total_tokens + a.tt, reasoning_tokens = sessions.reasoning_tokens + a.rt,
+		cached_tokens = sessions.cached_tokens + a.cht, cost = sessions.cost + a.cost,
+		open_calls = GREATEST(0, sessions.open_calls + a.open_calls), leaf_id = a.m_id,
+		event_seq = CASE WHEN sessions.event_seq = a.lim THEN a.lst ELSE sessions.event_seq END
+		FROM a JOIN old ON old.id = a.sid WHERE sessions.id = a.sid RETURNING sessions.id, sessions.last_seq, old.leaf_id)
+	INSERT INTO messages (` + messageCols + `)
+	SELECT m_id, sid, s.last_seq, ` + msgSelect + `, s.leaf_id FROM a JOIN s ON s.id = a.sid ORDER BY sid
+	RETURNING session_id, parent_id, seq`
+
+// answerArgs are mergedAnswersSQL's arguments for ps (each mergeable).
+func answerArgs(ps []*finishPart) []any {
+	var (
+		sid                 []string
+		pt, ct, tt, rt, cht []int64
+		cost                []float64
+		openCalls           []int32
+		lim, lst            []int64
+		msgs                msgArrays
+	)
+	for _, p := range ps {
+		m := p.f.Messages[0]
+		total := rowcodec.TotalUsage(p.f.Messages)
+		sid = append(sid, p.f.SessionID)
+		pt, ct, tt = append(pt, total.PromptTokens), append(ct, total.CompletionTokens), append(tt, total.TotalTokens)
+		rt, cht, cost = append(rt, total.ReasoningTokens), append(cht, total.CachedTokens), append(cost, total.Cost)
+		openCalls = append(openCalls, int32(rowcodec.OpenCallsDelta(p.f.Messages)))
+		lim, lst = append(lim, p.rel.Limit), append(lst, p.rel.Last)
+		msgs.add(m, p.cols[0])
+	}
+	return append([]any{sid, pt, ct, tt, rt, cht, cost, openCalls, lim, lst}, msgs.args()...)
+}
+
+// readAnswers reads mergedAnswersSQL's rows into ps: each one's last seq and links. A part
+// whose session returned no row (deleted) fails the merge.
+func readAnswers(br pgx.BatchResults, ps []*finishPart) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	bySession := make(map[string]*finishPart, len(ps))
+	for _, p := range ps {
+		bySession[p.f.SessionID] = p
+		p.last = 0
+	}
+	for rows.Next() {
+		var (
+			sid    string
+			parent pgtype.Text
+			seq    int64
+		)
+		if err := rows.Scan(&sid, &parent, &seq); err != nil {
+			return err
+		}
+		p := bySession[sid]
+		if p == nil {
+			return errMerged
+		}
+		p.last, p.links = seq, rowcodec.LinkParents(p.f.Messages, parent.String)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, p := range ps {
+		if p.last == 0 {
+			return errMerged
+		}
+	}
+	return nil
+}
+
+// mergedEndsSQL stores a row of events for each of several runs, each unless a stored row
+// overlaps it (as insertNewEventBatch), and ends the runs (as endRunSQL). It returns, for each,
+// whether its row was stored and whether its run was ended.
+var mergedEndsSQL = `WITH e AS MATERIALIZED (SELECT * FROM ` + unnest("e", 1, "sid text", "fs bigint", "ls bigint", "data bytea",
+	"at timestamptz", "finish text", "rid text", "inst text") + `),
+	i AS (INSERT INTO event_batches (session_id, first_seq, last_seq, data, created_at)
+		SELECT sid, fs, ls, data, at FROM e WHERE NOT EXISTS
+		(SELECT 1 FROM event_batches b WHERE b.session_id = e.sid AND b.first_seq <= e.ls AND b.last_seq >= e.fs)
+		ORDER BY sid RETURNING session_id),
+	r AS (UPDATE runs SET state = 'ended', finish = e.finish, updated_at = e.at FROM e
+		WHERE runs.id = e.rid AND runs.instance = e.inst AND runs.state = 'running' RETURNING runs.id)
+	SELECT e.sid, e.sid IN (SELECT session_id FROM i), e.rid IN (SELECT id FROM r) FROM e`
+
+// endMerged encodes the events of ps, now that their answers are numbered, and stores the rest of
+// each: those whose events make one row in one statement (mergedEndsSQL), the others each as
+// finishBatch does.
+func endMerged(ctx context.Context, tx pgx.Tx, ps []*finishPart) error {
+	var (
+		merged                 []*finishPart
+		sid, finish, rid, inst []string
+		fs, ls                 []int64
+		data                   [][]byte
+		at                     []time.Time
+	)
+	for _, p := range ps {
+		batches, err := p.encodeEvents()
+		if err != nil {
+			return err
+		}
+		if len(batches) != 1 {
+			if p.ended, err = finishBatch(ctx, tx, *p.f, batches, nil); err != nil {
+				return err
+			}
+			continue
+		}
+		f, eb := p.f, batches[0]
+		merged = append(merged, p)
+		sid, fs, ls, data = append(sid, f.SessionID), append(fs, eb.First), append(ls, eb.Last), append(data, eb.Data)
+		at, finish, rid, inst = append(at, f.At.UTC()), append(finish, f.Finish), append(rid, f.RunID), append(inst, f.Instance)
+	}
+	if len(merged) == 0 {
+		return nil
+	}
+	rows, err := tx.Query(ctx, mergedEndsSQL, sid, fs, ls, data, at, finish, rid, inst)
+	if err != nil {
+		return err
+	}
+	bySession := make(map[string]*finishPart, len(merged))
+	for _, p := range merged {
+		bySession[p.f.SessionID] = p
+	}
+	var around []*finishPart
+	n := 0
+	for rows.Next() {
+		var (
+			s             string
+			stored, ended bool
+		)
+		if err := rows.Scan(&s, &stored, &ended); err != nil {
+			rows.Close()
+			return err
+		}
+		p := bySession[s]
+		if p == nil {
+			rows.Close()
+			return errMerged
+		}
+		n++
+		if !stored {
+			around = append(around, p)
+		}
+		p.ended = nil
+		if !ended {
+			p.ended = parley.Errorf(parley.ECConflict, "run %s: not running on instance %s", p.f.RunID, p.f.Instance)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if n != len(merged) {
+		return errMerged
+	}
+	for _, p := range around { // a write run again: store its events around what is stored
+		if err := eventsError(appendAround(ctx, tx, p.f.SessionID, p.f.At, p.f.Events), p.f.SessionID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
