@@ -49,6 +49,16 @@ func (pgTx) Merge(ctx context.Context, tx pgx.Tx, parts []any) error {
 			return fmt.Errorf("postgres: no merge for %T", p)
 		}
 	}
+	// The merged statements find their rows by key, a few among many: without this, a plan
+	// made while the tables were small (a new database; PostgreSQL keeps a statement's generic
+	// plan once made) reads the whole table on each batch once they have grown.
+	if pt, ok := tx.(*pipeTx); ok {
+		if err := pt.queue(mergeSettings); err != nil {
+			return err
+		}
+	} else if _, err := tx.Exec(ctx, mergeSettings); err != nil {
+		return err
+	}
 	b := &pgx.Batch{}
 	if len(begins) > 0 {
 		b.Queue(mergedBeginSQL, beginArgs(begins)...)
@@ -87,6 +97,9 @@ func (pgTx) Merge(ctx context.Context, tx pgx.Tx, parts []any) error {
 	}
 	return nil
 }
+
+// mergeSettings go before a batch's merged statements, in its transaction alone.
+const mergeSettings = `SET LOCAL enable_seqscan = off`
 
 // unnest returns `unnest($k::type[], …) AS name(col, …)` for cols (name type pairs), the
 // parameters numbered from first.
@@ -221,14 +234,15 @@ var answerCols = []string{"sid text", "pt bigint", "ct bigint", "tt bigint", "rt
 // reserved), and the answer inserted after the leaf it had, with the seq the update took. It
 // returns each answer's session, parent and seq; a session that is not there returns no row.
 var mergedAnswersSQL = `WITH a AS MATERIALIZED (SELECT * FROM ` + unnest("a", 1, append(answerCols, msgArrayCols...)...) + `),
-	old AS MATERIALIZED (SELECT id, leaf_id FROM sessions WHERE id IN (SELECT sid FROM a) ORDER BY id FOR UPDATE),
+	old AS MATERIALIZED (SELECT id, leaf_id FROM sessions WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE),
 	s AS (UPDATE sessions SET last_seq = sessions.last_seq + 1, updated_at = GREATEST(sessions.updated_at, a.m_created),
 		prompt_tokens = sessions.prompt_tokens + a.pt, completion_tokens = sessions.completion_tokens + a.ct,
 		total_tokens = sessions.total_tokens + a.tt, reasoning_tokens = sessions.reasoning_tokens + a.rt,
 		cached_tokens = sessions.cached_tokens + a.cht, cost = sessions.cost + a.cost,
 		open_calls = GREATEST(0, sessions.open_calls + a.open_calls), leaf_id = a.m_id,
 		event_seq = CASE WHEN sessions.event_seq = a.lim THEN a.lst ELSE sessions.event_seq END
-		FROM a JOIN old ON old.id = a.sid WHERE sessions.id = a.sid RETURNING sessions.id, sessions.last_seq, old.leaf_id)
+		FROM a JOIN old ON old.id = a.sid WHERE sessions.id = a.sid AND sessions.id = ANY($1::text[])
+		RETURNING sessions.id, sessions.last_seq, old.leaf_id)
 	INSERT INTO messages (` + messageCols + `)
 	SELECT m_id, sid, s.last_seq, ` + msgSelect + `, s.leaf_id FROM a JOIN s ON s.id = a.sid ORDER BY sid
 	RETURNING session_id, parent_id, seq`
@@ -301,11 +315,11 @@ func readAnswers(br pgx.BatchResults, ps []*finishPart) error {
 var mergedEndsSQL = `WITH e AS MATERIALIZED (SELECT * FROM ` + unnest("e", 1, "sid text", "fs bigint", "ls bigint", "data bytea",
 	"at timestamptz", "finish text", "rid text", "inst text") + `),
 	i AS (INSERT INTO event_batches (session_id, first_seq, last_seq, data, created_at)
-		SELECT sid, fs, ls, data, at FROM e WHERE NOT EXISTS
-		(SELECT 1 FROM event_batches b WHERE b.session_id = e.sid AND b.first_seq <= e.ls AND b.last_seq >= e.fs)
+		SELECT sid, fs, ls, data, at FROM e WHERE
+		(SELECT 1 FROM event_batches b WHERE b.session_id = e.sid AND b.first_seq <= e.ls AND b.last_seq >= e.fs LIMIT 1) IS NULL
 		ORDER BY sid RETURNING session_id),
 	r AS (UPDATE runs SET state = 'ended', finish = e.finish, updated_at = e.at FROM e
-		WHERE runs.id = e.rid AND runs.instance = e.inst AND runs.state = 'running' RETURNING runs.id)
+		WHERE runs.id = e.rid AND runs.id = ANY($7::text[]) AND runs.instance = e.inst AND runs.state = 'running' RETURNING runs.id)
 	SELECT e.sid, e.sid IN (SELECT session_id FROM i), e.rid IN (SELECT id FROM r) FROM e`
 
 // endMerged encodes the events of ps, now that their answers are numbered, and stores the rest of

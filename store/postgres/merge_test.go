@@ -253,12 +253,12 @@ func TestABatchMergesItsWritesAndAFailureStaysItsOwn(t *testing.T) {
 					t.Errorf("write %d: %v", i, err)
 				}
 			}
-			// BEGIN, the 3 begins, the 6 answers, the ends' events and runs (but the one whose
+			// BEGIN, the merge's settings, the 3 begins, the 6 answers, the ends' events and runs (but the one whose
 			// events make two rows: its 2 rows and its run's end, 3 statements), the events
-			// stored around those stored before (a read and 2 rows), COMMIT: 11, where the writes
+			// stored around those stored before (a read and 2 rows), COMMIT: 12, where the writes
 			// each by its own statements run 22.
-			if got := p.stmts.Load() - stmts; !fail && got != 11 {
-				t.Errorf("the batch ran %d statements, want 11", got)
+			if got := p.stmts.Load() - stmts; !fail && got != 12 {
+				t.Errorf("the batch ran %d statements, want 12", got)
 			}
 			for i, b := range begins {
 				if fail && i == 1 {
@@ -283,6 +283,70 @@ func TestABatchMergesItsWritesAndAFailureStaysItsOwn(t *testing.T) {
 				if f.Messages[0].Seq != 2 {
 					t.Errorf("finish %d: the answer's seq %d, want 2", i, f.Messages[0].Seq)
 				}
+			}
+		})
+	}
+}
+
+// The merged statements find their rows by index whatever the tables' size, under the settings
+// Merge gives their transaction: a generic plan (the one PostgreSQL keeps for a prepared
+// statement) made while the tables are nearly empty, as here, reads no table whole.
+func TestMergedStatementsReadByIndex(t *testing.T) {
+	s := openTest(t)
+	defer s.Close()
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	begins, finishes := mergeFixture(t, s, now)
+	var (
+		bs []*beginPart
+		fs []*finishPart
+	)
+	for _, b := range begins {
+		p, err := newBeginPart(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bs = append(bs, p)
+	}
+	for i := range finishes {
+		p, err := newFinishPart(&finishes[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs = append(fs, p)
+	}
+	f := finishes[0]
+	for _, q := range []struct {
+		name string
+		sql  string
+		args []any
+	}{
+		{"begins", mergedBeginSQL, beginArgs(bs)},
+		{"answers", mergedAnswersSQL, answerArgs(fs)},
+		{"ends", mergedEndsSQL, []any{[]string{f.SessionID}, []int64{1}, []int64{2}, [][]byte{[]byte("[]")}, []time.Time{now},
+			[]string{"stop"}, []string{f.RunID}, []string{f.Instance}}},
+	} {
+		t.Run(q.name, func(t *testing.T) {
+			tx, err := s.pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			for _, set := range []string{mergeSettings, `SET LOCAL plan_cache_mode = force_generic_plan`} {
+				if _, err := tx.Exec(ctx, set); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rows, err := tx.Query(ctx, "EXPLAIN (COSTS OFF) "+q.sql, q.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p := strings.Join(plan, "\n"); strings.Contains(p, "Seq Scan") {
+				t.Errorf("the plan reads a table whole:\n%s", p)
 			}
 		})
 	}
