@@ -136,6 +136,16 @@ type msgArrays struct {
 	thinking, server, error                                []pgtype.Text
 }
 
+// newMsgArrays returns msgArrays with room for n messages.
+func newMsgArrays(n int) msgArrays {
+	return msgArrays{id: make([]string, 0, n), role: make([]string, 0, n), content: make([]pgtype.Text, 0, n),
+		parts: make([]pgtype.Text, 0, n), name: make([]pgtype.Text, 0, n), calls: make([]pgtype.Text, 0, n),
+		callID: make([]pgtype.Text, 0, n), reasoning: make([]pgtype.Text, 0, n), run: make([]pgtype.Text, 0, n),
+		m: make([]pgtype.Text, 0, n), latency: make([]int64, 0, n), usage: make([]pgtype.Text, 0, n),
+		success: make([]pgtype.Bool, 0, n), resource: make([]pgtype.Text, 0, n), created: make([]time.Time, 0, n),
+		thinking: make([]pgtype.Text, 0, n), server: make([]pgtype.Text, 0, n), error: make([]pgtype.Text, 0, n)}
+}
+
 func text(s string) pgtype.Text { return pgtype.Text{String: s, Valid: s != ""} }
 
 // jsonText is an encoded column (rowcodec.Columns: a string or nil) as text.
@@ -188,14 +198,18 @@ var mergedBeginSQL = `WITH a AS MATERIALIZED (SELECT * FROM ` + unnest("a", 1, a
 // beginArgs are mergedBeginSQL's arguments for ps (each mergeable).
 func beginArgs(ps []*beginPart) []any {
 	n := len(ps)
+	strs := func() []string { return make([]string, 0, n) }
+	texts := func() []pgtype.Text { return make([]pgtype.Text, 0, n) }
+	times := func() []time.Time { return make([]time.Time, 0, n) }
+	ints := func() []int64 { return make([]int64, 0, n) }
 	var (
-		sid, title, owner, rid, rOwner, rModel, instance []string
-		project, tools                                   = make([]pgtype.Text, 0, n), make([]pgtype.Text, 0, n)
-		sCreated, sUpdated, lease, rCreated              []time.Time
-		reserve, pt, ct, tt, rt, cht                     []int64
-		cost                                             []float64
-		openCalls, attempts                              []int32
-		msgs                                             msgArrays
+		sid, title, owner, rid, rOwner, rModel, instance = strs(), strs(), strs(), strs(), strs(), strs(), strs()
+		project, tools                                   = texts(), texts()
+		sCreated, sUpdated, lease, rCreated              = times(), times(), times(), times()
+		reserve, pt, ct, tt, rt, cht                     = ints(), ints(), ints(), ints(), ints(), ints()
+		cost                                             = make([]float64, 0, n)
+		openCalls, attempts                              = make([]int32, 0, n), make([]int32, 0, n)
+		msgs                                             = newMsgArrays(n)
 	)
 	for _, p := range ps {
 		sess, r, m := p.b.NewSession, p.b.Run, p.b.Messages[0]
@@ -249,13 +263,15 @@ var mergedAnswersSQL = `WITH a AS MATERIALIZED (SELECT * FROM ` + unnest("a", 1,
 
 // answerArgs are mergedAnswersSQL's arguments for ps (each mergeable).
 func answerArgs(ps []*finishPart) []any {
+	n := len(ps)
+	ints := func() []int64 { return make([]int64, 0, n) }
 	var (
-		sid                 []string
-		pt, ct, tt, rt, cht []int64
-		cost                []float64
-		openCalls           []int32
-		lim, lst            []int64
-		msgs                msgArrays
+		sid                 = make([]string, 0, n)
+		pt, ct, tt, rt, cht = ints(), ints(), ints(), ints(), ints()
+		cost                = make([]float64, 0, n)
+		openCalls           = make([]int32, 0, n)
+		lim, lst            = ints(), ints()
+		msgs                = newMsgArrays(n)
 	)
 	for _, p := range ps {
 		m := p.f.Messages[0]
