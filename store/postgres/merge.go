@@ -38,6 +38,7 @@ func (pgTx) Merge(ctx context.Context, tx pgx.Tx, parts []any) error {
 	var (
 		begins   []*beginPart
 		finishes []*finishPart
+		events   []*eventsPart
 	)
 	for _, p := range parts {
 		switch p := p.(type) {
@@ -45,6 +46,8 @@ func (pgTx) Merge(ctx context.Context, tx pgx.Tx, parts []any) error {
 			begins = append(begins, p)
 		case *finishPart:
 			finishes = append(finishes, p)
+		case *eventsPart:
+			events = append(events, p)
 		default:
 			return fmt.Errorf("postgres: no merge for %T", p)
 		}
@@ -59,6 +62,21 @@ func (pgTx) Merge(ctx context.Context, tx pgx.Tx, parts []any) error {
 	} else if _, err := tx.Exec(ctx, mergeSettings); err != nil {
 		return err
 	}
+	if len(begins) > 0 || len(finishes) > 0 {
+		if err := beginAndAnswer(ctx, tx, begins, finishes); err != nil {
+			return err
+		}
+	}
+	if len(finishes) > 0 || len(events) > 0 {
+		if err := endMerged(ctx, tx, finishes, events); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// beginAndAnswer runs the merged begins and answers (those there are), sent together.
+func beginAndAnswer(ctx context.Context, tx pgx.Tx, begins []*beginPart, finishes []*finishPart) error {
 	b := &pgx.Batch{}
 	if len(begins) > 0 {
 		b.Queue(mergedBeginSQL, beginArgs(begins)...)
@@ -87,15 +105,7 @@ func (pgTx) Merge(ctx context.Context, tx pgx.Tx, parts []any) error {
 			return err
 		}
 	}
-	if err := br.Close(); err != nil {
-		return err
-	}
-	if len(finishes) > 0 {
-		if err := endMerged(ctx, tx, finishes); err != nil {
-			return err
-		}
-	}
-	return nil
+	return br.Close()
 }
 
 // mergeSettings go before a batch's merged statements, in its transaction alone.
@@ -326,8 +336,8 @@ func readAnswers(br pgx.BatchResults, ps []*finishPart) error {
 }
 
 // mergedEndsSQL stores a row of events for each of several runs, each unless a stored row
-// overlaps it (as insertNewEventBatch), and ends the runs (as endRunSQL). It returns, for each,
-// whether its row was stored and whether its run was ended.
+// overlaps it (as insertNewEventBatch), and ends the runs (as endRunSQL; a row whose run is NULL
+// ends none). It returns, for each, whether its row was stored and whether its run was ended.
 var mergedEndsSQL = `WITH e AS MATERIALIZED (SELECT * FROM ` + unnest("e", 1, "sid text", "fs bigint", "ls bigint", "data bytea",
 	"at timestamptz", "finish text", "rid text", "inst text") + `),
 	i AS (INSERT INTO event_batches (session_id, first_seq, last_seq, data, created_at)
@@ -336,19 +346,25 @@ var mergedEndsSQL = `WITH e AS MATERIALIZED (SELECT * FROM ` + unnest("e", 1, "s
 		ORDER BY sid RETURNING session_id),
 	r AS (UPDATE runs SET state = 'ended', finish = e.finish, updated_at = e.at FROM e
 		WHERE runs.id = e.rid AND runs.id = ANY($7::text[]) AND runs.instance = e.inst AND runs.state = 'running' RETURNING runs.id)
-	SELECT e.sid, e.sid IN (SELECT session_id FROM i), e.rid IN (SELECT id FROM r) FROM e`
+	SELECT e.sid, EXISTS (SELECT 1 FROM i WHERE i.session_id = e.sid), EXISTS (SELECT 1 FROM r WHERE r.id = e.rid) FROM e`
 
 // endMerged encodes the events of ps, now that their answers are numbered, and stores the rest of
-// each: those whose events make one row in one statement (mergedEndsSQL), the others each as
-// finishBatch does.
-func endMerged(ctx context.Context, tx pgx.Tx, ps []*finishPart) error {
+// each: those whose events make one row in one statement (mergedEndsSQL) with the rows of evs
+// (each one row, no run to end), the others each as finishBatch does.
+func endMerged(ctx context.Context, tx pgx.Tx, ps []*finishPart, evs []*eventsPart) error {
 	var (
-		merged                 []*finishPart
-		sid, finish, rid, inst []string
-		fs, ls                 []int64
-		data                   [][]byte
-		at                     []time.Time
+		merged      []*finishPart
+		sid, finish []string
+		rid, inst   []pgtype.Text
+		fs, ls      []int64
+		data        [][]byte
+		at          []time.Time
 	)
+	for _, p := range evs {
+		eb := p.batches[0]
+		sid, fs, ls, data = append(sid, p.sessionID), append(fs, eb.First), append(ls, eb.Last), append(data, eb.Data)
+		at, finish, rid, inst = append(at, p.at.UTC()), append(finish, ""), append(rid, pgtype.Text{}), append(inst, pgtype.Text{})
+	}
 	for _, p := range ps {
 		batches, err := p.encodeEvents()
 		if err != nil {
@@ -363,20 +379,24 @@ func endMerged(ctx context.Context, tx pgx.Tx, ps []*finishPart) error {
 		f, eb := p.f, batches[0]
 		merged = append(merged, p)
 		sid, fs, ls, data = append(sid, f.SessionID), append(fs, eb.First), append(ls, eb.Last), append(data, eb.Data)
-		at, finish, rid, inst = append(at, f.At.UTC()), append(finish, f.Finish), append(rid, f.RunID), append(inst, f.Instance)
+		at, finish, rid, inst = append(at, f.At.UTC()), append(finish, f.Finish), append(rid, text(f.RunID)), append(inst, text(f.Instance))
 	}
-	if len(merged) == 0 {
+	if len(sid) == 0 {
 		return nil
 	}
 	rows, err := tx.Query(ctx, mergedEndsSQL, sid, fs, ls, data, at, finish, rid, inst)
 	if err != nil {
 		return err
 	}
-	bySession := make(map[string]*finishPart, len(merged))
+	finishing := make(map[string]*finishPart, len(merged))
 	for _, p := range merged {
-		bySession[p.f.SessionID] = p
+		finishing[p.f.SessionID] = p
 	}
-	var around []*finishPart
+	writing := make(map[string]*eventsPart, len(evs))
+	for _, p := range evs {
+		writing[p.sessionID] = p
+	}
+	var around []func() error // writes run again: their events are stored around what is stored
 	n := 0
 	for rows.Next() {
 		var (
@@ -387,14 +407,22 @@ func endMerged(ctx context.Context, tx pgx.Tx, ps []*finishPart) error {
 			rows.Close()
 			return err
 		}
-		p := bySession[s]
+		n++
+		if p := writing[s]; p != nil {
+			if !stored {
+				around = append(around, func() error { return eventsError(appendAround(ctx, tx, p.sessionID, p.at, p.evs), p.sessionID) })
+			}
+			continue
+		}
+		p := finishing[s]
 		if p == nil {
 			rows.Close()
 			return errMerged
 		}
-		n++
 		if !stored {
-			around = append(around, p)
+			around = append(around, func() error {
+				return eventsError(appendAround(ctx, tx, p.f.SessionID, p.f.At, p.f.Events), p.f.SessionID)
+			})
 		}
 		p.ended = nil
 		if !ended {
@@ -405,11 +433,11 @@ func endMerged(ctx context.Context, tx pgx.Tx, ps []*finishPart) error {
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	if n != len(merged) {
+	if n != len(sid) {
 		return errMerged
 	}
-	for _, p := range around { // a write run again: store its events around what is stored
-		if err := eventsError(appendAround(ctx, tx, p.f.SessionID, p.f.At, p.f.Events), p.f.SessionID); err != nil {
+	for _, store := range around {
+		if err := store(); err != nil {
 			return err
 		}
 	}

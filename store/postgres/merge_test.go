@@ -13,14 +13,23 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/store/internal/rowcodec"
 	"github.com/parleyhq/parley/store/postgres/pgtest"
 )
 
-// mergeFixture returns begins of new sessions' runs and ends of runs begun (and committed) here,
-// of the kinds a batch merges, with what makes them differ: selected tools or none, a project,
-// every column of a message, an answer with a tool call, a run no longer this instance's, events
-// stored before, events that make two rows, numbers that do not go back.
-func mergeFixture(t *testing.T, s *Store, now time.Time) ([]*parley.RunBegin, []parley.RunFinish) {
+// eventWrite is the arguments of one AppendEncodedEvents.
+type eventWrite struct {
+	sessionID string
+	at        time.Time
+	evs       []parley.EncodedEvent
+}
+
+// mergeFixture returns begins of new sessions' runs, ends of runs begun (and committed) here and
+// writes of a running run's events, of the kinds a batch merges, with what makes them differ:
+// selected tools or none, a project, every column of a message, an answer with a tool call, a run
+// no longer this instance's, events stored before, events that make two rows, numbers that do not
+// go back.
+func mergeFixture(t *testing.T, s *Store, now time.Time) ([]*parley.RunBegin, []parley.RunFinish, []eventWrite) {
 	t.Helper()
 	ctx := context.Background()
 	proj := &parley.Project{ID: parley.NewID(), Owner: "o", Name: "p", CreatedAt: now, UpdatedAt: now}
@@ -78,7 +87,26 @@ func mergeFixture(t *testing.T, s *Store, now time.Time) ([]*parley.RunBegin, []
 		}
 		finishes = append(finishes, f)
 	}
-	return begins, finishes
+	var writes []eventWrite
+	for i := range 2 {
+		_, f := finishFixture(t, s, 7, now)
+		evs := f.Events[:4]
+		if i == 1 { // one of them was stored before, with other contents
+			ev := *evs[2].Event
+			ev.Content = "stored"
+			j, _ := json.Marshal(&ev)
+			if err := s.AppendEncodedEvents(ctx, f.SessionID, f.At, []parley.EncodedEvent{{Seq: ev.Seq, JSON: j, Event: &ev}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		writes = append(writes, eventWrite{f.SessionID, f.At.Add(time.Duration(i) * time.Second), evs})
+	}
+	return begins, finishes, writes
+}
+
+// eventsPartOf is the write AppendEncodedEvents makes of w.
+func eventsPartOf(w eventWrite) *eventsPart {
+	return &eventsPart{sessionID: w.sessionID, at: w.at, evs: w.evs, batches: rowcodec.EventBatches(w.evs, nil)}
 }
 
 // A batch's merged writes (the begins of new sessions' runs in one statement, the ends of runs in
@@ -90,11 +118,14 @@ func TestMergedWritesLeaveWhatEachWouldAlone(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	begins, finishes := mergeFixture(t, s, now)
+	begins, finishes, writes := mergeFixture(t, s, now)
 	var (
 		parts []any
 		ids   []string
 	)
+	for _, w := range writes {
+		parts, ids = append(parts, eventsPartOf(w)), append(ids, w.sessionID)
+	}
 	for _, b := range begins {
 		p, err := newBeginPart(b)
 		if err != nil {
@@ -135,6 +166,8 @@ func TestMergedWritesLeaveWhatEachWouldAlone(t *testing.T) {
 				case *beginPart:
 					err = p.run(ctx, tx)
 				case *finishPart:
+					err = p.run(ctx, tx)
+				case *eventsPart:
 					err = p.run(ctx, tx)
 				}
 				if err != nil {
@@ -202,7 +235,7 @@ func TestABatchMergesItsWritesAndAFailureStaysItsOwn(t *testing.T) {
 			defer s.Close()
 			ctx := context.Background()
 			now := time.Now().UTC().Truncate(time.Microsecond)
-			begins, finishes := mergeFixture(t, s, now)
+			begins, finishes, writes := mergeFixture(t, s, now)
 			if fail {
 				begins[1].NewSession.ProjectID = "no-such-project"
 				if err := s.DeleteSession(ctx, finishes[3].SessionID); err != nil {
@@ -217,7 +250,7 @@ func TestABatchMergesItsWritesAndAFailureStaysItsOwn(t *testing.T) {
 			var releaseOnce sync.Once
 			defer releaseOnce.Do(func() { close(release) })
 			var wg sync.WaitGroup
-			errs := make([]error, len(begins)+len(finishes))
+			errs := make([]error, len(begins)+len(finishes)+len(writes))
 			for i, b := range begins {
 				wg.Add(1)
 				go func() { defer wg.Done(); _, errs[i] = s.BeginRun(ctx, b) }()
@@ -225,6 +258,13 @@ func TestABatchMergesItsWritesAndAFailureStaysItsOwn(t *testing.T) {
 			for i, f := range finishes {
 				wg.Add(1)
 				go func() { defer wg.Done(); errs[len(begins)+i] = s.FinishRun(ctx, f) }()
+			}
+			for i, w := range writes {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					errs[len(begins)+len(finishes)+i] = s.AppendEncodedEvents(ctx, w.sessionID, w.at, w.evs)
+				}()
 			}
 			deadline := time.Now().Add(time.Minute)
 			for s.w.Queued() < len(errs) {
@@ -253,12 +293,13 @@ func TestABatchMergesItsWritesAndAFailureStaysItsOwn(t *testing.T) {
 					t.Errorf("write %d: %v", i, err)
 				}
 			}
-			// BEGIN, the merge's settings, the 3 begins, the 6 answers, the ends' events and runs (but the one whose
-			// events make two rows: its 2 rows and its run's end, 3 statements), the events
-			// stored around those stored before (a read and 2 rows), COMMIT: 12, where the writes
-			// each by its own statements run 22.
-			if got := p.stmts.Load() - stmts; !fail && got != 12 {
-				t.Errorf("the batch ran %d statements, want 12", got)
+			// BEGIN, the merge's settings, the 3 begins and the 6 answers (1 statement each lot),
+			// the ends' and the writes' events and runs (1, but for the end whose events make two
+			// rows: its 2 rows and its run's end, 3), the events stored around those stored before
+			// (for an end and a write, a read and 2 rows each: 6), COMMIT: 15, where the writes
+			// each by its own statements run 27.
+			if got := p.stmts.Load() - stmts; !fail && got != 15 {
+				t.Errorf("the batch ran %d statements, want 15", got)
 			}
 			for i, b := range begins {
 				if fail && i == 1 {
@@ -296,7 +337,7 @@ func TestMergedStatementsReadByIndex(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	begins, finishes := mergeFixture(t, s, now)
+	begins, finishes, _ := mergeFixture(t, s, now)
 	var (
 		bs []*beginPart
 		fs []*finishPart
@@ -349,5 +390,74 @@ func TestMergedStatementsReadByIndex(t *testing.T) {
 				t.Errorf("the plan reads a table whole:\n%s", p)
 			}
 		})
+	}
+}
+
+// Writes of running runs' events that wait together are one statement and two round trips: BEGIN,
+// the merge's settings and the rows go in one, COMMIT in the other.
+func TestABatchOfEventWritesIsOneStatement(t *testing.T) {
+	var p probe
+	s, err := Open(context.Background(), pgtest.Schema(t)+"&pool_max_conns=2", func(o *options) {
+		p.options(o)
+		o.writers = 1 // the one writer is held below
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	const n = 5
+	var fs []parley.RunFinish
+	for range n {
+		_, f := finishFixture(t, s, 7, now)
+		fs = append(fs, f)
+	}
+	// Round 0 prepares the statements on the writer's connection; round 1 is counted.
+	for round := range 2 {
+		entered, release, held := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+		go func() {
+			held <- s.w.Do(ctx, func(context.Context, pgx.Tx) error { close(entered); <-release; return nil })
+		}()
+		<-entered
+		var wg sync.WaitGroup
+		errs := make([]error, n)
+		for i, f := range fs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = s.AppendEncodedEvents(ctx, f.SessionID, f.At, f.Events[2*round:2*round+2])
+			}()
+		}
+		deadline := time.Now().Add(time.Minute)
+		for s.w.Queued() < n && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		stmts, trips := p.stmts.Load(), p.trips.Load()
+		close(release)
+		wg.Wait()
+		if err := <-held; err != nil {
+			t.Fatal(err)
+		}
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("write %d: %v", i, err)
+			}
+		}
+		if round == 0 {
+			continue
+		}
+		if got, want := p.stmts.Load()-stmts, int64(4); got != want {
+			t.Errorf("%d statements, want %d (BEGIN, the settings, the rows, COMMIT)", got, want)
+		}
+		if got := p.trips.Load() - trips; got != 2 {
+			t.Errorf("%d round trips, want 2", got)
+		}
+	}
+	for i, f := range fs {
+		evs, err := s.ListEvents(ctx, f.SessionID, 0, 100)
+		if err != nil || len(evs) != 4 {
+			t.Errorf("write %d: %d events stored, %v; want 4", i, len(evs), err)
+		}
 	}
 }
