@@ -54,7 +54,10 @@ func (pgTx) Merge(ctx context.Context, tx pgx.Tx, parts []any) error {
 	}
 	// The merged statements find their rows by key, a few among many: without this, a plan
 	// made while the tables were small (a new database; PostgreSQL keeps a statement's generic
-	// plan once made) reads the whole table on each batch once they have grown.
+	// plan once made) reads the whole table on each batch once they have grown. The setting
+	// holds for the rest of the batch's transaction, whose other writes (the group-commit
+	// writer's: sessions, messages, runs, event numbers, the tool-call ledger) find their rows
+	// by key as well.
 	if pt, ok := tx.(*pipeTx); ok {
 		if err := pt.queue(mergeSettings); err != nil {
 			return err
