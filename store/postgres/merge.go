@@ -16,10 +16,11 @@ import (
 )
 
 // Merging a batch's like writes. A group-commit batch under load holds many chats' writes: the
-// begins of new sessions' runs and the ends of runs. Each on its own is one or two statements,
-// and every statement costs a backend a bind, an executor's start and end and its share of the
-// protocol, and the batch a round trip. Merged (groupcommit.Merger), a batch's begins are one
-// statement and its ends two, whatever their number, each taking its rows from arrays (unnest).
+// begins of new sessions' runs, the ends of runs and the writes of running runs' events. Each on
+// its own is one or two statements, and every statement costs a backend a bind, an executor's
+// start and end and its share of the protocol, and the batch a round trip. Merged
+// (groupcommit.Merger), a batch's begins are one statement and its ends (with its events' writes)
+// two, whatever their number, each taking its rows from arrays (unnest).
 // What they store is what each write's own statements would store (the tests hold them to it);
 // the rows are locked in the order of their sessions' ids, as a batch's writes run.
 //
@@ -31,9 +32,9 @@ var _ groupcommit.Merger[pgx.Tx] = pgTx{}
 // errMerged is a merged part's failure: its batch runs again, each write on its own.
 var errMerged = errors.New("postgres: a merged write failed")
 
-// Merge runs the parts of a batch's writes that can be merged (beginPart, finishPart): the begins
-// in one statement and the answers of the ends in another, sent together, then the ends' events
-// and runs' ends in a third.
+// Merge runs the parts of a batch's writes that can be merged (beginPart, finishPart,
+// eventsPart): the begins in one statement and the answers of the ends in another, sent together,
+// then the ends' and the writes' rows of events and the runs' ends in a third.
 func (pgTx) Merge(ctx context.Context, tx pgx.Tx, parts []any) error {
 	var (
 		begins   []*beginPart
