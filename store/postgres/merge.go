@@ -80,10 +80,21 @@ func (pgTx) Merge(ctx context.Context, tx pgx.Tx, parts []any) error {
 }
 
 // beginAndAnswer runs the merged begins and answers (those there are), sent together.
-func beginAndAnswer(ctx context.Context, tx pgx.Tx, begins []*beginPart, finishes []*finishPart) error {
+func beginAndAnswer(ctx context.Context, tx pgx.Tx, all []*beginPart, finishes []*finishPart) error {
+	var begins, turns []*beginPart
+	for _, p := range all {
+		if p.b.NewSession != nil {
+			begins = append(begins, p)
+		} else {
+			turns = append(turns, p)
+		}
+	}
 	b := &pgx.Batch{}
 	if len(begins) > 0 {
 		b.Queue(mergedBeginSQL, beginArgs(begins)...)
+	}
+	if len(turns) > 0 {
+		b.Queue(mergedTurnsSQL, turnArgs(turns)...)
 	}
 	if len(finishes) > 0 {
 		b.Queue(mergedAnswersSQL, answerArgs(finishes)...)
@@ -102,6 +113,11 @@ func beginAndAnswer(ctx context.Context, tx pgx.Tx, begins []*beginPart, finishe
 			p.first, p.last = 1, 1
 			p.links = rowcodec.LinkParents(p.b.Messages, "")
 			p.b.Run.FirstSeq = 1
+		}
+	}
+	if len(turns) > 0 {
+		if err := readTurns(br, turns); err != nil {
+			return err
 		}
 	}
 	if len(finishes) > 0 {
@@ -249,6 +265,110 @@ func beginArgs(ps []*beginPart) []any {
 	}
 	return append([]any{sid, title, owner, sCreated, sUpdated, project, reserve, pt, ct, tt, rt, cht, cost, openCalls,
 		rid, rOwner, rModel, tools, instance, lease, attempts, rCreated}, msgs.args()...)
+}
+
+// turnCols are the columns of mergedTurnsSQL's rows before the message's: the session, the
+// numbers to reserve, the message's usage and open calls, and the run's.
+var turnCols = []string{"sid text", "reserve bigint", "pt bigint", "ct bigint", "tt bigint", "rt bigint", "cht bigint",
+	"cost float8", "open_calls integer", "rid text", "r_owner text", "r_model text", "tools text", "instance text",
+	"lease timestamptz", "attempts integer", "r_created timestamptz"}
+
+// mergedTurnsSQL begins runs in sessions that exist, one message each, as beginInSession does for
+// one: each session's row is locked (in the order of their ids) and updated once for what its
+// two updates there do (the event numbers reserved; the message its leaf, its usage added), the
+// run inserted with the first number reserved, and the message inserted after the leaf the
+// session had, with the seq the update took. It returns each message's session, parent and seq,
+// and its run's first event number; a session that is not there returns no row.
+var mergedTurnsSQL = `WITH a AS MATERIALIZED (SELECT * FROM ` + unnest("a", 1, append(turnCols, msgArrayCols...)...) + `),
+	old AS MATERIALIZED (SELECT id, leaf_id FROM sessions WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE),
+	s AS (UPDATE sessions SET event_seq = sessions.event_seq + a.reserve, last_seq = sessions.last_seq + 1,
+		updated_at = GREATEST(sessions.updated_at, a.m_created),
+		prompt_tokens = sessions.prompt_tokens + a.pt, completion_tokens = sessions.completion_tokens + a.ct,
+		total_tokens = sessions.total_tokens + a.tt, reasoning_tokens = sessions.reasoning_tokens + a.rt,
+		cached_tokens = sessions.cached_tokens + a.cht, cost = sessions.cost + a.cost,
+		open_calls = GREATEST(0, sessions.open_calls + a.open_calls), leaf_id = a.m_id
+		FROM a JOIN old ON old.id = a.sid WHERE sessions.id = a.sid AND sessions.id = ANY($1::text[])
+		RETURNING sessions.id, sessions.event_seq - a.reserve + 1 AS first, sessions.last_seq, old.leaf_id),
+	r AS (INSERT INTO runs (` + runCols + `)
+		SELECT rid, sid, r_owner, r_model, tools::jsonb, 'running', '', instance, lease, attempts, s.first, r_created, r_created
+		FROM a JOIN s ON s.id = a.sid ORDER BY sid),
+	m AS (INSERT INTO messages (` + messageCols + `)
+		SELECT m_id, sid, s.last_seq, ` + msgSelect + `, s.leaf_id FROM a JOIN s ON s.id = a.sid ORDER BY sid
+		RETURNING session_id, parent_id, seq)
+	SELECT m.session_id, m.parent_id, m.seq, s.first FROM m JOIN s ON s.id = m.session_id`
+
+// turnArgs are mergedTurnsSQL's arguments for ps (each mergeable, of a session that exists).
+func turnArgs(ps []*beginPart) []any {
+	n := len(ps)
+	ints := func() []int64 { return make([]int64, 0, n) }
+	strs := func() []string { return make([]string, 0, n) }
+	var (
+		sid, rid, rOwner, rModel, instance = strs(), strs(), strs(), strs(), strs()
+		reserve, pt, ct, tt, rt, cht       = ints(), ints(), ints(), ints(), ints(), ints()
+		cost                               = make([]float64, 0, n)
+		openCalls, attempts                = make([]int32, 0, n), make([]int32, 0, n)
+		tools                              = make([]pgtype.Text, 0, n)
+		lease, rCreated                    = make([]time.Time, 0, n), make([]time.Time, 0, n)
+		msgs                               = newMsgArrays(n)
+	)
+	for _, p := range ps {
+		r, m := p.b.Run, p.b.Messages[0]
+		total := rowcodec.TotalUsage(p.b.Messages)
+		sid, reserve = append(sid, p.b.SessionID), append(reserve, p.b.Reserve)
+		pt, ct, tt = append(pt, total.PromptTokens), append(ct, total.CompletionTokens), append(tt, total.TotalTokens)
+		rt, cht, cost = append(rt, total.ReasoningTokens), append(cht, total.CachedTokens), append(cost, total.Cost)
+		openCalls = append(openCalls, int32(rowcodec.OpenCallsDelta(p.b.Messages)))
+		var tool pgtype.Text
+		if p.tools != nil {
+			tool = pgtype.Text{String: string(p.tools), Valid: true}
+		}
+		rid, rOwner, rModel, tools = append(rid, r.ID), append(rOwner, r.Owner), append(rModel, r.Model), append(tools, tool)
+		instance, lease = append(instance, r.Instance), append(lease, r.LeaseUntil.UTC())
+		attempts, rCreated = append(attempts, int32(r.Attempts)), append(rCreated, r.CreatedAt.UTC())
+		msgs.add(m, p.cols[0])
+	}
+	return append([]any{sid, reserve, pt, ct, tt, rt, cht, cost, openCalls, rid, rOwner, rModel, tools, instance, lease,
+		attempts, rCreated}, msgs.args()...)
+}
+
+// readTurns reads mergedTurnsSQL's rows into ps: each one's first event number, last seq and
+// links. A part whose session returned no row fails the merge.
+func readTurns(br pgx.BatchResults, ps []*beginPart) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	bySession := make(map[string]*beginPart, len(ps))
+	for _, p := range ps {
+		bySession[p.b.SessionID] = p
+		p.last = 0
+	}
+	for rows.Next() {
+		var (
+			sid        string
+			parent     pgtype.Text
+			seq, first int64
+		)
+		if err := rows.Scan(&sid, &parent, &seq, &first); err != nil {
+			return err
+		}
+		p := bySession[sid]
+		if p == nil {
+			return errMerged
+		}
+		p.first, p.last, p.links = first, seq, rowcodec.LinkParents(p.b.Messages, parent.String)
+		p.b.Run.FirstSeq = first
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, p := range ps {
+		if p.last == 0 {
+			return errMerged
+		}
+	}
+	return nil
 }
 
 // answerCols are the columns of mergedAnswersSQL's rows before the message's: the session, the

@@ -24,11 +24,11 @@ type eventWrite struct {
 	evs       []parley.EncodedEvent
 }
 
-// mergeFixture returns begins of new sessions' runs, ends of runs begun (and committed) here and
-// writes of a running run's events, of the kinds a batch merges, with what makes them differ:
-// selected tools or none, a project, every column of a message, an answer with a tool call, a run
-// no longer this instance's, events stored before, events that make two rows, numbers that do not
-// go back.
+// mergeFixture returns begins of runs (3 of new sessions, 2 turns in sessions that exist), ends of
+// runs begun (and committed) here and writes of a running run's events, of the kinds a batch
+// merges, with what makes them differ: selected tools or none, a project, every column of a
+// message, an answer with a tool call, a run no longer this instance's, events stored before,
+// events that make two rows, numbers that do not go back.
 func mergeFixture(t *testing.T, s *Store, now time.Time) ([]*parley.RunBegin, []parley.RunFinish, []eventWrite) {
 	t.Helper()
 	ctx := context.Background()
@@ -86,6 +86,22 @@ func mergeFixture(t *testing.T, s *Store, now time.Time) ([]*parley.RunBegin, []
 			a.Usage.Cost = 0.5
 		}
 		finishes = append(finishes, f)
+	}
+	for i := range 2 { // turns: runs in sessions that exist, their last run ended
+		_, f := finishFixture(t, s, 7, now)
+		if err := s.FinishRun(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+		at := now.Add(time.Duration(10+i) * time.Second)
+		run := &parley.RunRecord{ID: parley.NewID(), SessionID: f.SessionID, Owner: "o", Model: "m2", Instance: "i",
+			LeaseUntil: at.Add(time.Minute), CreatedAt: at}
+		m := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("again"), RunID: run.ID, CreatedAt: at}
+		if i == 0 {
+			run.SelectedTools = []string{"z"}
+		} else {
+			m.Usage = &parley.Usage{PromptTokens: 1, TotalTokens: 1, Cost: 0.125}
+		}
+		begins = append(begins, &parley.RunBegin{SessionID: f.SessionID, Reserve: 30, Run: run, Messages: []*parley.Message{m}})
 	}
 	var writes []eventWrite
 	for i := range 2 {
@@ -238,6 +254,12 @@ func TestABatchMergesItsWritesAndAFailureStaysItsOwn(t *testing.T) {
 			begins, finishes, writes := mergeFixture(t, s, now)
 			if fail {
 				begins[1].NewSession.ProjectID = "no-such-project"
+				// A run already running in the second turn's session.
+				other := &parley.RunRecord{ID: parley.NewID(), SessionID: begins[4].SessionID, Owner: "o", Model: "m", Instance: "i",
+					LeaseUntil: now.Add(time.Minute), CreatedAt: now}
+				if _, err := s.BeginRun(ctx, &parley.RunBegin{SessionID: other.SessionID, Reserve: 1, Run: other}); err != nil {
+					t.Fatal(err)
+				}
 				if err := s.DeleteSession(ctx, finishes[3].SessionID); err != nil {
 					t.Fatal(err)
 				}
@@ -285,7 +307,7 @@ func TestABatchMergesItsWritesAndAFailureStaysItsOwn(t *testing.T) {
 					if !errors.Is(err, parley.ErrNotFound) {
 						t.Errorf("write %d: %v, want not found", i, err)
 					}
-				case i == len(begins)+1: // the run is another instance's
+				case i == len(begins)+1 || fail && i == 4: // the run is another instance's; a run is running
 					if parley.CodeOf(err) != parley.ECConflict {
 						t.Errorf("write %d: %v, want a conflict", i, err)
 					}
@@ -293,13 +315,13 @@ func TestABatchMergesItsWritesAndAFailureStaysItsOwn(t *testing.T) {
 					t.Errorf("write %d: %v", i, err)
 				}
 			}
-			// BEGIN, the merge's settings, the 3 begins and the 6 answers (1 statement each lot),
-			// the ends' and the writes' events and runs (1, but for the end whose events make two
-			// rows: its 2 rows and its run's end, 3), the events stored around those stored before
-			// (for an end and a write, a read and 2 rows each: 6), COMMIT: 15, where the writes
-			// each by its own statements run 27.
-			if got := p.stmts.Load() - stmts; !fail && got != 15 {
-				t.Errorf("the batch ran %d statements, want 15", got)
+			// BEGIN, the merge's settings, the 3 begins of new sessions, the 2 turns and the 6
+			// answers (1 statement each lot), the ends' and the writes' events and runs (1, but for
+			// the end whose events make two rows: its 2 rows and its run's end, 3), the events
+			// stored around those stored before (for an end and a write, a read and 2 rows each:
+			// 6), COMMIT: 16, where the writes each by its own statements run 33.
+			if got := p.stmts.Load() - stmts; !fail && got != 16 {
+				t.Errorf("the batch ran %d statements, want 16", got)
 			}
 			for i, b := range begins {
 				if fail && i == 1 {
@@ -308,9 +330,16 @@ func TestABatchMergesItsWritesAndAFailureStaysItsOwn(t *testing.T) {
 					}
 					continue
 				}
+				want := int64(1)
+				if b.NewSession == nil { // a turn, after a user's message and an answer
+					want = 3
+				}
+				if fail && i == 4 {
+					want = 2
+				}
 				msgs, err := s.History(ctx, b.SessionID)
-				if err != nil || len(msgs) != 1 || msgs[0].Seq != 1 || b.Messages[0].Seq != 1 {
-					t.Errorf("begin %d: history %v, %v", i, msgs, err)
+				if err != nil || int64(len(msgs)) != want || msgs[len(msgs)-1].Seq != want || (!fail || i != 4) && b.Messages[0].Seq != want {
+					t.Errorf("begin %d: history %v, %v; want %d messages", i, msgs, err, want)
 				}
 			}
 			for i, f := range finishes {
@@ -362,7 +391,8 @@ func TestMergedStatementsReadByIndex(t *testing.T) {
 		sql  string
 		args []any
 	}{
-		{"begins", mergedBeginSQL, beginArgs(bs)},
+		{"begins", mergedBeginSQL, beginArgs(bs[:3])},
+		{"turns", mergedTurnsSQL, turnArgs(bs[3:])},
 		{"answers", mergedAnswersSQL, answerArgs(fs)},
 		{"ends", mergedEndsSQL, []any{[]string{f.SessionID}, []int64{1}, []int64{2}, [][]byte{[]byte("[]")}, []time.Time{now},
 			[]string{"stop"}, []string{f.RunID}, []string{f.Instance}}},

@@ -307,8 +307,8 @@ func (s *Store) BeginRun(ctx context.Context, b *parley.RunBegin) (int64, error)
 }
 
 // beginPart is one BeginRun's write: what it stores, and what storing it returns (first, last,
-// links), set anew each time it runs. A run of a new session with one message may be merged with
-// others of its batch (mergeBegins).
+// links), set anew each time it runs. A run with one message may be merged with others of its
+// batch (mergedBeginSQL, mergedTurnsSQL).
 type beginPart struct {
 	b     *parley.RunBegin
 	tools []byte
@@ -318,11 +318,11 @@ type beginPart struct {
 	links       rowcodec.Links
 }
 
-// mergeable reports whether p is a run of a new session with one message that names no parent:
-// the write mergeBegins merges.
+// mergeable reports whether p is a run with one message that names no parent, of a new session
+// or of one that exists (a turn): the writes Merge merges.
 func (p *beginPart) mergeable() bool {
 	b := p.b
-	return b.NewSession != nil && b.Run != nil && len(b.Messages) == 1 && b.Messages[0].ParentID == ""
+	return b.Run != nil && len(b.Messages) == 1 && b.Messages[0].ParentID == ""
 }
 
 // run is p's write on its own.
