@@ -260,8 +260,10 @@ func (s *server) handleDeleteSession() http.Handler {
 				return
 			}
 		}
-		// The session's files go with it; their blobs are collected after (those no other
-		// file shares). A file uploaded meanwhile is left to the sweep at the next start.
+		// The session's files go with it, unless it has forks: then they pass to a fork (the
+		// store's DeleteSession), and Collect finds their rows and keeps their blobs. The blobs
+		// of the files deleted are collected after (those no other file shares). A file
+		// uploaded meanwhile is left to the sweep at the next start.
 		var blobs []string
 		if s.Files != nil {
 			if blobs, err = s.Files.SessionBlobs(r.Context(), sess.ID); err != nil {

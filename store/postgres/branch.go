@@ -355,7 +355,8 @@ func checkParents(ctx context.Context, tx pgx.Tx, sessionID string, ids []string
 	return nil
 }
 
-// Fork copies the branch that ends at messageID into the new session into.
+// Fork copies the branch that ends at messageID into the new session into, a fork of sessionID
+// (forked_from): the copies may refer to sessionID's files, which DeleteSession hands over.
 func (s *Store) Fork(ctx context.Context, sessionID, messageID string, into *parley.Session) ([]parley.Message, error) {
 	if into.ID == "" || into.CreatedAt.IsZero() || into.UpdatedAt.IsZero() {
 		return nil, parley.Errorf(parley.ECInvalid, "session: id, created_at and updated_at are required")
@@ -377,10 +378,20 @@ func (s *Store) Fork(ctx context.Context, sessionID, messageID string, into *par
 		ptrs[i] = &copies[i]
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `INSERT INTO sessions (id, title, owner, created_at, updated_at, project_id, last_seq, leaf_id, open_calls)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		// The source may have been deleted since its branch was read (its files would be gone),
+		// and must not be deleted before the fork is known as its fork.
+		if err := lockForks(ctx, tx, sessionID); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, `SELECT 1 FROM sessions WHERE id = $1`, sessionID).Scan(new(int)); errors.Is(err, pgx.ErrNoRows) {
+			return notFound("session", sessionID)
+		} else if err != nil {
+			return fmt.Errorf("postgres: reading the forked session: %w", err)
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO sessions (id, title, owner, created_at, updated_at, project_id, last_seq, leaf_id, open_calls, forked_from)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
 			into.ID, into.Title, into.Owner, into.CreatedAt.UTC(), into.UpdatedAt.UTC(), nullable(into.ProjectID),
-			len(copies), copies[len(copies)-1].ID, max(0, rowcodec.OpenCallsDelta(ptrs)))
+			len(copies), copies[len(copies)-1].ID, max(0, rowcodec.OpenCallsDelta(ptrs)), sessionID)
 		if isFKViolation(err) {
 			return notFound("project", into.ProjectID)
 		}

@@ -359,9 +359,14 @@ func (s *Store) RenameSession(ctx context.Context, id, title string, now time.Ti
 	return sess, nil
 }
 
-// DeleteSession deletes the session with its messages and resources.
+// DeleteSession deletes the session with its messages and resources. Its files go with it,
+// unless it has forks (whose copied messages may refer to them): then they, and the session's
+// place in the fork tree, pass to its oldest fork (handOver).
 func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := handOver(ctx, tx, id); err != nil {
+			return err
+		}
 		// Messages first: they refer to the resources that go with them.
 		if _, err := tx.Exec(ctx, `DELETE FROM messages WHERE session_id = $1`, id); err != nil {
 			return fmt.Errorf("postgres: deleting messages: %w", err)
@@ -375,6 +380,53 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 		}
 		return nil
 	})
+}
+
+// lockForks takes the transaction-scoped lock on the fork trees of the owner of session id
+// (forks are made by the owner of the session forked): Fork and DeleteSession take it, so that a
+// deletion sees every fork committed before it and a fork is not made of a session being
+// deleted. It is ECNotFound if the session does not exist. The statement that takes the lock
+// reads the session as it was before waiting for it: the caller reads it again after (a
+// session deleted meanwhile is gone then).
+func lockForks(ctx context.Context, tx pgx.Tx, id string) error {
+	tag, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('parley-forks:' || owner, 0)) FROM sessions WHERE id = $1`, id)
+	if err != nil {
+		return fmt.Errorf("postgres: locking the fork tree: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return notFound("session", id)
+	}
+	return nil
+}
+
+// handOver gives the files of session id, which is about to be deleted, to its oldest fork
+// (the heir), makes its other forks forks of the heir and the heir a fork of what id was forked
+// from: a file then goes only with the last session of its fork tree, and the tree stays one
+// tree. A session without forks hands nothing over.
+func handOver(ctx context.Context, tx pgx.Tx, id string) error {
+	if err := lockForks(ctx, tx, id); err != nil {
+		return err
+	}
+	var parent, heir *string
+	err := tx.QueryRow(ctx, `SELECT forked_from, (SELECT f.id FROM sessions f WHERE f.forked_from = s.id
+		ORDER BY f.created_at, f.id LIMIT 1) FROM sessions s WHERE s.id = $1`, id).Scan(&parent, &heir)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return notFound("session", id)
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: finding the session's forks: %w", err)
+	}
+	if heir == nil {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `UPDATE files SET session_id = $1 WHERE session_id = $2`, *heir, id); err != nil {
+		return fmt.Errorf("postgres: handing files to a fork: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE sessions SET forked_from = CASE id WHEN $1 THEN $2 ELSE $1 END
+		WHERE forked_from = $3`, *heir, parent, id); err != nil {
+		return fmt.Errorf("postgres: re-parenting forks: %w", err)
+	}
+	return nil
 }
 
 const insertMessage = `INSERT INTO messages (id, session_id, seq, role, content, parts, name, tool_calls,

@@ -154,6 +154,54 @@ func TestMigrationBranchesKeepsChains(t *testing.T) {
 	}
 }
 
+// Migration 14 (fork lineage) keeps the sessions, messages and files as they are, both ways.
+func TestForkedFromMigrationKeepsRows(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	defer s.Close()
+	ids := storetest.FillChains(t, s)
+	fork, file := storetest.FillFork(t, s, ids[0])
+	ids = append(ids, fork)
+	before := storetest.Snapshot(t, s, ids) + storetest.SnapshotFiles(t, s, file)
+	hasColumn := func() bool {
+		var n int
+		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM information_schema.columns
+			WHERE table_schema = current_schema() AND table_name = 'sessions' AND column_name = 'forked_from'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}
+	var forkedFrom string
+	if err := s.pool.QueryRow(ctx, `SELECT forked_from FROM sessions WHERE id = $1`, fork).Scan(&forkedFrom); err != nil || forkedFrom != ids[0] {
+		t.Fatalf("the fork's forked_from = %q, %v; want %q", forkedFrom, err, ids[0])
+	}
+	db := s.DB()
+	defer db.Close()
+	sub, _ := fs.Sub(migrationFiles, "migrations")
+	p, err := goose.NewProvider(goose.DialectPostgres, db, sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DownTo(ctx, 13); err != nil {
+		t.Fatal(err)
+	}
+	if hasColumn() {
+		t.Fatal("forked_from still there at version 13")
+	}
+	if after := storetest.Snapshot(t, s, ids) + storetest.SnapshotFiles(t, s, file); after != before {
+		t.Fatalf("rows differ at version 13:\nbefore %.3000s\nafter  %.3000s", before, after)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !hasColumn() {
+		t.Fatal("no forked_from after up")
+	}
+	if after := storetest.Snapshot(t, s, ids) + storetest.SnapshotFiles(t, s, file); after != before {
+		t.Fatalf("rows differ after up:\nbefore %.3000s\nafter  %.3000s", before, after)
+	}
+}
+
 // Migration 13 keeps the events stored one per row, each as a batch of one, and its down
 // migration gives back one row per event, batches of many included.
 func TestEventsBatchMigrationKeepsEvents(t *testing.T) {

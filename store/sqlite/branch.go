@@ -263,7 +263,8 @@ func anySlice(ids []string) []any {
 	return out
 }
 
-// Fork copies the branch that ends at messageID into the new session into.
+// Fork copies the branch that ends at messageID into the new session into, a fork of sessionID
+// (forked_from): the copies may refer to sessionID's files, which DeleteSession hands over.
 func (s *Store) Fork(ctx context.Context, sessionID, messageID string, into *parley.Session) ([]parley.Message, error) {
 	if into.ID == "" || into.CreatedAt.IsZero() || into.UpdatedAt.IsZero() {
 		return nil, parley.Errorf(parley.ECInvalid, "session: id, created_at and updated_at are required")
@@ -291,10 +292,16 @@ func (s *Store) Fork(ctx context.Context, sessionID, messageID string, into *par
 				return err
 			}
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO sessions (id, title, owner, created_at, updated_at, project_id, last_seq, leaf_id, open_calls)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		// The source may have been deleted since its branch was read: its files would be gone.
+		if err := tx.QueryRowContext(ctx, `SELECT 1 FROM sessions WHERE id = ?`, sessionID).Scan(new(int)); errors.Is(err, sql.ErrNoRows) {
+			return notFound("session", sessionID)
+		} else if err != nil {
+			return fmt.Errorf("sqlite: reading the forked session: %w", err)
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO sessions (id, title, owner, created_at, updated_at, project_id, last_seq, leaf_id, open_calls, forked_from)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			into.ID, into.Title, into.Owner, micros(into.CreatedAt), micros(into.UpdatedAt), nullable(into.ProjectID),
-			len(copies), last.ID, max(0, rowcodec.OpenCallsDelta(ptrs)))
+			len(copies), last.ID, max(0, rowcodec.OpenCallsDelta(ptrs)), sessionID)
 		if err != nil {
 			return fmt.Errorf("sqlite: creating session: %w", err)
 		}

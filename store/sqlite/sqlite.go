@@ -450,9 +450,14 @@ func (s *Store) RenameSession(ctx context.Context, id, title string, now time.Ti
 	return s.GetSession(ctx, id)
 }
 
-// DeleteSession deletes the session with its messages and resources.
+// DeleteSession deletes the session with its messages and resources. Its files go with it,
+// unless it has forks (whose copied messages may refer to them): then they, and the session's
+// place in the fork tree, pass to its oldest fork (handOver).
 func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		if err := handOver(ctx, tx, id); err != nil {
+			return err
+		}
 		// Messages first: they refer to the resources that go with them.
 		if _, err := tx.ExecContext(ctx, `DELETE FROM messages WHERE session_id = ?`, id); err != nil {
 			return fmt.Errorf("sqlite: deleting messages: %w", err)
@@ -466,6 +471,33 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 		}
 		return nil
 	})
+}
+
+// handOver gives the files of session id, which is about to be deleted, to its oldest fork
+// (the heir), makes its other forks forks of the heir and the heir a fork of what id was forked
+// from: a file then goes only with the last session of its fork tree, and the tree stays one
+// tree. A session without forks hands nothing over.
+func handOver(ctx context.Context, tx *sql.Tx, id string) error {
+	var parent, heir sql.NullString
+	err := tx.QueryRowContext(ctx, `SELECT forked_from, (SELECT f.id FROM sessions f WHERE f.forked_from = s.id
+		ORDER BY f.created_at, f.id LIMIT 1) FROM sessions s WHERE s.id = ?`, id).Scan(&parent, &heir)
+	if errors.Is(err, sql.ErrNoRows) {
+		return notFound("session", id)
+	}
+	if err != nil {
+		return fmt.Errorf("sqlite: finding the session's forks: %w", err)
+	}
+	if !heir.Valid {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE files SET session_id = ? WHERE session_id = ?`, heir.String, id); err != nil {
+		return fmt.Errorf("sqlite: handing files to a fork: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE sessions SET forked_from = CASE id WHEN ?1 THEN ?2 ELSE ?1 END
+		WHERE forked_from = ?3`, heir.String, parent, id); err != nil {
+		return fmt.Errorf("sqlite: re-parenting forks: %w", err)
+	}
+	return nil
 }
 
 // AppendMessages appends msgs to the session in one transaction.

@@ -250,6 +250,51 @@ func TestMigrationBranchesKeepsChains(t *testing.T) {
 	}
 }
 
+// Migration 16 (fork lineage) keeps the sessions, messages and files as they are, both ways.
+func TestForkedFromMigrationKeepsRows(t *testing.T) {
+	ctx := context.Background()
+	s := openTemp(t)
+	defer s.Close()
+	ids := storetest.FillChains(t, s)
+	fork, file := storetest.FillFork(t, s, ids[0])
+	ids = append(ids, fork)
+	before := storetest.Snapshot(t, s, ids) + storetest.SnapshotFiles(t, s, file)
+	hasColumn := func() bool {
+		var n int
+		if err := s.DB().QueryRow(`SELECT count(*) FROM pragma_table_info('sessions') WHERE name = 'forked_from'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}
+	var forkedFrom string
+	if err := s.DB().QueryRow(`SELECT forked_from FROM sessions WHERE id = ?`, fork).Scan(&forkedFrom); err != nil || forkedFrom != ids[0] {
+		t.Fatalf("the fork's forked_from = %q, %v; want %q", forkedFrom, err, ids[0])
+	}
+	sub, _ := fs.Sub(migrationFiles, "migrations")
+	p, err := goose.NewProvider(goose.DialectSQLite3, s.DB(), sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DownTo(ctx, 15); err != nil {
+		t.Fatal(err)
+	}
+	if hasColumn() {
+		t.Fatal("forked_from still there at version 15")
+	}
+	if after := storetest.Snapshot(t, s, ids) + storetest.SnapshotFiles(t, s, file); after != before {
+		t.Fatalf("rows differ at version 15:\nbefore %.3000s\nafter  %.3000s", before, after)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !hasColumn() {
+		t.Fatal("no forked_from after up")
+	}
+	if after := storetest.Snapshot(t, s, ids) + storetest.SnapshotFiles(t, s, file); after != before {
+		t.Fatalf("rows differ after up:\nbefore %.3000s\nafter  %.3000s", before, after)
+	}
+}
+
 // Migration 14 keeps the events stored one per row, each as a batch of one, and its down
 // migration gives back one row per event, batches of many included.
 func TestEventsBatchMigrationKeepsEvents(t *testing.T) {

@@ -106,3 +106,30 @@ func Snapshot(t *testing.T, s parley.Store, ids []string) string {
 	put("open", open, err)
 	return b.String()
 }
+
+// FillFork adds to the session id a file and a message that refers to it, and forks the
+// session at that message. It returns the fork's id and the file's: a migration test snapshots
+// them (Snapshot, SnapshotFiles) with FillChains' sessions.
+func FillFork(t *testing.T, s parley.Store, id string) (fork, file string) {
+	t.Helper()
+	sess, err := s.GetSession(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := forkTreeFile(t, s, sess, 'f')
+	return forkOf(t, s, sess, base.Add(time.Hour)).ID, f.ID
+}
+
+// SnapshotFiles is the files ids as the store gives them back, as JSON.
+func SnapshotFiles(t *testing.T, s parley.Store, ids ...string) string {
+	t.Helper()
+	var b strings.Builder
+	for _, id := range ids {
+		f, err := s.GetFile(ctx, id)
+		if err != nil {
+			t.Fatalf("file %s: %v", id, err)
+		}
+		fmt.Fprintf(&b, "file %s\n", jsonOf(t, f))
+	}
+	return b.String()
+}

@@ -71,6 +71,8 @@ func Run(t *testing.T, open func(t *testing.T) parley.Store) {
 		{"BranchBadInput", testBranchBadInput},
 		{"BranchSwitchUnderRun", testBranchSwitchUnderRun},
 		{"Fork", testFork},
+		{"ForkKeepsFiles", testForkKeepsFiles},
+		{"ForkDeleteConcurrent", testForkDeleteConcurrent},
 		{"BranchProperty", testBranchProperty},
 		{"Approvals", testApprovals},
 		{"ProjectToolPolicy", testProjectToolPolicy},
