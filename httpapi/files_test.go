@@ -424,3 +424,53 @@ func TestUploadCutShort(t *testing.T) {
 		t.Fatalf("%d blobs after a cut upload", n)
 	}
 }
+
+// TestDeletingAForkedSessionKeepsItsFiles: deleting a session hands its files to its fork, whose
+// copied messages refer to them; their blobs are not collected. They go, blobs and all, with the
+// fork.
+func TestDeletingAForkedSessionKeepsItsFiles(t *testing.T) {
+	bothStores(t, testDeletingAForkedSessionKeepsItsFiles)
+}
+
+func testDeletingAForkedSessionKeepsItsFiles(t *testing.T, e *env) {
+	f := e.uploadOne(t, "alice", "", upFile{"plan.md", "", []byte("# The plan\n")})
+	fid := f["id"].(string)
+	code, out := e.do(t, "POST", "/api/v1/chat", `{"message":"read it","file_ids":["`+fid+`"]}`)
+	if code != 200 {
+		t.Fatalf("chat: %d %v", code, out)
+	}
+	src := out["session_id"].(string)
+	h, err := e.store.History(context.Background(), src)
+	if err != nil || len(h) == 0 {
+		t.Fatalf("history: %v %v", h, err)
+	}
+	code, out = e.do(t, "POST", "/api/v1/sessions/"+src+"/fork", `{"message_id":"`+h[len(h)-1].ID+`"}`)
+	if code != 201 {
+		t.Fatalf("fork: %d %v", code, out)
+	}
+	fork := out["session"].(map[string]any)["id"].(string)
+	if code, _ := e.do(t, "DELETE", "/api/v1/sessions/"+src, ""); code != 204 {
+		t.Fatalf("delete the source: %d", code)
+	}
+	if n := e.blobCount(t); n != 1 {
+		t.Fatalf("%d blobs after the source went, want 1", n)
+	}
+	if code, meta := e.do(t, "GET", "/api/v1/files/"+fid, ""); code != 200 || meta["session_id"] != fork {
+		t.Fatalf("the file after the source went: %d %v", code, meta)
+	}
+	if resp, body := e.get(t, "alice", f["url"].(string)); resp.StatusCode != 200 || string(body) != "# The plan\n" {
+		t.Fatalf("download: %d %q", resp.StatusCode, body)
+	}
+	if code, out := e.do(t, "GET", "/api/v1/sessions/"+fork+"/files", ""); code != 200 || len(out["files"].([]any)) != 1 {
+		t.Fatalf("the fork's files: %d %v", code, out)
+	}
+	if code, _ := e.do(t, "DELETE", "/api/v1/sessions/"+fork, ""); code != 204 {
+		t.Fatalf("delete the fork: %d", code)
+	}
+	if code, _ := e.do(t, "GET", "/api/v1/files/"+fid, ""); code != 404 {
+		t.Fatalf("the file after the last session went: %d", code)
+	}
+	if n := e.blobCount(t); n != 0 {
+		t.Fatalf("%d blobs after the last session went, want 0", n)
+	}
+}
