@@ -5,6 +5,7 @@ import (
 	"context"
 	"io/fs"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -154,15 +155,16 @@ func TestMigrationBranchesKeepsChains(t *testing.T) {
 	}
 }
 
-// Migration 14 (fork lineage) keeps the sessions, messages and files as they are, both ways.
+// Migration 14 (fork lineage) keeps the sessions, messages and files as they are, both ways, and
+// finds the forks made before it: the lineage after down and up is the one Fork recorded.
 func TestForkedFromMigrationKeepsRows(t *testing.T) {
 	ctx := context.Background()
 	s := openTest(t)
 	defer s.Close()
 	ids := storetest.FillChains(t, s)
-	fork, file := storetest.FillFork(t, s, ids[0])
-	ids = append(ids, fork)
-	before := storetest.Snapshot(t, s, ids) + storetest.SnapshotFiles(t, s, file)
+	more, files := storetest.FillForks(t, s, ids[0])
+	ids = append(ids, more...)
+	before := storetest.Snapshot(t, s, ids) + storetest.SnapshotFiles(t, s, files)
 	hasColumn := func() bool {
 		var n int
 		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM information_schema.columns
@@ -171,9 +173,17 @@ func TestForkedFromMigrationKeepsRows(t *testing.T) {
 		}
 		return n == 1
 	}
-	var forkedFrom string
-	if err := s.pool.QueryRow(ctx, `SELECT forked_from FROM sessions WHERE id = $1`, fork).Scan(&forkedFrom); err != nil || forkedFrom != ids[0] {
-		t.Fatalf("the fork's forked_from = %q, %v; want %q", forkedFrom, err, ids[0])
+	lineage := func() string {
+		var out string
+		if err := s.pool.QueryRow(ctx, `SELECT COALESCE(string_agg(id || '<' || forked_from, ' ' ORDER BY id), '')
+			FROM sessions WHERE forked_from IS NOT NULL`).Scan(&out); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	forks := lineage()
+	if want := []string{ids[len(ids)-2] + "<" + ids[0], ids[len(ids)-1] + "<" + ids[len(ids)-3]}; forks != strings.Join(slices.Sorted(slices.Values(want)), " ") {
+		t.Fatalf("lineage recorded by Fork: %q, want %q", forks, want)
 	}
 	db := s.DB()
 	defer db.Close()
@@ -188,7 +198,7 @@ func TestForkedFromMigrationKeepsRows(t *testing.T) {
 	if hasColumn() {
 		t.Fatal("forked_from still there at version 13")
 	}
-	if after := storetest.Snapshot(t, s, ids) + storetest.SnapshotFiles(t, s, file); after != before {
+	if after := storetest.Snapshot(t, s, ids) + storetest.SnapshotFiles(t, s, files); after != before {
 		t.Fatalf("rows differ at version 13:\nbefore %.3000s\nafter  %.3000s", before, after)
 	}
 	if _, err := p.Up(ctx); err != nil {
@@ -197,7 +207,10 @@ func TestForkedFromMigrationKeepsRows(t *testing.T) {
 	if !hasColumn() {
 		t.Fatal("no forked_from after up")
 	}
-	if after := storetest.Snapshot(t, s, ids) + storetest.SnapshotFiles(t, s, file); after != before {
+	if got := lineage(); got != forks {
+		t.Fatalf("lineage found by the migration: %q, want what Fork recorded, %q", got, forks)
+	}
+	if after := storetest.Snapshot(t, s, ids) + storetest.SnapshotFiles(t, s, files); after != before {
 		t.Fatalf("rows differ after up:\nbefore %.3000s\nafter  %.3000s", before, after)
 	}
 }

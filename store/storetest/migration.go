@@ -107,21 +107,46 @@ func Snapshot(t *testing.T, s parley.Store, ids []string) string {
 	return b.String()
 }
 
-// FillFork adds to the session id a file and a message that refers to it, and forks the
-// session at that message. It returns the fork's id and the file's: a migration test snapshots
-// them (Snapshot, SnapshotFiles) with FillChains' sessions.
-func FillFork(t *testing.T, s parley.Store, id string) (fork, file string) {
+// FillForks makes forks as a migration that finds the forks made before it must see them: a
+// fork of the session id, after a message that refers to a file of id's (an attachment), and a
+// fork of a new session of the same owner whose only reference is an image result's (a tool
+// result naming the file in a signed URL). It returns the sessions to snapshot (the new one and
+// the forks) and the files.
+func FillForks(t *testing.T, s parley.Store, id string) (sessions, files []string) {
 	t.Helper()
 	sess, err := s.GetSession(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := forkTreeFile(t, s, sess, 'f')
-	return forkOf(t, s, sess, base.Add(time.Hour)).ID, f.ID
+	attached := forkTreeFile(t, s, sess, 'f')
+	fork := forkOf(t, s, sess, base.Add(time.Hour))
+
+	drawn := newSession(t, s, sess.Owner, base.Add(time.Minute))
+	img := newFile(sess.Owner, drawn.ID, sha('i'), 1, base)
+	img.MediaType = "image/png"
+	if err := s.CreateFile(ctx, img, 0); err != nil {
+		t.Fatal(err)
+	}
+	call := parley.ToolCall{ID: "call_img", Type: "function", Function: parley.FunctionCall{Name: "generate_image", Arguments: `{"prompt":"a square"}`}}
+	result := `{"images":[{"file_id":"` + img.ID + `","url":"/api/v1/images/` + img.ID + `?exp=1796159804\u0026sig=abc","media_type":"image/png","bytes":1}],"prompt":"a square","note":"shown to the user"}`
+	// A result that only looks like one (no JSON) is passed over.
+	other := parley.ToolCall{ID: "call_txt", Type: "function", Function: parley.FunctionCall{Name: "fetch", Arguments: `{}`}}
+	round := []*parley.Message{
+		msg(parley.RoleUser, "draw a square", base),
+		{ID: parley.NewID(), Role: parley.RoleAssistant, ToolCalls: []parley.ToolCall{call, other}, CreatedAt: base},
+		{ID: parley.NewID(), Role: parley.RoleTool, ToolCallID: "call_img", Name: "generate_image", Content: parley.Text(result), CreatedAt: base},
+		{ID: parley.NewID(), Role: parley.RoleTool, ToolCallID: "call_txt", Name: "fetch", CreatedAt: base,
+			Content: parley.Text(`{"images": [ /api/v1/images/not-a-file?exp=1 not JSON`)},
+	}
+	if err := s.AppendMessages(ctx, drawn.ID, round...); err != nil {
+		t.Fatal(err)
+	}
+	drawnFork := forkOf(t, s, drawn, base.Add(2*time.Hour))
+	return []string{drawn.ID, fork.ID, drawnFork.ID}, []string{attached.ID, img.ID}
 }
 
 // SnapshotFiles is the files ids as the store gives them back, as JSON.
-func SnapshotFiles(t *testing.T, s parley.Store, ids ...string) string {
+func SnapshotFiles(t *testing.T, s parley.Store, ids []string) string {
 	t.Helper()
 	var b strings.Builder
 	for _, id := range ids {
