@@ -14,14 +14,29 @@ var plainByte = func() (t [utf8.RuneSelf]bool) {
 	return t
 }()
 
+// plainByteNoHTML is plainByte with the HTML characters held as they are (encoding/json's
+// safeSet).
+var plainByteNoHTML = func() (t [utf8.RuneSelf]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
 // Append appends s as a JSON string, escaped as encoding/json escapes it (HTML
 // characters, U+2028 and U+2029 as \u escapes; invalid UTF-8 as U+FFFD).
-func Append(b []byte, s string) []byte {
+func Append(b []byte, s string) []byte { return appendWith(b, s, &plainByte) }
+
+// AppendNoHTML appends s as a JSON string, escaped as an encoding/json Encoder with
+// SetEscapeHTML(false) escapes it: as Append, but <, > and & as they are.
+func AppendNoHTML(b []byte, s string) []byte { return appendWith(b, s, &plainByteNoHTML) }
+
+func appendWith(b []byte, s string, plain *[utf8.RuneSelf]bool) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
 		if c := s[i]; c < utf8.RuneSelf {
-			if plainByte[c] {
+			if plain[c] {
 				i++
 				continue
 			}

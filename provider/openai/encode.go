@@ -95,14 +95,19 @@ func encodeRequest(req *parley.ChatRequest, stream bool, opts EncodeOptions, tc 
 	// of all their fields in this order: {"model","messages"} + "tools" + {"tool_choice"…}.
 	// The tools are encoded once per list (tc), not on every call: their JSON Schemas are most
 	// of a request's bytes, and encoding/json validates and compacts a schema each time.
-	var buf bytes.Buffer
-	buf.Grow(size + len(tools))
-	enc := json.NewEncoder(&buf)
+	// The head is written directly when no message has tool calls (their arguments are the
+	// model's text, which encoding/json checks and compacts): as the Encoder below writes it,
+	// without its reflection and its check of each message's content again.
+	b, direct := appendHead(make([]byte, 0, size+len(tools)), &head)
+	buf := bytes.NewBuffer(b)
+	enc := json.NewEncoder(buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(head); err != nil {
-		return nil, parley.WrapError(parley.ECInvalid, err, "cannot encode request")
+	if !direct {
+		if err := enc.Encode(head); err != nil {
+			return nil, parley.WrapError(parley.ECInvalid, err, "cannot encode request")
+		}
+		buf.Truncate(buf.Len() - 2) // "}\n"
 	}
-	buf.Truncate(buf.Len() - 2) // "}\n"
 	if tools != nil {
 		buf.WriteString(`,"tools":`)
 		buf.Write(tools)
@@ -112,9 +117,51 @@ func encodeRequest(req *parley.ChatRequest, stream bool, opts EncodeOptions, tc 
 	if err := enc.Encode(tail); err != nil {
 		return nil, parley.WrapError(parley.ECInvalid, err, "cannot encode request")
 	}
-	b := buf.Bytes()
+	b = buf.Bytes()
 	copy(b[mark:], b[mark+1:]) // the tail's "{"
 	return b[:len(b)-2], nil   // and its "\n"
+}
+
+// appendHead appends the head without its closing brace, {"model":…,"messages":[…], as an
+// Encoder that does not escape HTML writes it; false (b unchanged) when a message has tool calls.
+// Each message's content is JSON encodeContent made: valid, compact, written as it is.
+func appendHead(b []byte, h *wireHead) ([]byte, bool) {
+	for i := range h.Messages {
+		if h.Messages[i].ToolCalls != nil {
+			return b, false
+		}
+	}
+	b = append(b, `{"model":`...)
+	b = jsonstr.AppendNoHTML(b, h.Model)
+	b = append(b, `,"messages":[`...)
+	for i := range h.Messages {
+		m := &h.Messages[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"role":`...)
+		b = jsonstr.AppendNoHTML(b, m.Role)
+		b = append(b, `,"content":`...)
+		if m.Content == nil {
+			b = append(b, "null"...) // as encoding/json writes a nil json.RawMessage
+		} else {
+			b = append(b, m.Content...)
+		}
+		if m.Name != "" {
+			b = append(b, `,"name":`...)
+			b = jsonstr.AppendNoHTML(b, m.Name)
+		}
+		if m.ToolCallID != "" {
+			b = append(b, `,"tool_call_id":`...)
+			b = jsonstr.AppendNoHTML(b, m.ToolCallID)
+		}
+		if m.Reasoning != "" {
+			b = append(b, `,"reasoning_content":`...)
+			b = jsonstr.AppendNoHTML(b, m.Reasoning)
+		}
+		b = append(b, '}')
+	}
+	return append(b, ']'), true
 }
 
 // toolCache holds the encoding of the last list of tools a client sent: an agent offers the same

@@ -3,6 +3,7 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -95,6 +96,47 @@ func TestEncodeRequestInPartsIsTheOneObject(t *testing.T) {
 	}
 }
 
+// Requests of any mix of messages (text, null or parts, names, reasoning, tool calls and their
+// results, HTML characters, U+2028, invalid UTF-8) with any options are written byte for byte
+// as the request written as one object, whether the head is written directly or not.
+func TestEncodeRequestMessagesAreTheOneObject(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	texts := []string{"", "plain", "<b>html</b> & co", "quote \" back \\", "line\nbreak\t", "\u2028\u2029", "bad \xff utf8", "é 日本"}
+	str := func() string { return texts[rng.IntN(len(texts))] }
+	roles := []parley.Role{parley.RoleSystem, parley.RoleUser, parley.RoleAssistant, parley.RoleTool}
+	var tc toolCache
+	for i := range 3000 {
+		req := &parley.ChatRequest{Model: str() + "m"}
+		for range 1 + rng.IntN(4) {
+			m := parley.Message{Role: roles[rng.IntN(len(roles))], Name: str(), Reasoning: str(), ToolCallID: str(), ID: "meta"}
+			switch rng.IntN(3) {
+			case 0: // null
+			case 1:
+				m.Content = parley.Parts(parley.Part{Type: "text", Text: str()})
+			default:
+				m.Content = parley.Text(str())
+			}
+			if m.Role == parley.RoleAssistant && rng.IntN(3) == 0 {
+				m.ToolCalls = []parley.ToolCall{{ID: str(), Function: parley.FunctionCall{Name: "calculator", Arguments: `{"expression": "1 < 2"}`}}}
+			}
+			req.Messages = append(req.Messages, m)
+		}
+		if rng.IntN(2) == 0 {
+			req.Tools = []parley.ToolSpec{calculator}
+		}
+		opts := EncodeOptions{SendReasoning: rng.IntN(2) == 0, SendToolName: rng.IntN(2) == 0, LegacyMaxTokens: rng.IntN(2) == 0}
+		stream := rng.IntN(2) == 0
+		want := referenceEncode(t, req, stream, opts)
+		got, err := encodeRequest(req, stream, opts, &tc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("case %d (%+v):\n got %s\nwant %s", i, opts, got, want)
+		}
+	}
+}
+
 // A client's cache of encoded tools follows the tools offered: a changed schema, description or
 // list is encoded anew, and a change to the caller's bytes after a call does not reach the cache.
 func TestToolCacheFollowsTheTools(t *testing.T) {
@@ -136,14 +178,21 @@ func BenchmarkEncodeRequest(b *testing.B) {
 		{Role: parley.RoleSystem, Content: parley.Text("You are a helpful assistant. Answer briefly.")},
 		{Role: parley.RoleUser, Content: parley.Text("Tell me something about streaming servers, please.")},
 	}}
+	// A system prompt of 3 KB, as Parley's default one with a project's instructions.
+	long := *req
+	long.Messages = []parley.Message{
+		{Role: parley.RoleSystem, Content: parley.Text(strings.Repeat("You are a helpful assistant: answer briefly, and use the tools <when> needed.\n", 40))},
+		req.Messages[1],
+	}
 	for _, bc := range []struct {
 		name  string
+		req   *parley.ChatRequest
 		cache *toolCache
-	}{{"uncached", nil}, {"client", &toolCache{}}} {
+	}{{"uncached", req, nil}, {"client", req, &toolCache{}}, {"client-long-prompt", &long, &toolCache{}}} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := encodeRequest(req, true, EncodeOptions{}, bc.cache); err != nil {
+				if _, err := encodeRequest(bc.req, true, EncodeOptions{}, bc.cache); err != nil {
 					b.Fatal(err)
 				}
 			}
