@@ -40,17 +40,28 @@ func newSSEWriter(w http.ResponseWriter, timeout time.Duration) (*sseWriter, err
 	if !canFlush(w) {
 		return nil, parley.Errorf(parley.ECInternal, "streaming unsupported")
 	}
+	// The values are shared, never changed in place (net/http copies them when it sends the
+	// head): no allocation for each of them on every stream.
 	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
+	h["Content-Type"] = sseContentType
+	h["Cache-Control"] = noCache
 	if h.Get("Connection") == "" { // "close" when a body was sent and not read (observe)
-		h.Set("Connection", "keep-alive")
+		h["Connection"] = keepAlive
 	}
-	h.Set("X-Accel-Buffering", "no") // ask proxies not to buffer the stream
+	h["X-Accel-Buffering"] = noBuffering // ask proxies not to buffer the stream
 	s := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: timeout}
 	w.WriteHeader(http.StatusOK)
 	return s, nil
 }
+
+// An SSE response's header values.
+var (
+	sseContentType = []string{"text/event-stream"}
+	noCache        = []string{"no-cache"}
+	keepAlive      = []string{"keep-alive"}
+	noBuffering    = []string{"no"}
+	connClose      = []string{"close"}
+)
 
 // canFlush reports whether w, or a writer it wraps, can flush (as http.ResponseController
 // looks for it).
