@@ -3,6 +3,7 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -54,22 +55,30 @@ func encodeRequest(req *parley.ChatRequest, stream bool, opts EncodeOptions, tc 
 	if len(req.Messages) == 0 {
 		return nil, parley.Errorf(parley.ECInvalid, "no messages")
 	}
-	head := wireHead{
-		Model:    req.Model,
-		Messages: make([]wireMessage, 0, len(req.Messages)),
-	}
-	size := len(req.Model) + 256
-	for i, m := range req.Messages {
-		wm, err := encodeMessage(m.OpenAI(), opts)
-		if err != nil {
-			return nil, parley.Errorf(parley.ECInvalid, "message %d: %v", i, err)
+	// The head, {"model":…,"messages":[…], is written directly when no message has tool calls
+	// (their arguments are the model's text, which encoding/json checks and compacts): as the
+	// Encoder wrote it, without its reflection, each message's text escaped straight into the
+	// body instead of into a buffer of its own that the Encoder then checked again.
+	var head *wireHead
+	tools, toolsErr := tc.encode(req.Tools) // its error is returned after the messages' errors
+	b, err := appendHead(req, opts, len(tools)+128)
+	if err == errNotDirect {
+		head = &wireHead{Model: req.Model, Messages: make([]wireMessage, 0, len(req.Messages))}
+		size := len(req.Model) + 256
+		for i, m := range req.Messages {
+			wm, err := encodeMessage(m.OpenAI(), opts)
+			if err != nil {
+				return nil, parley.Errorf(parley.ECInvalid, "message %d: %v", i, err)
+			}
+			head.Messages = append(head.Messages, wm)
+			size += len(wm.Content) + 64
 		}
-		head.Messages = append(head.Messages, wm)
-		size += len(wm.Content) + 64
-	}
-	tools, err := tc.encode(req.Tools)
-	if err != nil {
+		b = make([]byte, 0, size+len(tools))
+	} else if err != nil {
 		return nil, err
+	}
+	if toolsErr != nil {
+		return nil, toolsErr
 	}
 	tail := wireTail{Temperature: req.Temperature, Stream: stream}
 	switch req.ToolChoice {
@@ -95,14 +104,10 @@ func encodeRequest(req *parley.ChatRequest, stream bool, opts EncodeOptions, tc 
 	// of all their fields in this order: {"model","messages"} + "tools" + {"tool_choice"…}.
 	// The tools are encoded once per list (tc), not on every call: their JSON Schemas are most
 	// of a request's bytes, and encoding/json validates and compacts a schema each time.
-	// The head is written directly when no message has tool calls (their arguments are the
-	// model's text, which encoding/json checks and compacts): as the Encoder below writes it,
-	// without its reflection and its check of each message's content again.
-	b, direct := appendHead(make([]byte, 0, size+len(tools)), &head)
 	buf := bytes.NewBuffer(b)
 	enc := json.NewEncoder(buf)
 	enc.SetEscapeHTML(false)
-	if !direct {
+	if head != nil {
 		if err := enc.Encode(head); err != nil {
 			return nil, parley.WrapError(parley.ECInvalid, err, "cannot encode request")
 		}
@@ -122,46 +127,76 @@ func encodeRequest(req *parley.ChatRequest, stream bool, opts EncodeOptions, tc 
 	return b[:len(b)-2], nil   // and its "\n"
 }
 
-// appendHead appends the head without its closing brace, {"model":…,"messages":[…], as an
-// Encoder that does not escape HTML writes it; false (b unchanged) when a message has tool calls.
-// Each message's content is JSON encodeContent made: valid, compact, written as it is.
-func appendHead(b []byte, h *wireHead) ([]byte, bool) {
-	for i := range h.Messages {
-		if h.Messages[i].ToolCalls != nil {
-			return b, false
+// errNotDirect: appendHead leaves the request to encoding/json.
+var errNotDirect = errors.New("openai: the request head is not written directly")
+
+// appendHead returns the request's head without its closing brace, {"model":…,"messages":[…],
+// as encodeMessage and an Encoder that does not escape HTML write it, and with the same errors;
+// errNotDirect (nothing written) when an assistant message has tool calls or a role is unknown.
+func appendHead(req *parley.ChatRequest, opts EncodeOptions, extra int) ([]byte, error) {
+	size := len(req.Model) + 256
+	for i := range req.Messages {
+		m := &req.Messages[i]
+		if !m.Role.Valid() || m.Role == parley.RoleAssistant && len(m.ToolCalls) > 0 {
+			return nil, errNotDirect
+		}
+		size += 64 + len(m.Name) + len(m.ToolCallID) + len(m.Reasoning)
+		if !m.Content.IsParts() {
+			size += len(m.Content.String()) * 9 / 8
 		}
 	}
+	b := make([]byte, 0, size+extra) // extra: the room the caller asks for what follows
 	b = append(b, `{"model":`...)
-	b = jsonstr.AppendNoHTML(b, h.Model)
+	b = jsonstr.AppendNoHTML(b, req.Model)
 	b = append(b, `,"messages":[`...)
-	for i := range h.Messages {
-		m := &h.Messages[i]
+	for i := range req.Messages {
+		m := &req.Messages[i]
 		if i > 0 {
 			b = append(b, ',')
 		}
 		b = append(b, `{"role":`...)
-		b = jsonstr.AppendNoHTML(b, m.Role)
+		b = jsonstr.AppendNoHTML(b, string(m.Role))
 		b = append(b, `,"content":`...)
-		if m.Content == nil {
-			b = append(b, "null"...) // as encoding/json writes a nil json.RawMessage
-		} else {
-			b = append(b, m.Content...)
+		switch {
+		case m.Content.IsNull():
+			b = append(b, "null"...)
+		case !m.Content.IsParts():
+			b = jsonstr.Append(b, m.Content.String()) // as encodeContent escapes it
+		default:
+			c, err := encodeContent(m.Content, opts.DocumentsAsText)
+			if err != nil {
+				return nil, parley.Errorf(parley.ECInvalid, "message %d: %v", i, err)
+			}
+			b = append(b, c...)
 		}
-		if m.Name != "" {
+		// The fields encodeMessage keeps for each role.
+		name, callID, reasoning := m.Name, "", ""
+		switch m.Role {
+		case parley.RoleAssistant:
+			if opts.SendReasoning {
+				reasoning = m.Reasoning
+			}
+		case parley.RoleTool:
+			callID = m.ToolCallID
+			if !opts.SendToolName {
+				name = ""
+			}
+		}
+		if name != "" {
 			b = append(b, `,"name":`...)
-			b = jsonstr.AppendNoHTML(b, m.Name)
+			b = jsonstr.AppendNoHTML(b, name)
 		}
-		if m.ToolCallID != "" {
+		if callID != "" {
 			b = append(b, `,"tool_call_id":`...)
-			b = jsonstr.AppendNoHTML(b, m.ToolCallID)
+			b = jsonstr.AppendNoHTML(b, callID)
 		}
-		if m.Reasoning != "" {
+		if reasoning != "" {
 			b = append(b, `,"reasoning_content":`...)
-			b = jsonstr.AppendNoHTML(b, m.Reasoning)
+			b = jsonstr.AppendNoHTML(b, reasoning)
 		}
 		b = append(b, '}')
 	}
-	return append(b, ']'), true
+	return append(b, ']'), nil
 }
 
 // toolCache holds the encoding of the last list of tools a client sent: an agent offers the same

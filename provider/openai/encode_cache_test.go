@@ -116,7 +116,7 @@ func TestEncodeRequestMessagesAreTheOneObject(t *testing.T) {
 			default:
 				m.Content = parley.Text(str())
 			}
-			if m.Role == parley.RoleAssistant && rng.IntN(3) == 0 {
+			if rng.IntN(4) == 0 { // encoded for an assistant's message only
 				m.ToolCalls = []parley.ToolCall{{ID: str(), Function: parley.FunctionCall{Name: "calculator", Arguments: `{"expression": "1 < 2"}`}}}
 			}
 			req.Messages = append(req.Messages, m)
