@@ -159,27 +159,9 @@ func appendUsage(b []byte, u *parley.Usage) ([]byte, bool) {
 			return b, false
 		}
 		b = append(b, `,"cost":`...)
-		b = appendFloat(b, u.Cost)
+		b = jsonstr.AppendFloat(b, u.Cost)
 	}
 	return append(b, '}'), true
-}
-
-// appendFloat appends a finite f as encoding/json writes a float64: the shortest decimal that
-// reads back as f, in exponent form only below 1e-6 or from 1e21 on, with a one-digit negative
-// exponent not padded ("1e-7", not "1e-07").
-func appendFloat(b []byte, f float64) []byte {
-	format := byte('f')
-	if a := math.Abs(f); a != 0 && (a < 1e-6 || a >= 1e21) {
-		format = 'e'
-	}
-	b = strconv.AppendFloat(b, f, format, -1, 64)
-	if format == 'e' {
-		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
-			b[n-2] = b[n-1]
-			b = b[:n-1]
-		}
-	}
-	return b
 }
 
 // appendField appends key and s as a JSON string when s is not empty (omitempty).

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"sync"
 
 	"github.com/parleyhq/parley"
@@ -104,27 +106,57 @@ func encodeRequest(req *parley.ChatRequest, stream bool, opts EncodeOptions, tc 
 	// of all their fields in this order: {"model","messages"} + "tools" + {"tool_choice"…}.
 	// The tools are encoded once per list (tc), not on every call: their JSON Schemas are most
 	// of a request's bytes, and encoding/json validates and compacts a schema each time.
-	buf := bytes.NewBuffer(b)
-	enc := json.NewEncoder(buf)
-	enc.SetEscapeHTML(false)
 	if head != nil {
+		buf := bytes.NewBuffer(b)
+		enc := json.NewEncoder(buf)
+		enc.SetEscapeHTML(false)
 		if err := enc.Encode(head); err != nil {
 			return nil, parley.WrapError(parley.ECInvalid, err, "cannot encode request")
 		}
-		buf.Truncate(buf.Len() - 2) // "}\n"
+		b = buf.Bytes()
+		b = b[:len(b)-2] // "}\n"
 	}
 	if tools != nil {
-		buf.WriteString(`,"tools":`)
-		buf.Write(tools)
+		b = append(b, `,"tools":`...)
+		b = append(b, tools...)
 	}
-	buf.WriteByte(',')
-	mark := buf.Len()
-	if err := enc.Encode(tail); err != nil {
+	if t := tail.Temperature; t != nil && (math.IsNaN(*t) || math.IsInf(*t, 0)) {
+		_, err := json.Marshal(*t) // refuses it
 		return nil, parley.WrapError(parley.ECInvalid, err, "cannot encode request")
 	}
-	b = buf.Bytes()
-	copy(b[mark:], b[mark+1:]) // the tail's "{"
-	return b[:len(b)-2], nil   // and its "\n"
+	return appendTail(b, &tail), nil
+}
+
+// appendTail appends the tail's fields and the request's closing brace, as encoding/json writes
+// them after the head's and the tools' (a comma first): a finite temperature.
+func appendTail(b []byte, t *wireTail) []byte {
+	b = append(b, ',')
+	n := len(b)
+	if t.ToolChoice != "" {
+		b = append(b, `,"tool_choice":`...)
+		b = jsonstr.AppendNoHTML(b, t.ToolChoice)
+	}
+	if t.Temperature != nil {
+		b = append(b, `,"temperature":`...)
+		b = jsonstr.AppendFloat(b, *t.Temperature)
+	}
+	if t.MaxCompletionTokens != 0 {
+		b = append(b, `,"max_completion_tokens":`...)
+		b = strconv.AppendInt(b, int64(t.MaxCompletionTokens), 10)
+	}
+	if t.MaxTokens != 0 {
+		b = append(b, `,"max_tokens":`...)
+		b = strconv.AppendInt(b, int64(t.MaxTokens), 10)
+	}
+	b = append(b, `,"stream":`...)
+	b = strconv.AppendBool(b, t.Stream)
+	if t.StreamOptions != nil {
+		b = append(b, `,"stream_options":{"include_usage":`...)
+		b = strconv.AppendBool(b, t.StreamOptions.IncludeUsage)
+		b = append(b, '}')
+	}
+	// The first field's comma is the one written before it.
+	return append(append(b[:n], b[n+1:]...), '}')
 }
 
 // errNotDirect: appendHead leaves the request to encoding/json.

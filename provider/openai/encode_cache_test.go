@@ -3,6 +3,7 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -124,6 +125,12 @@ func TestEncodeRequestMessagesAreTheOneObject(t *testing.T) {
 		if rng.IntN(2) == 0 {
 			req.Tools = []parley.ToolSpec{calculator}
 		}
+		if rng.IntN(2) == 0 {
+			temps := []float64{0, 0.7, 1, 2, 1e-7, 1.5e21, -0.25, rng.Float64()}
+			req.Temperature = &temps[rng.IntN(len(temps))]
+		}
+		req.MaxTokens = []int{0, 1, 4096}[rng.IntN(3)]
+		req.ToolChoice = []string{"", "auto", "none", "required"}[rng.IntN(4)]
 		opts := EncodeOptions{SendReasoning: rng.IntN(2) == 0, SendToolName: rng.IntN(2) == 0, LegacyMaxTokens: rng.IntN(2) == 0}
 		stream := rng.IntN(2) == 0
 		want := referenceEncode(t, req, stream, opts)
@@ -133,6 +140,16 @@ func TestEncodeRequestMessagesAreTheOneObject(t *testing.T) {
 		}
 		if !bytes.Equal(got, want) {
 			t.Fatalf("case %d (%+v):\n got %s\nwant %s", i, opts, got, want)
+		}
+	}
+}
+
+// A temperature that is not a number is refused, as encoding/json refuses it.
+func TestEncodeRequestRefusesATemperatureNotANumber(t *testing.T) {
+	for _, temp := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
+		req := &parley.ChatRequest{Model: "m", Temperature: &temp, Messages: []parley.Message{{Role: parley.RoleUser, Content: parley.Text("hi")}}}
+		if _, err := encodeRequest(req, true, EncodeOptions{}, nil); parley.CodeOf(err) != parley.ECInvalid {
+			t.Errorf("temperature %v: %v, want ECInvalid", temp, err)
 		}
 	}
 }
