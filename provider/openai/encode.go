@@ -63,7 +63,7 @@ func encodeRequest(req *parley.ChatRequest, stream bool, opts EncodeOptions, tc 
 	// body instead of into a buffer of its own that the Encoder then checked again.
 	var head *wireHead
 	tools, toolsErr := tc.encode(req.Tools) // its error is returned after the messages' errors
-	b, err := appendHead(req, opts, len(tools)+128)
+	b, err := appendHead(req, opts, tc, len(tools)+128)
 	if err == errNotDirect {
 		head = &wireHead{Model: req.Model, Messages: make([]wireMessage, 0, len(req.Messages))}
 		size := len(req.Model) + 256
@@ -165,7 +165,7 @@ var errNotDirect = errors.New("openai: the request head is not written directly"
 // appendHead returns the request's head without its closing brace, {"model":…,"messages":[…],
 // as encodeMessage and an Encoder that does not escape HTML write it, and with the same errors;
 // errNotDirect (nothing written) when an assistant message has tool calls or a role is unknown.
-func appendHead(req *parley.ChatRequest, opts EncodeOptions, extra int) ([]byte, error) {
+func appendHead(req *parley.ChatRequest, opts EncodeOptions, tc *toolCache, extra int) ([]byte, error) {
 	size := len(req.Model) + 256
 	for i := range req.Messages {
 		m := &req.Messages[i]
@@ -192,6 +192,8 @@ func appendHead(req *parley.ChatRequest, opts EncodeOptions, extra int) ([]byte,
 		switch {
 		case m.Content.IsNull():
 			b = append(b, "null"...)
+		case m.Role == parley.RoleSystem && !m.Content.IsParts():
+			b = tc.appendSystemPrompt(b, m.Content.String())
 		case !m.Content.IsParts():
 			b = jsonstr.Append(b, m.Content.String()) // as encodeContent escapes it
 		default:
@@ -237,6 +239,28 @@ type toolCache struct {
 	mu    sync.Mutex
 	specs []parley.ToolSpec // a copy of the list encoded
 	json  []byte            // its encoding, "[…]"
+
+	// The last long system prompt and its encoding: an agent sends the same one on every call.
+	promptMu   sync.Mutex
+	prompt     string
+	promptJSON []byte
+}
+
+// minCachedPrompt is the shortest system prompt whose encoding a client keeps.
+const minCachedPrompt = 512
+
+// appendSystemPrompt appends text, a system message's, as jsonstr.Append does, its encoding
+// taken from tc (nil: none) when it is the prompt tc encoded last.
+func (tc *toolCache) appendSystemPrompt(b []byte, text string) []byte {
+	if tc == nil || len(text) < minCachedPrompt {
+		return jsonstr.Append(b, text)
+	}
+	tc.promptMu.Lock()
+	defer tc.promptMu.Unlock()
+	if text != tc.prompt || tc.promptJSON == nil {
+		tc.prompt, tc.promptJSON = text, jsonstr.Append(make([]byte, 0, len(text)+len(text)/8+2), text)
+	}
+	return append(b, tc.promptJSON...)
 }
 
 // encode returns the JSON array of the tools of a request; nil for none.

@@ -110,10 +110,12 @@ func TestEncodeRequestMessagesAreTheOneObject(t *testing.T) {
 		req := &parley.ChatRequest{Model: str() + "m"}
 		for range 1 + rng.IntN(4) {
 			m := parley.Message{Role: roles[rng.IntN(len(roles))], Name: str(), Reasoning: str(), ToolCallID: str(), ID: "meta"}
-			switch rng.IntN(3) {
+			switch rng.IntN(4) {
 			case 0: // null
 			case 1:
 				m.Content = parley.Parts(parley.Part{Type: "text", Text: str()})
+			case 2: // a long prompt (the client keeps a system prompt's encoding), one of a few
+				m.Content = parley.Text(strings.Repeat(str()+"x", minCachedPrompt/2+rng.IntN(3)))
 			default:
 				m.Content = parley.Text(str())
 			}
