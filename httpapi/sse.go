@@ -188,11 +188,16 @@ func (s *sseWriter) comment(text string) error {
 
 // flush writes what was gathered, flushes the response and gives the buffer back.
 func (s *sseWriter) flush() error {
+	// writeOut sets the write deadline when it has something to write: the flush that follows
+	// at once goes out within it (one deadline set, not two, for each batch).
+	wrote := s.buf != nil && len(*s.buf) > 0
 	s.writeOut()
 	s.release()
 	if s.err != nil || s.conn != nil {
 		return s.err
 	}
-	_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
+	if !wrote {
+		_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
+	}
 	return s.rc.Flush()
 }
