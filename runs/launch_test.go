@@ -3,6 +3,7 @@ package runs
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -148,6 +149,8 @@ func TestLaunchEmitsItsFirstEventsBeforeReturning(t *testing.T) {
 	defer m.Shutdown(context.Background())
 	spec, user := newSessionSpec("s1")
 	release := make(chan struct{})
+	var once sync.Once
+	defer once.Do(func() { close(release) }) // before Shutdown waits for the run, on every return
 	r, err := m.Launch(context.Background(), spec, func(r *Run) Func {
 		return func(ctx context.Context, emit func(parley.Event)) (string, error) {
 			<-release
@@ -170,6 +173,6 @@ func TestLaunchEmitsItsFirstEventsBeforeReturning(t *testing.T) {
 		}
 		t.Fatalf("frames %v, want start then the record", got)
 	}
-	close(release)
+	once.Do(func() { close(release) })
 	waitDone(t, r)
 }
