@@ -64,6 +64,10 @@ type pump struct {
 	// ownKick: whoever ends the pump's context kicks the pump too (start registers no
 	// context.AfterFunc for it: one less context and callback per idle stream).
 	ownKick bool
+	// secret and secretErr, where r is nil, are what bearer read of the request: a stream that
+	// outlives its handler keeps them rather than a request.
+	secret    string
+	secretErr error
 
 	replies  <-chan []byte
 	reply    func(b []byte) error
@@ -72,7 +76,9 @@ type pump struct {
 
 	// onEnd is called once, in the pump's goroutine, with why it stopped (start only).
 	onEnd func(err error)
-	done  chan struct{} // closed after onEnd (start only)
+	done  chan struct{} // closed after onEnd (start only; not made with noDone)
+	// noDone: no one waits for done (one channel less per idle stream).
+	noDone bool
 
 	// Owned by the goroutine running the loop (handed over under mu).
 	ctx                                       context.Context
@@ -127,8 +133,23 @@ func (p *pump) run(ctx context.Context) error {
 // start pumps in goroutines of the pump's own, parking when idle, until it stops as run does;
 // then onEnd, then done is closed.
 func (p *pump) start(ctx context.Context) {
+	p.begin(ctx)
+	go p.resume()
+}
+
+// startHere is start with the pump's first work done in the calling goroutine (a handler about
+// to return): a stream that parks at once then costs no goroutine, nor its stack, of its own.
+func (p *pump) startHere(ctx context.Context) {
+	p.begin(ctx)
+	p.resume()
+}
+
+// begin readies the pump to be started: the first resume runs it.
+func (p *pump) begin(ctx context.Context) {
 	p.init(ctx)
-	p.done = make(chan struct{})
+	if !p.noDone {
+		p.done = make(chan struct{})
+	}
 	p.mu.Lock()
 	p.started = true
 	p.running = true
@@ -143,7 +164,6 @@ func (p *pump) start(ctx context.Context) {
 		p.stopCtx = context.AfterFunc(ctx, p.kick)
 	}
 	p.mu.Unlock()
-	go p.resume()
 }
 
 // kick starts the parked pump again, or tells the running one to look again before it parks.
@@ -188,7 +208,9 @@ func (p *pump) resume() {
 	p.stopCtx()
 	p.stop()
 	p.onEnd(err)
-	close(p.done)
+	if p.done != nil {
+		close(p.done)
+	}
 }
 
 func (p *pump) stop() {
@@ -319,7 +341,11 @@ func (p *pump) due(now time.Time) (err error, end bool) {
 	}
 	if !p.recheckAt.IsZero() && !now.Before(p.recheckAt) {
 		p.recheckAt = now.Add(p.s.AuthRecheck)
-		if err := p.s.stillValid(p.ctx, p.r); err != nil {
+		secret, err := p.secret, p.secretErr
+		if p.r != nil {
+			secret, err = bearer(p.r)
+		}
+		if err := p.s.stillValidSecret(p.ctx, secret, err); err != nil {
 			p.t.revoked(err)
 			return errRevoked, true
 		}

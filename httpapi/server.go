@@ -163,6 +163,7 @@ type server struct {
 	wsOrigins []string // origins (host patterns) whose pages may open a WebSocket
 	pages     pageCache
 	idle      *idlePoller // watches the connections of idle streams (idlepoll.go)
+	detached  detachedStreams
 }
 
 // NewServer returns the API handler.

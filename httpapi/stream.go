@@ -10,8 +10,6 @@ import (
 	"time"
 
 	parley "github.com/parleyhq/parley"
-	"github.com/parleyhq/parley/auth"
-	"github.com/parleyhq/parley/internal/logctx"
 	"github.com/parleyhq/parley/stream"
 )
 
@@ -135,51 +133,30 @@ func (s *server) streamDetached(w http.ResponseWriter, r *http.Request, sessionI
 		s.Log.Info("stream client dropped", "session", sessionID, "err", err)
 		return true
 	}
-	closed := s.streamOpened("sse")
 	// The handler's context ends when it returns; the stream's goes on, with its own end: the
 	// client leaving, the server shutting down, the stream's lifetime (a deadline of the pump's).
-	ctx, cancel := context.WithCancelCause(detachedContext(r))
-	sse := &sseWriter{conn: conn, timeout: s.WriteTimeout}
-	r = detachedRequest(r, ctx)
-	p := &pump{s: s, r: r, t: &sseTransport{s: s, r: r, sse: sse, session: sessionID, untilDone: untilDone},
-		heartbeat: s.Heartbeat, park: wsPark, lifetime: s.StreamLifetime, ownKick: true}
-	end := func(cause error) { // ends the stream's context; the pump, kicked, sees it
-		cancel(cause)
-		p.kick()
-	}
-	stopShutdown := func() bool { return false }
-	if s.Lifetime != nil {
-		stopShutdown = context.AfterFunc(s.Lifetime, func() { end(errWSShutdown) })
-	}
-	// Whoever sees the stream's end last lets go of what it holds.
-	finish := func() {
-		stopShutdown()
-		cancel(nil)
-		closed()
-		release()
+	// The stream is one object (sseStream); it keeps of the request only its credentials.
+	st := &sseStream{conn: conn, closed: s.streamOpened("sse"), release: release}
+	st.ctx.from(r.Context())
+	st.w = sseWriter{conn: conn, timeout: s.WriteTimeout}
+	st.tr = sseTransport{s: s, sse: &st.w, session: sessionID, untilDone: untilDone, key: st.ctx.id.KeyID}
+	st.pump = pump{s: s, t: &st.tr, heartbeat: s.Heartbeat, park: wsPark, lifetime: s.StreamLifetime, ownKick: true, noDone: true}
+	st.secret, st.secretErr = bearer(r)
+	st.pump.onEnd = st.onEnd
+	if !s.addDetached(st) {
+		st.ctx.cancel() // the server is shutting down: the pump ends at once
 	}
 	// The client sends nothing more: a read ends when it leaves. Where the connection can be
 	// watched, no goroutine waits for that: the server's poller calls back when the connection
 	// is readable, and a read that does not block tells whether the client left (bytes it sends
 	// are dropped). Elsewhere a goroutine reads until the client leaves or the pump, done, closes
 	// the connection.
-	var watch *idleWatch
-	watch = s.idle.watch(conn, func() { sseReadable(watch, end) })
-	p.onEnd = func(error) {
-		if watch != nil {
-			watch.close() // before the connection is closed
-		}
-		sse.end()
-		conn.Close()
-		if watch != nil {
-			finish()
-		}
-	}
-	p.subscribe(ctx, sessionID, after)
-	p.start(ctx)
-	if watch != nil {
-		if !watch.arm() {
-			end(errClientLeft)
+	st.watch = s.idle.watch(conn, st.readable)
+	st.subscribe(&st.ctx, sessionID, after)
+	st.startHere(&st.ctx) // its first work (the catch-up, if any) in this goroutine, which ends next
+	if st.watch != nil {
+		if !st.watch.arm() {
+			st.end(errClientLeft)
 		}
 		return true
 	}
@@ -190,9 +167,8 @@ func (s *server) streamDetached(w http.ResponseWriter, r *http.Request, sessionI
 				break
 			}
 		}
-		end(errClientLeft)
-		<-p.done
-		finish()
+		st.end(errClientLeft)
+		st.ended()
 	}()
 	return true
 }
@@ -207,20 +183,6 @@ func sseReadable(w *idleWatch, end func(error)) {
 		return
 	}
 	end(errClientLeft)
-}
-
-// detachedContext is the context of a stream that outlives its handler: none of the request's
-// cancellation, and of its values only those a stream uses (the caller's identity, the log
-// attributes), so that an idle stream does not keep the request's and its connection's contexts.
-func detachedContext(r *http.Request) context.Context {
-	ctx := context.Background()
-	if id, ok := r.Context().Value(identityKey).(auth.Identity); ok {
-		ctx = context.WithValue(ctx, identityKey, id)
-	}
-	if as := logctx.Attrs(r.Context()); len(as) > 0 {
-		ctx = logctx.WithAttrs(ctx, as...)
-	}
-	return ctx
 }
 
 // detachedRequest is what a stream that outlives its handler keeps of its request, with ctx: the
@@ -285,7 +247,8 @@ func (s *server) streamSession(w http.ResponseWriter, r *http.Request, sessionID
 // sseTransport writes a session's stream as SSE events (GET …/stream, POST …/chat/stream).
 type sseTransport struct {
 	s         *server
-	r         *http.Request
+	r         *http.Request // nil: key names the caller's key (a detached stream's)
+	key       string
 	sse       *sseWriter
 	session   string
 	untilDone bool
@@ -324,7 +287,15 @@ func (t *sseTransport) failed(err error) {
 func (t *sseTransport) revoked(err error) {
 	t.sse.errorEvent(errorBodyOf(err))
 	_ = t.sse.flush()
-	t.s.Log.Info("stream ended: credentials no longer valid", "session", t.session, "key", identityOf(t.r).KeyID)
+	t.s.Log.Info("stream ended: credentials no longer valid", "session", t.session, "key", t.keyID())
+}
+
+// keyID is the caller's key (the identity's KeyID), for the log.
+func (t *sseTransport) keyID() string {
+	if t.r == nil {
+		return t.key
+	}
+	return identityOf(t.r).KeyID
 }
 
 func (t *sseTransport) idle() {

@@ -39,6 +39,16 @@ func Attrs(ctx context.Context) []slog.Attr {
 	return as
 }
 
+// Value is what a context carrying as answers for k: as (ok) when k is the key Attrs reads and
+// there are attributes. A context type of its own (one object for a long-lived stream's values)
+// answers with it in its Value.
+func Value(k any, as []slog.Attr) (any, bool) {
+	if _, ok := k.(key); !ok || len(as) == 0 {
+		return nil, false
+	}
+	return as, true
+}
+
 // Logger returns log with the attributes ctx carries added, for code that logs without a
 // context (or through a logger whose handler is not wrapped by Handler).
 func Logger(ctx context.Context, log *slog.Logger) *slog.Logger {

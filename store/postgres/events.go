@@ -85,10 +85,25 @@ func (s *Store) AppendEncodedEvents(ctx context.Context, sessionID string, at ti
 
 func (s *Store) appendEncoded(ctx context.Context, sessionID string, at time.Time, evs []parley.EncodedEvent) error {
 	// Joined before the transaction; again inside it only if a retried write overlaps.
-	batches := rowcodec.EventBatches(evs, nil)
-	return s.writeFor(ctx, sessionID, func(ctx context.Context, tx pgx.Tx) error {
-		return storeEvents(ctx, tx, sessionID, at, evs, batches)
-	})
+	p := &eventsPart{sessionID: sessionID, at: at, evs: evs, batches: rowcodec.EventBatches(evs, nil)}
+	fn := func(ctx context.Context, tx pgx.Tx) error { return p.run(ctx, tx) }
+	if len(p.batches) == 1 { // one row: merged with its batch's other rows (endMerged)
+		return s.w.DoMerge(ctx, sessionID, p, fn)
+	}
+	return s.writeFor(ctx, sessionID, fn)
+}
+
+// eventsPart is one write of a run's events (AppendEncodedEvents): evs, joined into batches.
+type eventsPart struct {
+	sessionID string
+	at        time.Time
+	evs       []parley.EncodedEvent
+	batches   []rowcodec.EventBatch
+}
+
+// run is p's write on its own.
+func (p *eventsPart) run(ctx context.Context, tx pgx.Tx) error {
+	return storeEvents(ctx, tx, p.sessionID, p.at, p.evs, p.batches)
 }
 
 // storeEvents is appendEvents with its errors as the store reports them.

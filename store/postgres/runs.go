@@ -243,70 +243,57 @@ func scanRun(row pgx.Row) (*parley.RunRecord, error) {
 
 var _ parley.RunBeginner = (*Store)(nil)
 
-// BeginRun stores what begins a run in one transaction (parley.RunBeginner).
-func (s *Store) BeginRun(ctx context.Context, b *parley.RunBegin) (int64, error) {
+// newBeginPart checks b and encodes what it stores.
+func newBeginPart(b *parley.RunBegin) (*beginPart, error) {
 	if b.Reserve <= 0 {
-		return 0, parley.Errorf(parley.ECInvalid, "events: must reserve at least one number")
+		return nil, parley.Errorf(parley.ECInvalid, "events: must reserve at least one number")
 	}
 	sessionID := b.SessionID
 	if b.NewSession != nil {
 		if err := checkSession(b.NewSession); err != nil {
-			return 0, err
+			return nil, err
 		}
 		sessionID = b.NewSession.ID
 	}
 	var tools []byte
 	if b.Run != nil {
 		if err := checkRun(b.Run); err != nil {
-			return 0, err
+			return nil, err
 		}
 		if b.Run.SessionID != sessionID {
-			return 0, parley.Errorf(parley.ECInvalid, "run: of session %q, not %q", b.Run.SessionID, sessionID)
+			return nil, parley.Errorf(parley.ECInvalid, "run: of session %q, not %q", b.Run.SessionID, sessionID)
 		}
 		var err error
 		if tools, err = encodeTools(b.Run.SelectedTools); err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
 	var cols []rowcodec.Columns
 	if len(b.Messages) > 0 {
 		var err error
 		if cols, err = encodeMessages(b.Messages); err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
-	var (
-		first, last int64
-		links       rowcodec.Links
-	)
-	err := s.writeFor(ctx, sessionID, func(ctx context.Context, tx pgx.Tx) (err error) {
-		if b.NewSession != nil && b.Run != nil {
-			first, last, links, err = beginNewSession(ctx, tx, b, tools, cols)
-			return err
-		}
-		if b.NewSession == nil && b.Run != nil && chained(b.Messages) {
-			first, last, links, err = beginInSession(ctx, tx, b, tools, cols)
-			return err
-		}
-		if b.NewSession != nil {
-			if err := createSession(ctx, tx, b.NewSession); err != nil {
-				return err
-			}
-		}
-		if first, err = reserveEventSeqs(ctx, tx, sessionID, b.Reserve); err != nil {
-			return err
-		}
-		if b.Run != nil {
-			b.Run.FirstSeq = first
-			if err := createRun(ctx, tx, b.Run, tools); err != nil {
-				return err
-			}
-		}
-		if len(b.Messages) > 0 {
-			last, links, err = appendMessages(ctx, tx, sessionID, b.Messages, cols)
-		}
-		return err
-	})
+	return &beginPart{b: b, tools: tools, cols: cols}, nil
+}
+
+// BeginRun stores what begins a run in one transaction (parley.RunBeginner).
+func (s *Store) BeginRun(ctx context.Context, b *parley.RunBegin) (int64, error) {
+	p, err := newBeginPart(b)
+	if err != nil {
+		return 0, err
+	}
+	sessionID := b.SessionID
+	if b.NewSession != nil {
+		sessionID = b.NewSession.ID
+	}
+	fn := func(ctx context.Context, tx pgx.Tx) error { return p.run(ctx, tx) }
+	if p.mergeable() {
+		err = s.w.DoMerge(ctx, sessionID, p, fn)
+	} else {
+		err = s.writeFor(ctx, sessionID, fn)
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -314,9 +301,64 @@ func (s *Store) BeginRun(ctx context.Context, b *parley.RunBegin) (int64, error)
 		b.Run.State, b.Run.UpdatedAt = parley.RunStateRunning, b.Run.CreatedAt
 	}
 	if len(b.Messages) > 0 {
-		setSeqs(sessionID, b.Messages, last, links)
+		setSeqs(sessionID, b.Messages, p.last, p.links)
 	}
-	return first, nil
+	return p.first, nil
+}
+
+// beginPart is one BeginRun's write: what it stores, and what storing it returns (first, last,
+// links), set anew each time it runs. A run with one message may be merged with others of its
+// batch (mergedBeginSQL, mergedTurnsSQL).
+type beginPart struct {
+	b     *parley.RunBegin
+	tools []byte
+	cols  []rowcodec.Columns
+	// results
+	first, last int64
+	links       rowcodec.Links
+}
+
+// mergeable reports whether p is a run with one message that names no parent, of a new session
+// or of one that exists (a turn): the writes Merge merges.
+func (p *beginPart) mergeable() bool {
+	b := p.b
+	return b.Run != nil && len(b.Messages) == 1 && b.Messages[0].ParentID == ""
+}
+
+// run is p's write on its own.
+func (p *beginPart) run(ctx context.Context, tx pgx.Tx) (err error) {
+	b, tools, cols := p.b, p.tools, p.cols
+	sessionID := b.SessionID
+	if b.NewSession != nil {
+		sessionID = b.NewSession.ID
+	}
+	p.first, p.last, p.links = 0, 0, rowcodec.Links{}
+	if b.NewSession != nil && b.Run != nil {
+		p.first, p.last, p.links, err = beginNewSession(ctx, tx, b, tools, cols)
+		return err
+	}
+	if b.NewSession == nil && b.Run != nil && chained(b.Messages) {
+		p.first, p.last, p.links, err = beginInSession(ctx, tx, b, tools, cols)
+		return err
+	}
+	if b.NewSession != nil {
+		if err := createSession(ctx, tx, b.NewSession); err != nil {
+			return err
+		}
+	}
+	if p.first, err = reserveEventSeqs(ctx, tx, sessionID, b.Reserve); err != nil {
+		return err
+	}
+	if b.Run != nil {
+		b.Run.FirstSeq = p.first
+		if err := createRun(ctx, tx, b.Run, tools); err != nil {
+			return err
+		}
+	}
+	if len(b.Messages) > 0 {
+		p.last, p.links, err = appendMessages(ctx, tx, sessionID, b.Messages, cols)
+	}
+	return err
 }
 
 // beginNewSession is BeginRun's work for a run of a new session, in one round trip: with no row
@@ -447,14 +489,13 @@ func beginInSession(ctx context.Context, tx pgx.Tx, b *parley.RunBegin, tools []
 	return first, last, links, nil
 }
 
-// FinishRun stores what ends a run in one transaction: its last messages, its events not
-// stored yet, the event numbers it gives back and its end (parley.RunBeginner).
-func (s *Store) FinishRun(ctx context.Context, f parley.RunFinish) error {
+// newFinishPart checks f and encodes what it stores before the transaction.
+func newFinishPart(f *parley.RunFinish) (*finishPart, error) {
 	var cols []rowcodec.Columns
 	if len(f.Messages) > 0 {
 		var err error
 		if cols, err = encodeMessages(f.Messages); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	// The events to encode here, once the messages they may carry are numbered: encoded anew
@@ -464,56 +505,100 @@ func (s *Store) FinishRun(ctx context.Context, f parley.RunFinish) error {
 		e := &f.Events[i]
 		switch {
 		case e.Seq <= 0 || e.JSON == nil && e.Event == nil:
-			return parley.Errorf(parley.ECInvalid, "events: event %d has no sequence number or nothing to store", i)
+			return nil, parley.Errorf(parley.ECInvalid, "events: event %d has no sequence number or nothing to store", i)
 		case i > 0 && e.Seq <= f.Events[i-1].Seq:
-			return parley.Errorf(parley.ECInvalid, "events: the events of a run's end are not in order")
+			return nil, parley.Errorf(parley.ECInvalid, "events: the events of a run's end are not in order")
 		case e.JSON == nil:
 			encode = append(encode, i)
 		}
 	}
-	var (
-		last  int64
-		links rowcodec.Links
-		ended error
-	)
-	rel := &release{f.Limit, f.Last}
-	err := s.writeFor(ctx, f.SessionID, func(ctx context.Context, tx pgx.Tx) (err error) {
-		released := false
-		if len(f.Messages) > 0 {
-			if chained(f.Messages) { // a turn's answer: the numbers go back in the session's update
-				last, links, err = appendChainReleasing(ctx, tx, f.SessionID, f.Messages, cols, rel)
-				released = true
-			} else {
-				last, links, err = appendMessages(ctx, tx, f.SessionID, f.Messages, cols)
-			}
-			if err != nil {
-				return err
-			}
-		}
-		var batches []rowcodec.EventBatch
-		if len(f.Events) > 0 {
-			for _, i := range encode {
-				f.Events[i].JSON = nil
-			}
-			if err := rowcodec.EncodeAfter(f.Events, f.Messages, f.SessionID, last, links); err != nil {
-				return fmt.Errorf("postgres: %w", err)
-			}
-			batches = rowcodec.EventBatches(f.Events, nil)
-		}
-		give := rel
-		if released {
-			give = nil
-		}
-		ended, err = finishBatch(ctx, tx, f, batches, give)
+	return &finishPart{f: f, cols: cols, encode: encode, rel: &release{f.Limit, f.Last}}, nil
+}
+
+// FinishRun stores what ends a run in one transaction: its last messages, its events not
+// stored yet, the event numbers it gives back and its end (parley.RunBeginner).
+func (s *Store) FinishRun(ctx context.Context, f parley.RunFinish) error {
+	p, err := newFinishPart(&f)
+	if err != nil {
 		return err
-	})
+	}
+	fn := func(ctx context.Context, tx pgx.Tx) error { return p.run(ctx, tx) }
+	if p.mergeable() {
+		err = s.w.DoMerge(ctx, f.SessionID, p, fn)
+	} else {
+		err = s.writeFor(ctx, f.SessionID, fn)
+	}
 	if err != nil {
 		return err
 	}
 	if len(f.Messages) > 0 {
-		setSeqs(f.SessionID, f.Messages, last, links)
+		setSeqs(f.SessionID, f.Messages, p.last, p.links)
 	}
-	return ended
+	return p.ended
+}
+
+// finishPart is one FinishRun's write: what it stores, and what storing it returns (last,
+// links, ended), set anew each time it runs. A run's end with one answer that names no parent
+// and events may be merged with others of its batch (mergeFinishes).
+type finishPart struct {
+	f      *parley.RunFinish
+	cols   []rowcodec.Columns
+	encode []int // the events to encode once the messages are numbered
+	rel    *release
+	// results
+	last  int64
+	links rowcodec.Links
+	ended error // a run no longer this instance's (ECConflict): no failure of the write
+}
+
+// mergeable reports whether p is the end of a turn: one answer that names no parent, and events.
+func (p *finishPart) mergeable() bool {
+	f := p.f
+	return len(f.Messages) == 1 && f.Messages[0].ParentID == "" && len(f.Events) > 0
+}
+
+// run is p's write on its own.
+func (p *finishPart) run(ctx context.Context, tx pgx.Tx) (err error) {
+	f := p.f
+	p.last, p.links, p.ended = 0, rowcodec.Links{}, nil
+	released := false
+	if len(f.Messages) > 0 {
+		if chained(f.Messages) { // a turn's answer: the numbers go back in the session's update
+			p.last, p.links, err = appendChainReleasing(ctx, tx, f.SessionID, f.Messages, p.cols, p.rel)
+			released = true
+		} else {
+			p.last, p.links, err = appendMessages(ctx, tx, f.SessionID, f.Messages, p.cols)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	batches, err := p.encodeEvents()
+	if err != nil {
+		return err
+	}
+	give := p.rel
+	if released {
+		give = nil
+	}
+	p.ended, err = finishBatch(ctx, tx, *f, batches, give)
+	return err
+}
+
+// encodeEvents encodes the events that carry the messages, numbered as p.last and p.links say,
+// and joins the events into rows.
+func (p *finishPart) encodeEvents() ([]rowcodec.EventBatch, error) {
+	f := p.f
+	if len(f.Events) == 0 {
+		return nil, nil
+	}
+	for _, i := range p.encode {
+		f.Events[i].JSON = nil
+	}
+	if err := rowcodec.EncodeAfter(f.Events, f.Messages, f.SessionID, p.last, p.links); err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	return rowcodec.EventBatches(f.Events, nil), nil
 }
 
 // finishBatch is the rest of FinishRun after its messages, in one round trip: the rows of its

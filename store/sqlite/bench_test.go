@@ -2,6 +2,8 @@ package sqlite
 
 import (
 	"context"
+	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -163,13 +165,36 @@ func BenchmarkChatReads(b *testing.B) {
 }
 
 // The chats of runs.Manager on a parley.RunBeginner (BeginRun, FinishRun), 1, 32 and 128 at once,
-// with the CPU time and the SQL statements each chat costs.
+// with the CPU time and the SQL statements each chat costs, and the commits (each one fsync of
+// the WAL, made by the one writer while every other write waits) and writes per commit.
 func BenchmarkRunChats1(b *testing.B)   { benchRunChats(b, 1) }
 func BenchmarkRunChats32(b *testing.B)  { benchRunChats(b, 32) }
 func BenchmarkRunChats128(b *testing.B) { benchRunChats(b, 128) }
 
 func benchRunChats(b *testing.B, c int) {
-	s := openTemp(b)
+	var commits, writes, commits0, writes0 atomic.Int64
+	s, err := Open(context.Background(), filepath.Join(b.TempDir(), "parley.db"), OnCommit(func(n int, err error) {
+		if err == nil {
+			commits.Add(1)
+			writes.Add(int64(n))
+		}
+	}))
+	if err != nil {
+		b.Fatal(err)
+	}
 	defer s.Close()
-	storetest.BenchRunChats(b, s, c, storetest.ChatsProbe{Statements: s.ran.Load})
+	storetest.BenchRunChats(b, s, c, storetest.ChatsProbe{
+		Statements: s.ran.Load,
+		Start: func() {
+			commits0.Store(commits.Load())
+			writes0.Store(writes.Load())
+		},
+		Report: func(chats int) {
+			n := commits.Load() - commits0.Load()
+			b.ReportMetric(float64(n)/float64(chats), "commits/chat")
+			if n > 0 {
+				b.ReportMetric(float64(writes.Load()-writes0.Load())/float64(n), "writes/commit")
+			}
+		},
+	})
 }

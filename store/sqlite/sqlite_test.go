@@ -297,3 +297,90 @@ func TestEventsBatchMigrationKeepsEvents(t *testing.T) {
 		t.Fatalf("after down: %d events (%s), %v", n, types, err)
 	}
 }
+
+// Migration 15 makes event_batches a rowid table and keeps its rows byte for byte, both ways
+// (a row larger than a page, bytes that are no valid UTF-8, a NUL); (session_id, first_seq)
+// stays unique.
+func TestEventBatchesRowidMigrationKeepsRows(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "m15.db"), WithoutMigrate())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	sub, _ := fs.Sub(migrationFiles, "migrations")
+	p, err := goose.NewProvider(goose.DialectSQLite3, s.DB(), sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 14); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DB().ExecContext(ctx, `INSERT INTO sessions (id, title, owner, created_at, updated_at, event_seq) VALUES
+		('s1', 't', 'o', 1, 2, 9), ('s2', 't', 'o', 1, 2, 9)`); err != nil {
+		t.Fatal(err)
+	}
+	large := `[{"seq":4,"type":"chunk","content":"` + strings.Repeat("é", 3000) + `"}]`
+	rows := []struct {
+		sess        string
+		first, last int64
+		data        []byte
+		at          int64
+	}{
+		{"s2", 1, 3, []byte(`[{"seq":1,"type":"start"},{"seq":2,"type":"chunk","content":"a\u0000b"},{"seq":3,"type":"done"}]`), 10},
+		{"s1", 1, 3, []byte{'[', 0, 0xff, 0xfe, ']'}, 11},
+		{"s1", 4, 4, []byte(large), 12},
+		{"s1", 5, 9, []byte(`[]`), 13},
+	}
+	for _, r := range rows {
+		if _, err := s.DB().ExecContext(ctx, `INSERT INTO event_batches (session_id, first_seq, last_seq, data, created_at) VALUES (?, ?, ?, ?, ?)`,
+			r.sess, r.first, r.last, r.data, r.at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snapshot := func() string {
+		t.Helper()
+		var out string
+		if err := s.DB().QueryRowContext(ctx, `SELECT group_concat(session_id || ':' || first_seq || ':' || last_seq || ':' || hex(data) || ':' || created_at, ',')
+			FROM (SELECT * FROM event_batches ORDER BY session_id, first_seq)`).Scan(&out); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	withoutRowid := func() bool {
+		t.Helper()
+		var wr bool
+		if err := s.DB().QueryRowContext(ctx, `SELECT wr FROM pragma_table_list WHERE name = 'event_batches'`).Scan(&wr); err != nil {
+			t.Fatal(err)
+		}
+		return wr
+	}
+	before := snapshot()
+	if !withoutRowid() {
+		t.Fatal("event_batches has a rowid at version 14")
+	}
+	if _, err := p.UpTo(ctx, 15); err != nil {
+		t.Fatal(err)
+	}
+	if withoutRowid() {
+		t.Error("event_batches is still WITHOUT ROWID at version 15")
+	}
+	if after := snapshot(); after != before {
+		t.Errorf("rows after up:\n%.300s\nwant\n%.300s", after, before)
+	}
+	if _, err := s.DB().ExecContext(ctx, `INSERT INTO event_batches (session_id, first_seq, last_seq, data, created_at) VALUES ('s1', 4, 4, '[]', 14)`); err == nil {
+		t.Error("a second row with the same session and first number was accepted")
+	}
+	if evs, err := s.ListEvents(ctx, "s2", 0, 10); err != nil || len(evs) != 3 || evs[1].Content != "a\x00b" {
+		t.Errorf("events after up: %+v, %v", evs, err)
+	}
+	if _, err := p.DownTo(ctx, 14); err != nil {
+		t.Fatal(err)
+	}
+	if !withoutRowid() {
+		t.Error("event_batches has a rowid after down")
+	}
+	if after := snapshot(); after != before {
+		t.Errorf("rows after down:\n%.300s\nwant\n%.300s", after, before)
+	}
+}

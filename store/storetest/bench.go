@@ -261,45 +261,46 @@ func BenchRunChats(b *testing.B, s parley.Store, c int, probe ChatsProbe) {
 	if !ok {
 		b.Skip("the store is no parley.RunBeginner")
 	}
-	const reserve = 1024
-	ctx := context.Background()
 	chat := func(i int) error {
 		now := time.Now().UTC().Truncate(time.Microsecond)
 		sess := &parley.Session{ID: parley.NewID(), Owner: "bench", Title: "bench", CreatedAt: now, UpdatedAt: now}
-		run := &parley.RunRecord{ID: parley.NewID(), SessionID: sess.ID, Owner: "bench", Model: "m", Instance: "bench",
-			LeaseUntil: now.Add(time.Minute), CreatedAt: now}
-		user := benchMessage(i)
-		user.RunID = run.ID
-		first, err := rb.BeginRun(ctx, &parley.RunBegin{NewSession: sess, SessionID: sess.ID, Reserve: reserve, Run: run,
-			Messages: []*parley.Message{user}})
-		if err != nil {
-			return err
-		}
-		answer := &parley.Message{ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text("An answer of a few words."),
-			RunID: run.ID, Model: "m", CreatedAt: now, Usage: &parley.Usage{PromptTokens: 12, CompletionTokens: 8, TotalTokens: 20}}
-		evs := []parley.Event{{Type: parley.EventStart}, {Type: parley.EventRecord, Message: user},
-			{Type: parley.EventChunk, Content: "An answer "}, {Type: parley.EventChunk, Content: "of a few "},
-			{Type: parley.EventChunk, Content: "words."}, {Type: parley.EventRecord, Message: answer},
-			{Type: parley.EventDone, FinishReason: "stop"}}
-		enc := make([]parley.EncodedEvent, len(evs))
-		for j := range evs {
-			e := &evs[j]
-			e.Seq, e.RunID, e.SessionID = first+int64(j), run.ID, sess.ID
-			enc[j] = parley.EncodedEvent{Seq: e.Seq, Event: e}
-			if e.Message != answer { // the answer's record is encoded once it is numbered
-				if enc[j].JSON, err = json.Marshal(e); err != nil {
-					return err
-				}
-			}
-		}
-		return rb.FinishRun(ctx, parley.RunFinish{SessionID: sess.ID, Messages: []*parley.Message{answer}, Events: enc,
-			Limit: first + reserve - 1, Last: enc[len(enc)-1].Seq, RunID: run.ID, Instance: "bench", Finish: "stop", At: now})
+		return benchTurn(rb, sess.ID, sess, benchMessage(i))
 	}
 	for i := range probe.Warm {
 		if err := chat(-1 - i); err != nil {
 			b.Fatal(err)
 		}
 	}
+	benchChats(b, c, probe, "chat", func(_, i int) error { return chat(i) })
+}
+
+// BenchRunTurns is BenchRunChats for the next turns of conversations: c sessions, one a
+// goroutine, each turn a run begun in its session with the user's message and ended as a chat's.
+// Every session has two turns before the measured ones (its first, then one in the session as
+// it is: every connection of a pool prepares its statements).
+func BenchRunTurns(b *testing.B, s parley.Store, c int, probe ChatsProbe) {
+	rb, ok := s.(parley.RunBeginner)
+	if !ok {
+		b.Skip("the store is no parley.RunBeginner")
+	}
+	sessions := make([]string, c)
+	for w := range sessions {
+		now := time.Now().UTC().Truncate(time.Microsecond)
+		sess := &parley.Session{ID: parley.NewID(), Owner: "bench", Title: "bench", CreatedAt: now, UpdatedAt: now}
+		sessions[w] = sess.ID
+		if err := benchTurn(rb, sess.ID, sess, benchMessage(-1-2*w)); err != nil {
+			b.Fatal(err)
+		}
+		if err := benchTurn(rb, sess.ID, nil, benchMessage(-2-2*w)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	benchChats(b, c, probe, "turn", func(w, i int) error { return benchTurn(rb, sessions[w], nil, benchMessage(i)) })
+}
+
+// benchChats runs fn b.N times from c goroutines between probe's Start and Report, and reports
+// the rate and the process's CPU time per unit.
+func benchChats(b *testing.B, c int, probe ChatsProbe, unit string, fn func(w, i int) error) {
 	var st0 int64
 	if probe.Statements != nil {
 		st0 = probe.Statements()
@@ -308,15 +309,51 @@ func BenchRunChats(b *testing.B, s parley.Store, c int, probe ChatsProbe) {
 		probe.Start()
 	}
 	cpu0 := cpuTime()
-	benchConcurrent(b, c, func(_, i int) error { return chat(i) })
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "chats/s")
-	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/chat")
+	benchConcurrent(b, c, fn)
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), unit+"s/s")
+	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/"+unit)
 	if probe.Statements != nil {
-		b.ReportMetric(float64(probe.Statements()-st0)/float64(b.N), "stmts/chat")
+		b.ReportMetric(float64(probe.Statements()-st0)/float64(b.N), "stmts/"+unit)
 	}
 	if probe.Report != nil {
 		probe.Report(b.N)
 	}
+}
+
+// benchTurn makes the two writes of one streamed chat in session sessionID (newSession: the
+// session it creates, nil for a session that exists): the run's beginning with the user's
+// message, then its end with the answer and the run's 7 events.
+func benchTurn(rb parley.RunBeginner, sessionID string, newSession *parley.Session, user *parley.Message) error {
+	const reserve = 1024
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	run := &parley.RunRecord{ID: parley.NewID(), SessionID: sessionID, Owner: "bench", Model: "m", Instance: "bench",
+		LeaseUntil: now.Add(time.Minute), CreatedAt: now}
+	user.RunID = run.ID
+	first, err := rb.BeginRun(ctx, &parley.RunBegin{NewSession: newSession, SessionID: sessionID, Reserve: reserve, Run: run,
+		Messages: []*parley.Message{user}})
+	if err != nil {
+		return err
+	}
+	answer := &parley.Message{ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text("An answer of a few words."),
+		RunID: run.ID, Model: "m", CreatedAt: now, Usage: &parley.Usage{PromptTokens: 12, CompletionTokens: 8, TotalTokens: 20}}
+	evs := []parley.Event{{Type: parley.EventStart}, {Type: parley.EventRecord, Message: user},
+		{Type: parley.EventChunk, Content: "An answer "}, {Type: parley.EventChunk, Content: "of a few "},
+		{Type: parley.EventChunk, Content: "words."}, {Type: parley.EventRecord, Message: answer},
+		{Type: parley.EventDone, FinishReason: "stop"}}
+	enc := make([]parley.EncodedEvent, len(evs))
+	for j := range evs {
+		e := &evs[j]
+		e.Seq, e.RunID, e.SessionID = first+int64(j), run.ID, sessionID
+		enc[j] = parley.EncodedEvent{Seq: e.Seq, Event: e}
+		if e.Message != answer { // the answer's record is encoded once it is numbered
+			if enc[j].JSON, err = json.Marshal(e); err != nil {
+				return err
+			}
+		}
+	}
+	return rb.FinishRun(ctx, parley.RunFinish{SessionID: sessionID, Messages: []*parley.Message{answer}, Events: enc,
+		Limit: first + reserve - 1, Last: enc[len(enc)-1].Seq, RunID: run.ID, Instance: "bench", Finish: "stop", At: now})
 }
 
 // ChatsProbe is what BenchRunChats measures of a store beyond chats/s and the process's CPU;

@@ -39,6 +39,19 @@ type Tx[T any] interface {
 	Rollback(tx T)
 }
 
+// Merger is what a database may also offer a Writer whose Options.Optimistic is set: a batch's
+// operations given with a part (DoMerge) run together, as few statements for the lot as their
+// kinds allow, instead of each on its own. A batch merges the parts of those of its operations
+// whose key no other operation of the batch has (so that one key's operations keep their order),
+// when there are two or more, and runs them before the others' functions.
+type Merger[T any] interface {
+	// Merge does in tx what the functions of the parts' operations would do one after another.
+	// If it fails, the transaction is rolled back and the batch runs again with a savepoint
+	// around each operation, each by its function alone: Merge need not say which part failed,
+	// only that one did, and each operation's own error then comes from its function.
+	Merge(ctx context.Context, tx T, parts []any) error
+}
+
 // Options bound a Writer.
 type Options struct {
 	// Queue is how many operations may wait to be taken (default 1024); a caller beyond it waits.
@@ -94,6 +107,7 @@ type Writer[T any] struct {
 type op[T any] struct {
 	key   string // DoKey: the batch runs its operations in the order of their keys
 	fn    func(ctx context.Context, tx T) error
+	part  any          // DoMerge: what Merger.Merge is given for the operation
 	state atomic.Int32 // opWaiting, opTaken or opGivenUp
 	err   chan error   // buffered: a leader never blocks on an answer
 }
@@ -137,10 +151,22 @@ func (w *Writer[T]) Do(ctx context.Context, fn func(ctx context.Context, tx T) e
 // came): batches written at once on several connections then take their locks in one order, and
 // do not deadlock over them. Operations given at the same moment have no order of their own.
 func (w *Writer[T]) DoKey(ctx context.Context, key string, fn func(ctx context.Context, tx T) error) error {
+	return w.do(ctx, &op[T]{key: key, fn: fn})
+}
+
+// DoMerge is DoKey for an operation that the database's Merger can run together with others of
+// the batch: part is what Merge is given for it. The operation runs as part or as fn, whichever
+// its batch chooses (fn alone, in a batch of its own, after a failure, or without a Merger):
+// both must do the same, and set the same results.
+func (w *Writer[T]) DoMerge(ctx context.Context, key string, part any, fn func(ctx context.Context, tx T) error) error {
+	return w.do(ctx, &op[T]{key: key, fn: fn, part: part})
+}
+
+func (w *Writer[T]) do(ctx context.Context, o *op[T]) error {
 	if w.shut.Load() {
 		return ErrClosed
 	}
-	o := &op[T]{key: key, fn: fn, err: make(chan error, 1)}
+	o.err = make(chan error, 1)
 	for queued := false; !queued; {
 		select {
 		case w.queue <- o:
@@ -387,7 +413,16 @@ func (w *Writer[T]) optimistic(ctx context.Context, ops []*op[T]) (done bool, er
 			done, err = true, fmt.Errorf("groupcommit: a write panicked: %v", p)
 		}
 	}()
-	for _, o := range ops {
+	rest := ops
+	if m, ok := w.db.(Merger[T]); ok {
+		var parts []any
+		parts, rest = mergeable(ops)
+		if len(parts) > 0 && m.Merge(ctx, tx, parts) != nil {
+			w.db.Rollback(tx)
+			return false, nil
+		}
+	}
+	for _, o := range rest {
 		if o.fn(ctx, tx) != nil {
 			w.db.Rollback(tx)
 			return false, nil
@@ -398,4 +433,32 @@ func (w *Writer[T]) optimistic(ctx context.Context, ops []*op[T]) (done bool, er
 		return true, err
 	}
 	return true, nil
+}
+
+// mergeable returns the parts of ops (sorted by key) to merge, if there are two or more: those of
+// the operations given one whose key no other operation of ops has. rest are the other
+// operations, in their order.
+func mergeable[T any](ops []*op[T]) (parts []any, rest []*op[T]) {
+	alone := func(i int) bool {
+		k := ops[i].key
+		return ops[i].part != nil && k != "" && (i == 0 || ops[i-1].key != k) && (i == len(ops)-1 || ops[i+1].key != k)
+	}
+	n := 0
+	for i := range ops {
+		if alone(i) {
+			n++
+		}
+	}
+	if n < 2 {
+		return nil, ops
+	}
+	parts, rest = make([]any, 0, n), make([]*op[T], 0, len(ops)-n)
+	for i, o := range ops {
+		if alone(i) {
+			parts = append(parts, o.part)
+		} else {
+			rest = append(rest, o)
+		}
+	}
+	return parts, rest
 }

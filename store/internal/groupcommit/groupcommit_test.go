@@ -622,3 +622,103 @@ func BenchmarkDo(b *testing.B) {
 		})
 	}
 }
+
+// mergeDB is memDB with a Merger: it records the parts of each Merge and inserts their keys as
+// insert would, one after another.
+type mergeDB struct {
+	*memDB
+	merges [][]any
+}
+
+func (d *mergeDB) Merge(ctx context.Context, tx *memTx, parts []any) error {
+	d.mu.Lock()
+	d.merges = append(d.merges, parts)
+	d.mu.Unlock()
+	for _, p := range parts {
+		if err := insert(p.(string))(ctx, tx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func TestABatchMergesThePartsOfOperationsWhoseKeyIsTheirOwn(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		t.Run(fmt.Sprintf("failure=%v", fail), func(t *testing.T) {
+			db := &mergeDB{memDB: &memDB{committed: map[string]int{"dup": 1}}}
+			w := New[*memTx](db, Options{Optimistic: true})
+			defer w.Close()
+			release, heldDone := hold(t, w)
+			// Operations 0-9 have keys of their own, 10 and 11 share one, 12 gives no part.
+			const n = 13
+			keys := make([]string, n)
+			errs := make([]error, n)
+			var wg sync.WaitGroup
+			for i := range n {
+				keys[i] = fmt.Sprintf("k%02d", i)
+				if fail && i == 7 {
+					keys[i] = "dup"
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					switch {
+					case i == 10 || i == 11:
+						errs[i] = w.DoMerge(context.Background(), "shared", keys[i], insert(keys[i]))
+					case i == 12:
+						errs[i] = w.DoKey(context.Background(), keys[i], insert(keys[i]))
+					default:
+						errs[i] = w.DoMerge(context.Background(), keys[i], keys[i], insert(keys[i]))
+					}
+				}()
+			}
+			deadline := time.Now().Add(wait)
+			for len(w.queue) < n {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d of %d operations queued", len(w.queue), n)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			close(release)
+			wg.Wait()
+			if err := <-heldDone; err != nil {
+				t.Fatal(err)
+			}
+			for i, err := range errs {
+				if fail && i == 7 {
+					if err == nil || err.Error() != "dup: duplicate" {
+						t.Errorf("the failing operation got %v, want its own error", err)
+					}
+					continue
+				}
+				if err != nil {
+					t.Errorf("operation %d: %v", i, err)
+				}
+				if v, _ := db.get(keys[i]); v != 1 {
+					t.Errorf("operation %d acknowledged but not committed", i)
+				}
+				if v, _ := db.get("touched:" + keys[i]); v != 1 {
+					t.Errorf("operation %d committed %d times, want once", i, v)
+				}
+			}
+			if v, _ := db.get("touched:dup"); v != 0 {
+				t.Errorf("the failing operation's partial write was committed")
+			}
+			db.mu.Lock()
+			defer db.mu.Unlock()
+			if len(db.merges) != 1 {
+				t.Fatalf("%d merges, want 1 (the batch's)", len(db.merges))
+			}
+			want := []any{"k00", "k01", "k02", "k03", "k04", "k05", "k06", "k07", "k08", "k09"}
+			if fail {
+				want = []any{"dup", "k00", "k01", "k02", "k03", "k04", "k05", "k06", "k08", "k09"}
+			}
+			if fmt.Sprint(db.merges[0]) != fmt.Sprint(want) {
+				t.Errorf("merged %v, want %v (in key order; not the shared key's, not the one without a part)", db.merges[0], want)
+			}
+			if fail && (db.savepoints != n || db.rollbacks != 1) {
+				t.Errorf("%d savepoints and %d rollbacks, want %d (the batch again, each by its function) and 1", db.savepoints, db.rollbacks, n)
+			}
+		})
+	}
+}

@@ -1,0 +1,135 @@
+package httpapi
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/parleyhq/parley/auth"
+	"github.com/parleyhq/parley/internal/logctx"
+	"github.com/parleyhq/parley/runs"
+	"github.com/parleyhq/parley/stream"
+)
+
+// opaqueListener hands out connections the idle poller cannot watch (not sockets to it).
+type opaqueListener struct{ net.Listener }
+
+type opaqueConn struct{ net.Conn }
+
+func (l opaqueListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return opaqueConn{c}, nil
+}
+
+// detachedServer serves detached SSE streams of session "s" on conns the poller watches, or
+// (opaque) cannot; each stream's release is reported on released.
+func detachedServer(t *testing.T, opaque bool) (url string, shutdown func(), released chan struct{}) {
+	m := runs.NewManager(runs.Options{})
+	t.Cleanup(func() { m.Shutdown(context.Background()) })
+	life, shutdown := context.WithCancel(context.Background())
+	t.Cleanup(shutdown)
+	s := &server{Deps: Deps{Runs: m, StreamIdle: time.Hour, StreamLifetime: time.Hour, WriteTimeout: time.Minute,
+		Heartbeat: time.Hour, Lifetime: life, Log: slog.New(slog.DiscardHandler)}, idle: newIdlePoller()}
+	released = make(chan struct{}, 10)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.streamDetached(w, r, "s", stream.Join, false, func() { released <- struct{}{} }) {
+			t.Error("the stream was not detached")
+		}
+	}))
+	if opaque {
+		srv.Listener = opaqueListener{srv.Listener}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv.URL, shutdown, released
+}
+
+// openDetached opens a stream and reads its head.
+func openDetached(t *testing.T, url string) (net.Conn, *bufio.Reader) {
+	c, err := net.Dial("tcp", url[len("http://"):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%v %v", resp, err)
+	}
+	return c, br
+}
+
+func waitReleased(t *testing.T, released chan struct{}, what string) {
+	select {
+	case <-released:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s: the stream's slot was not released", what)
+	}
+}
+
+// A detached SSE stream lets go of its slot when its client leaves and ends at the server's
+// shutdown, whether the poller watches its connection or (where it cannot) a goroutine reads it;
+// and one opened after the shutdown began ends at once.
+func TestDetachedSSEStreamEnds(t *testing.T) {
+	for _, opaque := range []bool{false, true} {
+		url, shutdown, released := detachedServer(t, opaque)
+		c, _ := openDetached(t, url)
+		c.Close()
+		waitReleased(t, released, "client left")
+
+		_, br := openDetached(t, url)
+		shutdown()
+		if _, err := io.Copy(io.Discard, br); err != nil { // the response's end, then EOF
+			t.Fatal(err)
+		}
+		waitReleased(t, released, "shutdown")
+
+		_, br = openDetached(t, url)
+		if _, err := io.Copy(io.Discard, br); err != nil {
+			t.Fatal(err)
+		}
+		waitReleased(t, released, "opened after the shutdown")
+	}
+}
+
+// A detached stream's context carries the request's identity and log attributes, and ends once.
+func TestStreamCtx(t *testing.T) {
+	id := auth.Identity{User: "alice", KeyID: "k1"}
+	r := context.WithValue(logctx.With(context.Background(), "request_id", "r1"), identityKey, id)
+	var c streamCtx
+	c.from(r)
+	if got, _ := c.Value(identityKey).(auth.Identity); got != id {
+		t.Fatalf("identity %+v, want %+v", got, id)
+	}
+	if as := logctx.Attrs(&c); len(as) != 1 || as[0].Key != "request_id" {
+		t.Fatalf("log attributes %v", as)
+	}
+	if c.Value(bodyKey) != nil || c.Err() != nil {
+		t.Fatal("a value it does not carry, or ended before its cancel")
+	}
+	done := c.Done()
+	c.cancel()
+	c.cancel()
+	<-done
+	if !errors.Is(c.Err(), context.Canceled) {
+		t.Fatalf("Err %v", c.Err())
+	}
+	var empty streamCtx
+	empty.from(context.Background())
+	if empty.Value(identityKey) != nil || logctx.Attrs(&empty) != nil {
+		t.Fatal("values from an empty context")
+	}
+	empty.cancel()
+	<-empty.Done()
+}

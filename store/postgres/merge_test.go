@@ -1,0 +1,493 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/store/internal/rowcodec"
+	"github.com/parleyhq/parley/store/postgres/pgtest"
+)
+
+// eventWrite is the arguments of one AppendEncodedEvents.
+type eventWrite struct {
+	sessionID string
+	at        time.Time
+	evs       []parley.EncodedEvent
+}
+
+// mergeFixture returns begins of runs (3 of new sessions, 2 turns in sessions that exist), ends of
+// runs begun (and committed) here and writes of a running run's events, of the kinds a batch
+// merges, with what makes them differ: selected tools or none, a project, every column of a
+// message, an answer with a tool call, a run no longer this instance's, events stored before,
+// events that make two rows, numbers that do not go back.
+func mergeFixture(t *testing.T, s *Store, now time.Time) ([]*parley.RunBegin, []parley.RunFinish, []eventWrite) {
+	t.Helper()
+	ctx := context.Background()
+	proj := &parley.Project{ID: parley.NewID(), Owner: "o", Name: "p", CreatedAt: now, UpdatedAt: now}
+	if err := s.CreateProject(ctx, proj); err != nil {
+		t.Fatal(err)
+	}
+	var begins []*parley.RunBegin
+	for i := range 3 {
+		sess := &parley.Session{ID: parley.NewID(), Owner: "o", Title: fmt.Sprintf("t%d", i), CreatedAt: now, UpdatedAt: now.Add(3 * time.Second)}
+		run := &parley.RunRecord{ID: parley.NewID(), SessionID: sess.ID, Owner: "o", Model: "m", Instance: "i", Attempts: i,
+			LeaseUntil: now.Add(time.Minute), CreatedAt: now}
+		m := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("hi"), RunID: run.ID, CreatedAt: now.Add(time.Second)}
+		switch i {
+		case 0:
+			run.SelectedTools = []string{"x", "y"}
+		case 1:
+			sess.ProjectID = proj.ID
+			m.Role, m.Content, m.Name, m.Reasoning, m.Model, m.LatencyMS = parley.RoleAssistant, parley.Content{}, "n", "because", "m", 42
+			m.ToolCalls = []parley.ToolCall{{ID: "c1", Type: "function", Function: parley.FunctionCall{Name: "x", Arguments: "{}"}}}
+			m.Usage = &parley.Usage{PromptTokens: 3, CompletionTokens: 4, TotalTokens: 7, ReasoningTokens: 1, CachedTokens: 2, Cost: 0.25}
+			m.ThinkingBlocks = []parley.ThinkingBlock{{Type: "thinking", Thinking: "hm", Signature: "sig"}}
+			m.Error = parley.ECInvalid
+		case 2:
+			ok := true
+			m.Role, m.Content, m.ToolCallID, m.Success, m.Server = parley.RoleTool, parley.Parts(parley.Part{Type: "text", Text: "a"}), "c0", &ok, "srv"
+			m.CreatedAt = now.Add(5 * time.Second) // after the session's updated_at
+		}
+		begins = append(begins, &parley.RunBegin{NewSession: sess, SessionID: sess.ID, Reserve: 50, Run: run, Messages: []*parley.Message{m}})
+	}
+	var finishes []parley.RunFinish
+	for i := range 6 {
+		b, f := finishFixture(t, s, 7, now)
+		switch i {
+		case 1: // the run is another instance's now
+			f.Instance = "other"
+		case 2: // two of its events were stored, with other contents
+			var stored []parley.EncodedEvent
+			for _, e := range f.Events[1:3] {
+				ev := *e.Event
+				ev.Content = "stored"
+				j, _ := json.Marshal(&ev)
+				stored = append(stored, parley.EncodedEvent{Seq: ev.Seq, JSON: j, Event: &ev})
+			}
+			if err := s.AppendEncodedEvents(ctx, b.NewSession.ID, f.At, stored); err != nil {
+				t.Fatal(err)
+			}
+		case 3: // a gap: two rows
+			f.Events = append(f.Events[:2:2], f.Events[3:]...)
+		case 4: // the numbers were reserved again since: none go back
+			f.Limit--
+		case 5: // an answer with a tool call and a cost
+			a := f.Messages[0]
+			a.ToolCalls = []parley.ToolCall{{ID: "c1", Type: "function", Function: parley.FunctionCall{Name: "x", Arguments: "{}"}}}
+			a.Usage.Cost = 0.5
+		}
+		finishes = append(finishes, f)
+	}
+	for i := range 2 { // turns: runs in sessions that exist, their last run ended
+		_, f := finishFixture(t, s, 7, now)
+		if err := s.FinishRun(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+		at := now.Add(time.Duration(10+i) * time.Second)
+		run := &parley.RunRecord{ID: parley.NewID(), SessionID: f.SessionID, Owner: "o", Model: "m2", Instance: "i",
+			LeaseUntil: at.Add(time.Minute), CreatedAt: at}
+		m := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("again"), RunID: run.ID, CreatedAt: at}
+		if i == 0 {
+			run.SelectedTools = []string{"z"}
+		} else {
+			m.Usage = &parley.Usage{PromptTokens: 1, TotalTokens: 1, Cost: 0.125}
+		}
+		begins = append(begins, &parley.RunBegin{SessionID: f.SessionID, Reserve: 30, Run: run, Messages: []*parley.Message{m}})
+	}
+	var writes []eventWrite
+	for i := range 2 {
+		_, f := finishFixture(t, s, 7, now)
+		evs := f.Events[:4]
+		if i == 1 { // one of them was stored before, with other contents
+			ev := *evs[2].Event
+			ev.Content = "stored"
+			j, _ := json.Marshal(&ev)
+			if err := s.AppendEncodedEvents(ctx, f.SessionID, f.At, []parley.EncodedEvent{{Seq: ev.Seq, JSON: j, Event: &ev}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		writes = append(writes, eventWrite{f.SessionID, f.At.Add(time.Duration(i) * time.Second), evs})
+	}
+	return begins, finishes, writes
+}
+
+// eventsPartOf is the write AppendEncodedEvents makes of w.
+func eventsPartOf(w eventWrite) *eventsPart {
+	return &eventsPart{sessionID: w.sessionID, at: w.at, evs: w.evs, batches: rowcodec.EventBatches(w.evs, nil)}
+}
+
+// A batch's merged writes (the begins of new sessions' runs in one statement, the ends of runs in
+// two) must leave the rows, and return the results, that the same writes leave and return run
+// one after another by their own statements. Both are run in a transaction that is then rolled
+// back, on the same data.
+func TestMergedWritesLeaveWhatEachWouldAlone(t *testing.T) {
+	s := openTest(t)
+	defer s.Close()
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	begins, finishes, writes := mergeFixture(t, s, now)
+	var (
+		parts []any
+		ids   []string
+	)
+	for _, w := range writes {
+		parts, ids = append(parts, eventsPartOf(w)), append(ids, w.sessionID)
+	}
+	for _, b := range begins {
+		p, err := newBeginPart(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !p.mergeable() {
+			t.Fatalf("begin %s is not mergeable", b.SessionID)
+		}
+		parts, ids = append(parts, p), append(ids, b.SessionID)
+	}
+	for i := range finishes {
+		p, err := newFinishPart(&finishes[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !p.mergeable() {
+			t.Fatalf("finish %s is not mergeable", finishes[i].SessionID)
+		}
+		parts, ids = append(parts, p), append(ids, finishes[i].SessionID)
+	}
+	db := pgTx{s.pool}
+	// run writes parts (merged or each alone) in a transaction, and returns what they left and
+	// returned; the transaction is rolled back.
+	run := func(merged bool) string {
+		tx, err := db.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Rollback(tx)
+		if merged {
+			if err := db.Merge(ctx, tx, parts); err != nil {
+				t.Fatalf("merged: %v", err)
+			}
+		} else {
+			for _, p := range parts {
+				var err error
+				switch p := p.(type) {
+				case *beginPart:
+					err = p.run(ctx, tx)
+				case *finishPart:
+					err = p.run(ctx, tx)
+				case *eventsPart:
+					err = p.run(ctx, tx)
+				}
+				if err != nil {
+					t.Fatalf("alone: %v", err)
+				}
+			}
+		}
+		var out []any
+		for _, p := range parts {
+			switch p := p.(type) {
+			case *beginPart:
+				out = append(out, fmt.Sprintf("begin: first %d last %d links %+v run's first %d", p.first, p.last, p.links, p.b.Run.FirstSeq))
+			case *finishPart:
+				var evs []string
+				for _, e := range p.f.Events {
+					evs = append(evs, string(e.JSON))
+				}
+				out = append(out, fmt.Sprintf("finish: last %d links %+v ended %v events %s", p.last, p.links, p.ended, evs))
+			}
+		}
+		for _, q := range []string{
+			`SELECT jsonb_agg(to_jsonb(s) ORDER BY id) FROM sessions s WHERE id = ANY($1)`,
+			`SELECT jsonb_agg(to_jsonb(r) ORDER BY id) FROM runs r WHERE session_id = ANY($1)`,
+			`SELECT jsonb_agg(to_jsonb(m) ORDER BY session_id, seq) FROM messages m WHERE session_id = ANY($1)`,
+			`SELECT jsonb_agg(jsonb_build_object('session', session_id, 'first', first_seq, 'last', last_seq,
+				'data', convert_from(data, 'UTF8')::jsonb, 'at', created_at) ORDER BY session_id, first_seq)
+				FROM event_batches WHERE session_id = ANY($1)`,
+		} {
+			var v any
+			if err := tx.QueryRow(ctx, q, ids).Scan(&v); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, v)
+		}
+		j, _ := json.MarshalIndent(out, "", " ")
+		return string(j)
+	}
+	alone := run(false)
+	merged := run(true)
+	if merged != alone {
+		t.Errorf("merged, the writes left and returned\n%s\neach alone\n%s", merged, alone)
+	}
+	// Some of the writes differ from the others (so that the comparison says something).
+	for _, want := range []string{`not running on instance other`, `"stored"`, `"project_id": "` + begins[1].NewSession.ProjectID} {
+		if !strings.Contains(alone, want) {
+			t.Errorf("the writes alone left no %s", want)
+		}
+	}
+}
+
+// Through the store: writes that wait while the writer is held make one batch, which merges them
+// (one statement for the begins, two for the ends); a write of it that fails (a project that is
+// not there, a session deleted) gets its own error and fails none of its batch-mates.
+func TestABatchMergesItsWritesAndAFailureStaysItsOwn(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		t.Run(fmt.Sprintf("failure=%v", fail), func(t *testing.T) {
+			var p probe
+			s, err := Open(context.Background(), pgtest.Schema(t), func(o *options) {
+				p.options(o)
+				o.writers = 1 // the one writer is held below
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			ctx := context.Background()
+			now := time.Now().UTC().Truncate(time.Microsecond)
+			begins, finishes, writes := mergeFixture(t, s, now)
+			if fail {
+				begins[1].NewSession.ProjectID = "no-such-project"
+				// A run already running in the second turn's session.
+				other := &parley.RunRecord{ID: parley.NewID(), SessionID: begins[4].SessionID, Owner: "o", Model: "m", Instance: "i",
+					LeaseUntil: now.Add(time.Minute), CreatedAt: now}
+				if _, err := s.BeginRun(ctx, &parley.RunBegin{SessionID: other.SessionID, Reserve: 1, Run: other}); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.DeleteSession(ctx, finishes[3].SessionID); err != nil {
+					t.Fatal(err)
+				}
+			}
+			entered, release, held := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+			go func() {
+				held <- s.w.Do(ctx, func(context.Context, pgx.Tx) error { close(entered); <-release; return nil })
+			}()
+			<-entered
+			var releaseOnce sync.Once
+			defer releaseOnce.Do(func() { close(release) })
+			var wg sync.WaitGroup
+			errs := make([]error, len(begins)+len(finishes)+len(writes))
+			for i, b := range begins {
+				wg.Add(1)
+				go func() { defer wg.Done(); _, errs[i] = s.BeginRun(ctx, b) }()
+			}
+			for i, f := range finishes {
+				wg.Add(1)
+				go func() { defer wg.Done(); errs[len(begins)+i] = s.FinishRun(ctx, f) }()
+			}
+			for i, w := range writes {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					errs[len(begins)+len(finishes)+i] = s.AppendEncodedEvents(ctx, w.sessionID, w.at, w.evs)
+				}()
+			}
+			deadline := time.Now().Add(time.Minute)
+			for s.w.Queued() < len(errs) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d of %d writes queued", s.w.Queued(), len(errs))
+				}
+				time.Sleep(time.Millisecond)
+			}
+			stmts := p.stmts.Load()
+			releaseOnce.Do(func() { close(release) })
+			wg.Wait()
+			if err := <-held; err != nil {
+				t.Fatal(err)
+			}
+			for i, err := range errs {
+				switch {
+				case fail && (i == 1 || i == len(begins)+3):
+					if !errors.Is(err, parley.ErrNotFound) {
+						t.Errorf("write %d: %v, want not found", i, err)
+					}
+				case i == len(begins)+1 || fail && i == 4: // the run is another instance's; a run is running
+					if parley.CodeOf(err) != parley.ECConflict {
+						t.Errorf("write %d: %v, want a conflict", i, err)
+					}
+				case err != nil:
+					t.Errorf("write %d: %v", i, err)
+				}
+			}
+			// BEGIN, the merge's settings, the 3 begins of new sessions, the 2 turns and the 6
+			// answers (1 statement each lot), the ends' and the writes' events and runs (1, but for
+			// the end whose events make two rows: its 2 rows and its run's end, 3), the events
+			// stored around those stored before (for an end and a write, a read and 2 rows each:
+			// 6), COMMIT: 16, where the writes each by its own statements run 33.
+			if got := p.stmts.Load() - stmts; !fail && got != 16 {
+				t.Errorf("the batch ran %d statements, want 16", got)
+			}
+			for i, b := range begins {
+				if fail && i == 1 {
+					if _, err := s.GetSession(ctx, b.SessionID); !errors.Is(err, parley.ErrNotFound) {
+						t.Errorf("the failed begin's session: %v, want not found", err)
+					}
+					continue
+				}
+				want := int64(1)
+				if b.NewSession == nil { // a turn, after a user's message and an answer
+					want = 3
+				}
+				if fail && i == 4 {
+					want = 2
+				}
+				msgs, err := s.History(ctx, b.SessionID)
+				if err != nil || int64(len(msgs)) != want || msgs[len(msgs)-1].Seq != want || (!fail || i != 4) && b.Messages[0].Seq != want {
+					t.Errorf("begin %d: history %v, %v; want %d messages", i, msgs, err, want)
+				}
+			}
+			for i, f := range finishes {
+				if fail && i == 3 {
+					continue
+				}
+				evs, err := s.ListEvents(ctx, f.SessionID, 0, 100)
+				if err != nil || len(evs) != len(f.Events) {
+					t.Errorf("finish %d: %d events, %v; want %d", i, len(evs), err, len(f.Events))
+				}
+				if f.Messages[0].Seq != 2 {
+					t.Errorf("finish %d: the answer's seq %d, want 2", i, f.Messages[0].Seq)
+				}
+			}
+		})
+	}
+}
+
+// The merged statements find their rows by index whatever the tables' size, under the settings
+// Merge gives their transaction: a generic plan (the one PostgreSQL keeps for a prepared
+// statement) made while the tables are nearly empty, as here, reads no table whole.
+func TestMergedStatementsReadByIndex(t *testing.T) {
+	s := openTest(t)
+	defer s.Close()
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	begins, finishes, _ := mergeFixture(t, s, now)
+	var (
+		bs []*beginPart
+		fs []*finishPart
+	)
+	for _, b := range begins {
+		p, err := newBeginPart(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bs = append(bs, p)
+	}
+	for i := range finishes {
+		p, err := newFinishPart(&finishes[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs = append(fs, p)
+	}
+	f := finishes[0]
+	for _, q := range []struct {
+		name string
+		sql  string
+		args []any
+	}{
+		{"begins", mergedBeginSQL, beginArgs(bs[:3])},
+		{"turns", mergedTurnsSQL, turnArgs(bs[3:])},
+		{"answers", mergedAnswersSQL, answerArgs(fs)},
+		{"ends", mergedEndsSQL, []any{[]string{f.SessionID}, []int64{1}, []int64{2}, [][]byte{[]byte("[]")}, []time.Time{now},
+			[]string{"stop"}, []string{f.RunID}, []string{f.Instance}}},
+	} {
+		t.Run(q.name, func(t *testing.T) {
+			tx, err := s.pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			for _, set := range []string{mergeSettings, `SET LOCAL plan_cache_mode = force_generic_plan`} {
+				if _, err := tx.Exec(ctx, set); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rows, err := tx.Query(ctx, "EXPLAIN (COSTS OFF) "+q.sql, q.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p := strings.Join(plan, "\n"); strings.Contains(p, "Seq Scan") {
+				t.Errorf("the plan reads a table whole:\n%s", p)
+			}
+		})
+	}
+}
+
+// Writes of running runs' events that wait together are one statement and two round trips: BEGIN,
+// the merge's settings and the rows go in one, COMMIT in the other.
+func TestABatchOfEventWritesIsOneStatement(t *testing.T) {
+	var p probe
+	s, err := Open(context.Background(), pgtest.Schema(t)+"&pool_max_conns=2", func(o *options) {
+		p.options(o)
+		o.writers = 1 // the one writer is held below
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	const n = 5
+	var fs []parley.RunFinish
+	for range n {
+		_, f := finishFixture(t, s, 7, now)
+		fs = append(fs, f)
+	}
+	// Round 0 prepares the statements on the writer's connection; round 1 is counted.
+	for round := range 2 {
+		entered, release, held := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+		go func() {
+			held <- s.w.Do(ctx, func(context.Context, pgx.Tx) error { close(entered); <-release; return nil })
+		}()
+		<-entered
+		var wg sync.WaitGroup
+		errs := make([]error, n)
+		for i, f := range fs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = s.AppendEncodedEvents(ctx, f.SessionID, f.At, f.Events[2*round:2*round+2])
+			}()
+		}
+		deadline := time.Now().Add(time.Minute)
+		for s.w.Queued() < n && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		stmts, trips := p.stmts.Load(), p.trips.Load()
+		close(release)
+		wg.Wait()
+		if err := <-held; err != nil {
+			t.Fatal(err)
+		}
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("write %d: %v", i, err)
+			}
+		}
+		if round == 0 {
+			continue
+		}
+		if got, want := p.stmts.Load()-stmts, int64(4); got != want {
+			t.Errorf("%d statements, want %d (BEGIN, the settings, the rows, COMMIT)", got, want)
+		}
+		if got := p.trips.Load() - trips; got != 2 {
+			t.Errorf("%d round trips, want 2", got)
+		}
+	}
+	for i, f := range fs {
+		evs, err := s.ListEvents(ctx, f.SessionID, 0, 100)
+		if err != nil || len(evs) != 4 {
+			t.Errorf("write %d: %d events stored, %v; want 4", i, len(evs), err)
+		}
+	}
+}
