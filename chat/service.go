@@ -226,14 +226,13 @@ func (s *Service) launch(ctx context.Context, owner string, req Request, sess *p
 			Gate: run.Gate, AwaitApproval: run.AwaitApproval, Begun: run.Begun, History: view, Session: &known,
 			StoreWithEnd: run.StoreWithEnd}
 		return func(ctx context.Context, emit func(parley.Event)) (string, error) {
-			emit(parley.Event{Type: parley.EventRecord, Message: user})
 			res, err := s.Agent.Run(ctx, in, emit)
 			if res != nil {
 				return res.FinishReason, err
 			}
 			return "", err
 		}
-	})
+	}, parley.Event{Type: parley.EventRecord, Message: user}) // the question follows start at once
 	if err != nil {
 		// A failed write stored nothing; a run refused after it (the server shutting down)
 		// leaves the session it created, which goes.

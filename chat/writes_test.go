@@ -200,3 +200,32 @@ func TestAFailedBeginLeavesNoSession(t *testing.T) {
 		t.Fatal("a run is active")
 	}
 }
+
+// When Send returns, the run's stream holds its start and the user's message together: a
+// client's stream of the chat sends them in one write, not the start alone and the question a
+// moment later.
+func TestSendReturnsWithTheQuestionInTheStream(t *testing.T) {
+	s, _, a := newCountingChat(t)
+	for i := range 20 {
+		started, err := s.Send(context.Background(), "alice", Request{Message: "Hello"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub := s.Runs.Subscribe(context.Background(), started.Session.ID, started.Run.FirstSeq()-1)
+		frames, err := sub.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(frames) < 2 || frames[0].Type != parley.EventStart || frames[1].Type != parley.EventRecord || frames[1].Message == nil || frames[1].Message.ID != started.UserMessage.ID {
+			var got []parley.EventType
+			for _, f := range frames {
+				got = append(got, f.Type)
+			}
+			t.Fatalf("chat %d: the stream when Send returned: %v, want start and the question", i, got)
+		}
+		sub.Close()
+		<-a.before
+		<-a.visible
+		<-started.Run.Done()
+	}
+}

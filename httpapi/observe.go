@@ -39,7 +39,7 @@ func (s *server) observe(next http.Handler) http.Handler {
 			// Until the pipeline has read the body whole, the connection is closed after the
 			// answer. Otherwise the server would read what is left of an unread body (up to
 			// 256 KiB, with no time limit) before answering: one byte a second would hold it.
-			w.Header().Set("Connection", "close")
+			w.Header()["Connection"] = connClose
 		}
 		base := r.Context()
 		ctx := base

@@ -40,17 +40,28 @@ func newSSEWriter(w http.ResponseWriter, timeout time.Duration) (*sseWriter, err
 	if !canFlush(w) {
 		return nil, parley.Errorf(parley.ECInternal, "streaming unsupported")
 	}
+	// The values are shared, never changed in place (net/http copies them when it sends the
+	// head): no allocation for each of them on every stream.
 	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
+	h["Content-Type"] = sseContentType
+	h["Cache-Control"] = noCache
 	if h.Get("Connection") == "" { // "close" when a body was sent and not read (observe)
-		h.Set("Connection", "keep-alive")
+		h["Connection"] = keepAlive
 	}
-	h.Set("X-Accel-Buffering", "no") // ask proxies not to buffer the stream
+	h["X-Accel-Buffering"] = noBuffering // ask proxies not to buffer the stream
 	s := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: timeout}
 	w.WriteHeader(http.StatusOK)
 	return s, nil
 }
+
+// An SSE response's header values.
+var (
+	sseContentType = []string{"text/event-stream"}
+	noCache        = []string{"no-cache"}
+	keepAlive      = []string{"keep-alive"}
+	noBuffering    = []string{"no"}
+	connClose      = []string{"close"}
+)
 
 // canFlush reports whether w, or a writer it wraps, can flush (as http.ResponseController
 // looks for it).
@@ -177,11 +188,16 @@ func (s *sseWriter) comment(text string) error {
 
 // flush writes what was gathered, flushes the response and gives the buffer back.
 func (s *sseWriter) flush() error {
+	// writeOut sets the write deadline when it has something to write: the flush that follows
+	// at once goes out within it (one deadline set, not two, for each batch).
+	wrote := s.buf != nil && len(*s.buf) > 0
 	s.writeOut()
 	s.release()
 	if s.err != nil || s.conn != nil {
 		return s.err
 	}
-	_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
+	if !wrote {
+		_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
+	}
 	return s.rc.Flush()
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	parley "github.com/parleyhq/parley"
@@ -179,4 +180,27 @@ func BenchmarkSSEReadyEvents(b *testing.B) {
 	b.StopTimer()
 	n, _ := (<-conns).count()
 	b.ReportMetric(float64(n)/float64(b.N), "writes/op")
+}
+
+// A stream that outlives StreamLifetime ends with the lifetime comment, its events sent before,
+// whether or not it is busy (fake time: the test does not wait).
+func TestSSEStreamEndsAtItsLifetime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := runs.NewManager(runs.Options{})
+		defer m.Shutdown(context.Background())
+		s := &server{Deps: Deps{Runs: m, StreamIdle: 2 * time.Hour, StreamLifetime: time.Hour, Heartbeat: 25 * time.Minute,
+			WriteTimeout: time.Minute, Log: slog.New(slog.DiscardHandler)}}
+		endedRun(t, m, "s1", 2)
+		rec := httptest.NewRecorder()
+		start := time.Now()
+		s.streamSession(rec, httptest.NewRequest(http.MethodGet, "/", nil), "s1", 0, false)
+		if d := time.Since(start); d != time.Hour {
+			t.Errorf("the stream ended after %v, want its lifetime (1h)", d)
+		}
+		body := rec.Body.String()
+		if n := strings.Count(body, "\nevent: "); n != 4 || strings.Count(body, ": ping\n") != 2 ||
+			!strings.HasSuffix(body, ": lifetime reached: reconnect with Last-Event-ID to go on\n\n") {
+			t.Fatalf("%d events, then:\n%s", n, body)
+		}
+	})
 }

@@ -236,9 +236,9 @@ func (s *server) streamSession(w http.ResponseWriter, r *http.Request, sessionID
 		return
 	}
 	defer s.streamOpened("sse")()
-	ctx, cancel := context.WithTimeout(r.Context(), s.StreamLifetime)
-	defer cancel()
-	p := &pump{s: s, r: r, t: &sseTransport{s: s, r: r, sse: sse, session: sessionID, untilDone: untilDone}, heartbeat: s.Heartbeat}
+	// The stream's lifetime is a deadline of the pump's, not a context with a timer of its own.
+	ctx := r.Context()
+	p := &pump{s: s, r: r, t: &sseTransport{s: s, r: r, sse: sse, session: sessionID, untilDone: untilDone}, heartbeat: s.Heartbeat, lifetime: s.StreamLifetime}
 	p.subscribe(ctx, sessionID, after)
 	_ = p.run(ctx)
 	sse.end()

@@ -3,6 +3,7 @@ package runs
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -136,5 +137,42 @@ func TestLaunchFailedWriteCancelsTheBody(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a run after the failed one: %v", err)
 	}
+	waitDone(t, r)
+}
+
+// The events given to Launch (the question) follow the start event before Launch returns,
+// whatever the body is doing: a reader that subscribes then finds them together, and a client's
+// stream sends them in one write.
+func TestLaunchEmitsItsFirstEventsBeforeReturning(t *testing.T) {
+	st := durableStore(t)
+	m := NewManager(Options{Events: st, Runs: st, Instance: "a", FlushEvery: time.Millisecond})
+	defer m.Shutdown(context.Background())
+	spec, user := newSessionSpec("s1")
+	release := make(chan struct{})
+	var once sync.Once
+	defer once.Do(func() { close(release) }) // before Shutdown waits for the run, on every return
+	r, err := m.Launch(context.Background(), spec, func(r *Run) Func {
+		return func(ctx context.Context, emit func(parley.Event)) (string, error) {
+			<-release
+			return parley.FinishStop, nil
+		}
+	}, parley.Event{Type: parley.EventRecord, Message: user})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := m.Subscribe(context.Background(), "s1", r.FirstSeq()-1)
+	defer sub.Close()
+	frames, err := sub.Next(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(frames) != 2 || frames[0].Type != parley.EventStart || frames[1].Type != parley.EventRecord || frames[1].Message.ID != user.ID {
+		var got []parley.EventType
+		for _, f := range frames {
+			got = append(got, f.Type)
+		}
+		t.Fatalf("frames %v, want start then the record", got)
+	}
+	once.Do(func() { close(release) })
 	waitDone(t, r)
 }

@@ -321,8 +321,10 @@ func (m *Manager) Begin(ctx context.Context, spec Spec) (*Run, error) {
 // first event (start) is appended once it has committed, and the body's emits wait for it. Launch
 // returns once the write has committed. If it fails, the run's context is cancelled, the body's
 // events are dropped, Launch waits for the body to return and returns the error: the body must
-// store nothing before Begun reports the write durable.
-func (m *Manager) Launch(ctx context.Context, spec Spec, body func(r *Run) Func) (*Run, error) {
+// store nothing before Begun reports the write durable. The events then (the question the run
+// answers) follow start at once, as Go's do: both are in the stream when Launch returns, so a
+// client that starts reading then gets them together.
+func (m *Manager) Launch(ctx context.Context, spec Spec, body func(r *Run) Func, then ...parley.Event) (*Run, error) {
 	rb := m.beginner()
 	if rb == nil {
 		return nil, parley.Errorf(parley.ECInternal, "runs: this store cannot begin a run in one write")
@@ -377,7 +379,7 @@ func (m *Manager) Launch(ctx context.Context, spec Spec, body func(r *Run) Func)
 		close(r.done)
 		return nil, err
 	}
-	r.announce() // before the body's events, which wait for begun
+	r.announce(then...) // before the body's events, which wait for begun
 	close(r.begun)
 	return r, nil
 }

@@ -2,6 +2,7 @@ package runs
 
 import (
 	"context"
+	"log/slog"
 
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -15,7 +16,7 @@ import (
 // carrying its ids for the logs (package logctx) and its span, "invoke_agent parley", a child of
 // the span of the request that began it (none for a run taken over after a restart).
 func (r *Run) startSpan() (context.Context, trace.Span) {
-	ctx := logctx.With(r.ctx, "run_id", r.ID, "session_id", r.SessionID)
+	ctx := logctx.WithAttrs(r.ctx, slog.String("run_id", r.ID), slog.String("session_id", r.SessionID))
 	if !tracing.On() {
 		return ctx, tracing.NoSpan // the attributes below would be built for nothing
 	}

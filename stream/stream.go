@@ -276,9 +276,11 @@ type session struct {
 	// active is the first Seq of the run in progress, here (w) or on another instance (seen by
 	// the feeder); 0 when none is.
 	active int64
-	subs   int           // open subscriptions, under h.mu
-	wake   chan struct{} // closed and replaced whenever the ring changes or a run opens
-	gen    int64         // counts the wakes
+	subs   int // open subscriptions, under h.mu
+	// wake is closed whenever the ring changes or a run opens; made when a reader first waits
+	// on it after that (waitLocked), so that wakes nobody waits for cost nothing.
+	wake chan struct{}
+	gen  int64 // counts the wakes
 	// notify: the subscriptions whose consumer parked (Notify), told at the next wake.
 	notify map[*Subscription]func()
 	// progress is closed and replaced when the store writer has stored a batch.
@@ -295,7 +297,7 @@ func (h *Hub) get(sessionID string) *session {
 	s := h.sessions[sessionID]
 	if s == nil {
 		s = &session{h: h, id: sessionID, from: Join, last: Join, joinFrom: Join, stored: Join,
-			wake: make(chan struct{}), progress: make(chan struct{})}
+			progress: make(chan struct{})}
 		h.sessions[sessionID] = s
 	}
 	s.refs++
@@ -321,13 +323,23 @@ func (h *Hub) put(s *session) {
 
 // wakeLocked wakes every reader waiting on the session. Call with s.mu held.
 func (s *session) wakeLocked() {
-	close(s.wake)
-	s.wake = make(chan struct{})
+	if s.wake != nil {
+		close(s.wake)
+		s.wake = nil
+	}
 	s.gen++
 	for sub, fn := range s.notify {
 		delete(s.notify, sub)
 		fn()
 	}
+}
+
+// waitLocked returns the channel the next wake closes. Call with s.mu held.
+func (s *session) waitLocked() chan struct{} {
+	if s.wake == nil {
+		s.wake = make(chan struct{})
+	}
+	return s.wake
 }
 
 // trimLocked drops the oldest frames past the ring's bounds, but none the store has not taken.

@@ -147,19 +147,19 @@ func (sub *Subscription) readyLocked() <-chan struct{} {
 	s := sub.s
 	switch {
 	case sub.closed:
-		return s.wake
+		return s.waitLocked()
 	case !sub.placed:
 		if s.joinFrom != Join {
 			return closedChan
 		}
-		return s.wake
+		return s.waitLocked()
 	case s.from != Join && sub.after >= s.from:
 		if s.last > sub.after {
 			return closedChan
 		}
-		return s.wake
+		return s.waitLocked()
 	case sub.idle && sub.idleGen == s.gen:
-		return s.wake // read everything there was; waits for news
+		return s.waitLocked() // read everything there was; waits for news
 	default:
 		return closedChan // behind: reads the store next
 	}

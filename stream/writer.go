@@ -328,7 +328,7 @@ func (w *Writer) pending(after int64, n, maxBytes int) (frames []*Frame, more, c
 			frames[j] = s.ring.at(i + j)
 		}
 	}
-	return frames, more, w.closed, s.wake, s.from
+	return frames, more, w.closed, s.waitLocked(), s.from
 }
 
 // firstFlush is how many times FlushEvery a run's first events wait to be written: most runs

@@ -41,6 +41,10 @@ type Client struct {
 	now     func() time.Time // for Retry-After dates
 	maxBody int64            // bound on a non-streamed response body
 	tools   toolCache        // the encoding of the tools last offered
+
+	// The headers of a streamed and of a whole call, made once: Post copies them into each
+	// request's own header map (their values are never changed in place).
+	streamHeader, completeHeader http.Header
 }
 
 var _ parley.Provider = (*Client)(nil)
@@ -60,7 +64,7 @@ func New(cfg Config) *Client {
 	for k, v := range cfg.Headers {
 		headers[k] = v
 	}
-	return &Client{
+	c := &Client{
 		url:     base + "/chat/completions",
 		key:     cfg.APIKey,
 		hc:      hc,
@@ -69,6 +73,22 @@ func New(cfg Config) *Client {
 		now:     time.Now,
 		maxBody: upstream.MaxResponseSize,
 	}
+	c.streamHeader, c.completeHeader = c.header("text/event-stream"), c.header("application/json")
+	return c
+}
+
+// header returns the headers of a call whose answer is of type accept.
+func (c *Client) header(accept string) http.Header {
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	h.Set("Accept", accept)
+	if c.key != "" {
+		h.Set("Authorization", "Bearer "+c.key)
+	}
+	for k, v := range c.headers {
+		h.Set(k, v)
+	}
+	return h
 }
 
 // Stream starts a streamed call (stream:true with usage). The caller must Close the stream.
@@ -77,7 +97,7 @@ func (c *Client) Stream(ctx context.Context, req *parley.ChatRequest) (parley.St
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.post(ctx, body, "text/event-stream")
+	resp, err := c.post(ctx, body, c.streamHeader)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +110,7 @@ func (c *Client) Complete(ctx context.Context, req *parley.ChatRequest) (*parley
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.post(ctx, body, "application/json")
+	resp, err := c.post(ctx, body, c.completeHeader)
 	if err != nil {
 		return nil, err
 	}
@@ -102,17 +122,9 @@ func (c *Client) Complete(ctx context.Context, req *parley.ChatRequest) (*parley
 	return DecodeResponse(data)
 }
 
-// post sends body and returns a 2xx response, whose body the caller closes.
-func (c *Client) post(ctx context.Context, body []byte, accept string) (*http.Response, error) {
-	h := http.Header{}
-	h.Set("Content-Type", "application/json")
-	h.Set("Accept", accept)
-	if c.key != "" {
-		h.Set("Authorization", "Bearer "+c.key)
-	}
-	for k, v := range c.headers {
-		h.Set(k, v)
-	}
+// post sends body with the headers h (streamHeader or completeHeader) and returns a 2xx
+// response, whose body the caller closes.
+func (c *Client) post(ctx context.Context, body []byte, h http.Header) (*http.Response, error) {
 	return upstream.Endpoint{Client: c.hc, Secret: c.key, Now: c.now}.Post(ctx, c.url, h, body)
 }
 

@@ -3,7 +3,10 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"sync"
 
 	"github.com/parleyhq/parley"
@@ -54,22 +57,30 @@ func encodeRequest(req *parley.ChatRequest, stream bool, opts EncodeOptions, tc 
 	if len(req.Messages) == 0 {
 		return nil, parley.Errorf(parley.ECInvalid, "no messages")
 	}
-	head := wireHead{
-		Model:    req.Model,
-		Messages: make([]wireMessage, 0, len(req.Messages)),
-	}
-	size := len(req.Model) + 256
-	for i, m := range req.Messages {
-		wm, err := encodeMessage(m.OpenAI(), opts)
-		if err != nil {
-			return nil, parley.Errorf(parley.ECInvalid, "message %d: %v", i, err)
+	// The head, {"model":…,"messages":[…], is written directly when no message has tool calls
+	// (their arguments are the model's text, which encoding/json checks and compacts): as the
+	// Encoder wrote it, without its reflection, each message's text escaped straight into the
+	// body instead of into a buffer of its own that the Encoder then checked again.
+	var head *wireHead
+	tools, toolsErr := tc.encode(req.Tools) // its error is returned after the messages' errors
+	b, err := appendHead(req, opts, tc, len(tools)+128)
+	if err == errNotDirect {
+		head = &wireHead{Model: req.Model, Messages: make([]wireMessage, 0, len(req.Messages))}
+		size := len(req.Model) + 256
+		for i, m := range req.Messages {
+			wm, err := encodeMessage(m.OpenAI(), opts)
+			if err != nil {
+				return nil, parley.Errorf(parley.ECInvalid, "message %d: %v", i, err)
+			}
+			head.Messages = append(head.Messages, wm)
+			size += len(wm.Content) + 64
 		}
-		head.Messages = append(head.Messages, wm)
-		size += len(wm.Content) + 64
-	}
-	tools, err := tc.encode(req.Tools)
-	if err != nil {
+		b = make([]byte, 0, size+len(tools))
+	} else if err != nil {
 		return nil, err
+	}
+	if toolsErr != nil {
+		return nil, toolsErr
 	}
 	tail := wireTail{Temperature: req.Temperature, Stream: stream}
 	switch req.ToolChoice {
@@ -95,26 +106,131 @@ func encodeRequest(req *parley.ChatRequest, stream bool, opts EncodeOptions, tc 
 	// of all their fields in this order: {"model","messages"} + "tools" + {"tool_choice"…}.
 	// The tools are encoded once per list (tc), not on every call: their JSON Schemas are most
 	// of a request's bytes, and encoding/json validates and compacts a schema each time.
-	var buf bytes.Buffer
-	buf.Grow(size + len(tools))
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(head); err != nil {
-		return nil, parley.WrapError(parley.ECInvalid, err, "cannot encode request")
+	if head != nil {
+		buf := bytes.NewBuffer(b)
+		enc := json.NewEncoder(buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(head); err != nil {
+			return nil, parley.WrapError(parley.ECInvalid, err, "cannot encode request")
+		}
+		b = buf.Bytes()
+		b = b[:len(b)-2] // "}\n"
 	}
-	buf.Truncate(buf.Len() - 2) // "}\n"
 	if tools != nil {
-		buf.WriteString(`,"tools":`)
-		buf.Write(tools)
+		b = append(b, `,"tools":`...)
+		b = append(b, tools...)
 	}
-	buf.WriteByte(',')
-	mark := buf.Len()
-	if err := enc.Encode(tail); err != nil {
+	if t := tail.Temperature; t != nil && (math.IsNaN(*t) || math.IsInf(*t, 0)) {
+		_, err := json.Marshal(*t) // refuses it
 		return nil, parley.WrapError(parley.ECInvalid, err, "cannot encode request")
 	}
-	b := buf.Bytes()
-	copy(b[mark:], b[mark+1:]) // the tail's "{"
-	return b[:len(b)-2], nil   // and its "\n"
+	return appendTail(b, &tail), nil
+}
+
+// appendTail appends the tail's fields and the request's closing brace, as encoding/json writes
+// them after the head's and the tools' (a comma first): a finite temperature.
+func appendTail(b []byte, t *wireTail) []byte {
+	b = append(b, ',')
+	n := len(b)
+	if t.ToolChoice != "" {
+		b = append(b, `,"tool_choice":`...)
+		b = jsonstr.AppendNoHTML(b, t.ToolChoice)
+	}
+	if t.Temperature != nil {
+		b = append(b, `,"temperature":`...)
+		b = jsonstr.AppendFloat(b, *t.Temperature)
+	}
+	if t.MaxCompletionTokens != 0 {
+		b = append(b, `,"max_completion_tokens":`...)
+		b = strconv.AppendInt(b, int64(t.MaxCompletionTokens), 10)
+	}
+	if t.MaxTokens != 0 {
+		b = append(b, `,"max_tokens":`...)
+		b = strconv.AppendInt(b, int64(t.MaxTokens), 10)
+	}
+	b = append(b, `,"stream":`...)
+	b = strconv.AppendBool(b, t.Stream)
+	if t.StreamOptions != nil {
+		b = append(b, `,"stream_options":{"include_usage":`...)
+		b = strconv.AppendBool(b, t.StreamOptions.IncludeUsage)
+		b = append(b, '}')
+	}
+	// The first field's comma is the one written before it.
+	return append(append(b[:n], b[n+1:]...), '}')
+}
+
+// errNotDirect: appendHead leaves the request to encoding/json.
+var errNotDirect = errors.New("openai: the request head is not written directly")
+
+// appendHead returns the request's head without its closing brace, {"model":…,"messages":[…],
+// as encodeMessage and an Encoder that does not escape HTML write it, and with the same errors;
+// errNotDirect (nothing written) when an assistant message has tool calls or a role is unknown.
+func appendHead(req *parley.ChatRequest, opts EncodeOptions, tc *toolCache, extra int) ([]byte, error) {
+	size := len(req.Model) + 256
+	for i := range req.Messages {
+		m := &req.Messages[i]
+		if !m.Role.Valid() || m.Role == parley.RoleAssistant && len(m.ToolCalls) > 0 {
+			return nil, errNotDirect
+		}
+		size += 64 + len(m.Name) + len(m.ToolCallID) + len(m.Reasoning)
+		if !m.Content.IsParts() {
+			size += len(m.Content.String()) * 9 / 8
+		}
+	}
+	b := make([]byte, 0, size+extra) // extra: the room the caller asks for what follows
+	b = append(b, `{"model":`...)
+	b = jsonstr.AppendNoHTML(b, req.Model)
+	b = append(b, `,"messages":[`...)
+	for i := range req.Messages {
+		m := &req.Messages[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"role":`...)
+		b = jsonstr.AppendNoHTML(b, string(m.Role))
+		b = append(b, `,"content":`...)
+		switch {
+		case m.Content.IsNull():
+			b = append(b, "null"...)
+		case m.Role == parley.RoleSystem && !m.Content.IsParts():
+			b = tc.appendSystemPrompt(b, m.Content.String())
+		case !m.Content.IsParts():
+			b = jsonstr.Append(b, m.Content.String()) // as encodeContent escapes it
+		default:
+			c, err := encodeContent(m.Content, opts.DocumentsAsText)
+			if err != nil {
+				return nil, parley.Errorf(parley.ECInvalid, "message %d: %v", i, err)
+			}
+			b = append(b, c...)
+		}
+		// The fields encodeMessage keeps for each role.
+		name, callID, reasoning := m.Name, "", ""
+		switch m.Role {
+		case parley.RoleAssistant:
+			if opts.SendReasoning {
+				reasoning = m.Reasoning
+			}
+		case parley.RoleTool:
+			callID = m.ToolCallID
+			if !opts.SendToolName {
+				name = ""
+			}
+		}
+		if name != "" {
+			b = append(b, `,"name":`...)
+			b = jsonstr.AppendNoHTML(b, name)
+		}
+		if callID != "" {
+			b = append(b, `,"tool_call_id":`...)
+			b = jsonstr.AppendNoHTML(b, callID)
+		}
+		if reasoning != "" {
+			b = append(b, `,"reasoning_content":`...)
+			b = jsonstr.AppendNoHTML(b, reasoning)
+		}
+		b = append(b, '}')
+	}
+	return append(b, ']'), nil
 }
 
 // toolCache holds the encoding of the last list of tools a client sent: an agent offers the same
@@ -123,6 +239,28 @@ type toolCache struct {
 	mu    sync.Mutex
 	specs []parley.ToolSpec // a copy of the list encoded
 	json  []byte            // its encoding, "[…]"
+
+	// The last long system prompt and its encoding: an agent sends the same one on every call.
+	promptMu   sync.Mutex
+	prompt     string
+	promptJSON []byte
+}
+
+// minCachedPrompt is the shortest system prompt whose encoding a client keeps.
+const minCachedPrompt = 512
+
+// appendSystemPrompt appends text, a system message's, as jsonstr.Append does, its encoding
+// taken from tc (nil: none) when it is the prompt tc encoded last.
+func (tc *toolCache) appendSystemPrompt(b []byte, text string) []byte {
+	if tc == nil || len(text) < minCachedPrompt {
+		return jsonstr.Append(b, text)
+	}
+	tc.promptMu.Lock()
+	defer tc.promptMu.Unlock()
+	if text != tc.prompt || tc.promptJSON == nil {
+		tc.prompt, tc.promptJSON = text, jsonstr.Append(make([]byte, 0, len(text)+len(text)/8+2), text)
+	}
+	return append(b, tc.promptJSON...)
 }
 
 // encode returns the JSON array of the tools of a request; nil for none.

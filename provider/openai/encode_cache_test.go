@@ -3,6 +3,8 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
+	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -95,6 +97,65 @@ func TestEncodeRequestInPartsIsTheOneObject(t *testing.T) {
 	}
 }
 
+// Requests of any mix of messages (text, null or parts, names, reasoning, tool calls and their
+// results, HTML characters, U+2028, invalid UTF-8) with any options are written byte for byte
+// as the request written as one object, whether the head is written directly or not.
+func TestEncodeRequestMessagesAreTheOneObject(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	texts := []string{"", "plain", "<b>html</b> & co", "quote \" back \\", "line\nbreak\t", "\u2028\u2029", "bad \xff utf8", "é 日本"}
+	str := func() string { return texts[rng.IntN(len(texts))] }
+	roles := []parley.Role{parley.RoleSystem, parley.RoleUser, parley.RoleAssistant, parley.RoleTool}
+	var tc toolCache
+	for i := range 3000 {
+		req := &parley.ChatRequest{Model: str() + "m"}
+		for range 1 + rng.IntN(4) {
+			m := parley.Message{Role: roles[rng.IntN(len(roles))], Name: str(), Reasoning: str(), ToolCallID: str(), ID: "meta"}
+			switch rng.IntN(4) {
+			case 0: // null
+			case 1:
+				m.Content = parley.Parts(parley.Part{Type: "text", Text: str()})
+			case 2: // a long prompt (the client keeps a system prompt's encoding), one of a few
+				m.Content = parley.Text(strings.Repeat(str()+"x", minCachedPrompt/2+rng.IntN(3)))
+			default:
+				m.Content = parley.Text(str())
+			}
+			if rng.IntN(4) == 0 { // encoded for an assistant's message only
+				m.ToolCalls = []parley.ToolCall{{ID: str(), Function: parley.FunctionCall{Name: "calculator", Arguments: `{"expression": "1 < 2"}`}}}
+			}
+			req.Messages = append(req.Messages, m)
+		}
+		if rng.IntN(2) == 0 {
+			req.Tools = []parley.ToolSpec{calculator}
+		}
+		if rng.IntN(2) == 0 {
+			temps := []float64{0, 0.7, 1, 2, 1e-7, 1.5e21, -0.25, rng.Float64()}
+			req.Temperature = &temps[rng.IntN(len(temps))]
+		}
+		req.MaxTokens = []int{0, 1, 4096}[rng.IntN(3)]
+		req.ToolChoice = []string{"", "auto", "none", "required"}[rng.IntN(4)]
+		opts := EncodeOptions{SendReasoning: rng.IntN(2) == 0, SendToolName: rng.IntN(2) == 0, LegacyMaxTokens: rng.IntN(2) == 0}
+		stream := rng.IntN(2) == 0
+		want := referenceEncode(t, req, stream, opts)
+		got, err := encodeRequest(req, stream, opts, &tc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("case %d (%+v):\n got %s\nwant %s", i, opts, got, want)
+		}
+	}
+}
+
+// A temperature that is not a number is refused, as encoding/json refuses it.
+func TestEncodeRequestRefusesATemperatureNotANumber(t *testing.T) {
+	for _, temp := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
+		req := &parley.ChatRequest{Model: "m", Temperature: &temp, Messages: []parley.Message{{Role: parley.RoleUser, Content: parley.Text("hi")}}}
+		if _, err := encodeRequest(req, true, EncodeOptions{}, nil); parley.CodeOf(err) != parley.ECInvalid {
+			t.Errorf("temperature %v: %v, want ECInvalid", temp, err)
+		}
+	}
+}
+
 // A client's cache of encoded tools follows the tools offered: a changed schema, description or
 // list is encoded anew, and a change to the caller's bytes after a call does not reach the cache.
 func TestToolCacheFollowsTheTools(t *testing.T) {
@@ -136,14 +197,21 @@ func BenchmarkEncodeRequest(b *testing.B) {
 		{Role: parley.RoleSystem, Content: parley.Text("You are a helpful assistant. Answer briefly.")},
 		{Role: parley.RoleUser, Content: parley.Text("Tell me something about streaming servers, please.")},
 	}}
+	// A system prompt of 3 KB, as Parley's default one with a project's instructions.
+	long := *req
+	long.Messages = []parley.Message{
+		{Role: parley.RoleSystem, Content: parley.Text(strings.Repeat("You are a helpful assistant: answer briefly, and use the tools <when> needed.\n", 40))},
+		req.Messages[1],
+	}
 	for _, bc := range []struct {
 		name  string
+		req   *parley.ChatRequest
 		cache *toolCache
-	}{{"uncached", nil}, {"client", &toolCache{}}} {
+	}{{"uncached", req, nil}, {"client", req, &toolCache{}}, {"client-long-prompt", &long, &toolCache{}}} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := encodeRequest(req, true, EncodeOptions{}, bc.cache); err != nil {
+				if _, err := encodeRequest(bc.req, true, EncodeOptions{}, bc.cache); err != nil {
 					b.Fatal(err)
 				}
 			}
