@@ -46,7 +46,15 @@ type FileStore interface {
 	FileBytes(ctx context.Context, owner string) (int64, error)
 	// BlobRefs counts the files whose bytes are the blob sha256.
 	BlobRefs(ctx context.Context, sha256 string) (int64, error)
+	// InLineage reports whether session ancestorID is sessionID itself or one of its ancestors
+	// (forked_from, transitively, at most MaxLineage steps up) of the same owner: whether the
+	// files of ancestorID may be referred to from sessionID, whose fork copies refer to them.
+	// It is one query; an unknown session is in no lineage (false, no error).
+	InLineage(ctx context.Context, sessionID, ancestorID string) (bool, error)
 }
+
+// MaxLineage bounds how many forks up FileStore.InLineage looks for an ancestor.
+const MaxLineage = 1000
 
 // QuotaExceeded is the error of an upload that does not fit in the quota of an owner whose files
 // already take used bytes.

@@ -149,3 +149,21 @@ func (s *Store) BlobRefs(ctx context.Context, sha256 string) (int64, error) {
 	}
 	return n, nil
 }
+
+// lineageQuery walks up from session ?1 along forked_from (same owner, at most ?3 steps, no
+// further once ?2 is reached) and tells whether ?2 is on the way.
+const lineageQuery = `WITH RECURSIVE lineage (id, owner, forked_from, depth) AS (
+	SELECT id, owner, forked_from, 0 FROM sessions WHERE id = ?1
+	UNION ALL
+	SELECT s.id, s.owner, s.forked_from, l.depth + 1 FROM lineage l JOIN sessions s ON s.id = l.forked_from
+	WHERE l.id <> ?2 AND l.depth < ?3 AND s.owner = l.owner
+) SELECT EXISTS (SELECT 1 FROM lineage WHERE id = ?2)`
+
+// InLineage reports whether ancestorID is sessionID or one of its ancestors, in one query.
+func (s *Store) InLineage(ctx context.Context, sessionID, ancestorID string) (bool, error) {
+	var ok bool
+	if err := s.queryRow(ctx, lineageQuery, sessionID, ancestorID, parley.MaxLineage).Scan(&ok); err != nil {
+		return false, fmt.Errorf("sqlite: walking the fork lineage: %w", err)
+	}
+	return ok, nil
+}

@@ -191,3 +191,54 @@ func testForkDeleteConcurrent(t *testing.T, s parley.Store) {
 	}
 	t.Logf("%d of %d forks made before their source was deleted", forked, rounds)
 }
+
+// testInLineage: a session may refer to the files of itself and of its ancestors (forked_from,
+// transitively, also after a deletion handed a session's place in the tree to its fork), and of
+// no other session: not a sibling fork, not a descendant, not another owner's session even when
+// forked from, not an unrelated session of the same owner.
+func testInLineage(t *testing.T, s parley.Store) {
+	// grand ◀─ parent ◀─ gone ◀─ self; deleting gone makes self a fork of parent. sibling forks
+	// parent after that; bobs is a fork of self that another owner holds.
+	grand := newSession(t, s, "alice", base)
+	forkTreeFile(t, s, grand, 'g')
+	parent := forkOf(t, s, grand, base.Add(time.Minute))
+	gone := forkOf(t, s, parent, base.Add(2*time.Minute))
+	self := forkOf(t, s, gone, base.Add(3*time.Minute))
+	if err := s.DeleteSession(ctx, gone.ID); err != nil {
+		t.Fatal(err)
+	}
+	sibling := forkOf(t, s, parent, base.Add(4*time.Minute))
+	h, err := s.History(ctx, self.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bobs := &parley.Session{ID: parley.NewID(), Title: "bob's", Owner: "bob", CreatedAt: base.Add(5 * time.Minute), UpdatedAt: base.Add(5 * time.Minute)}
+	if _, err := s.Fork(ctx, self.ID, h[len(h)-1].ID, bobs); err != nil {
+		t.Fatal(err)
+	}
+	bobsOwn := newSession(t, s, "bob", base)
+	unrelated := newSession(t, s, "alice", base)
+
+	for _, c := range []struct {
+		name              string
+		session, ancestor string
+		want              bool
+	}{
+		{"self", self.ID, self.ID, true},
+		{"parent", self.ID, parent.ID, true},
+		{"grandparent after a hand-over", self.ID, grand.ID, true},
+		{"the deleted session", self.ID, gone.ID, false},
+		{"a sibling fork", self.ID, sibling.ID, false},
+		{"the sibling's view of self", sibling.ID, self.ID, false},
+		{"a descendant", parent.ID, self.ID, false},
+		{"another user's fork", bobs.ID, self.ID, false},
+		{"another user's session", self.ID, bobsOwn.ID, false},
+		{"an unrelated session", self.ID, unrelated.ID, false},
+		{"an unknown session", "nope", grand.ID, false},
+	} {
+		got, err := s.InLineage(ctx, c.session, c.ancestor)
+		if err != nil || got != c.want {
+			t.Errorf("%s: InLineage = %v, %v; want %v", c.name, got, err, c.want)
+		}
+	}
+}
