@@ -299,9 +299,23 @@ func (s *Service) SessionBlobs(ctx context.Context, sessionID string) ([]string,
 	}
 }
 
+// Usable reports whether file f may be referred to from session sessionID ("" for a session not
+// created yet): f is in no session, in sessionID, or in one of its ancestors (the sessions it was
+// forked from, transitively), whose messages its fork copies refer to. The caller has checked
+// that f is the user's (Get).
+func (s *Service) Usable(ctx context.Context, sessionID string, f *parley.File) (bool, error) {
+	switch {
+	case f.SessionID == "" || f.SessionID == sessionID:
+		return true, nil
+	case sessionID == "":
+		return false, nil
+	}
+	return s.cfg.Store.InLineage(ctx, sessionID, f.SessionID)
+}
+
 // CheckAttach checks that owner may attach the files ids to a message: each exists, is theirs,
-// and is in sessionID or in no session ("" for a session not created yet: then only files in no
-// session). It returns them in order.
+// and is Usable in sessionID (in no session, in sessionID or in one of its ancestors; "" for a
+// session not created yet: then only files in no session). It returns them in order.
 func (s *Service) CheckAttach(ctx context.Context, owner, sessionID string, ids []string) ([]*parley.File, error) {
 	out := make([]*parley.File, 0, len(ids))
 	for i, id := range ids {
@@ -309,7 +323,11 @@ func (s *Service) CheckAttach(ctx context.Context, owner, sessionID string, ids 
 		if err != nil {
 			return nil, fmt.Errorf("file_ids[%d]: %w", i, err)
 		}
-		if f.SessionID != "" && f.SessionID != sessionID {
+		ok, err := s.Usable(ctx, sessionID, f)
+		if err != nil {
+			return nil, fmt.Errorf("file_ids[%d]: %w", i, err)
+		}
+		if !ok {
 			return nil, parley.Errorf(parley.ECInvalid, "file_ids[%d]: file %q belongs to another session", i, id)
 		}
 		out = append(out, f)
@@ -317,7 +335,8 @@ func (s *Service) CheckAttach(ctx context.Context, owner, sessionID string, ids 
 	return out, nil
 }
 
-// Attach puts the files that are in no session into sessionID.
+// Attach puts the files that are in no session into sessionID; a file of another session (an
+// ancestor's, in a fork) stays where it is.
 func (s *Service) Attach(ctx context.Context, sessionID string, fs []*parley.File) error {
 	for _, f := range fs {
 		if f.SessionID == "" {

@@ -474,3 +474,65 @@ func testDeletingAForkedSessionKeepsItsFiles(t *testing.T, e *env) {
 		t.Fatalf("%d blobs after the last session went, want 0", n)
 	}
 }
+
+// TestReattachingInAFork: a fork's messages refer to the files of the session forked from, which
+// stay that session's; attaching one of them again in the fork (or in a fork of the fork) is
+// allowed and leaves the file where it is. A file of an unrelated session of the same user, or
+// of a fork seen from its source, is still refused.
+func TestReattachingInAFork(t *testing.T) {
+	bothStores(t, testReattachingInAFork)
+}
+
+func testReattachingInAFork(t *testing.T, e *env) {
+	fid := e.uploadOne(t, "alice", "", upFile{"plan.md", "", []byte("# The plan\n")})["id"].(string)
+	code, out := e.do(t, "POST", "/api/v1/chat", `{"message":"read it","file_ids":["`+fid+`"]}`)
+	if code != 200 {
+		t.Fatalf("chat: %d %v", code, out)
+	}
+	src := out["session_id"].(string)
+	fork := func(sid string) string {
+		t.Helper()
+		h, err := e.store.History(context.Background(), sid)
+		if err != nil || len(h) == 0 {
+			t.Fatalf("history: %v %v", h, err)
+		}
+		code, out := e.do(t, "POST", "/api/v1/sessions/"+sid+"/fork", `{"message_id":"`+h[len(h)-1].ID+`"}`)
+		if code != 201 {
+			t.Fatalf("fork: %d %v", code, out)
+		}
+		return out["session"].(map[string]any)["id"].(string)
+	}
+	child := fork(src)
+	grandchild := fork(child)
+	for _, sid := range []string{child, grandchild} {
+		code, out := e.do(t, "POST", "/api/v1/chat", `{"message":"read it again","session_id":"`+sid+`","file_ids":["`+fid+`"]}`)
+		if code != 200 {
+			t.Fatalf("re-attaching the source's file in %s: %d %v", sid, code, out)
+		}
+		h, err := e.store.History(context.Background(), sid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var last parley.Message
+		for _, m := range h {
+			if m.Role == parley.RoleUser {
+				last = m
+			}
+		}
+		if parts := last.Content.Parts(); len(parts) != 2 || parts[0].Text != "read it again" || parts[1].File == nil || parts[1].File.FileID != fid {
+			t.Fatalf("the fork's new message: %+v", last.Content)
+		}
+	}
+	if _, meta := e.do(t, "GET", "/api/v1/files/"+fid, ""); meta["session_id"] != src {
+		t.Fatalf("the re-attached file moved to session %v, want it left in %s", meta["session_id"], src)
+	}
+
+	elsewhere := e.uploadOne(t, "alice", e.newSession(t, "alice"), upFile{"x.txt", "", []byte("x")})["id"].(string)
+	childs := e.uploadOne(t, "alice", child, upFile{"c.txt", "", []byte("c")})["id"].(string)
+	for _, c := range []struct{ session, file string }{{child, elsewhere}, {src, childs}} {
+		code, out := e.do(t, "POST", "/api/v1/chat", `{"message":"hi","session_id":"`+c.session+`","file_ids":["`+c.file+`"]}`)
+		if code != 400 || !strings.Contains(errMsg(out), "another session") {
+			t.Errorf("attaching %s in %s: %d %v, want 400 another session", c.file, c.session, code, out)
+		}
+	}
+}

@@ -31,6 +31,9 @@ type Files interface {
 	Upload(ctx context.Context, owner, sessionID, name string, r io.Reader) (*parley.File, error)
 	Get(ctx context.Context, owner, id string) (*parley.File, error)
 	Open(ctx context.Context, f *parley.File) (parley.BlobReader, error)
+	// Usable reports whether f may be used in session sessionID: in no session, in it, or in
+	// one of the sessions it was forked from.
+	Usable(ctx context.Context, sessionID string, f *parley.File) (bool, error)
 }
 
 // Signer signs the URLs of stored images (artifact.Signer: one signer, one key, per-purpose
@@ -159,7 +162,8 @@ func (x *executor) edit(ctx context.Context, raw json.RawMessage) (*parley.ToolR
 	return x.run(ctx, "edit_image", a, req)
 }
 
-// input reads an image the run's user owns, of this conversation or of none.
+// input reads an image the run's user owns, of this conversation, of one it was forked from
+// (whose images its copied messages show), or of none.
 func (x *executor) input(ctx context.Context, ri tools.RunInfo, field, id string) (*Input, *parley.ToolResult, error) {
 	f, err := x.cfg.Files.Get(ctx, ri.User, id)
 	if err != nil {
@@ -168,7 +172,9 @@ func (x *executor) input(ctx context.Context, ri tools.RunInfo, field, id string
 		}
 		return nil, nil, err
 	}
-	if f.SessionID != "" && f.SessionID != ri.SessionID {
+	if ok, err := x.cfg.Files.Usable(ctx, ri.SessionID, f); err != nil {
+		return nil, nil, err
+	} else if !ok {
 		return nil, failed("%s: file %q belongs to another conversation", field, truncate(id, 80)), nil
 	}
 	if !strings.HasPrefix(f.MediaType, "image/") {

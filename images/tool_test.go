@@ -280,3 +280,50 @@ func TestToolsNeedASession(t *testing.T) {
 		}
 	}
 }
+
+// In a fork, edit_image takes an image of the session forked from (the fork's copied messages
+// show it, and it stays that session's file); the result is a file of the fork. An image of an
+// unrelated conversation of the same user is still refused.
+func TestEditImageInFork(t *testing.T) {
+	e := newToolEnv(t, false)
+	calls := 0
+	ts := e.tools(openAIFake(t, &calls), 0)
+	photo, err := e.files.Upload(ctx, "alice", e.sess.ID, "photo.png", bytes.NewReader(png))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, CreatedAt: time.Now().UTC(), Content: parley.Parts(files.Part(photo))}
+	if err := e.store.AppendMessages(ctx, e.sess.ID, msg); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	fork := &parley.Session{ID: parley.NewID(), Owner: "alice", CreatedAt: now, UpdatedAt: now}
+	if _, err := e.store.Fork(ctx, e.sess.ID, msg.ID, fork); err != nil {
+		t.Fatal(err)
+	}
+	other := &parley.Session{ID: parley.NewID(), Owner: "alice", CreatedAt: now, UpdatedAt: now}
+	if err := e.store.CreateSession(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	elsewhere, err := e.files.Upload(ctx, "alice", other.ID, "x.png", bytes.NewReader(png))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := e.sess.ID
+	e.sess = fork // the run is the fork's
+
+	res, r := call(t, ts["edit_image"], e.ctx("alice"), `{"file_id":"`+photo.ID+`","mask_file_id":"`+photo.ID+`","prompt":"add a hat"}`)
+	if res.IsError || len(r.Images) != 1 || calls != 1 {
+		t.Fatalf("editing the source's image in the fork: %s (%d calls)", res.Content.String(), calls)
+	}
+	if f, err := e.store.GetFile(ctx, r.Images[0].FileID); err != nil || f.SessionID != fork.ID {
+		t.Fatalf("the edited image: %+v %v; want a file of the fork", f, err)
+	}
+	if f, err := e.store.GetFile(ctx, photo.ID); err != nil || f.SessionID != src {
+		t.Fatalf("the source's image: %+v %v; want it left in the source", f, err)
+	}
+	res, _ = call(t, ts["edit_image"], e.ctx("alice"), `{"file_id":"`+elsewhere.ID+`","prompt":"p"}`)
+	if !res.IsError || !strings.Contains(res.Content.String(), "another conversation") || calls != 1 {
+		t.Fatalf("an unrelated conversation's image: %s (%d calls)", res.Content.String(), calls)
+	}
+}
