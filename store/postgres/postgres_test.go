@@ -5,7 +5,6 @@ import (
 	"context"
 	"io/fs"
 	"net/url"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -161,10 +160,6 @@ func TestForkedFromMigrationKeepsRows(t *testing.T) {
 	ctx := context.Background()
 	s := openTest(t)
 	defer s.Close()
-	ids := storetest.FillChains(t, s)
-	more, files := storetest.FillForks(t, s, ids[0])
-	ids = append(ids, more...)
-	before := storetest.Snapshot(t, s, ids) + storetest.SnapshotFiles(t, s, files)
 	hasColumn := func() bool {
 		var n int
 		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM information_schema.columns
@@ -181,10 +176,6 @@ func TestForkedFromMigrationKeepsRows(t *testing.T) {
 		}
 		return out
 	}
-	forks := lineage()
-	if want := []string{ids[len(ids)-2] + "<" + ids[0], ids[len(ids)-1] + "<" + ids[len(ids)-3]}; forks != strings.Join(slices.Sorted(slices.Values(want)), " ") {
-		t.Fatalf("lineage recorded by Fork: %q, want %q", forks, want)
-	}
 	db := s.DB()
 	defer db.Close()
 	sub, _ := fs.Sub(migrationFiles, "migrations")
@@ -192,27 +183,9 @@ func TestForkedFromMigrationKeepsRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.DownTo(ctx, 13); err != nil {
-		t.Fatal(err)
-	}
-	if hasColumn() {
-		t.Fatal("forked_from still there at version 13")
-	}
-	if after := storetest.Snapshot(t, s, ids) + storetest.SnapshotFiles(t, s, files); after != before {
-		t.Fatalf("rows differ at version 13:\nbefore %.3000s\nafter  %.3000s", before, after)
-	}
-	if _, err := p.Up(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if !hasColumn() {
-		t.Fatal("no forked_from after up")
-	}
-	if got := lineage(); got != forks {
-		t.Fatalf("lineage found by the migration: %q, want what Fork recorded, %q", got, forks)
-	}
-	if after := storetest.Snapshot(t, s, ids) + storetest.SnapshotFiles(t, s, files); after != before {
-		t.Fatalf("rows differ after up:\nbefore %.3000s\nafter  %.3000s", before, after)
-	}
+	storetest.CheckForkedFromMigration(t, s, storetest.ForkedFromSchema{Before: 13, HasColumn: hasColumn, Lineage: lineage,
+		Down: func() error { _, err := p.DownTo(ctx, 13); return err },
+		Up:   func() error { _, err := p.Up(ctx); return err }})
 }
 
 // Migration 13 keeps the events stored one per row, each as a batch of one, and its down

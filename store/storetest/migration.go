@@ -3,6 +3,7 @@ package storetest
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -157,4 +158,55 @@ func SnapshotFiles(t *testing.T, s parley.Store, ids []string) string {
 		fmt.Fprintf(&b, "file %s\n", jsonOf(t, f))
 	}
 	return b.String()
+}
+
+// ForkedFromSchema is what CheckForkedFromMigration needs of a store's schema: the migration
+// before the one that adds sessions.forked_from and the way back up, and two reads of the column.
+type ForkedFromSchema struct {
+	// Before is the version before forked_from; Down migrates to it, Up all the way up.
+	Before   int64
+	Down, Up func() error
+	// HasColumn reports whether sessions.forked_from exists; Lineage lists the sessions that
+	// have it as "id<forked_from" sorted by id and joined by spaces ("" for none).
+	HasColumn func() bool
+	Lineage   func() string
+}
+
+// CheckForkedFromMigration writes sessions, forks and files (FillChains, FillForks) on s at the
+// newest version, migrates down to the version before forked_from and up again, and checks that
+// every row reads back the same at both versions and that the migration finds the forks Fork
+// recorded.
+func CheckForkedFromMigration(t *testing.T, s parley.Store, m ForkedFromSchema) {
+	t.Helper()
+	ids := FillChains(t, s)
+	more, files := FillForks(t, s, ids[0])
+	ids = append(ids, more...)
+	before := Snapshot(t, s, ids) + SnapshotFiles(t, s, files)
+	forks := m.Lineage()
+	want := []string{ids[len(ids)-2] + "<" + ids[0], ids[len(ids)-1] + "<" + ids[len(ids)-3]}
+	slices.Sort(want)
+	if forks != strings.Join(want, " ") {
+		t.Fatalf("lineage recorded by Fork: %q, want %q", forks, want)
+	}
+	if err := m.Down(); err != nil {
+		t.Fatal(err)
+	}
+	if m.HasColumn() {
+		t.Fatalf("forked_from still there at version %d", m.Before)
+	}
+	if after := Snapshot(t, s, ids) + SnapshotFiles(t, s, files); after != before {
+		t.Fatalf("rows differ at version %d:\nbefore %.3000s\nafter  %.3000s", m.Before, before, after)
+	}
+	if err := m.Up(); err != nil {
+		t.Fatal(err)
+	}
+	if !m.HasColumn() {
+		t.Fatal("no forked_from after up")
+	}
+	if got := m.Lineage(); got != forks {
+		t.Fatalf("lineage found by the migration: %q, want what Fork recorded, %q", got, forks)
+	}
+	if after := Snapshot(t, s, ids) + SnapshotFiles(t, s, files); after != before {
+		t.Fatalf("rows differ after up:\nbefore %.3000s\nafter  %.3000s", before, after)
+	}
 }
