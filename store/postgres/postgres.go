@@ -399,10 +399,10 @@ func lockForks(ctx context.Context, tx pgx.Tx, id string) error {
 	return nil
 }
 
-// handOver gives the files of session id, which is about to be deleted, to its oldest fork
-// (the heir), makes its other forks forks of the heir and the heir a fork of what id was forked
-// from: a file then goes only with the last session of its fork tree, and the tree stays one
-// tree. A session without forks hands nothing over.
+// handOver gives the files and artifacts (every version) of session id, which is about to be
+// deleted, to its oldest fork (the heir), makes its other forks forks of the heir and the heir a
+// fork of what id was forked from: a file or artifact then goes only with the last session of its
+// fork tree, and the tree stays one tree. A session without forks hands nothing over.
 func handOver(ctx context.Context, tx pgx.Tx, id string) error {
 	if err := lockForks(ctx, tx, id); err != nil {
 		return err
@@ -421,6 +421,10 @@ func handOver(ctx context.Context, tx pgx.Tx, id string) error {
 	}
 	if _, err := tx.Exec(ctx, `UPDATE files SET session_id = $1 WHERE session_id = $2`, *heir, id); err != nil {
 		return fmt.Errorf("postgres: handing files to a fork: %w", err)
+	}
+	// The copied messages show the artifacts made before the fork by id: every version goes too.
+	if _, err := tx.Exec(ctx, `UPDATE artifacts SET session_id = $1 WHERE session_id = $2`, *heir, id); err != nil {
+		return fmt.Errorf("postgres: handing artifacts to a fork: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `UPDATE sessions SET forked_from = CASE id WHEN $1 THEN $2 ELSE $1 END
 		WHERE forked_from = $3`, *heir, parent, id); err != nil {

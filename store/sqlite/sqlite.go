@@ -473,10 +473,10 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	})
 }
 
-// handOver gives the files of session id, which is about to be deleted, to its oldest fork
-// (the heir), makes its other forks forks of the heir and the heir a fork of what id was forked
-// from: a file then goes only with the last session of its fork tree, and the tree stays one
-// tree. A session without forks hands nothing over.
+// handOver gives the files and artifacts (every version) of session id, which is about to be
+// deleted, to its oldest fork (the heir), makes its other forks forks of the heir and the heir a
+// fork of what id was forked from: a file or artifact then goes only with the last session of its
+// fork tree, and the tree stays one tree. A session without forks hands nothing over.
 func handOver(ctx context.Context, tx *sql.Tx, id string) error {
 	var parent, heir sql.NullString
 	err := tx.QueryRowContext(ctx, `SELECT forked_from, (SELECT f.id FROM sessions f WHERE f.forked_from = s.id
@@ -492,6 +492,10 @@ func handOver(ctx context.Context, tx *sql.Tx, id string) error {
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE files SET session_id = ? WHERE session_id = ?`, heir.String, id); err != nil {
 		return fmt.Errorf("sqlite: handing files to a fork: %w", err)
+	}
+	// The copied messages show the artifacts made before the fork by id: every version goes too.
+	if _, err := tx.ExecContext(ctx, `UPDATE artifacts SET session_id = ? WHERE session_id = ?`, heir.String, id); err != nil {
+		return fmt.Errorf("sqlite: handing artifacts to a fork: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE sessions SET forked_from = CASE id WHEN ?1 THEN ?2 ELSE ?1 END
 		WHERE forked_from = ?3`, heir.String, parent, id); err != nil {

@@ -242,3 +242,65 @@ func testInLineage(t *testing.T, s parley.Store) {
 		}
 	}
 }
+
+// testForkKeepsArtifacts: a fork's copied messages show the artifacts made before the fork by
+// id, so deleting the source hands its artifacts, every version, to its oldest fork as it does
+// its files; they go with the last session of the fork tree.
+func testForkKeepsArtifacts(t *testing.T, s parley.Store) {
+	as := artifactStore(t, s)
+	src := newSession(t, s, "alice", base)
+	if err := s.AppendMessages(ctx, src.ID, msg(parley.RoleUser, "draw", base)); err != nil {
+		t.Fatal(err)
+	}
+	a := &parley.Artifact{ID: parley.NewID(), SessionID: src.ID, Type: parley.ArtifactMarkdown, Title: "Notes", Content: "one", CreatedAt: base}
+	if err := as.AddArtifactVersion(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	a2 := *a
+	a2.Content, a2.CreatedAt = "two", base.Add(time.Second)
+	if err := as.AddArtifactVersion(ctx, &a2); err != nil || a2.Version != 2 {
+		t.Fatalf("second version: %d, %v", a2.Version, err)
+	}
+	b := &parley.Artifact{ID: parley.NewID(), SessionID: src.ID, Type: parley.ArtifactSVG, Title: "Dot", Content: "<svg/>", CreatedAt: base}
+	if err := as.AddArtifactVersion(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	heir := forkOf(t, s, src, base.Add(time.Minute))
+	other := forkOf(t, s, src, base.Add(2*time.Minute))
+	own := &parley.Artifact{ID: parley.NewID(), SessionID: heir.ID, Type: parley.ArtifactMarkdown, Title: "Own", Content: "mine", CreatedAt: base.Add(time.Hour)}
+	if err := as.AddArtifactVersion(ctx, own); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteSession(ctx, src.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []*parley.Artifact{a, &a2, b, own} {
+		got, err := as.GetArtifact(ctx, want.ID, want.Version)
+		w := *want
+		w.SessionID = heir.ID
+		if err != nil || jsonOf(t, got) != jsonOf(t, &w) {
+			t.Fatalf("artifact %s version %d after its session was deleted: %+v %v; want %+v", want.Title, want.Version, got, err, w)
+		}
+	}
+	if list, err := as.ListArtifacts(ctx, heir.ID); err != nil || len(list) != 3 {
+		t.Fatalf("the heir's artifacts: %+v %v", list, err)
+	}
+	if list, err := as.ListArtifacts(ctx, other.ID); err != nil || len(list) != 0 {
+		t.Fatalf("the other fork's artifacts: %+v %v", list, err)
+	}
+	// The heir took the source's place: deleting it hands them on to the other fork.
+	if err := s.DeleteSession(ctx, heir.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := as.GetArtifact(ctx, a.ID, 1); err != nil || got.SessionID != other.ID || got.Content != "one" {
+		t.Fatalf("artifact after the heir was deleted: %+v %v; want it in %s", got, err, other.ID)
+	}
+	if err := s.DeleteSession(ctx, other.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, gone := range []*parley.Artifact{a, &a2, b, own} {
+		if _, err := as.GetArtifact(ctx, gone.ID, gone.Version); !isNotFound(err) {
+			t.Fatalf("artifact %s version %d outlived its fork tree: %v", gone.Title, gone.Version, err)
+		}
+	}
+}

@@ -72,6 +72,7 @@ func Run(t *testing.T, open func(t *testing.T) parley.Store) {
 		{"BranchSwitchUnderRun", testBranchSwitchUnderRun},
 		{"Fork", testFork},
 		{"ForkKeepsFiles", testForkKeepsFiles},
+		{"ForkKeepsArtifacts", testForkKeepsArtifacts},
 		{"InLineage", testInLineage},
 		{"ForkDeleteConcurrent", testForkDeleteConcurrent},
 		{"BranchProperty", testBranchProperty},
