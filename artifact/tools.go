@@ -23,6 +23,10 @@ type Config struct {
 	Model ask.Model
 	Now   func() time.Time
 	Log   *slog.Logger
+	// InLineage, if set, reports whether session ancestorID is sessionID or one it was forked
+	// from (parley.FileStore.InLineage): update_artifact then tells a fork why an artifact of the
+	// conversation it was forked from cannot be changed, instead of saying there is none.
+	InLineage func(ctx context.Context, sessionID, ancestorID string) (bool, error)
 }
 
 // Tools returns create_artifact and update_artifact.
@@ -132,11 +136,25 @@ func (x *executor) update(ctx context.Context, raw json.RawMessage) (*parley.Too
 		return failed("artifacts can only be changed in a conversation"), nil
 	}
 	prev, err := x.cfg.Store.GetArtifact(ctx, args.ID, 0)
-	if errors.Is(err, parley.ErrNotFound) || (err == nil && prev.SessionID != ri.SessionID) {
+	if errors.Is(err, parley.ErrNotFound) {
 		return failed("there is no artifact %q in this conversation; use the id create_artifact returned", truncate(args.ID, 80)), nil
 	}
 	if err != nil {
 		return nil, err
+	}
+	if prev.SessionID != ri.SessionID {
+		// An artifact of the conversation this one was forked from is shown by the copied
+		// messages of both: a new version would change that conversation too.
+		inherited := false
+		if x.cfg.InLineage != nil {
+			if inherited, err = x.cfg.InLineage(ctx, ri.SessionID, prev.SessionID); err != nil {
+				return nil, err
+			}
+		}
+		if inherited {
+			return failed("artifact %q was made before this conversation was forked and belongs to the conversation it was forked from, which a change would change too; nothing was stored: call create_artifact (type %s) with the changed content to make a new artifact of this conversation", prev.ID, prev.Type), nil
+		}
+		return failed("there is no artifact %q in this conversation; use the id create_artifact returned", truncate(args.ID, 80)), nil
 	}
 	a := *prev
 	a.RunID = ri.RunID

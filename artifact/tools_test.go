@@ -62,7 +62,7 @@ func newFixture(t *testing.T, model ask.Model) *fixture {
 	}
 	t.Cleanup(func() { st.Close() })
 	f := &fixture{store: st, reg: tools.NewRegistry()}
-	for _, tool := range artifact.Tools(artifact.Config{Store: st, Model: model}) {
+	for _, tool := range artifact.Tools(artifact.Config{Store: st, Model: model, InLineage: st.InLineage}) {
 		if err := f.reg.Register(tool); err != nil {
 			t.Fatal(err)
 		}
@@ -141,6 +141,43 @@ func TestCreateAndUpdateArtifact(t *testing.T) {
 	out = f.call(t, f.sess.ID, "create_artifact", map[string]any{"type": "markdown", "title": "x"})
 	if out.Success || !strings.Contains(text(out), "content") {
 		t.Fatalf("no content: %s", text(out))
+	}
+}
+
+// A fork's copied messages show the artifacts of the conversation it was forked from: the fork
+// may not change them (that would change the source too), and is told why and what to do.
+func TestUpdateInAForkOfAnArtifactFromBefore(t *testing.T) {
+	f := newFixture(t, ask.Model{})
+	ctx := context.Background()
+	id := idOf(t, f.call(t, f.sess.ID, "create_artifact", map[string]any{"type": "markdown", "title": "Plan", "content": "# Plan\n"}))
+	m := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("a plan"), CreatedAt: time.Now().UTC().Truncate(time.Microsecond)}
+	if err := f.store.AppendMessages(ctx, f.sess.ID, m); err != nil {
+		t.Fatal(err)
+	}
+	fork := &parley.Session{ID: parley.NewID(), Owner: "alice", CreatedAt: m.CreatedAt, UpdatedAt: m.CreatedAt}
+	if _, err := f.store.Fork(ctx, f.sess.ID, m.ID, fork); err != nil {
+		t.Fatal(err)
+	}
+
+	out := f.call(t, fork.ID, "update_artifact", map[string]any{"id": id, "content": "# Plan B\n"})
+	for _, want := range []string{"made before this conversation was forked", "call create_artifact (type markdown) with the changed content", "nothing was stored"} {
+		if out.Success || !strings.Contains(text(out), want) {
+			t.Fatalf("update in the fork: %v %q; want it refused saying %q", out.Success, text(out), want)
+		}
+	}
+	if a, err := f.store.GetArtifact(ctx, id, 0); err != nil || a.Version != 1 || a.SessionID != f.sess.ID {
+		t.Fatalf("after the refused update: %+v %v", a, err)
+	}
+	// What it says to do works; the source still updates its own; an unrelated conversation is
+	// still told there is no such artifact.
+	if out := f.call(t, fork.ID, "create_artifact", map[string]any{"type": "markdown", "title": "Plan B", "content": "# Plan B\n"}); !out.Success {
+		t.Fatalf("create in the fork: %s", text(out))
+	}
+	if out := f.call(t, f.sess.ID, "update_artifact", map[string]any{"id": id, "content": "# Plan 2\n"}); !out.Success {
+		t.Fatalf("update in the source: %s", text(out))
+	}
+	if out := f.call(t, f.newSession(t).ID, "update_artifact", map[string]any{"id": id, "content": "x"}); out.Success || !strings.Contains(text(out), "no artifact") {
+		t.Fatalf("update from an unrelated session: %s", text(out))
 	}
 }
 

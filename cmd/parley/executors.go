@@ -158,7 +158,11 @@ func registerExecutors(c *executorConfig, reg *tools.Registry, st parley.Store, 
 				return nil, fmt.Errorf("artifact-model: %w", err)
 			}
 		}
-		for _, t := range artifact.Tools(artifact.Config{Store: as, Model: ask.Model{Resolve: resolve, Name: c.ArtifactModel}, Log: log}) {
+		ac := artifact.Config{Store: as, Model: ask.Model{Resolve: resolve, Name: c.ArtifactModel}, Log: log}
+		if fs, ok := st.(parley.FileStore); ok {
+			ac.InLineage = fs.InLineage
+		}
+		for _, t := range artifact.Tools(ac) {
 			if err := reg.Register(t); err != nil {
 				return nil, err
 			}
