@@ -84,7 +84,7 @@ type streamCtx struct {
 	err  error
 }
 
-// detachedContext sets c to r's identity and log attributes.
+// from sets c to the identity and log attributes of ctx (the request's).
 func (c *streamCtx) from(ctx context.Context) {
 	c.id, c.hasID = ctx.Value(identityKey).(auth.Identity)
 	c.attrs = logctx.Attrs(ctx)
