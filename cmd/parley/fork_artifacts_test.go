@@ -10,22 +10,13 @@ import (
 
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/provider/llmtest"
-	"github.com/parleyhq/parley/store/postgres/pgtest"
 )
 
 // TestForkKeepsArtifactsOfDeletedSource: the model makes an artifact (two versions) in a chat
 // that is then forked. The fork may read it but not change it (update_artifact says why), and
 // when the source is deleted the artifact, every version, is still served and is the fork's.
 func TestForkKeepsArtifactsOfDeletedSource(t *testing.T) {
-	for _, kind := range []string{"sqlite", "postgres"} {
-		t.Run(kind, func(t *testing.T) {
-			var args []string
-			if kind == "postgres" {
-				args = []string{"--database-url", pgtest.Schema(t)}
-			}
-			testForkKeepsArtifactsOfDeletedSource(t, args)
-		})
-	}
+	onBothStores(t, testForkKeepsArtifactsOfDeletedSource)
 }
 
 func testForkKeepsArtifactsOfDeletedSource(t *testing.T, args []string) {

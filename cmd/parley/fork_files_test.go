@@ -22,15 +22,7 @@ import (
 // still refer to the files, which are still served (the attachment by id, the image by the signed
 // URL its tool result names), and the model's next request in the fork carries them both.
 func TestForkKeepsFilesOfDeletedSource(t *testing.T) {
-	for _, kind := range []string{"sqlite", "postgres"} {
-		t.Run(kind, func(t *testing.T) {
-			var args []string
-			if kind == "postgres" {
-				args = []string{"--database-url", pgtest.Schema(t)}
-			}
-			testForkKeepsFilesOfDeletedSource(t, args)
-		})
-	}
+	onBothStores(t, testForkKeepsFilesOfDeletedSource)
 }
 
 func testForkKeepsFilesOfDeletedSource(t *testing.T, args []string) {
@@ -113,5 +105,19 @@ func testForkKeepsFilesOfDeletedSource(t *testing.T, args []string) {
 		if !strings.Contains(body, w) {
 			t.Errorf("the fork's model request lacks %.60q:\n%.2000s", w, body)
 		}
+	}
+}
+
+// onBothStores runs fn as a subtest on SQLite (a file of the server's own) and on PostgreSQL (a
+// schema of the test's), args being the server's flags that choose the store.
+func onBothStores(t *testing.T, fn func(t *testing.T, args []string)) {
+	for _, kind := range []string{"sqlite", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			var args []string
+			if kind == "postgres" {
+				args = []string{"--database-url", pgtest.Schema(t)}
+			}
+			fn(t, args)
+		})
 	}
 }
