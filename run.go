@@ -100,6 +100,10 @@ type RunBegin struct {
 	// NewSession, if set, is created first (CreateSession); otherwise the session must exist.
 	NewSession *Session
 	SessionID  string
+	// Leaf, if set, becomes the session's active leaf first, as SetLeaf makes it (so that the
+	// run's answer, or Messages with no parent, follow it). A message not of the session fails
+	// the write with ErrNotFound, and nothing of b is stored. Not with NewSession.
+	Leaf string
 	// Reserve is how many event numbers of the session to reserve (ReserveEventSeqs, > 0).
 	Reserve int64
 	// Run, if set, is stored running (CreateRun) with FirstSeq the first number reserved.

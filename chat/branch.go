@@ -88,13 +88,11 @@ func (s *Service) Regenerate(ctx context.Context, owner, sessionID, messageID st
 			return nil, err
 		}
 	}
-	run, err := s.Runs.Begin(ctx, runs.Spec{Session: sess.ID, Model: req.Model, Owner: owner, SelectedTools: req.SelectedTools})
+	// The run's record and the leaf at the question are one write (the store's BeginRun), so
+	// that the answer the run stores, or stores after a restart, follows the question.
+	run, err := s.Runs.Begin(ctx, runs.Spec{Session: sess.ID, Model: req.Model, Owner: owner, SelectedTools: req.SelectedTools,
+		Leaf: user.ID, Leaves: s.Store})
 	if err != nil {
-		return nil, err
-	}
-	// The run holds the session now: the answer it stores follows the question.
-	if err := s.Store.SetLeaf(ctx, sess.ID, user.ID); err != nil {
-		run.Release()
 		return nil, err
 	}
 	in := agent.Input{SessionID: sess.ID, RunID: run.ID, Model: req.Model, SelectedTools: req.SelectedTools, User: owner, Gate: run.Gate, AwaitApproval: run.AwaitApproval,

@@ -65,6 +65,10 @@ func (c *countingStore) BeginRun(ctx context.Context, b *parley.RunBegin) (int64
 	}
 	return c.Store.BeginRun(ctx, b)
 }
+func (c *countingStore) SetLeaf(ctx context.Context, id, messageID string) error {
+	c.count("SetLeaf")
+	return c.Store.SetLeaf(ctx, id, messageID)
+}
 func (c *countingStore) FinishRun(ctx context.Context, f parley.RunFinish) error {
 	c.count("FinishRun")
 	return c.Store.FinishRun(ctx, f)
@@ -227,5 +231,44 @@ func TestSendReturnsWithTheQuestionInTheStream(t *testing.T) {
 		<-a.before
 		<-a.visible
 		<-started.Run.Done()
+	}
+}
+
+// A regeneration makes one durable write before its model call: the run's record with the
+// session's leaf at the question, so that no crash leaves the run to answer after the old answer.
+func TestARegenerationWritesOnceBeforeTheModelCall(t *testing.T) {
+	s, cs, a := newCountingChat(t)
+	ctx := context.Background()
+	started, err := s.Send(ctx, "alice", Request{Message: "Hello"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started.Run.Done()
+	<-a.before
+	<-a.visible
+	h, err := cs.Store.History(ctx, started.Session.ID)
+	if err != nil || len(h) != 2 {
+		t.Fatalf("history: %d messages, %v", len(h), err)
+	}
+	cs.mu.Lock()
+	cs.writes = nil
+	cs.mu.Unlock()
+	re, err := s.Regenerate(ctx, "alice", started.Session.ID, h[1].ID, RetryRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-re.Run.Done()
+	if before := <-a.before; len(before) != 1 || before[0] != "BeginRun" {
+		t.Errorf("writes before the regeneration's model call: %v, want [BeginRun]", before)
+	}
+	<-a.visible
+	for _, w := range cs.snapshot() {
+		if w == "SetLeaf" {
+			t.Errorf("the regeneration set the leaf in a write of its own: %v", cs.snapshot())
+		}
+	}
+	_, nodes, err := cs.Store.Tree(ctx, started.Session.ID)
+	if err != nil || len(nodes) != 3 || nodes[2].ParentID != h[0].ID {
+		t.Fatalf("the new answer is no sibling of the old one: %+v, %v", nodes, err)
 	}
 }

@@ -92,6 +92,19 @@ type Spec struct {
 	// (OneWrite). Without it, Begin refuses both.
 	NewSession *parley.Session
 	Messages   []*parley.Message
+	// Leaf, if set, is a message of Session that becomes its active leaf as the run begins, so
+	// that the run's answer follows it (a regenerated answer, a sibling of the old one). When
+	// the store can (OneWrite), it is set in the write of the run's record (RunBegin.Leaf), so
+	// that no crash leaves the run without it. Otherwise Leaves sets it, in a second write after
+	// the record's; without Leaves, Begin refuses it. A message not of the session fails Begin
+	// with ErrNotFound, and the run is not begun.
+	Leaf   string
+	Leaves LeafSetter
+}
+
+// LeafSetter sets a session's active leaf (parley.BranchStore's SetLeaf).
+type LeafSetter interface {
+	SetLeaf(ctx context.Context, sessionID, messageID string) error
 }
 
 // seqBlock is how many sequence numbers a run reserves at a time.
@@ -247,6 +260,9 @@ func (m *Manager) Begin(ctx context.Context, spec Spec) (*Run, error) {
 	if rb == nil && (spec.NewSession != nil || len(spec.Messages) > 0) {
 		return nil, parley.Errorf(parley.ECInternal, "runs: this store cannot begin a run with its session and messages")
 	}
+	if rb == nil && spec.Leaf != "" && spec.Leaves == nil {
+		return nil, parley.Errorf(parley.ECInternal, "runs: this store cannot begin a run with its leaf")
+	}
 	if spec.NewSession != nil && spec.NewSession.ID != spec.Session {
 		return nil, parley.Errorf(parley.ECInternal, "runs: the new session is not the run's")
 	}
@@ -262,7 +278,8 @@ func (m *Manager) Begin(ctx context.Context, spec Spec) (*Run, error) {
 			msg.RunID = id
 		}
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
-		first, err := rb.BeginRun(sctx, &parley.RunBegin{NewSession: spec.NewSession, SessionID: spec.Session, Reserve: seqBlock, Run: rec, Messages: spec.Messages})
+		first, err := rb.BeginRun(sctx, &parley.RunBegin{NewSession: spec.NewSession, SessionID: spec.Session, Leaf: spec.Leaf, Reserve: seqBlock,
+			Run: rec, Messages: spec.Messages})
 		cancel()
 		if err != nil {
 			m.unclaim(spec.Session)
@@ -294,6 +311,22 @@ func (m *Manager) Begin(ctx context.Context, spec Spec) (*Run, error) {
 				w.Drop()
 				if parley.CodeOf(err) == parley.ECConflict {
 					return nil, ErrBusy
+				}
+				return nil, err
+			}
+		}
+		if spec.Leaf != "" {
+			// A second write, after the record's: a crash between the two leaves the run with
+			// the old leaf. Only a store that is no parley.RunBeginner takes this path.
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+			err := spec.Leaves.SetLeaf(sctx, spec.Session, spec.Leaf)
+			cancel()
+			if err != nil {
+				m.unclaim(spec.Session)
+				w.Abandon()
+				w.Drop()
+				if m.opts.Runs != nil {
+					m.deleteRecord(id)
 				}
 				return nil, err
 			}
@@ -356,7 +389,8 @@ func (m *Manager) Launch(ctx context.Context, spec Spec, body func(r *Run) Func,
 	go r.run(body(r), r.emitBegun)
 
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
-	first, err := rb.BeginRun(sctx, &parley.RunBegin{NewSession: spec.NewSession, SessionID: spec.Session, Reserve: seqBlock, Run: rec, Messages: spec.Messages})
+	first, err := rb.BeginRun(sctx, &parley.RunBegin{NewSession: spec.NewSession, SessionID: spec.Session, Leaf: spec.Leaf, Reserve: seqBlock,
+		Run: rec, Messages: spec.Messages})
 	cancel()
 	if err != nil {
 		m.unclaim(spec.Session)

@@ -287,39 +287,46 @@ func (s *Store) SetLeaf(ctx context.Context, sessionID, messageID string) error 
 // setLeaf makes messageID, or the newest message of its subtree, the active leaf.
 func (s *Store) setLeaf(ctx context.Context, sessionID, messageID string, newest bool) (string, error) {
 	var leaf string
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		// The session's row lock orders this after any append in progress.
-		var one int
-		err := tx.QueryRow(ctx, `SELECT 1 FROM sessions WHERE id = $1 FOR UPDATE`, sessionID).Scan(&one)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return notFound("session", sessionID)
-		}
-		if err != nil {
-			return fmt.Errorf("postgres: setting leaf: %w", err)
-		}
-		if newest {
-			if err := noRunningRun(ctx, tx, sessionID); err != nil {
-				return err
-			}
-		}
-		nodes, err := treeNodes(ctx, tx, sessionID)
-		if err != nil {
-			return err
-		}
-		if leaf = rowcodec.NewestInSubtree(nodes, messageID); leaf == "" {
-			return notFound("message", messageID)
-		}
-		if !newest {
-			leaf = messageID
-		}
-		// A leaf that is not the last message makes the tree more than a chain to read.
-		if _, err := tx.Exec(ctx, `UPDATE sessions SET leaf_id = $1, branched = branched OR $2 WHERE id = $3`,
-			leaf, leaf != nodes[len(nodes)-1].ID, sessionID); err != nil {
-			return fmt.Errorf("postgres: setting leaf: %w", err)
-		}
-		return nil
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) (err error) {
+		leaf, err = setLeafTx(ctx, tx, sessionID, messageID, newest)
+		return err
 	})
 	return leaf, err
+}
+
+// setLeafTx is setLeaf's work in tx.
+func setLeafTx(ctx context.Context, tx pgx.Tx, sessionID, messageID string, newest bool) (string, error) {
+	// The session's row lock orders this after any append in progress.
+	var one int
+	err := tx.QueryRow(ctx, `SELECT 1 FROM sessions WHERE id = $1 FOR UPDATE`, sessionID).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", notFound("session", sessionID)
+	}
+	if err != nil {
+		return "", fmt.Errorf("postgres: setting leaf: %w", err)
+	}
+	if newest {
+		if err := noRunningRun(ctx, tx, sessionID); err != nil {
+			return "", err
+		}
+	}
+	nodes, err := treeNodes(ctx, tx, sessionID)
+	if err != nil {
+		return "", err
+	}
+	leaf := rowcodec.NewestInSubtree(nodes, messageID)
+	if leaf == "" {
+		return "", notFound("message", messageID)
+	}
+	if !newest {
+		leaf = messageID
+	}
+	// A leaf that is not the last message makes the tree more than a chain to read.
+	if _, err := tx.Exec(ctx, `UPDATE sessions SET leaf_id = $1, branched = branched OR $2 WHERE id = $3`,
+		leaf, leaf != nodes[len(nodes)-1].ID, sessionID); err != nil {
+		return "", fmt.Errorf("postgres: setting leaf: %w", err)
+	}
+	return leaf, nil
 }
 
 // noRunningRun refuses to switch branches under a running run, whose next message would land on

@@ -491,3 +491,19 @@ func TestABatchOfEventWritesIsOneStatement(t *testing.T) {
 		}
 	}
 }
+
+// A begin that sets the session's leaf runs its own statements: the merged ones set no leaf.
+func TestABeginWithALeafIsNotMerged(t *testing.T) {
+	at := time.Now().UTC()
+	run := &parley.RunRecord{ID: parley.NewID(), SessionID: "s", Owner: "alice", Instance: "i1", LeaseUntil: at, CreatedAt: at}
+	msg := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("q"), CreatedAt: at}
+	b := &parley.RunBegin{SessionID: "s", Reserve: 1, Run: run, Messages: []*parley.Message{msg}}
+	p, err := newBeginPart(b)
+	if err != nil || !p.mergeable() {
+		t.Fatalf("a turn's begin: mergeable %v, %v", err == nil && p.mergeable(), err)
+	}
+	b.Leaf = parley.NewID()
+	if p, err = newBeginPart(b); err != nil || p.mergeable() {
+		t.Fatalf("a begin with a leaf: mergeable %v, %v; want its own statements", err == nil && p.mergeable(), err)
+	}
+}

@@ -250,6 +250,9 @@ func newBeginPart(b *parley.RunBegin) (*beginPart, error) {
 	}
 	sessionID := b.SessionID
 	if b.NewSession != nil {
+		if b.Leaf != "" {
+			return nil, parley.Errorf(parley.ECInvalid, "leaf: a new session has no message to be its leaf")
+		}
 		if err := checkSession(b.NewSession); err != nil {
 			return nil, err
 		}
@@ -319,10 +322,10 @@ type beginPart struct {
 }
 
 // mergeable reports whether p is a run with one message that names no parent, of a new session
-// or of one that exists (a turn): the writes Merge merges.
+// or of one that exists (a turn), and sets no leaf: the writes Merge merges.
 func (p *beginPart) mergeable() bool {
 	b := p.b
-	return b.Run != nil && len(b.Messages) == 1 && b.Messages[0].ParentID == ""
+	return b.Run != nil && len(b.Messages) == 1 && b.Messages[0].ParentID == "" && b.Leaf == ""
 }
 
 // run is p's write on its own.
@@ -336,6 +339,12 @@ func (p *beginPart) run(ctx context.Context, tx pgx.Tx) (err error) {
 	if b.NewSession != nil && b.Run != nil {
 		p.first, p.last, p.links, err = beginNewSession(ctx, tx, b, tools, cols)
 		return err
+	}
+	if b.Leaf != "" {
+		// First, so that the messages and the answer follow it; it locks the session's row.
+		if _, err := setLeafTx(ctx, tx, sessionID, b.Leaf, false); err != nil {
+			return err
+		}
 	}
 	if b.NewSession == nil && b.Run != nil && chained(b.Messages) {
 		p.first, p.last, p.links, err = beginInSession(ctx, tx, b, tools, cols)

@@ -263,6 +263,9 @@ func (s *Store) BeginRun(ctx context.Context, b *parley.RunBegin) (int64, error)
 	}
 	sessionID := b.SessionID
 	if b.NewSession != nil {
+		if b.Leaf != "" {
+			return 0, parley.Errorf(parley.ECInvalid, "leaf: a new session has no message to be its leaf")
+		}
 		if err := checkSession(b.NewSession); err != nil {
 			return 0, err
 		}
@@ -296,6 +299,11 @@ func (s *Store) BeginRun(ctx context.Context, b *parley.RunBegin) (int64, error)
 		if b.NewSession != nil {
 			first, last, links, err = s.beginNewSession(ctx, tx, b, tools, rows)
 			return err
+		}
+		if b.Leaf != "" {
+			if _, err := setLeafTx(ctx, tx, sessionID, b.Leaf, false); err != nil {
+				return err
+			}
 		}
 		if len(b.Messages) > 0 {
 			// The event numbers are reserved by the session's update that appends the

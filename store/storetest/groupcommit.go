@@ -430,3 +430,83 @@ func testBeginNewSessionWithTurn(t *testing.T, s parley.Store) {
 		t.Fatalf("the next event number: %d, %v; want 4", next, err)
 	}
 }
+
+// testBeginRunWithLeaf: a run's beginning may set the session's leaf in its write (a regenerated
+// answer): the answer then follows that message. A leaf that is no message of the session fails
+// the write, and leaves nothing of it: no run, no numbers reserved, the leaf as it was.
+func testBeginRunWithLeaf(t *testing.T, s parley.Store) {
+	rb := beginner(t, s)
+	at := base
+	sess, other := newSession(t, s, "alice", at), newSession(t, s, "alice", at)
+	q, a := msg(parley.RoleUser, "q", at), msg(parley.RoleAssistant, "a", at)
+	if err := s.AppendMessages(ctx, sess.ID, q, a); err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := msg(parley.RoleUser, "elsewhere", at)
+	if err := s.AppendMessages(ctx, other.ID, elsewhere); err != nil {
+		t.Fatal(err)
+	}
+	next, err := s.ReserveEventSeqs(ctx, sess.ID, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	record := func() *parley.RunRecord {
+		return &parley.RunRecord{ID: parley.NewID(), SessionID: sess.ID, Owner: "alice", Model: "m", Instance: "i1",
+			LeaseUntil: at.Add(time.Minute), CreatedAt: at}
+	}
+	for name, leaf := range map[string]string{"an unknown message": parley.NewID(), "another session's message": elsewhere.ID} {
+		for _, msgs := range [][]*parley.Message{nil, {msg(parley.RoleUser, "edit", at)}} {
+			_, err := rb.BeginRun(ctx, &parley.RunBegin{SessionID: sess.ID, Leaf: leaf, Reserve: 10, Run: record(), Messages: msgs})
+			if !isNotFound(err) {
+				t.Fatalf("a leaf that is %s (%d messages): %v, want not found", name, len(msgs), err)
+			}
+		}
+	}
+	if r, err := s.ActiveRun(ctx, sess.ID); !isNotFound(err) {
+		t.Fatalf("a failed begin left a run: %+v, %v", r, err)
+	}
+	if leaf, _, err := s.Tree(ctx, sess.ID); err != nil || leaf != a.ID {
+		t.Fatalf("a failed begin moved the leaf: %q, %v; want %q", leaf, err, a.ID)
+	}
+	if h, _ := s.History(ctx, sess.ID); len(h) != 2 {
+		t.Fatalf("a failed begin stored a message: %d messages", len(h))
+	}
+	if first, err := s.ReserveEventSeqs(ctx, sess.ID, 1); err != nil || first != next+1 {
+		t.Fatalf("after failed begins: next number %d, %v; want %d", first, err, next+1)
+	}
+
+	// The leaf is set with the run: the answer stored next is a sibling of the old one.
+	run := record()
+	if _, err := rb.BeginRun(ctx, &parley.RunBegin{SessionID: sess.ID, Leaf: q.ID, Reserve: 10, Run: run}); err != nil {
+		t.Fatal(err)
+	}
+	if leaf, _, err := s.Tree(ctx, sess.ID); err != nil || leaf != q.ID {
+		t.Fatalf("the leaf after BeginRun: %q, %v; want the question %q", leaf, err, q.ID)
+	}
+	if active, err := s.ActiveRun(ctx, sess.ID); err != nil || active.ID != run.ID {
+		t.Fatalf("active run: %+v, %v", active, err)
+	}
+	a2 := msg(parley.RoleAssistant, "a2", at)
+	if err := s.AppendMessages(ctx, sess.ID, a2); err != nil || a2.ParentID != q.ID {
+		t.Fatalf("the new answer's parent: %q, %v; want %q", a2.ParentID, err, q.ID)
+	}
+	if err := rb.FinishRun(ctx, parley.RunFinish{SessionID: sess.ID, RunID: run.ID, Instance: "i1", Finish: parley.FinishStop, At: at}); err != nil {
+		t.Fatal(err)
+	}
+	// With a message that names no parent (the shape of a turn), the message follows the leaf.
+	turn, edit := record(), msg(parley.RoleUser, "q again", at)
+	if _, err := rb.BeginRun(ctx, &parley.RunBegin{SessionID: sess.ID, Leaf: a.ID, Reserve: 10, Run: turn, Messages: []*parley.Message{edit}}); err != nil {
+		t.Fatal(err)
+	}
+	if edit.ParentID != a.ID {
+		t.Fatalf("the turn's message follows %q, want the leaf %q", edit.ParentID, a.ID)
+	}
+	if h, err := s.History(ctx, sess.ID); err != nil || len(h) != 3 || h[1].ID != a.ID || h[2].ID != edit.ID {
+		t.Fatalf("history: %d messages, %v", len(h), err)
+	}
+	// A new session has no message to be its leaf.
+	fresh := &parley.Session{ID: parley.NewID(), Title: "t", Owner: "alice", CreatedAt: at, UpdatedAt: at}
+	if _, err := rb.BeginRun(ctx, &parley.RunBegin{NewSession: fresh, Leaf: q.ID, Reserve: 1}); parley.CodeOf(err) != parley.ECInvalid {
+		t.Fatalf("a new session with a leaf: %v, want invalid", err)
+	}
+}

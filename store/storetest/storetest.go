@@ -62,6 +62,7 @@ func Run(t *testing.T, open func(t *testing.T) parley.Store) {
 		{"Artifacts", testArtifacts},
 		{"SearchCosts", testSearchCosts},
 		{"BeginRun", testBeginRun},
+		{"BeginRunWithLeaf", testBeginRunWithLeaf},
 		{"FinishRunWithEnd", testFinishRunWithEnd},
 		{"ConcurrentWritesFailAlone", testConcurrentWritesFailAlone},
 		{"ConcurrentEventStreams", testConcurrentEventStreams},
