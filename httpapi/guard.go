@@ -111,46 +111,59 @@ func bodyOf[T any](r *http.Request) *T {
 
 func (s *server) pipe(p policy, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx := r.Context()
-		// 2. Rate limit, by the identity the credentials name (or the client's address).
-		id, authErr := s.identify(r)
-		if err := s.rateLimit(r, id, authErr); err != nil {
-			p.writeErr(w, err)
-			return
+		// The checks are a function of their own: this frame stays under a streamed response
+		// for its whole life (see observe).
+		if r = s.admit(p, w, r); r != nil {
+			h.ServeHTTP(w, r)
 		}
-		// 3. Authentication.
-		if authErr != nil && !p.open {
-			if parley.CodeOf(authErr) == parley.ECUnauth {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="parley"`)
-			} else {
-				s.Log.Error("authentication failed", "err", authErr)
-			}
-			p.writeErr(w, authErr)
-			return
-		}
-		if p.admin && !id.Admin {
-			p.writeErr(w, parley.Errorf(parley.ECForbidden, "this endpoint needs an admin key"))
-			return
-		}
-		// 4. Throttle.
-		if p.run && s.Runs.Full() {
-			s.Log.Warn("throttled: the budget of concurrent runs is spent", "path", r.URL.Path)
-			p.writeErr(w, runs.ErrOverloaded)
-			return
-		}
-		// 5. Body.
-		if p.body != nil {
-			v, err := s.readBody(w, r, p.body)
-			if err != nil {
-				p.writeErr(w, err)
-				return
-			}
-			ctx = context.WithValue(ctx, bodyKey, v)
-		}
-		ctx = context.WithValue(ctx, identityKey, id)
-		noteUser(ctx, id.User) // for the access log
-		h.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// admit runs the pipeline's checks of a request (rate limit, authentication, throttle, body)
+// and returns the request to hand on, with its identity and body; nil when it was refused (the
+// error is written).
+//
+//go:noinline
+func (s *server) admit(p policy, w http.ResponseWriter, r *http.Request) *http.Request {
+	ctx := r.Context()
+	// 2. Rate limit, by the identity the credentials name (or the client's address).
+	id, authErr := s.identify(r)
+	if err := s.rateLimit(r, id, authErr); err != nil {
+		p.writeErr(w, err)
+		return nil
+	}
+	// 3. Authentication.
+	if authErr != nil && !p.open {
+		if parley.CodeOf(authErr) == parley.ECUnauth {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="parley"`)
+		} else {
+			s.Log.Error("authentication failed", "err", authErr)
+		}
+		p.writeErr(w, authErr)
+		return nil
+	}
+	if p.admin && !id.Admin {
+		p.writeErr(w, parley.Errorf(parley.ECForbidden, "this endpoint needs an admin key"))
+		return nil
+	}
+	// 4. Throttle.
+	if p.run && s.Runs.Full() {
+		s.Log.Warn("throttled: the budget of concurrent runs is spent", "path", r.URL.Path)
+		p.writeErr(w, runs.ErrOverloaded)
+		return nil
+	}
+	// 5. Body.
+	if p.body != nil {
+		v, err := s.readBody(w, r, p.body)
+		if err != nil {
+			p.writeErr(w, err)
+			return nil
+		}
+		ctx = context.WithValue(ctx, bodyKey, v)
+	}
+	ctx = context.WithValue(ctx, identityKey, id)
+	noteUser(ctx, id.User) // for the access log
+	return r.WithContext(ctx)
 }
 
 // readBody reads the body whole, within the size limit, the body time limit and a share of the
@@ -438,41 +451,53 @@ func (s *server) cors(next http.Handler) http.Handler {
 		return false
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		origin := r.Header.Get("Origin")
-		if origin != "" && allowed(origin) {
-			h := w.Header()
-			h.Set("Access-Control-Allow-Origin", origin)
-			h.Add("Vary", "Origin")
-			h.Set("Access-Control-Expose-Headers", "Retry-After, WWW-Authenticate, X-Request-Id, X-Parley-Session, X-Parley-Run")
+		// The checks are a function of their own: this frame stays under a streamed response
+		// for its whole life (see observe).
+		if corsCheck(w, r, cop, anyOrigin, allowed) {
+			next.ServeHTTP(w, r)
 		}
-		if r.Method == http.MethodOptions && origin != "" && r.Header.Get("Access-Control-Request-Method") != "" {
-			if !allowed(origin) {
-				writeError(w, parley.Errorf(parley.ECForbidden, "origin %s is not allowed (--cors-origins)", redact.String(truncate(origin, 100))))
-				return
-			}
-			h := w.Header()
-			h.Set("Access-Control-Allow-Methods", "GET, POST, PATCH, DELETE, OPTIONS")
-			h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Last-Event-ID, X-Request-Id, traceparent, tracestate, X-Parley-Session")
-			h.Set("Access-Control-Max-Age", "600")
-			w.WriteHeader(http.StatusNoContent)
-			return
-		}
-		// A request that names an origin (a browser's, on every cross-origin request and on
-		// same-origin ones other than GET and HEAD) is refused unless that origin is allowed or
-		// is the server's own (the web UI it serves): reads too, so that no page of another
-		// origin can even probe the API from a user's browser.
-		if origin != "" && !allowed(origin) && !sameOrigin(r, origin) {
-			writeError(w, parley.Errorf(parley.ECForbidden, "origin %s is not allowed (--cors-origins)", redact.String(truncate(origin, 100))))
-			return
-		}
-		if !anyOrigin {
-			if err := cop.Check(r); err != nil {
-				writeError(w, parley.Errorf(parley.ECForbidden, "cross-origin request refused: the origin is not allowed (--cors-origins)"))
-				return
-			}
-		}
-		next.ServeHTTP(w, r)
 	})
+}
+
+// corsCheck answers a preflight and sets the CORS headers of an allowed origin; it reports
+// whether the request goes on (false: answered or refused).
+//
+//go:noinline
+func corsCheck(w http.ResponseWriter, r *http.Request, cop *http.CrossOriginProtection, anyOrigin bool, allowed func(string) bool) bool {
+	origin := r.Header.Get("Origin")
+	if origin != "" && allowed(origin) {
+		h := w.Header()
+		h.Set("Access-Control-Allow-Origin", origin)
+		h.Add("Vary", "Origin")
+		h.Set("Access-Control-Expose-Headers", "Retry-After, WWW-Authenticate, X-Request-Id, X-Parley-Session, X-Parley-Run")
+	}
+	if r.Method == http.MethodOptions && origin != "" && r.Header.Get("Access-Control-Request-Method") != "" {
+		if !allowed(origin) {
+			writeError(w, parley.Errorf(parley.ECForbidden, "origin %s is not allowed (--cors-origins)", redact.String(truncate(origin, 100))))
+			return false
+		}
+		h := w.Header()
+		h.Set("Access-Control-Allow-Methods", "GET, POST, PATCH, DELETE, OPTIONS")
+		h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Last-Event-ID, X-Request-Id, traceparent, tracestate, X-Parley-Session")
+		h.Set("Access-Control-Max-Age", "600")
+		w.WriteHeader(http.StatusNoContent)
+		return false
+	}
+	// A request that names an origin (a browser's, on every cross-origin request and on
+	// same-origin ones other than GET and HEAD) is refused unless that origin is allowed or
+	// is the server's own (the web UI it serves): reads too, so that no page of another
+	// origin can even probe the API from a user's browser.
+	if origin != "" && !allowed(origin) && !sameOrigin(r, origin) {
+		writeError(w, parley.Errorf(parley.ECForbidden, "origin %s is not allowed (--cors-origins)", redact.String(truncate(origin, 100))))
+		return false
+	}
+	if !anyOrigin {
+		if err := cop.Check(r); err != nil {
+			writeError(w, parley.Errorf(parley.ECForbidden, "cross-origin request refused: the origin is not allowed (--cors-origins)"))
+			return false
+		}
+	}
+	return true
 }
 
 // sameOrigin reports whether origin is the server's own: its host (and port) is the one the

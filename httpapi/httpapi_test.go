@@ -46,10 +46,11 @@ type testStore interface {
 }
 
 type env struct {
-	url   string
-	store testStore
-	runs  *runs.Manager
-	agent *fakeAgent
+	url     string
+	handler http.Handler // what srv serves
+	store   testStore
+	runs    *runs.Manager
+	agent   *fakeAgent
 	// shutdown ends every request's context, as parley serve does before it shuts down.
 	shutdown context.CancelFunc
 
@@ -164,12 +165,13 @@ func newEnvOn(t *testing.T, st testStore, ro runs.Options, mod func(*httpapi.Dep
 	if mod != nil {
 		mod(&d)
 	}
-	srv := httptest.NewUnstartedServer(httpapi.NewServer(d))
+	h := httpapi.NewServer(d)
+	srv := httptest.NewUnstartedServer(h)
 	srv.Config.BaseContext = func(net.Listener) context.Context { return base }
 	srv.Start()
 	t.Cleanup(srv.Close)
 	t.Cleanup(shutdown)
-	return &env{url: srv.URL, store: st, runs: mgr, agent: fa, shutdown: shutdown, keys: map[string]string{}, blobs: blobs}
+	return &env{url: srv.URL, handler: h, store: st, runs: mgr, agent: fa, shutdown: shutdown, keys: map[string]string{}, blobs: blobs}
 }
 
 func (e *env) do(t *testing.T, method, path, body string, hdr ...string) (int, map[string]any) {
@@ -379,10 +381,16 @@ func readEvents(t *testing.T, body io.Reader, stop func(event) bool) ([]event, [
 
 func (e *env) stream(t *testing.T, ctx context.Context, body string) *http.Response {
 	t.Helper()
+	return e.streamWith(t, http.DefaultClient, ctx, body)
+}
+
+// streamWith is stream through client.
+func (e *env) streamWith(t *testing.T, client *http.Client, ctx context.Context, body string) *http.Response {
+	t.Helper()
 	req, _ := http.NewRequestWithContext(ctx, "POST", e.url+"/api/v1/chat/stream", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	e.authorize(t, req)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,79 +33,98 @@ const defaultRetryAfter = 5
 // handler wrote it.
 func (s *server) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rid := requestID(r.Header.Get("X-Request-Id"))
-		w.Header().Set("X-Request-Id", rid)
-		if r.ContentLength != 0 {
-			// Until the pipeline has read the body whole, the connection is closed after the
-			// answer. Otherwise the server would read what is left of an unread body (up to
-			// 256 KiB, with no time limit) before answering: one byte a second would hold it.
-			w.Header()["Connection"] = connClose
+		// The work before and after the handler is done in functions of their own: this frame
+		// stays under every streamed response for its whole life, so it holds only what the
+		// handler's call needs (its goroutine's stack can then shrink to 8 KiB while it streams).
+		ow, r := s.observeStart(w, r)
+		if ow.span.IsRecording() {
+			defer ow.span.End()
 		}
-		base := r.Context()
-		ctx := base
-		method := knownMethod(r.Method)                     // a client may send any token as its method
-		span := trace.SpanFromContext(context.Background()) // a no-op, unless tracing is on
-		if tracing.On() {
-			ctx = otel.GetTextMapPropagator().Extract(ctx, propagation.HeaderCarrier(r.Header))
-			ctx, span = tracing.Tracer().Start(ctx, method, trace.WithSpanKind(trace.SpanKindServer),
-				trace.WithAttributes(tracing.HTTPMethod.String(method), tracing.RequestID.String(rid)))
-			defer span.End()
-		}
-		info := &requestInfo{}
-		ctx = context.WithValue(ctx, requestInfoKey, info)
-		ctx = logctx.WithAttrs(ctx, slog.String("request_id", rid))
-		// The mux sets the pattern it matched on the request it is given: this one.
-		r = r.WithContext(ctx)
-		ow := &observedWriter{ResponseWriter: w}
-		start := time.Now()
 		next.ServeHTTP(ow, r)
-		elapsed := time.Since(start)
-		status := ow.status
-		if status == 0 {
-			status = http.StatusOK // nothing written: net/http answers 200
-		}
-		if s.Metrics != nil {
-			// r.Pattern is the mux's pattern (set on this request as it routed it): no ids.
-			s.Metrics.Request(r.Pattern, r.Method, status, elapsed)
-		}
-		path := routePath(r.Pattern)
-		if span.IsRecording() {
-			span.SetName(method + " " + path)
-			span.SetAttributes(tracing.HTTPRoute.String(path), tracing.HTTPStatusCode.Int(status))
-			if info.user != "" {
-				span.SetAttributes(tracing.User.String(info.user))
-			}
-			if status >= 500 {
-				span.SetStatus(codes.Error, http.StatusText(status))
-			}
-		}
-		if s.AccessLog {
-			s.Log.LogAttrs(base, slog.LevelInfo, "request",
-				// The route is the mux's own pattern, never client text: redaction leaves it whole
-				// (a route outside /api/, such as /v1/chat/completions, would read as a file path).
-				slog.String("method", method), slog.Any("route", redact.Safe(path)), slog.Int("status", status),
-				slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000), slog.Int64("bytes", ow.bytes),
-				slog.String("user", info.user), slog.String("request_id", rid))
-		}
-		if ow.status < 500 {
-			return
-		}
-		route := r.Pattern // the mux's pattern when it matched one: no ids, no query
-		if route == "" {
-			route = r.Method + " " + truncate(r.URL.Path, 100)
-		}
-		level, msg := slog.LevelError, "request failed"
-		if ow.status == http.StatusServiceUnavailable {
-			// Shedding load (the run budget, the body budget, a store that is down for a moment)
-			// is the server working as designed: a warning, not an error.
-			level, msg = slog.LevelWarn, "request refused: unavailable"
-		}
-		attrs := []any{"request_id", rid, "route", route, "status", ow.status}
-		if ow.err != nil {
-			attrs = append(attrs, "code", parley.CodeOf(ow.err), "err", redact.String(errorText(ow.err)))
-		}
-		s.Log.Log(base, level, msg, attrs...)
+		s.observeEnd(ow, r)
 	})
+}
+
+// observeStart gives the request its id, its span and its requestInfo, and returns the writer
+// the handler writes to with the request to hand it.
+//
+//go:noinline
+func (s *server) observeStart(w http.ResponseWriter, r *http.Request) (*observedWriter, *http.Request) {
+	ow := &observedWriter{ResponseWriter: w, base: r.Context(), start: time.Now()}
+	ow.rid = requestID(r.Header.Get("X-Request-Id"))
+	w.Header().Set("X-Request-Id", ow.rid)
+	if r.ContentLength != 0 {
+		// Until the pipeline has read the body whole, the connection is closed after the
+		// answer. Otherwise the server would read what is left of an unread body (up to
+		// 256 KiB, with no time limit) before answering: one byte a second would hold it.
+		w.Header()["Connection"] = connClose
+	}
+	ctx := ow.base
+	ow.method = knownMethod(r.Method)                     // a client may send any token as its method
+	ow.span = trace.SpanFromContext(context.Background()) // a no-op, unless tracing is on
+	if tracing.On() {
+		ctx = otel.GetTextMapPropagator().Extract(ctx, propagation.HeaderCarrier(r.Header))
+		ctx, ow.span = tracing.Tracer().Start(ctx, ow.method, trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(tracing.HTTPMethod.String(ow.method), tracing.RequestID.String(ow.rid)))
+	}
+	ctx = context.WithValue(ctx, requestInfoKey, &ow.info)
+	ctx = logctx.WithAttrs(ctx, slog.String("request_id", ow.rid))
+	// The mux sets the pattern it matched on the request it is given: this one.
+	return ow, r.WithContext(ctx)
+}
+
+// observeEnd records the request once its handler returned: metrics, span, access log, and the
+// log line of a server-side failure.
+//
+//go:noinline
+func (s *server) observeEnd(ow *observedWriter, r *http.Request) {
+	elapsed := time.Since(ow.start)
+	status := ow.status
+	if status == 0 {
+		status = http.StatusOK // nothing written: net/http answers 200
+	}
+	if s.Metrics != nil {
+		// r.Pattern is the mux's pattern (set on this request as it routed it): no ids.
+		s.Metrics.Request(r.Pattern, r.Method, status, elapsed)
+	}
+	path := routePath(r.Pattern)
+	rid, info, span, base := ow.rid, &ow.info, ow.span, ow.base
+	if span.IsRecording() {
+		span.SetName(ow.method + " " + path)
+		span.SetAttributes(tracing.HTTPRoute.String(path), tracing.HTTPStatusCode.Int(status))
+		if info.user != "" {
+			span.SetAttributes(tracing.User.String(info.user))
+		}
+		if status >= 500 {
+			span.SetStatus(codes.Error, http.StatusText(status))
+		}
+	}
+	if s.AccessLog {
+		s.Log.LogAttrs(base, slog.LevelInfo, "request",
+			// The route is the mux's own pattern, never client text: redaction leaves it whole
+			// (a route outside /api/, such as /v1/chat/completions, would read as a file path).
+			slog.String("method", ow.method), slog.Any("route", redact.Safe(path)), slog.Int("status", status),
+			slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000), slog.Int64("bytes", ow.bytes),
+			slog.String("user", info.user), slog.String("request_id", rid))
+	}
+	if ow.status < 500 {
+		return
+	}
+	route := r.Pattern // the mux's pattern when it matched one: no ids, no query
+	if route == "" {
+		route = r.Method + " " + truncate(r.URL.Path, 100)
+	}
+	level, msg := slog.LevelError, "request failed"
+	if ow.status == http.StatusServiceUnavailable {
+		// Shedding load (the run budget, the body budget, a store that is down for a moment)
+		// is the server working as designed: a warning, not an error.
+		level, msg = slog.LevelWarn, "request refused: unavailable"
+	}
+	attrs := []any{"request_id", rid, "route", route, "status", ow.status}
+	if ow.err != nil {
+		attrs = append(attrs, "code", parley.CodeOf(ow.err), "err", redact.String(errorText(ow.err)))
+	}
+	s.Log.Log(base, level, msg, attrs...)
 }
 
 // knownMethod is m when it is a standard HTTP method, else "_OTHER" (as the HTTP semantic
@@ -186,6 +205,14 @@ type observedWriter struct {
 	status int
 	err    error
 	bytes  int64 // body bytes written
+
+	// What observe learns before the handler runs and logs after it.
+	rid    string
+	method string
+	base   context.Context // the request's own context (the access log's)
+	span   trace.Span
+	start  time.Time
+	info   requestInfo
 }
 
 func (w *observedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
