@@ -12,12 +12,22 @@ const (
 	upstreamIdle        = 1024
 )
 
+// upstreamWriteBuffer is the size of the buffer a connection to a model provider writes its
+// requests through (net/http's default: 4 KiB). A connection holds it for as long as it lives,
+// a streamed answer's whole length included, though it is used only while a request is written:
+// the request line and headers fit in 1 KiB, and a body larger than what is left of the buffer
+// goes to the socket without passing through it (a long request costs one write more, not one
+// per KiB).
+const upstreamWriteBuffer = 1 << 10
+
 // upstreamTransport is the transport of the calls to the model providers: net/http's default
 // (proxy from the environment, timeouts, HTTP/2 where the server offers it), keeping as many idle
-// connections per provider as a busy server has streams in flight to it.
+// connections per provider as a busy server has streams in flight to it, each with a small write
+// buffer.
 func upstreamTransport() *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = upstreamIdle
 	t.MaxIdleConnsPerHost = upstreamIdlePerHost
+	t.WriteBufferSize = upstreamWriteBuffer
 	return t
 }
