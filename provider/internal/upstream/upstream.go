@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -36,16 +37,27 @@ type Endpoint struct {
 
 // Post sends body to url and returns a 2xx response, whose body the caller closes. A non-2xx
 // answer is a *parley.Error (ECRateLimited for 429, ECUpstream otherwise) wrapping a
-// *parley.StatusError.
+// *parley.StatusError. The request keeps nothing of body once it is sent and the response has
+// come: a streamed answer does not hold the request (the conversation so far) for its whole
+// length.
 func (e Endpoint) Post(ctx context.Context, url string, header http.Header, body []byte) (*http.Response, error) {
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	rb := &requestBody{b: body, again: body}
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, url, rb)
 	if err != nil {
 		return nil, parley.WrapError(parley.ECInternal, err, "invalid provider URL")
+	}
+	hr.ContentLength = int64(len(body))
+	hr.GetBody = rb.getBody
+	if len(body) == 0 {
+		hr.Body, hr.GetBody = http.NoBody, nil
 	}
 	for k, v := range header {
 		hr.Header[k] = v
 	}
 	resp, err := e.Client.Do(hr)
+	// net/http sends the body again (GetBody) only before the response came: on a redirect, or
+	// on a kept connection the server had closed. Past it, the copy kept for that can go.
+	rb.release()
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, CtxError(ctx)
@@ -61,6 +73,45 @@ func (e Endpoint) Post(ctx context.Context, url string, header http.Header, body
 		return nil, statusError(resp, e.Secret, now())
 	}
 	return resp, nil
+}
+
+// requestBody is a request's body that lets go of its bytes once they are read, and of the copy
+// kept for sending them again once released.
+type requestBody struct {
+	mu    sync.Mutex
+	b     []byte // what is left to read
+	again []byte // for GetBody, until release
+}
+
+func (r *requestBody) Read(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.b) == 0 {
+		r.b = nil
+		return 0, io.EOF
+	}
+	n := copy(p, r.b)
+	r.b = r.b[n:]
+	if len(r.b) == 0 {
+		r.b = nil
+	}
+	return n, nil
+}
+
+// getBody is the request's GetBody: the body from its start, while it is kept.
+func (r *requestBody) getBody() (io.ReadCloser, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.again == nil {
+		return nil, errors.New("upstream: the request body is no longer kept")
+	}
+	return io.NopCloser(bytes.NewReader(r.again)), nil
+}
+
+func (r *requestBody) release() {
+	r.mu.Lock()
+	r.again = nil
+	r.mu.Unlock()
 }
 
 // ReadBody reads a non-streamed response body of at most limit bytes.
