@@ -381,16 +381,10 @@ func readEvents(t *testing.T, body io.Reader, stop func(event) bool) ([]event, [
 
 func (e *env) stream(t *testing.T, ctx context.Context, body string) *http.Response {
 	t.Helper()
-	return e.streamWith(t, http.DefaultClient, ctx, body)
-}
-
-// streamWith is stream through client.
-func (e *env) streamWith(t *testing.T, client *http.Client, ctx context.Context, body string) *http.Response {
-	t.Helper()
 	req, _ := http.NewRequestWithContext(ctx, "POST", e.url+"/api/v1/chat/stream", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	e.authorize(t, req)
-	resp, err := client.Do(req)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
