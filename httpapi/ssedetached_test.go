@@ -31,18 +31,41 @@ func (l opaqueListener) Accept() (net.Conn, error) {
 	return opaqueConn{c}, nil
 }
 
+// closeMetrics reports each stream's end (StreamClose) on closed, with how many stream slots
+// its user still holds then.
+type closeMetrics struct {
+	s      *server
+	closed chan int
+}
+
+func (closeMetrics) Request(string, string, int, time.Duration) {}
+func (closeMetrics) StreamOpened(string) func()                 { return func() {} }
+func (closeMetrics) StreamOpen(string)                          {}
+func (m closeMetrics) StreamClose(string) {
+	m.s.slots.mu.Lock()
+	n := m.s.slots.byUser["u"]
+	m.s.slots.mu.Unlock()
+	m.closed <- n
+}
+
 // detachedServer serves detached SSE streams of session "s" on conns the poller watches, or
-// (opaque) cannot; each stream's release is reported on released.
-func detachedServer(t *testing.T, opaque bool) (url string, shutdown func(), released chan struct{}) {
+// (opaque) cannot; each stream's end is reported on released, with the slots its user holds then.
+func detachedServer(t *testing.T, opaque bool) (url string, shutdown func(), released chan int) {
 	m := runs.NewManager(runs.Options{})
 	t.Cleanup(func() { m.Shutdown(context.Background()) })
 	life, shutdown := context.WithCancel(context.Background())
 	t.Cleanup(shutdown)
 	s := &server{Deps: Deps{Runs: m, StreamIdle: time.Hour, StreamLifetime: time.Hour, WriteTimeout: time.Minute,
-		Heartbeat: time.Hour, Lifetime: life, Log: slog.New(slog.DiscardHandler)}, idle: newIdlePoller()}
-	released = make(chan struct{}, 10)
+		Heartbeat: time.Hour, Lifetime: life, Log: slog.New(slog.DiscardHandler)}, idle: newIdlePoller(),
+		slots: streamSlots{byUser: map[string]int{}}}
+	released = make(chan int, 10)
+	s.Metrics = closeMetrics{s: s, closed: released}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.streamDetached(w, r, "s", stream.Join, false, func() { released <- struct{}{} }) {
+		if err := s.takeStream("u"); err != nil {
+			t.Error(err)
+			return
+		}
+		if !s.streamDetached(w, r, "s", stream.Join, false, "u") {
 			t.Error("the stream was not detached")
 		}
 	}))
@@ -70,11 +93,15 @@ func openDetached(t *testing.T, url string) (net.Conn, *bufio.Reader) {
 	return c, br
 }
 
-func waitReleased(t *testing.T, released chan struct{}, what string) {
+// waitReleased waits for the end of the server's one stream, which gives back its slot.
+func waitReleased(t *testing.T, released chan int, what string) {
 	select {
-	case <-released:
+	case n := <-released:
+		if n != 0 {
+			t.Fatalf("%s: the stream ended holding its slot (%d held)", what, n)
+		}
 	case <-time.After(20 * time.Second):
-		t.Fatalf("%s: the stream's slot was not released", what)
+		t.Fatalf("%s: the stream did not end", what)
 	}
 }
 
