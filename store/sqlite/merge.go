@@ -201,7 +201,13 @@ func (s *Store) merge(ctx context.Context, tx *sql.Tx, parts []any) error {
 			return errMerged
 		}
 	}
-	var sessions, runs, msgs, updates, evRows, ends []any
+	// The rows of each statement, sized once (the event rows: one a write unless it has gaps).
+	sessions := make([]any, 0, len(news)*mergedSessions.cols)
+	runs := make([]any, 0, (len(news)+len(turns))*mergedRuns.cols)
+	msgs := make([]any, 0, (len(news)+len(turns)+len(finishes))*mergedMessages.cols)
+	updates := make([]any, 0, (len(turns)+len(finishes))*mergedUpdate.cols)
+	evRows := make([]any, 0, (len(finishes)+len(events))*mergedEvents.cols)
+	ends := make([]any, 0, len(finishes)*mergedEnds.cols)
 	for _, p := range news { // as beginNewSession
 		b, m := p.b, p.b.Messages[0]
 		sess := b.NewSession
