@@ -199,8 +199,21 @@ type turn struct {
 	prov    parley.Provider
 	model   string
 	specs   []parley.ToolSpec
-	allowed map[string]bool
+	allowed map[string]bool    // the names of specs, made when the model first calls a tool (allowedNames)
 	emit    func(parley.Event) // safe for concurrent use
+}
+
+// allowedNames returns the names of the tools offered, as a set: what the registry lets the
+// model call. Most runs never call a tool, so it is made at the first call. The run's goroutine
+// calls it.
+func (t *turn) allowedNames() map[string]bool {
+	if t.allowed == nil {
+		t.allowed = make(map[string]bool, len(t.specs))
+		for _, s := range t.specs {
+			t.allowed[s.Name] = true
+		}
+	}
+	return t.allowed
 }
 
 func (a *Agent) prepare(in Input, emit func(parley.Event)) (*turn, error) {
@@ -221,10 +234,6 @@ func (a *Agent) prepare(in Input, emit func(parley.Event)) (*turn, error) {
 		if t.specs, err = withoutSessionTools(a.cfg.Tools, t.specs, in.SelectedTools != nil); err != nil {
 			return nil, err
 		}
-	}
-	t.allowed = make(map[string]bool, len(t.specs))
-	for _, s := range t.specs {
-		t.allowed[s.Name] = true
 	}
 	return t, nil
 }
@@ -249,7 +258,7 @@ func withoutSessionTools(reg *tools.Registry, specs []parley.ToolSpec, named boo
 // loop calls the model and runs the tools it asks for until it answers, from the history as the
 // store holds it.
 func (a *Agent) loop(ctx context.Context, in Input, t *turn, res *Result) (*Result, error) {
-	prov, model, specs, allowed, emitSafe := t.prov, t.model, t.specs, t.allowed, t.emit
+	prov, model, specs, emitSafe := t.prov, t.model, t.specs, t.emit
 	toolCalls := 0 // calls run so far, against MaxToolCalls
 	for res.Iterations < a.cfg.MaxIterations {
 		if err := in.gate(ctx); err != nil {
@@ -354,7 +363,7 @@ func (a *Agent) loop(ctx context.Context, in Input, t *turn, res *Result) (*Resu
 			}
 			return res, err
 		}
-		if err := a.runTools(ctx, in, msg.ToolCalls, budget, allowed, verdicts, emitSafe); err != nil {
+		if err := a.runTools(ctx, in, msg.ToolCalls, budget, t.allowedNames(), verdicts, emitSafe); err != nil {
 			return res, err
 		}
 		if ctx.Err() != nil {

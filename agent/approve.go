@@ -63,7 +63,7 @@ func (a *Agent) approve(ctx context.Context, in Input, t *turn, calls []parley.T
 	var waiting []*parley.ApprovalRecord
 	for _, c := range calls[:budget] {
 		name := c.Function.Name
-		if !t.allowed[name] {
+		if !t.allowedNames()[name] {
 			continue // refused by the registry as not offered
 		}
 		mode, why := sess.Mode(name)
