@@ -51,9 +51,9 @@ func (s *server) observe(next http.Handler) http.Handler {
 				trace.WithAttributes(tracing.HTTPMethod.String(method), tracing.RequestID.String(rid)))
 			defer span.End()
 		}
-		info := &requestInfo{}
-		ctx = context.WithValue(ctx, requestInfoKey, info)
-		ctx = logctx.WithAttrs(ctx, slog.String("request_id", rid))
+		rc := newRequestCtx(ctx, rid)
+		info := &rc.info
+		ctx = rc
 		// The mux sets the pattern it matched on the request it is given: this one.
 		r = r.WithContext(ctx)
 		ow := &observedWriter{ResponseWriter: w}
@@ -145,6 +145,58 @@ func noteUser(ctx context.Context, user string) {
 		info.user = user
 	}
 }
+
+// requestCtx is the context observe gives a request, in one object: the request id among the log
+// attributes, the requestInfo, and the values the pipeline adds (the identity and the decoded
+// body; see setPipeline), on the context the server gave the request. One object instead of a
+// chain of context.WithValue, each with its own boxed value, and a request copied for each.
+type requestCtx struct {
+	context.Context
+	info  requestInfo
+	attr  [1]slog.Attr
+	attrs any // the log attributes as logctx reads them ([]slog.Attr), boxed once
+
+	piped bool // the pipeline has set id and body
+	id    any  // auth.Identity
+	body  any
+}
+
+func newRequestCtx(parent context.Context, rid string) *requestCtx {
+	c := &requestCtx{Context: parent}
+	c.attr[0] = slog.String("request_id", rid)
+	if have := logctx.Attrs(parent); len(have) > 0 {
+		c.attrs = append(append(make([]slog.Attr, 0, len(have)+1), have...), c.attr[0])
+	} else {
+		c.attrs = c.attr[:]
+	}
+	return c
+}
+
+func (c *requestCtx) Value(key any) any {
+	switch key {
+	case any(requestInfoKey):
+		return &c.info
+	case any(identityKey):
+		if c.piped {
+			return c.id
+		}
+	case any(bodyKey):
+		if c.piped {
+			return c.body
+		}
+	case any(requestCtxKey):
+		return c
+	default:
+		if logctx.IsKey(key) {
+			return c.attrs
+		}
+	}
+	return c.Context.Value(key)
+}
+
+type requestCtxKeyType struct{}
+
+var requestCtxKey requestCtxKeyType
 
 // maxRequestID bounds a client's X-Request-Id.
 const maxRequestID = 128
