@@ -123,6 +123,17 @@ type Input struct {
 	// then announces it (its record event) once stored, and calls stored with it first. When it
 	// reports false, or is not set, the agent stores and announces the answer itself.
 	StoreWithEnd func(msg *parley.Message, stored func(*parley.Message)) bool
+	// Run, when set, gives Gate, AwaitApproval, Begun and StoreWithEnd at once (a *runs.Run has
+	// all four), without a method value made for each; a func field that is set wins over it.
+	Run RunHooks
+}
+
+// RunHooks is what a run offers its loop (Input.Run): runs.Run's methods of the same names.
+type RunHooks interface {
+	Gate(ctx context.Context) error
+	AwaitApproval(ctx context.Context, until time.Time, check func(context.Context) (bool, error)) error
+	Begun() error
+	StoreWithEnd(msg *parley.Message, stored func(*parley.Message)) bool
 }
 
 // Result is how a run ended.
@@ -259,6 +270,7 @@ func withoutSessionTools(reg *tools.Registry, specs []parley.ToolSpec, named boo
 // store holds it.
 func (a *Agent) loop(ctx context.Context, in Input, t *turn, res *Result) (*Result, error) {
 	prov, model, specs, emitSafe := t.prov, t.model, t.specs, t.emit
+	waitBegun := in.Begun != nil || in.Run != nil
 	toolCalls := 0 // calls run so far, against MaxToolCalls
 	for res.Iterations < a.cfg.MaxIterations {
 		if err := in.gate(ctx); err != nil {
@@ -294,13 +306,13 @@ func (a *Agent) loop(ctx context.Context, in Input, t *turn, res *Result) (*Resu
 		resp, answeredBy, ttft, err := a.callModel(mctx, prov, req, emitSafe)
 		latency := time.Since(start)
 		a.endModelSpan(span, answeredBy, resp, err)
-		if in.Begun != nil {
+		if waitBegun {
 			// The call overlapped the write of the run's beginning: nothing is stored before
 			// it is durable, nothing at all if it failed.
-			if berr := in.Begun(); berr != nil {
+			if berr := in.begun(); berr != nil {
 				return res, berr
 			}
-			in.Begun = nil
+			waitBegun = false
 		}
 		if a.cfg.Metrics != nil {
 			var u *parley.Usage
@@ -409,7 +421,7 @@ func (a *Agent) systemPrompt(ctx context.Context, sessionID string, sess *parley
 // storeWithEnd gives msg, the run's answer, to be stored with the run's end (StoreWithEnd), and
 // reports whether it was taken. The history is told of it once stored, as store tells it.
 func (a *Agent) storeWithEnd(in Input, msg *parley.Message) bool {
-	if in.StoreWithEnd == nil {
+	if in.StoreWithEnd == nil && in.Run == nil {
 		return false
 	}
 	scrubNUL(msg)
@@ -417,14 +429,40 @@ func (a *Agent) storeWithEnd(in Input, msg *parley.Message) bool {
 	if h, ok := a.cfg.History.(appender); ok {
 		stored = func(m *parley.Message) { h.Appended(in.SessionID, m) }
 	}
-	return in.StoreWithEnd(msg, stored)
+	if in.StoreWithEnd != nil {
+		return in.StoreWithEnd(msg, stored)
+	}
+	return in.Run.StoreWithEnd(msg, stored)
 }
 
-func (in Input) gate(ctx context.Context) error {
-	if in.Gate == nil {
-		return nil
+func (in *Input) gate(ctx context.Context) error {
+	switch {
+	case in.Gate != nil:
+		return in.Gate(ctx)
+	case in.Run != nil:
+		return in.Run.Gate(ctx)
 	}
-	return in.Gate(ctx)
+	return nil
+}
+
+func (in *Input) begun() error {
+	switch {
+	case in.Begun != nil:
+		return in.Begun()
+	case in.Run != nil:
+		return in.Run.Begun()
+	}
+	return nil
+}
+
+// canAwaitApproval reports whether the run can wait for approvals (awaitApproval).
+func (in *Input) canAwaitApproval() bool { return in.AwaitApproval != nil || in.Run != nil }
+
+func (in *Input) awaitApproval(ctx context.Context, until time.Time, check func(context.Context) (bool, error)) error {
+	if in.AwaitApproval != nil {
+		return in.AwaitApproval(ctx, until, check)
+	}
+	return in.Run.AwaitApproval(ctx, until, check)
 }
 
 // closeCalls stores a "not run" result for each call, for a run that stops before its tools ran.
