@@ -211,7 +211,16 @@ type turn struct {
 	model   string
 	specs   []parley.ToolSpec
 	allowed map[string]bool    // the names of specs, made when the model first calls a tool (allowedNames)
-	emit    func(parley.Event) // safe for concurrent use
+	emit    func(parley.Event) // safe for concurrent use: send
+	emitMu  sync.Mutex
+	to      func(parley.Event) // the run's emit
+}
+
+// send emits ev, one event at a time.
+func (t *turn) send(ev parley.Event) {
+	t.emitMu.Lock()
+	defer t.emitMu.Unlock()
+	t.to(ev)
 }
 
 // allowedNames returns the names of the tools offered, as a set: what the registry lets the
@@ -228,12 +237,8 @@ func (t *turn) allowedNames() map[string]bool {
 }
 
 func (a *Agent) prepare(in Input, emit func(parley.Event)) (*turn, error) {
-	var mu sync.Mutex
-	t := &turn{emit: func(ev parley.Event) {
-		mu.Lock()
-		defer mu.Unlock()
-		emit(ev)
-	}}
+	t := &turn{to: emit}
+	t.emit = t.send
 	var err error
 	if t.prov, t.model, err = a.cfg.Resolve(in.Model); err != nil {
 		return nil, err
