@@ -148,7 +148,7 @@ func noteUser(ctx context.Context, user string) {
 
 // requestCtx is the context observe gives a request, in one object: the request id among the log
 // attributes, the requestInfo, and the values the pipeline adds (the identity and the decoded
-// body; see setPipeline), on the context the server gave the request. One object instead of a
+// body; see withPipeline), on the context the server gave the request. One object instead of a
 // chain of context.WithValue, each with its own boxed value, and a request copied for each.
 type requestCtx struct {
 	context.Context
