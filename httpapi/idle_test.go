@@ -215,7 +215,7 @@ func TestIdleSSEStreamHeap(t *testing.T) {
 	waitGoroutines(t, 2, true)
 	per := (held() - before) / n
 	t.Logf("%d bytes of heap per idle SSE stream", per)
-	const budget = 1800
+	const budget = 1400
 	if per > budget {
 		t.Fatalf("an idle SSE stream holds %d bytes of heap allocated by httpapi, want at most %d", per, budget)
 	}

@@ -236,6 +236,22 @@ func (p *pump) loopOrPark() (err error, ended bool) {
 			return err, true
 		}
 		next := p.next()
+		// A pump due to park with nothing to do (its first work or a deadline's done, nothing
+		// ready) flushes what it gathered and parks here, as the wait below would at once:
+		// without a timer of its own, nor a wait on its context, whose Done channel would be
+		// made for it and kept for the stream's life. Whatever comes next starts it again
+		// (tryPark).
+		if p.park > 0 && !now.Before(p.parkAt) && p.nothingReady() && ctx.Err() == nil {
+			if p.gathered {
+				p.gathered = false
+				if err := p.t.flush(); err != nil {
+					return errClientGone{err}, true
+				}
+			}
+			if p.tryPark() {
+				return nil, false
+			}
+		}
 		if p.park > 0 && p.parkAt.Before(next) {
 			next = p.parkAt
 		}
@@ -374,11 +390,31 @@ func (p *pump) next() time.Time {
 	return next
 }
 
+// nothingReady reports whether the pump has nothing to do but flush before it waits: no frame,
+// reply, session or activity waiting. (A look, not a wait: what comes after it
+// kicks the pump, as it does a pump parked from the wait.)
+func (p *pump) nothingReady() bool {
+	if len(p.replies) > 0 || len(p.sessions) > 0 || len(p.activity) > 0 {
+		return false
+	}
+	if p.sub == nil {
+		return true
+	}
+	select {
+	case <-p.sub.Ready():
+		return false
+	default:
+		return true
+	}
+}
+
 // tryPark gives back the pump's goroutine unless something happened meanwhile: the subscription,
 // a timer at the next deadline, the context's end and the reader (kick) start it again.
 func (p *pump) tryPark() bool {
-	p.timer.Stop()
-	p.timer = nil // a parked pump holds only the timer that wakes it
+	if p.timer != nil {
+		p.timer.Stop()
+		p.timer = nil // a parked pump holds only the timer that wakes it
+	}
 	p.armed = time.Time{}
 	if p.sub != nil {
 		p.sub.Notify(p.kick)

@@ -153,6 +153,10 @@ type Metrics interface {
 	Request(route, method string, status int, d time.Duration)
 	// StreamOpened records an open stream of kind "sse" or "websocket"; closed records its end.
 	StreamOpened(kind string) (closed func())
+	// StreamOpen and StreamClose record the same without a callback (a detached stream's: it
+	// calls StreamClose once, at its end).
+	StreamOpen(kind string)
+	StreamClose(kind string)
 }
 
 type server struct {

@@ -23,8 +23,9 @@ type sseStream struct {
 	ctx   streamCtx
 	conn  net.Conn
 	watch *idleWatch // nil where the server's poller cannot watch the connection
-	// closed and release let go of the stream's place in the metrics and its user's slot.
-	closed, release func()
+	// owner holds one of the stream slots of its user (takeStream), given back at the end, when
+	// the stream's place in the metrics goes too.
+	owner string
 	// left counts who has seen the stream's end, where a goroutine reads the connection (no
 	// watch): the pump and that reader; the second finishes.
 	left atomic.Int32
@@ -66,8 +67,10 @@ func (st *sseStream) ended() {
 func (st *sseStream) finish() {
 	st.s.detached.remove(st)
 	st.ctx.cancel()
-	st.closed()
-	st.release()
+	st.s.giveStream(st.owner)
+	if st.s.Metrics != nil {
+		st.s.Metrics.StreamClose("sse")
+	}
 }
 
 // streamCtx is the context of a stream that outlives its handler, in one object: of the

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,18 +32,41 @@ func (l opaqueListener) Accept() (net.Conn, error) {
 	return opaqueConn{c}, nil
 }
 
+// closeMetrics reports each stream's end (StreamClose) on closed, with how many stream slots
+// its user still holds then.
+type closeMetrics struct {
+	s      *server
+	closed chan int
+}
+
+func (closeMetrics) Request(string, string, int, time.Duration) {}
+func (closeMetrics) StreamOpened(string) func()                 { return func() {} }
+func (closeMetrics) StreamOpen(string)                          {}
+func (m closeMetrics) StreamClose(string) {
+	m.s.slots.mu.Lock()
+	n := m.s.slots.byUser["u"]
+	m.s.slots.mu.Unlock()
+	m.closed <- n
+}
+
 // detachedServer serves detached SSE streams of session "s" on conns the poller watches, or
-// (opaque) cannot; each stream's release is reported on released.
-func detachedServer(t *testing.T, opaque bool) (url string, shutdown func(), released chan struct{}) {
+// (opaque) cannot; each stream's end is reported on released, with the slots its user holds then.
+func detachedServer(t *testing.T, opaque bool) (url string, shutdown func(), released chan int) {
 	m := runs.NewManager(runs.Options{})
 	t.Cleanup(func() { m.Shutdown(context.Background()) })
 	life, shutdown := context.WithCancel(context.Background())
 	t.Cleanup(shutdown)
 	s := &server{Deps: Deps{Runs: m, StreamIdle: time.Hour, StreamLifetime: time.Hour, WriteTimeout: time.Minute,
-		Heartbeat: time.Hour, Lifetime: life, Log: slog.New(slog.DiscardHandler)}, idle: newIdlePoller()}
-	released = make(chan struct{}, 10)
+		Heartbeat: time.Hour, Lifetime: life, Log: slog.New(slog.DiscardHandler)}, idle: newIdlePoller(),
+		slots: streamSlots{byUser: map[string]int{}}}
+	released = make(chan int, 10)
+	s.Metrics = closeMetrics{s: s, closed: released}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.streamDetached(w, r, "s", stream.Join, false, func() { released <- struct{}{} }) {
+		if err := s.takeStream("u"); err != nil {
+			t.Error(err)
+			return
+		}
+		if !s.streamDetached(w, r, "s", stream.Join, false, "u") {
 			t.Error("the stream was not detached")
 		}
 	}))
@@ -70,11 +94,15 @@ func openDetached(t *testing.T, url string) (net.Conn, *bufio.Reader) {
 	return c, br
 }
 
-func waitReleased(t *testing.T, released chan struct{}, what string) {
+// waitReleased waits for the end of the server's one stream, which gives back its slot.
+func waitReleased(t *testing.T, released chan int, what string) {
 	select {
-	case <-released:
+	case n := <-released:
+		if n != 0 {
+			t.Fatalf("%s: the stream ended holding its slot (%d held)", what, n)
+		}
 	case <-time.After(20 * time.Second):
-		t.Fatalf("%s: the stream's slot was not released", what)
+		t.Fatalf("%s: the stream did not end", what)
 	}
 }
 
@@ -132,4 +160,84 @@ func TestStreamCtx(t *testing.T) {
 	}
 	empty.cancel()
 	<-empty.Done()
+}
+
+// parkedBare waits until the server's one detached stream has parked (at most 20 s) and reports
+// whether it parked holding neither a timer of its loop nor its context's Done channel, which a
+// pump that parks from its wait makes and keeps for the stream's life.
+func parkedBare(t *testing.T, s *server) bool {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		s.detached.mu.Lock()
+		st := s.detached.head
+		s.detached.mu.Unlock()
+		if st != nil {
+			st.mu.Lock()
+			parked := st.started && !st.running
+			timer := st.timer
+			st.mu.Unlock()
+			if parked {
+				st.ctx.mu.Lock()
+				done := st.ctx.done
+				st.ctx.mu.Unlock()
+				return timer == nil && done == nil
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the stream did not park")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// An idle detached stream parks from its first work, and again after each heartbeat, without
+// waiting on a timer or on its context: it keeps neither (issue 25: an idle SSE stream's memory).
+// It still sees its end: its client leaving, and the server's shutdown.
+func TestDetachedStreamParksBare(t *testing.T) {
+	m := runs.NewManager(runs.Options{})
+	t.Cleanup(func() { m.Shutdown(context.Background()) })
+	life, shutdown := context.WithCancel(context.Background())
+	t.Cleanup(shutdown)
+	s := &server{Deps: Deps{Runs: m, StreamIdle: time.Hour, StreamLifetime: time.Hour, WriteTimeout: time.Minute,
+		Heartbeat: 50 * time.Millisecond, Lifetime: life, Log: slog.New(slog.DiscardHandler)}, idle: newIdlePoller(),
+		slots: streamSlots{byUser: map[string]int{}}}
+	released := make(chan int, 10)
+	s.Metrics = closeMetrics{s: s, closed: released}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := s.takeStream("u"); err != nil {
+			t.Error(err)
+			return
+		}
+		s.streamDetached(w, r, "s", stream.Join, false, "u")
+	}))
+	t.Cleanup(srv.Close)
+
+	c, br := openDetached(t, srv.URL)
+	if !parkedBare(t, s) {
+		t.Fatal("parked after its first work holding a timer or a Done channel")
+	}
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	for pings := 0; pings < 3; { // heartbeats: each wakes the pump, which parks again
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(line, ": ping") {
+			pings++
+		}
+	}
+	if !parkedBare(t, s) {
+		t.Fatal("parked after heartbeats holding a timer or a Done channel")
+	}
+	c.Close()
+	waitReleased(t, released, "client left")
+
+	_, br = openDetached(t, srv.URL)
+	parkedBare(t, s)
+	shutdown()
+	if _, err := io.Copy(io.Discard, br); err != nil {
+		t.Fatal(err)
+	}
+	waitReleased(t, released, "shutdown")
 }

@@ -21,23 +21,33 @@ type streamSlots struct {
 
 // acquireStream takes one of the user's stream slots; release gives it back.
 func (s *server) acquireStream(user string) (release func(), err error) {
+	if err := s.takeStream(user); err != nil {
+		return nil, err
+	}
+	var once sync.Once
+	return func() { once.Do(func() { s.giveStream(user) }) }, nil
+}
+
+// takeStream takes one of the user's stream slots, as acquireStream does, with no callback to
+// keep (a detached stream keeps the user): giveStream, called once, gives it back.
+func (s *server) takeStream(user string) error {
 	s.slots.mu.Lock()
 	defer s.slots.mu.Unlock()
 	if s.MaxStreamsPerUser > 0 && s.slots.byUser[user] >= s.MaxStreamsPerUser {
-		return nil, &parley.Error{Code: parley.ECRateLimited, RetryAfter: 5 * time.Second,
+		return &parley.Error{Code: parley.ECRateLimited, RetryAfter: 5 * time.Second,
 			Message: "too many open streams: at most " + strconv.Itoa(s.MaxStreamsPerUser) + " per user; close one first"}
 	}
 	s.slots.byUser[user]++
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			s.slots.mu.Lock()
-			defer s.slots.mu.Unlock()
-			if s.slots.byUser[user]--; s.slots.byUser[user] <= 0 {
-				delete(s.slots.byUser, user)
-			}
-		})
-	}, nil
+	return nil
+}
+
+// giveStream gives back a slot takeStream took.
+func (s *server) giveStream(user string) {
+	s.slots.mu.Lock()
+	defer s.slots.mu.Unlock()
+	if s.slots.byUser[user]--; s.slots.byUser[user] <= 0 {
+		delete(s.slots.byUser, user)
+	}
 }
 
 // streamOpened records an open stream of kind in the metrics; closed records its end.
@@ -90,15 +100,14 @@ func (s *server) handleSessionStream() http.Handler {
 			writeError(w, parley.Errorf(parley.ECInvalid, "until: must be \"done\" or absent"))
 			return
 		}
-		release, err := s.acquireStream(owner)
-		if err != nil {
+		if err := s.takeStream(owner); err != nil {
 			writeError(w, err)
 			return
 		}
-		if s.streamDetached(w, r, sess.ID, after, untilDone, release) {
+		if s.streamDetached(w, r, sess.ID, after, untilDone, owner) {
 			return
 		}
-		defer release()
+		defer s.giveStream(owner)
 		s.streamSession(w, r, sess.ID, after, untilDone)
 	})
 }
@@ -109,9 +118,9 @@ func (s *server) handleSessionStream() http.Handler {
 // (where the server's idlePoller can watch the connection) one that waits for the client to
 // leave. The response is the same: chunked, its chunks written
 // here, ending with the stream ("Connection: close"). It reports false, having written nothing,
-// where the connection cannot be taken over (HTTP/2, a writer without Hijack); release is then
-// the caller's.
-func (s *server) streamDetached(w http.ResponseWriter, r *http.Request, sessionID string, after int64, untilDone bool, release func()) bool {
+// where the connection cannot be taken over (HTTP/2, a writer without Hijack); owner's stream
+// slot (takeStream) is then the caller's to give back, and otherwise the stream's.
+func (s *server) streamDetached(w http.ResponseWriter, r *http.Request, sessionID string, after int64, untilDone bool, owner string) bool {
 	if r.ProtoMajor != 1 || r.ProtoMinor < 1 || !canHijack(w) {
 		return false
 	}
@@ -129,14 +138,17 @@ func (s *server) streamDetached(w http.ResponseWriter, r *http.Request, sessionI
 		if conn != nil {
 			conn.Close()
 		}
-		release()
+		s.giveStream(owner)
 		s.Log.Info("stream client dropped", "session", sessionID, "err", err)
 		return true
 	}
 	// The handler's context ends when it returns; the stream's goes on, with its own end: the
 	// client leaving, the server shutting down, the stream's lifetime (a deadline of the pump's).
 	// The stream is one object (sseStream); it keeps of the request only its credentials.
-	st := &sseStream{conn: conn, closed: s.streamOpened("sse"), release: release}
+	st := &sseStream{conn: conn, owner: owner}
+	if s.Metrics != nil {
+		s.Metrics.StreamOpen("sse") // StreamClose in finish
+	}
 	st.ctx.from(r.Context())
 	st.w = sseWriter{conn: conn, timeout: s.WriteTimeout}
 	st.tr = sseTransport{s: s, sse: &st.w, session: sessionID, untilDone: untilDone, key: st.ctx.id.KeyID}

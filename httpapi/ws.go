@@ -188,8 +188,9 @@ func (s *server) handleWS() http.Handler {
 			writeError(w, err)
 			return
 		}
-		release, err := s.acquireStream(id.User)
-		if err != nil {
+		// The slot and the stream's place in the metrics are given back by finish, once, with
+		// no callbacks kept for the connection's life.
+		if err := s.takeStream(id.User); err != nil {
 			writeError(w, err)
 			return
 		}
@@ -199,10 +200,12 @@ func (s *server) handleWS() http.Handler {
 			OriginPatterns: s.wsOrigins,
 		})
 		if err != nil {
-			release()
+			s.giveStream(id.User)
 			return // Accept has answered the client
 		}
-		closed := s.streamOpened("websocket")
+		if s.Metrics != nil {
+			s.Metrics.StreamOpen("websocket")
+		}
 		c.SetReadLimit(s.MaxBodyBytes)
 
 		// The connection outlives this handler (see below): its life is its own, ended by the
@@ -248,8 +251,10 @@ func (s *server) handleWS() http.Handler {
 			endConn()
 			stopShutdown()
 			c.CloseNow()
-			closed()
-			release()
+			if s.Metrics != nil {
+				s.Metrics.StreamClose("websocket")
+			}
+			s.giveStream(id.User)
 		}
 		reading := func() {
 			if conn.read(connCtx, ctx) {

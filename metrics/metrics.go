@@ -232,6 +232,21 @@ func (m *Metrics) ToolCall(tool, server, outcome string, d time.Duration) {
 	m.toolDuration.WithLabelValues(tool, server).Observe(d.Seconds())
 }
 
+// StreamOpen records an open stream of kind ("sse" or "websocket") as StreamOpened does, without
+// a callback to keep: the caller calls StreamClose once, at its end.
+func (m *Metrics) StreamOpen(kind string) {
+	if m != nil {
+		m.streams.WithLabelValues(kind).Inc()
+	}
+}
+
+// StreamClose records the end of a stream StreamOpen recorded.
+func (m *Metrics) StreamClose(kind string) {
+	if m != nil {
+		m.streams.WithLabelValues(kind).Dec()
+	}
+}
+
 // StreamOpened records an open stream of kind ("sse" or "websocket"); closed records its end and
 // may be called more than once.
 func (m *Metrics) StreamOpened(kind string) (closed func()) {

@@ -46,6 +46,16 @@ func TestRecorders(t *testing.T) {
 	if got := testutil.ToFloat64(m.streams.WithLabelValues("sse")); got != 0 {
 		t.Errorf("open streams after a double close = %v, want 0", got)
 	}
+	m.StreamOpen("sse")
+	m.StreamOpen("sse")
+	if got := testutil.ToFloat64(m.streams.WithLabelValues("sse")); got != 2 {
+		t.Errorf("open streams = %v, want 2", got)
+	}
+	m.StreamClose("sse")
+	m.StreamClose("sse")
+	if got := testutil.ToFloat64(m.streams.WithLabelValues("sse")); got != 0 {
+		t.Errorf("open streams after their close = %v, want 0", got)
+	}
 	m.ModelCall("openai/gpt", false, time.Second, 0, &parley.Usage{PromptTokens: 3, CompletionTokens: 2, Cost: 0.5})
 	if got := testutil.ToFloat64(m.tokens.WithLabelValues("openai", "gpt", "input")); got != 3 {
 		t.Errorf("input tokens = %v, want 3", got)
@@ -60,6 +70,8 @@ func TestRecorders(t *testing.T) {
 	var nilM *Metrics // records nothing, never panics
 	nilM.Request("", "GET", 200, 0)
 	nilM.StreamOpened("sse")()
+	nilM.StreamOpen("sse")
+	nilM.StreamClose("sse")
 	nilM.ModelCall("a/b", true, 0, 0, nil)
 }
 

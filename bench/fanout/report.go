@@ -45,6 +45,13 @@ func (p phase) settledRSS() float64 {
 func (p phase) settledAnon() float64 {
 	return float64(p.afterHeap.settled.anon-p.baseHeap.settled.anon) / float64(p.n)
 }
+
+// anon is the anonymous part of rss: without the program's code and mapped files, whose pages a
+// phase's first use of some code touches (the same binary's pages, laid out differently in a
+// build that differs a little, move that part between builds).
+func (p phase) anon() float64 {
+	return float64(p.after.anon-p.baseHeap.settled.anon) / float64(p.n)
+}
 func (p phase) settled() bool { return p.baseHeap.settled.rss > 0 && p.afterHeap.settled.rss > 0 }
 
 // baseRSS is what a phase's resident memory is counted from: the server's before it, once that
@@ -64,11 +71,14 @@ func (p phase) goroutines() float64 {
 
 // row is one kind of connection's line of the memory table.
 func (p phase) row(w io.Writer, name string) {
-	settled, anon := "-", "-"
+	settled, anon, anonAfter := "-", "-", "-"
 	if p.settled() {
 		settled, anon = kib(p.settledRSS()), kib(p.settledAnon())
+		if p.after.anon > 0 {
+			anonAfter = kib(p.anon())
+		}
 	}
-	fmt.Fprintf(w, "| %d idle %s | %s | %s | %s | %s | %s | %.2f |\n", p.n, name, kib(p.rss()), settled, anon, kib(p.live()), kib(p.stack()), p.goroutines())
+	fmt.Fprintf(w, "| %d idle %s | %s | %s | %s | %s | %s | %.2f | %s |\n", p.n, name, kib(p.rss()), settled, anon, kib(p.live()), kib(p.stack()), p.goroutines(), anonAfter)
 }
 
 func (r report) print(w io.Writer) {
@@ -118,8 +128,8 @@ func (r report) print(w io.Writer) {
 	case o.ws > 0:
 		sseName = "SSE streams, after the WebSockets"
 	}
-	fmt.Fprintf(w, "| per connection | resident (VmRSS), %s after connecting | resident, settled after a GC | of it anonymous (RssAnon), settled | live heap (after a GC) | goroutine stacks | goroutines |\n", o.settle)
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	fmt.Fprintf(w, "| per connection | resident (VmRSS), %s after connecting | resident, settled after a GC | of it anonymous (RssAnon), settled | live heap (after a GC) | goroutine stacks | goroutines | of it anonymous (RssAnon), %s after connecting |\n", o.settle, o.settle)
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	if o.ws > 0 {
 		ws.row(w, "WebSockets")
 	}

@@ -60,13 +60,14 @@ func TestReportSSEAlone(t *testing.T) {
 
 // TestReportSettled: with readings settled after a collection, each kind's figure 3 s after
 // connecting is counted from the settled reading before it, and the settled figures (resident and
-// anonymous) get their own columns and verdicts, beside the others, not instead of them.
+// anonymous) get their own columns and verdicts, beside the others, not instead of them; so does
+// the anonymous part of the first, where it was read.
 func TestReportSettled(t *testing.T) {
 	settled := func(rss, anon int64) heapStats { return heapStats{live: 1, settled: status{rss: rss, anon: anon}} }
 	r := report{
 		o:       options{ws: 1000, sse: 100},
 		base:    status{rss: 42 << 20}, // before the collection: 2 MiB more than settled
-		afterWS: status{rss: 40<<20 + 1000*17<<10},
+		afterWS: status{rss: 40<<20 + 1000*17<<10, anon: 10<<20 + 1000*15<<10},
 		// settled after the WebSockets: 13 KiB each, 12 KiB of them anonymous
 		baseHeap:    settled(40<<20, 10<<20),
 		afterWSHeap: settled(40<<20+1000*13<<10, 10<<20+1000*12<<10),
@@ -79,6 +80,8 @@ func TestReportSettled(t *testing.T) {
 	for _, want := range []string{
 		"| 1000 idle WebSockets | 17.0 KiB | 13.0 KiB | 12.0 KiB |",
 		"| 100 idle SSE streams, alone on a fresh server | 10.0 KiB | 7.0 KiB | 6.0 KiB |",
+		"| 0.00 | 15.0 KiB |\n", // the WebSockets' anonymous part 0s after connecting
+		"| 0.00 | - |\n",        // the SSE streams': not read
 		"| memory per idle WebSocket ≤ 16 KiB, 0s after connecting | 17.0 KiB | FAIL |",
 		"| memory per idle WebSocket ≤ 16 KiB, settled after a collection | 13.0 KiB | PASS |",
 		"| memory per idle SSE stream ≤ 8 KiB (SSE streams, alone on a fresh server), 0s after connecting | 10.0 KiB | FAIL |",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -34,7 +35,10 @@ var errMerged = errors.New("postgres: a merged write failed")
 
 // Merge runs the parts of a batch's writes that can be merged (beginPart, finishPart,
 // eventsPart): the begins in one statement and the answers of the ends in another, sent together,
-// then the ends' and the writes' rows of events and the runs' ends in a third.
+// then the ends' and the writes' rows of events and the runs' ends in a third, which waits to go
+// with the batch's COMMIT (pipeTx.hold). A batch of new sessions' begins alone sends them with
+// its COMMIT too. A held statement that fails makes the commit fail with groupcommit.ErrApart,
+// and the batch runs again, each write by its own statements.
 func (pgTx) Merge(ctx context.Context, tx pgx.Tx, parts []any) error {
 	var (
 		begins   []*beginPart
@@ -59,12 +63,18 @@ func (pgTx) Merge(ctx context.Context, tx pgx.Tx, parts []any) error {
 	// holds for the rest of the batch's transaction, whose other writes (the group-commit
 	// writer's: sessions, messages, runs, event numbers, the tool-call ledger) find their rows
 	// by key as well.
-	if pt, ok := tx.(*pipeTx); ok {
-		if err := pt.queue(mergeSettings); err != nil {
-			return err
-		}
-	} else if _, err := tx.Exec(ctx, mergeSettings); err != nil {
+	pt, ok := tx.(*pipeTx)
+	if !ok {
+		return fmt.Errorf("postgres: no merge in a %T", tx)
+	}
+	if err := pt.queue(mergeSettings); err != nil {
 		return err
+	}
+	// The batch's last merged statement goes with COMMIT (pipeTx.hold), one round trip fewer
+	// for the batch: the ends when there are any, else the begins of new sessions when they are
+	// all there is (the others' answers are needed before the batch goes on).
+	if len(finishes) == 0 && len(events) == 0 && !slices.ContainsFunc(begins, isTurn) {
+		return holdBegins(pt, begins)
 	}
 	if len(begins) > 0 || len(finishes) > 0 {
 		if err := beginAndAnswer(ctx, tx, begins, finishes); err != nil {
@@ -72,11 +82,31 @@ func (pgTx) Merge(ctx context.Context, tx pgx.Tx, parts []any) error {
 		}
 	}
 	if len(finishes) > 0 || len(events) > 0 {
-		if err := endMerged(ctx, tx, finishes, events); err != nil {
+		if err := endMerged(ctx, tx, pt, finishes, events); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// isTurn reports whether p begins a run in a session that exists.
+func isTurn(p *beginPart) bool { return p.b.NewSession == nil }
+
+// holdBegins holds the merged begins of new sessions' runs (mergedBeginSQL) to go with the
+// batch's COMMIT. Nothing of its results is checked: the statement inserts a session, a run and
+// a message for each element of its arrays, or fails.
+func holdBegins(pt *pipeTx, begins []*beginPart) error {
+	return pt.hold(mergedBeginSQL, beginArgs(begins), func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		for _, p := range begins {
+			p.first, p.last = 1, 1
+			p.links = rowcodec.LinkParents(p.b.Messages, "")
+			p.b.Run.FirstSeq = 1
+		}
+		return nil
+	})
 }
 
 // beginAndAnswer runs the merged begins and answers (those there are), sent together.
@@ -461,7 +491,10 @@ func readAnswers(br pgx.BatchResults, ps []*finishPart) error {
 
 // mergedEndsSQL stores a row of events for each of several runs, each unless a stored row
 // overlaps it (as insertNewEventBatch), and ends the runs (as endRunSQL; a row whose run is NULL
-// ends none). It returns, for each, whether its row was stored and whether its run was ended.
+// ends none). It goes with the batch's COMMIT (pipeTx.hold), unread before it: a row that a
+// stored row overlaps fails it (a text that is no boolean), and the batch runs again, each write
+// by its own statements, which store the events around the stored rows. It returns, for each
+// row, whether its run was ended.
 var mergedEndsSQL = `WITH e AS MATERIALIZED (SELECT * FROM ` + unnest("e", 1, "sid text", "fs bigint", "ls bigint", "data bytea",
 	"at timestamptz", "finish text", "rid text", "inst text") + `),
 	i AS (INSERT INTO event_batches (session_id, first_seq, last_seq, data, created_at)
@@ -470,12 +503,14 @@ var mergedEndsSQL = `WITH e AS MATERIALIZED (SELECT * FROM ` + unnest("e", 1, "s
 		ORDER BY sid RETURNING session_id),
 	r AS (UPDATE runs SET state = 'ended', finish = e.finish, updated_at = e.at FROM e
 		WHERE runs.id = e.rid AND runs.id = ANY($7::text[]) AND runs.instance = e.inst AND runs.state = 'running' RETURNING runs.id)
-	SELECT e.sid, EXISTS (SELECT 1 FROM i WHERE i.session_id = e.sid), EXISTS (SELECT 1 FROM r WHERE r.id = e.rid) FROM e`
+	SELECT e.sid, CASE WHEN EXISTS (SELECT 1 FROM i WHERE i.session_id = e.sid) THEN EXISTS (SELECT 1 FROM r WHERE r.id = e.rid)
+		ELSE ('events of session ' || e.sid || ' overlap a stored row: stored apart')::boolean END FROM e`
 
 // endMerged encodes the events of ps, now that their answers are numbered, and stores the rest of
 // each: those whose events make one row in one statement (mergedEndsSQL) with the rows of evs
-// (each one row, no run to end), the others each as finishBatch does.
-func endMerged(ctx context.Context, tx pgx.Tx, ps []*finishPart, evs []*eventsPart) error {
+// (each one row, no run to end), held to go with the batch's COMMIT, the others each as
+// finishBatch does.
+func endMerged(ctx context.Context, tx pgx.Tx, pt *pipeTx, ps []*finishPart, evs []*eventsPart) error {
 	var (
 		merged      []*finishPart
 		sid, finish []string
@@ -508,62 +543,31 @@ func endMerged(ctx context.Context, tx pgx.Tx, ps []*finishPart, evs []*eventsPa
 	if len(sid) == 0 {
 		return nil
 	}
-	rows, err := tx.Query(ctx, mergedEndsSQL, sid, fs, ls, data, at, finish, rid, inst)
-	if err != nil {
-		return err
-	}
 	finishing := make(map[string]*finishPart, len(merged))
 	for _, p := range merged {
 		finishing[p.f.SessionID] = p
 	}
-	writing := make(map[string]*eventsPart, len(evs))
-	for _, p := range evs {
-		writing[p.sessionID] = p
-	}
-	var around []func() error // writes run again: their events are stored around what is stored
-	n := 0
-	for rows.Next() {
-		var (
-			s             string
-			stored, ended bool
-		)
-		if err := rows.Scan(&s, &stored, &ended); err != nil {
-			rows.Close()
+	return pt.hold(mergedEndsSQL, []any{sid, fs, ls, data, at, finish, rid, inst}, func(br pgx.BatchResults) error {
+		rows, err := br.Query()
+		if err != nil {
 			return err
 		}
-		n++
-		if p := writing[s]; p != nil {
-			if !stored {
-				around = append(around, func() error { return eventsError(appendAround(ctx, tx, p.sessionID, p.at, p.evs), p.sessionID) })
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				s     string
+				ended bool
+			)
+			if err := rows.Scan(&s, &ended); err != nil {
+				return err
 			}
-			continue
+			if p := finishing[s]; p != nil {
+				p.ended = nil
+				if !ended {
+					p.ended = parley.Errorf(parley.ECConflict, "run %s: not running on instance %s", p.f.RunID, p.f.Instance)
+				}
+			}
 		}
-		p := finishing[s]
-		if p == nil {
-			rows.Close()
-			return errMerged
-		}
-		if !stored {
-			around = append(around, func() error {
-				return eventsError(appendAround(ctx, tx, p.f.SessionID, p.f.At, p.f.Events), p.f.SessionID)
-			})
-		}
-		p.ended = nil
-		if !ended {
-			p.ended = parley.Errorf(parley.ECConflict, "run %s: not running on instance %s", p.f.RunID, p.f.Instance)
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	if n != len(sid) {
-		return errMerged
-	}
-	for _, store := range around {
-		if err := store(); err != nil {
-			return err
-		}
-	}
-	return nil
+		return rows.Err()
+	})
 }

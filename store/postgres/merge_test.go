@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/store/internal/groupcommit"
 	"github.com/parleyhq/parley/store/internal/rowcodec"
 	"github.com/parleyhq/parley/store/postgres/pgtest"
 )
@@ -163,6 +164,49 @@ func TestMergedWritesLeaveWhatEachWouldAlone(t *testing.T) {
 		parts, ids = append(parts, p), append(ids, finishes[i].SessionID)
 	}
 	db := pgTx{s.pool}
+	runAlone := func(tx pgx.Tx, ps []any) {
+		for _, p := range ps {
+			var err error
+			switch p := p.(type) {
+			case *beginPart:
+				err = p.run(ctx, tx)
+			case *finishPart:
+				err = p.run(ctx, tx)
+			case *eventsPart:
+				err = p.run(ctx, tx)
+			}
+			if err != nil {
+				t.Fatalf("alone: %v", err)
+			}
+		}
+	}
+	// The end and the write whose events overlap stored rows fail the merged ends (which go
+	// with the batch's COMMIT, unread before it): the batch runs them apart, each alone.
+	var mergeable, apart []any
+	for _, p := range parts {
+		if p == parts[1] || p == parts[len(writes)+len(begins)+2] {
+			apart = append(apart, p)
+		} else {
+			mergeable = append(mergeable, p)
+		}
+	}
+	t.Run("overlap", func(t *testing.T) {
+		tx, err := db.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Rollback(tx)
+		if err := db.Merge(ctx, tx, parts); err != nil {
+			t.Fatalf("merged: %v", err)
+		}
+		if err := db.Commit(ctx, tx); !errors.Is(err, groupcommit.ErrApart) {
+			t.Fatalf("the commit with the merged ends of overlapping events: %v, want groupcommit.ErrApart", err)
+		}
+		var n int
+		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM sessions WHERE id = ANY($1)`, ids[len(writes):len(writes)+3]).Scan(&n); err != nil || n != 0 {
+			t.Errorf("%d of the merged begins' sessions committed (%v), want none", n, err)
+		}
+	})
 	// run writes parts (merged or each alone) in a transaction, and returns what they left and
 	// returned; the transaction is rolled back.
 	run := func(merged bool) string {
@@ -172,24 +216,12 @@ func TestMergedWritesLeaveWhatEachWouldAlone(t *testing.T) {
 		}
 		defer db.Rollback(tx)
 		if merged {
-			if err := db.Merge(ctx, tx, parts); err != nil {
+			if err := db.Merge(ctx, tx, mergeable); err != nil {
 				t.Fatalf("merged: %v", err)
 			}
+			runAlone(tx, apart) // the held ends go with its first statement
 		} else {
-			for _, p := range parts {
-				var err error
-				switch p := p.(type) {
-				case *beginPart:
-					err = p.run(ctx, tx)
-				case *finishPart:
-					err = p.run(ctx, tx)
-				case *eventsPart:
-					err = p.run(ctx, tx)
-				}
-				if err != nil {
-					t.Fatalf("alone: %v", err)
-				}
-			}
+			runAlone(tx, parts)
 		}
 		var out []any
 		for _, p := range parts {
@@ -238,8 +270,12 @@ func TestMergedWritesLeaveWhatEachWouldAlone(t *testing.T) {
 // (one statement for the begins, two for the ends); a write of it that fails (a project that is
 // not there, a session deleted) gets its own error and fails none of its batch-mates.
 func TestABatchMergesItsWritesAndAFailureStaysItsOwn(t *testing.T) {
-	for _, fail := range []bool{false, true} {
-		t.Run(fmt.Sprintf("failure=%v", fail), func(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		fail, overlap bool
+	}{{"merged", false, false}, {"overlap", false, true}, {"failure", true, true}} {
+		fail := c.fail
+		t.Run(c.name, func(t *testing.T) {
 			var p probe
 			s, err := Open(context.Background(), pgtest.Schema(t), func(o *options) {
 				p.options(o)
@@ -252,6 +288,10 @@ func TestABatchMergesItsWritesAndAFailureStaysItsOwn(t *testing.T) {
 			ctx := context.Background()
 			now := time.Now().UTC().Truncate(time.Microsecond)
 			begins, finishes, writes := mergeFixture(t, s, now)
+			if !c.overlap { // without the end and the write whose events overlap stored rows
+				finishes = append(finishes[:2:2], finishes[3:]...)
+				writes = writes[:1]
+			}
 			if fail {
 				begins[1].NewSession.ProjectID = "no-such-project"
 				// A run already running in the second turn's session.
@@ -315,14 +355,15 @@ func TestABatchMergesItsWritesAndAFailureStaysItsOwn(t *testing.T) {
 					t.Errorf("write %d: %v", i, err)
 				}
 			}
-			// BEGIN, the merge's settings, the 3 begins of new sessions, the 2 turns and the 6
-			// answers (1 statement each lot), the ends' and the writes' events and runs (1, but for
-			// the end whose events make two rows: its 2 rows and its run's end, 3), the events
-			// stored around those stored before (for an end and a write, a read and 2 rows each:
-			// 6), COMMIT: 16, where the writes each by its own statements run 33.
-			if got := p.stmts.Load() - stmts; !fail && got != 16 {
-				t.Errorf("the batch ran %d statements, want 16", got)
+			// Without overlapping events: BEGIN, the merge's settings, the 3 begins of new
+			// sessions, the 2 turns and the 5 answers (1 statement each lot), the end whose
+			// events make two rows (its 2 rows and its run's end, 3), the other ends' and the
+			// write's events and runs (1), COMMIT: 10 statements, where the writes each by its own
+			// statements run 26.
+			if got := p.stmts.Load() - stmts; !c.overlap && got != 10 {
+				t.Errorf("the batch ran %d statements, want 10", got)
 			}
+
 			for i, b := range begins {
 				if fail && i == 1 {
 					if _, err := s.GetSession(ctx, b.SessionID); !errors.Is(err, parley.ErrNotFound) {
@@ -423,8 +464,8 @@ func TestMergedStatementsReadByIndex(t *testing.T) {
 	}
 }
 
-// Writes of running runs' events that wait together are one statement and two round trips: BEGIN,
-// the merge's settings and the rows go in one, COMMIT in the other.
+// Writes of running runs' events that wait together are one statement and one round trip: BEGIN,
+// the merge's settings, the rows and COMMIT.
 func TestABatchOfEventWritesIsOneStatement(t *testing.T) {
 	var p probe
 	s, err := Open(context.Background(), pgtest.Schema(t)+"&pool_max_conns=2", func(o *options) {
@@ -480,8 +521,8 @@ func TestABatchOfEventWritesIsOneStatement(t *testing.T) {
 		if got, want := p.stmts.Load()-stmts, int64(4); got != want {
 			t.Errorf("%d statements, want %d (BEGIN, the settings, the rows, COMMIT)", got, want)
 		}
-		if got := p.trips.Load() - trips; got != 2 {
-			t.Errorf("%d round trips, want 2", got)
+		if got := p.trips.Load() - trips; got != 1 {
+			t.Errorf("%d round trips, want 1", got)
 		}
 	}
 	for i, f := range fs {
@@ -505,5 +546,95 @@ func TestABeginWithALeafIsNotMerged(t *testing.T) {
 	b.Leaf = parley.NewID()
 	if p, err = newBeginPart(b); err != nil || p.mergeable() {
 		t.Fatalf("a begin with a leaf: mergeable %v, %v; want its own statements", err == nil && p.mergeable(), err)
+	}
+}
+
+// A batch's begins of new sessions' runs go with its COMMIT: BEGIN, the merge's settings, the
+// begins and COMMIT in one round trip. A batch of chats' ends sends the answers with BEGIN, and
+// the ends with COMMIT: two round trips (three when the ends went alone).
+func TestABatchOfBeginsOrEndsTakesOneRoundTripWithItsCommit(t *testing.T) {
+	var p probe
+	s, err := Open(context.Background(), pgtest.Schema(t)+"&pool_max_conns=2", func(o *options) {
+		p.options(o)
+		o.writers = 1 // the one writer is held below
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	const n = 5
+	// batch runs writes 0 to n-1 in one batch, and returns the statements and round trips it took.
+	batch := func(write func(i int) error) (stmts, trips int64) {
+		t.Helper()
+		entered, release, held := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+		go func() {
+			held <- s.w.Do(ctx, func(context.Context, pgx.Tx) error { close(entered); <-release; return nil })
+		}()
+		<-entered
+		var wg sync.WaitGroup
+		errs := make([]error, n)
+		for i := range n {
+			wg.Add(1)
+			go func() { defer wg.Done(); errs[i] = write(i) }()
+		}
+		deadline := time.Now().Add(time.Minute)
+		for s.w.Queued() < n && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		stmts, trips = p.stmts.Load(), p.trips.Load()
+		close(release)
+		wg.Wait()
+		if err := <-held; err != nil {
+			t.Fatal(err)
+		}
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("write %d: %v", i, err)
+			}
+		}
+		return p.stmts.Load() - stmts, p.trips.Load() - trips
+	}
+	begins := make([][]*parley.RunBegin, 2)
+	finishes := make([][]parley.RunFinish, 2)
+	for round := range 2 { // round 0 prepares the statements on the writer's connection
+		for range n {
+			now := time.Now().UTC().Truncate(time.Microsecond)
+			b, f := finishFixture(t, s, 7, now)
+			finishes[round] = append(finishes[round], f)
+			// A new session's run like b's, not begun yet.
+			sess := *b.NewSession
+			sess.ID = parley.NewID()
+			run := *b.Run
+			run.ID, run.SessionID = parley.NewID(), sess.ID
+			m := *b.Messages[0]
+			m.ID, m.RunID, m.Seq = parley.NewID(), run.ID, 0
+			begins[round] = append(begins[round], &parley.RunBegin{NewSession: &sess, Reserve: b.Reserve, Run: &run, Messages: []*parley.Message{&m}})
+		}
+	}
+	for round := range 2 {
+		stmts, trips := batch(func(i int) error {
+			_, err := s.BeginRun(ctx, begins[round][i])
+			return err
+		})
+		if round == 1 && (stmts != 4 || trips != 1) {
+			t.Errorf("the begins: %d statements in %d round trips, want 4 (BEGIN, the settings, the begins, COMMIT) in 1", stmts, trips)
+		}
+		stmts, trips = batch(func(i int) error { return s.FinishRun(ctx, finishes[round][i]) })
+		if round == 1 && (stmts != 5 || trips != 2) {
+			t.Errorf("the ends: %d statements in %d round trips, want 5 (BEGIN, the settings, the answers; the ends, COMMIT) in 2",
+				stmts, trips)
+		}
+	}
+	for _, b := range begins[1] {
+		if msgs, err := s.History(ctx, b.NewSession.ID); err != nil || len(msgs) != 1 || b.Messages[0].Seq != 1 {
+			t.Errorf("begun session %s: %d messages, %v; the message's seq %d, want 1", b.NewSession.ID, len(msgs), err, b.Messages[0].Seq)
+		}
+	}
+	for _, f := range finishes[1] {
+		evs, err := s.ListEvents(ctx, f.SessionID, 0, 100)
+		if err != nil || len(evs) != len(f.Events) || f.Messages[0].Seq != 2 {
+			t.Errorf("ended session %s: %d events, %v, answer's seq %d; want %d and 2", f.SessionID, len(evs), err, f.Messages[0].Seq, len(f.Events))
+		}
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/parleyhq/parley/store/internal/groupcommit"
 )
 
 // pipeTx is the transaction of one group-commit batch. Its framing statements (BEGIN, a
@@ -27,19 +29,47 @@ type pipeTx struct {
 	conn    *pgxpool.Conn
 	tx      pgx.Tx   // pgx's transaction, once BEGIN was sent (for the few methods delegated to it)
 	pending []string // framing statements not sent yet, BEGIN first while tx is nil
-	broken  error    // a framing statement failed: the transaction cannot go on
+	held    []held   // merged statements not sent yet, after pending (hold)
+	broken  error    // a framing or held statement failed: the transaction cannot go on
 	done    bool     // committed or rolled back: the connection went back to the pool
+}
+
+// held is a statement whose answer its write does not need before the batch's commit: it goes
+// to the server with the next statement, or with COMMIT, and read reads its results then.
+type held struct {
+	sql  string
+	args []any
+	read func(pgx.BatchResults) error
 }
 
 var _ pgx.Tx = (*pipeTx)(nil)
 
-// errBroken wraps the failure of a framing statement.
-type errBroken struct{ err error }
+// errBroken wraps the failure of a framing statement, or of a held one.
+type errBroken struct {
+	err error
+	// apart: a held statement failed and PostgreSQL aborted the transaction, COMMIT unrun
+	// (groupcommit.ErrApart: the batch runs again, each write by its own statements).
+	apart bool
+}
 
 func (e *errBroken) Error() string {
 	return fmt.Sprintf("postgres: the batch's transaction could not go on: %v", e.err)
 }
-func (e *errBroken) Unwrap() error { return e.err }
+func (e *errBroken) Unwrap() error        { return e.err }
+func (e *errBroken) Is(target error) bool { return e.apart && target == groupcommit.ErrApart }
+
+// hold adds a statement of a merged write to send with the next statement or with COMMIT,
+// whichever comes first, saving the round trip it would take on its own: read reads its results
+// then. read must fail only when the statement did (a check of its results that can fail belongs
+// in the statement, which then fails): COMMIT may already have run when read is called. If the
+// statement fails, the transaction is broken, and Commit says so with groupcommit.ErrApart.
+func (p *pipeTx) hold(sql string, args []any, read func(pgx.BatchResults) error) error {
+	if p.broken != nil {
+		return p.broken
+	}
+	p.held = append(p.held, held{sql, args, read})
+	return nil
+}
 
 // queue adds framing statements to send before the next statement; it returns the error that
 // broke the transaction, if one did.
@@ -62,10 +92,15 @@ func (p *pipeTx) rollbackTo(ctx context.Context) error {
 	if p.tx == nil { // nothing reached the server: nothing to undo
 		return nil
 	}
+	if len(p.held) > 0 { // they take arguments: not in the simple query below
+		if err := p.flush(ctx); err != nil {
+			return err
+		}
+	}
 	stmts := append(p.pending, "ROLLBACK TO SAVEPOINT op")
 	p.pending = p.pending[:0]
 	if _, err := p.conn.Exec(ctx, strings.Join(stmts, "; ")); err != nil { // no arguments: one simple query
-		p.broken = &errBroken{err}
+		p.broken = &errBroken{err: err}
 		return p.broken
 	}
 	return nil
@@ -73,11 +108,11 @@ func (p *pipeTx) rollbackTo(ctx context.Context) error {
 
 // ready reports whether a statement can go to the server as it is: the transaction has begun
 // and no framing statement waits.
-func (p *pipeTx) ready() bool { return p.tx != nil && len(p.pending) == 0 }
+func (p *pipeTx) ready() bool { return p.tx != nil && len(p.pending) == 0 && len(p.held) == 0 }
 
-// send sends the waiting framing statements, BEGIN first if the transaction has not begun, then
-// the queued queries of b, in one batch, and reads the framing statements' results: what is
-// left of the results is b's.
+// send sends the waiting framing statements, BEGIN first if the transaction has not begun, the
+// held statements, then the queued queries of b, in one batch, and reads the framing and held
+// statements' results: what is left of the results is b's.
 func (p *pipeTx) send(ctx context.Context, b *pgx.Batch) (pgx.BatchResults, error) {
 	if p.broken != nil {
 		return nil, p.broken
@@ -92,6 +127,11 @@ func (p *pipeTx) send(ctx context.Context, b *pgx.Batch) (pgx.BatchResults, erro
 		nb.Queue(s)
 	}
 	p.pending = p.pending[:0]
+	hs := p.held
+	p.held = nil
+	for _, h := range hs {
+		nb.Queue(h.sql, h.args...)
+	}
 	if b != nil {
 		nb.QueuedQueries = append(nb.QueuedQueries, b.QueuedQueries...)
 	}
@@ -104,7 +144,15 @@ func (p *pipeTx) send(ctx context.Context, b *pgx.Batch) (pgx.BatchResults, erro
 	for range framing {
 		if _, err := br.Exec(); err != nil {
 			_ = br.Close()
-			p.broken = &errBroken{err}
+			p.broken = &errBroken{err: err}
+			return nil, p.broken
+		}
+	}
+	for _, h := range hs {
+		if err := h.read(br); err != nil {
+			_ = br.Close()
+			// Apart only if PostgreSQL aborted the transaction: then a COMMIT in b did not run.
+			p.broken = &errBroken{err: err, apart: p.conn.Conn().PgConn().TxStatus() == 'E'}
 			return nil, p.broken
 		}
 	}
@@ -247,15 +295,33 @@ func (p *pipeTx) Commit(ctx context.Context) error {
 	if p.broken != nil {
 		return p.broken
 	}
-	if p.tx == nil { // nothing was written: there is nothing to commit
+	var tag pgconn.CommandTag
+	switch {
+	case len(p.held) > 0: // they go in one batch with COMMIT (and BEGIN, if nothing else went)
+		b := &pgx.Batch{}
+		b.Queue("COMMIT")
+		br, err := p.send(ctx, b)
+		if err != nil {
+			return err // Rollback follows
+		}
+		tag, err = br.Exec()
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	case p.tx == nil: // nothing was written: there is nothing to commit
 		p.release()
 		return nil
-	}
-	// Framing statements take no arguments: with COMMIT they go as one simple query.
-	tag, err := p.conn.Exec(ctx, strings.Join(append(p.pending, "COMMIT"), "; "))
-	p.pending = p.pending[:0]
-	if err != nil {
-		return err // Rollback follows
+	default:
+		// Framing statements take no arguments: with COMMIT they go as one simple query.
+		var err error
+		tag, err = p.conn.Exec(ctx, strings.Join(append(p.pending, "COMMIT"), "; "))
+		p.pending = p.pending[:0]
+		if err != nil {
+			return err // Rollback follows
+		}
 	}
 	if tag.String() == "ROLLBACK" { // the transaction was aborted: PostgreSQL rolled it back
 		p.release()
@@ -272,7 +338,7 @@ func (p *pipeTx) Rollback(ctx context.Context) error {
 		return pgx.ErrTxClosed
 	}
 	defer p.release()
-	p.pending = p.pending[:0]
+	p.pending, p.held = p.pending[:0], nil
 	if p.tx == nil || p.conn.Conn().PgConn().TxStatus() == 'I' {
 		return nil
 	}

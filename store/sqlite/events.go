@@ -87,10 +87,25 @@ func (s *Store) AppendEncodedEvents(ctx context.Context, sessionID string, at ti
 
 func (s *Store) appendEncoded(ctx context.Context, sessionID string, at time.Time, evs []parley.EncodedEvent) error {
 	// Joined before the transaction; again inside it only if a retried write overlaps.
-	batches := rowcodec.EventBatches(evs, nil)
-	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		return s.appendEvents(ctx, tx, sessionID, at, evs, batches)
-	})
+	p := &eventsPart{s: s, sessionID: sessionID, at: at, evs: evs, batches: rowcodec.EventBatches(evs, nil)}
+	if len(p.batches) == 1 { // one row: merged with its batch's other rows (Store.merge)
+		return s.w.DoMerge(ctx, sessionID, p, p.run)
+	}
+	return s.write(ctx, p.run)
+}
+
+// eventsPart is one write of a run's events (AppendEncodedEvents): evs, joined into batches.
+type eventsPart struct {
+	s         *Store
+	sessionID string
+	at        time.Time
+	evs       []parley.EncodedEvent
+	batches   []rowcodec.EventBatch
+}
+
+// run is p's write on its own.
+func (p *eventsPart) run(ctx context.Context, tx *sql.Tx) error {
+	return p.s.appendEvents(ctx, tx, p.sessionID, p.at, p.evs, p.batches)
 }
 
 // appendEvents is AppendEvents' work inside a write transaction. A session that does not exist

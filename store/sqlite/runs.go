@@ -256,72 +256,55 @@ func scanRun(row scanner) (*parley.RunRecord, error) {
 
 var _ parley.RunBeginner = (*Store)(nil)
 
-// BeginRun stores what begins a run in one transaction (parley.RunBeginner).
-func (s *Store) BeginRun(ctx context.Context, b *parley.RunBegin) (int64, error) {
+// newBeginPart checks b and encodes what it stores.
+func newBeginPart(s *Store, b *parley.RunBegin) (*beginPart, error) {
 	if b.Reserve <= 0 {
-		return 0, parley.Errorf(parley.ECInvalid, "events: must reserve at least one number")
+		return nil, parley.Errorf(parley.ECInvalid, "events: must reserve at least one number")
 	}
 	sessionID := b.SessionID
 	if b.NewSession != nil {
 		if b.Leaf != "" {
-			return 0, parley.Errorf(parley.ECInvalid, "leaf: a new session has no message to be its leaf")
+			return nil, parley.Errorf(parley.ECInvalid, "leaf: a new session has no message to be its leaf")
 		}
 		if err := checkSession(b.NewSession); err != nil {
-			return 0, err
+			return nil, err
 		}
 		sessionID = b.NewSession.ID
 	}
 	var tools any
 	if b.Run != nil {
 		if err := checkRun(b.Run); err != nil {
-			return 0, err
+			return nil, err
 		}
 		if b.Run.SessionID != sessionID {
-			return 0, parley.Errorf(parley.ECInvalid, "run: of session %q, not %q", b.Run.SessionID, sessionID)
+			return nil, parley.Errorf(parley.ECInvalid, "run: of session %q, not %q", b.Run.SessionID, sessionID)
 		}
 		var err error
 		if tools, err = encodeTools(b.Run.SelectedTools); err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
 	var rows [][]any
 	if len(b.Messages) > 0 {
 		var err error
 		if rows, err = messageRows(b.Messages); err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
-	var (
-		first, last int64
-		links       rowcodec.Links
-	)
-	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) (err error) {
-		if b.NewSession != nil {
-			first, last, links, err = s.beginNewSession(ctx, tx, b, tools, rows)
-			return err
-		}
-		if b.Leaf != "" {
-			if _, err := setLeafTx(ctx, tx, sessionID, b.Leaf, false); err != nil {
-				return err
-			}
-		}
-		if len(b.Messages) > 0 {
-			// The event numbers are reserved by the session's update that appends the
-			// messages.
-			var seq int64
-			if last, seq, links, err = s.appendMessages(ctx, tx, sessionID, b.Messages, rows, eventSeqs{reserve: b.Reserve}); err != nil {
-				return err
-			}
-			first = seq - b.Reserve + 1
-		} else if first, err = s.reserveEventSeqs(ctx, tx, sessionID, b.Reserve); err != nil {
-			return err
-		}
-		if b.Run != nil {
-			b.Run.FirstSeq = first
-			return s.createRun(ctx, tx, b.Run, tools)
-		}
-		return nil
-	})
+	return &beginPart{s: s, b: b, sessionID: sessionID, tools: tools, rows: rows}, nil
+}
+
+// BeginRun stores what begins a run in one transaction (parley.RunBeginner).
+func (s *Store) BeginRun(ctx context.Context, b *parley.RunBegin) (int64, error) {
+	p, err := newBeginPart(s, b)
+	if err != nil {
+		return 0, err
+	}
+	if p.mergeable() {
+		err = s.w.DoMerge(ctx, p.sessionID, p, p.run)
+	} else {
+		err = s.write(ctx, p.run)
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -329,9 +312,61 @@ func (s *Store) BeginRun(ctx context.Context, b *parley.RunBegin) (int64, error)
 		b.Run.State, b.Run.UpdatedAt = parley.RunStateRunning, b.Run.CreatedAt
 	}
 	if len(b.Messages) > 0 {
-		setSeqs(sessionID, b.Messages, last, links)
+		setSeqs(p.sessionID, b.Messages, p.last, p.links)
 	}
-	return first, nil
+	return p.first, nil
+}
+
+// beginPart is one BeginRun's write: what it stores, and what storing it returns (first, last,
+// links), set anew each time it runs. A run with one message may be merged with the other
+// writes of its batch (Store.merge).
+type beginPart struct {
+	s         *Store
+	b         *parley.RunBegin
+	sessionID string
+	tools     any
+	rows      [][]any
+	// results
+	first, last int64
+	links       rowcodec.Links
+}
+
+// mergeable reports whether p is a run with one message that names no parent, of a new session
+// or of one that exists (a turn), and sets no leaf: the writes Store.merge merges.
+func (p *beginPart) mergeable() bool {
+	b := p.b
+	return b.Run != nil && len(b.Messages) == 1 && b.Messages[0].ParentID == "" && b.Leaf == ""
+}
+
+// run is p's write on its own.
+func (p *beginPart) run(ctx context.Context, tx *sql.Tx) (err error) {
+	s, b, sessionID := p.s, p.b, p.sessionID
+	p.first, p.last, p.links = 0, 0, rowcodec.Links{}
+	if b.NewSession != nil {
+		p.first, p.last, p.links, err = s.beginNewSession(ctx, tx, b, p.tools, p.rows)
+		return err
+	}
+	if b.Leaf != "" {
+		if _, err := setLeafTx(ctx, tx, sessionID, b.Leaf, false); err != nil {
+			return err
+		}
+	}
+	if len(b.Messages) > 0 {
+		// The event numbers are reserved by the session's update that appends the
+		// messages.
+		var seq int64
+		if p.last, seq, p.links, err = s.appendMessages(ctx, tx, sessionID, b.Messages, p.rows, eventSeqs{reserve: b.Reserve}); err != nil {
+			return err
+		}
+		p.first = seq - b.Reserve + 1
+	} else if p.first, err = s.reserveEventSeqs(ctx, tx, sessionID, b.Reserve); err != nil {
+		return err
+	}
+	if b.Run != nil {
+		b.Run.FirstSeq = p.first
+		return s.createRun(ctx, tx, b.Run, p.tools)
+	}
+	return nil
 }
 
 // beginNewSession is BeginRun's work for a new session: with no row to read before, the session
@@ -381,14 +416,13 @@ func (s *Store) beginNewSession(ctx context.Context, tx *sql.Tx, b *parley.RunBe
 	return first, last, links, nil
 }
 
-// FinishRun stores what ends a run in one transaction: its last messages, its events not
-// stored yet, the event numbers it gives back and its end (parley.RunBeginner).
-func (s *Store) FinishRun(ctx context.Context, f parley.RunFinish) error {
+// newFinishPart checks f and encodes its messages.
+func newFinishPart(s *Store, f *parley.RunFinish) (*finishPart, error) {
 	var rows [][]any
 	if len(f.Messages) > 0 {
 		var err error
 		if rows, err = messageRows(f.Messages); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	// The events to encode here, once the messages they may carry are numbered: encoded anew
@@ -398,70 +432,116 @@ func (s *Store) FinishRun(ctx context.Context, f parley.RunFinish) error {
 		e := &f.Events[i]
 		switch {
 		case e.Seq <= 0 || e.JSON == nil && e.Event == nil:
-			return parley.Errorf(parley.ECInvalid, "events: event %d has no sequence number or nothing to store", i)
+			return nil, parley.Errorf(parley.ECInvalid, "events: event %d has no sequence number or nothing to store", i)
 		case i > 0 && e.Seq <= f.Events[i-1].Seq:
-			return parley.Errorf(parley.ECInvalid, "events: the events of a run's end are not in order")
+			return nil, parley.Errorf(parley.ECInvalid, "events: the events of a run's end are not in order")
 		case e.JSON == nil:
 			encode = append(encode, i)
 		}
 	}
-	var (
-		last  int64
-		links rowcodec.Links
-		ended error
-	)
-	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) (err error) {
-		var overlaps *eventOverlaps
-		if len(f.Messages) > 0 {
-			// The unused event numbers are given back by the session's update that appends
-			// the messages, and its read of the session finds the event rows already stored
-			// that the events overlap (a retried write).
-			if len(f.Events) > 0 {
-				overlaps = &eventOverlaps{first: f.Events[0].Seq, last: f.Events[len(f.Events)-1].Seq}
-			}
-			if last, _, links, err = s.appendMessages(ctx, tx, f.SessionID, f.Messages, rows,
-				eventSeqs{release: true, limit: f.Limit, last: f.Last, overlaps: overlaps}); err != nil {
-				return err
-			}
-		}
-		if len(f.Events) > 0 {
-			for _, i := range encode {
-				f.Events[i].JSON = nil
-			}
-			if err := rowcodec.EncodeAfter(f.Events, f.Messages, f.SessionID, last, links); err != nil {
-				return fmt.Errorf("sqlite: %w", err)
-			}
-			if overlaps == nil {
-				err = s.appendEvents(ctx, tx, f.SessionID, f.At, f.Events, rowcodec.EventBatches(f.Events, nil))
-			} else {
-				var stored rowcodec.Covered
-				if len(overlaps.stored) > 0 {
-					stored = rowcodec.RangesCover(overlaps.stored)
-				}
-				err = insertEventBatches(ctx, s.cached(tx), f.SessionID, f.At, rowcodec.EventBatches(f.Events, stored))
-			}
-			if err != nil {
-				return err
-			}
-		}
-		if len(f.Messages) == 0 {
-			if err := s.releaseEventSeqs(ctx, tx, f.SessionID, f.Limit, f.Last); err != nil {
-				return err
-			}
-		}
-		// A run no longer this instance's is no failure of the transaction: the messages, the
-		// events and the numbers are kept.
-		ended = s.endRun(ctx, tx, f.RunID, f.Instance, f.Finish, f.At)
-		if parley.CodeOf(ended) != parley.ECConflict {
-			return ended
-		}
-		return nil
-	})
+	return &finishPart{s: s, f: f, rows: rows, encode: encode}, nil
+}
+
+// FinishRun stores what ends a run in one transaction: its last messages, its events not
+// stored yet, the event numbers it gives back and its end (parley.RunBeginner).
+func (s *Store) FinishRun(ctx context.Context, f parley.RunFinish) error {
+	p, err := newFinishPart(s, &f)
+	if err != nil {
+		return err
+	}
+	if p.mergeable() {
+		err = s.w.DoMerge(ctx, f.SessionID, p, p.run)
+	} else {
+		err = s.write(ctx, p.run)
+	}
 	if err != nil {
 		return err
 	}
 	if len(f.Messages) > 0 {
-		setSeqs(f.SessionID, f.Messages, last, links)
+		setSeqs(f.SessionID, f.Messages, p.last, p.links)
 	}
-	return ended
+	return p.ended
+}
+
+// finishPart is one FinishRun's write: what it stores, and what storing it returns (last, links,
+// ended), set anew each time it runs. An answer with events may be merged with the other writes
+// of its batch (Store.merge).
+type finishPart struct {
+	s      *Store
+	f      *parley.RunFinish
+	rows   [][]any
+	encode []int // the events to encode once the messages are numbered
+	// results
+	last  int64
+	links rowcodec.Links
+	ended error // endRun's: a run no longer this instance's fails no write
+}
+
+// mergeable reports whether p is a run's end with one message that names no parent, and
+// events: the writes Store.merge merges.
+func (p *finishPart) mergeable() bool {
+	f := p.f
+	return len(f.Messages) == 1 && f.Messages[0].ParentID == "" && len(f.Events) > 0
+}
+
+// encodeEvents encodes the events of p that came without their JSON, now that the messages are
+// numbered (p.last, p.links).
+func (p *finishPart) encodeEvents() error {
+	f := p.f
+	for _, i := range p.encode {
+		f.Events[i].JSON = nil
+	}
+	if err := rowcodec.EncodeAfter(f.Events, f.Messages, f.SessionID, p.last, p.links); err != nil {
+		return fmt.Errorf("sqlite: %w", err)
+	}
+	return nil
+}
+
+// run is p's write on its own.
+func (p *finishPart) run(ctx context.Context, tx *sql.Tx) (err error) {
+	s, f := p.s, p.f
+	p.last, p.links, p.ended = 0, rowcodec.Links{}, nil
+	var overlaps *eventOverlaps
+	if len(f.Messages) > 0 {
+		// The unused event numbers are given back by the session's update that appends
+		// the messages, and its read of the session finds the event rows already stored
+		// that the events overlap (a retried write).
+		if len(f.Events) > 0 {
+			overlaps = &eventOverlaps{first: f.Events[0].Seq, last: f.Events[len(f.Events)-1].Seq}
+		}
+		if p.last, _, p.links, err = s.appendMessages(ctx, tx, f.SessionID, f.Messages, p.rows,
+			eventSeqs{release: true, limit: f.Limit, last: f.Last, overlaps: overlaps}); err != nil {
+			return err
+		}
+	}
+	if len(f.Events) > 0 {
+		if err := p.encodeEvents(); err != nil {
+			return err
+		}
+		if overlaps == nil {
+			err = s.appendEvents(ctx, tx, f.SessionID, f.At, f.Events, rowcodec.EventBatches(f.Events, nil))
+		} else {
+			var stored rowcodec.Covered
+			if len(overlaps.stored) > 0 {
+				stored = rowcodec.RangesCover(overlaps.stored)
+			}
+			err = insertEventBatches(ctx, s.cached(tx), f.SessionID, f.At, rowcodec.EventBatches(f.Events, stored))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if len(f.Messages) == 0 {
+		if err := s.releaseEventSeqs(ctx, tx, f.SessionID, f.Limit, f.Last); err != nil {
+			return err
+		}
+	}
+	// A run no longer this instance's is no failure of the transaction: the messages, the
+	// events and the numbers are kept.
+	p.ended = s.endRun(ctx, tx, f.RunID, f.Instance, f.Finish, f.At)
+	if parley.CodeOf(p.ended) != parley.ECConflict {
+		err, p.ended = p.ended, nil
+		return err
+	}
+	return nil
 }

@@ -100,7 +100,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	// each page a write changes again into the savepoint's journal: together a fifth of a
 	// streamed chat's store CPU at 32 in flight. Each write's function must then be safe to run
 	// again, its effects of a first run rolled back: it sets its results, it does not add to them.
-	s.w = groupcommit.New[*sql.Tx](sqlTx{db, &s.ran}, groupcommit.Options{Batched: o.batched, Optimistic: true})
+	s.w = groupcommit.New[*sql.Tx](sqlTx{db, &s.ran, s}, groupcommit.Options{Batched: o.batched, Optimistic: true})
 	if err := s.Ping(ctx); err != nil {
 		s.w.Close()
 		db.Close()
@@ -263,6 +263,7 @@ func (c cachedTx) QueryContext(ctx context.Context, q string, args ...any) (*sql
 type sqlTx struct {
 	db  *sql.DB
 	ran *atomic.Int64 // Store.ran
+	s   *Store        // Merge
 }
 
 func (d sqlTx) Begin(ctx context.Context) (*sql.Tx, error) {

@@ -52,6 +52,13 @@ type Merger[T any] interface {
 	Merge(ctx context.Context, tx T, parts []any) error
 }
 
+// ErrApart is what a database's Commit may return (wrapped) in a transaction that ran Merge,
+// when the transaction was not committed because a merged statement that Merge left to go with
+// the commit (to save the database a round trip) failed: as when Merge itself fails, the batch
+// runs again with a savepoint around each operation, each by its function alone. It must not be
+// returned for a commit that may have taken effect.
+var ErrApart = errors.New("groupcommit: a merged write failed with the commit")
+
 // Options bound a Writer.
 type Options struct {
 	// Queue is how many operations may wait to be taken (default 1024); a caller beyond it waits.
@@ -430,6 +437,9 @@ func (w *Writer[T]) optimistic(ctx context.Context, ops []*op[T]) (done bool, er
 	}
 	if err := w.db.Commit(ctx, tx); err != nil {
 		w.db.Rollback(tx)
+		if errors.Is(err, ErrApart) { // not committed: a merged write failed (Merger)
+			return false, nil
+		}
 		return true, err
 	}
 	return true, nil

@@ -27,6 +27,7 @@ type memDB struct {
 
 type memTx struct {
 	data, save map[string]int
+	late       bool // lateDB: a merged write left to the commit fails there
 }
 
 func (d *memDB) Begin(context.Context) (*memTx, error) {
@@ -720,5 +721,86 @@ func TestABatchMergesThePartsOfOperationsWhoseKeyIsTheirOwn(t *testing.T) {
 				t.Errorf("%d savepoints and %d rollbacks, want %d (the batch again, each by its function) and 1", db.savepoints, db.rollbacks, n)
 			}
 		})
+	}
+}
+
+// lateDB is mergeDB whose Merge leaves a part's failure to the commit, as a database that sends
+// its last merged statement with COMMIT does: the part "dup" marks the transaction, whose Commit
+// then commits nothing and returns ErrApart.
+type lateDB struct{ *mergeDB }
+
+func (d *lateDB) Merge(ctx context.Context, tx *memTx, parts []any) error {
+	d.mu.Lock()
+	d.merges = append(d.merges, parts)
+	d.mu.Unlock()
+	for _, p := range parts {
+		if p == "dup" {
+			tx.late = true
+			continue
+		}
+		if err := insert(p.(string))(ctx, tx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *lateDB) Commit(ctx context.Context, tx *memTx) error {
+	if tx.late {
+		return fmt.Errorf("commit: the merged statement failed: %w", ErrApart)
+	}
+	return d.memDB.Commit(ctx, tx)
+}
+
+func TestACommitThatFailsAMergedWriteRunsTheBatchApart(t *testing.T) {
+	db := &lateDB{&mergeDB{memDB: &memDB{committed: map[string]int{"dup": 1}}}}
+	w := New[*memTx](db, Options{Optimistic: true})
+	defer w.Close()
+	release, heldDone := hold(t, w)
+	const n = 6
+	keys := []string{"k00", "k01", "dup", "k03", "k04", "k05"}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = w.DoMerge(context.Background(), keys[i], keys[i], insert(keys[i]))
+		}()
+	}
+	deadline := time.Now().Add(wait)
+	for len(w.queue) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d operations queued", len(w.queue), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	wg.Wait()
+	if err := <-heldDone; err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range errs {
+		if keys[i] == "dup" {
+			if err == nil || err.Error() != "dup: duplicate" {
+				t.Errorf("the failing operation got %v, want its own error", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("operation %d: %v (a batch-mate's failure at the commit is not its own)", i, err)
+		}
+		if v, _ := db.get("touched:" + keys[i]); v != 1 {
+			t.Errorf("operation %d committed %d times, want once", i, v)
+		}
+	}
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if len(db.merges) != 1 || db.savepoints != n || db.rollbacks != 1 {
+		t.Errorf("%d merges, %d savepoints, %d rollbacks; want 1, %d (the batch again, each by its function) and 1",
+			len(db.merges), db.savepoints, db.rollbacks, n)
+	}
+	if db.commits != 2 { // the held batch's and the batch run apart
+		t.Errorf("%d commits, want 2", db.commits)
 	}
 }

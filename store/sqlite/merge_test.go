@@ -1,0 +1,498 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/store/internal/rowcodec"
+)
+
+// finishOf begins a run of a new session with a user's message and returns the end of that run:
+// an answer and n events (the last two an answer's record and the run's done, encoded by the
+// store; the others given as JSON).
+func finishOf(t *testing.T, s *Store, n int, now time.Time) parley.RunFinish {
+	t.Helper()
+	sess := &parley.Session{ID: parley.NewID(), Owner: "o", CreatedAt: now, UpdatedAt: now}
+	run := &parley.RunRecord{ID: parley.NewID(), SessionID: sess.ID, Owner: "o", Model: "m", Instance: "i",
+		LeaseUntil: now.Add(time.Minute), CreatedAt: now}
+	user := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("hi"), RunID: run.ID, CreatedAt: now}
+	first, err := s.BeginRun(context.Background(), &parley.RunBegin{NewSession: sess, Reserve: 100, Run: run, Messages: []*parley.Message{user}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer := &parley.Message{ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text("yes"), RunID: run.ID,
+		CreatedAt: now.Add(time.Second), Usage: &parley.Usage{PromptTokens: 2, CompletionTokens: 3, TotalTokens: 5}}
+	evs := make([]parley.EncodedEvent, n)
+	for j := range evs {
+		ev := &parley.Event{Seq: first + int64(j), Type: parley.EventChunk, RunID: run.ID, SessionID: sess.ID, Content: fmt.Sprintf("e%d", j)}
+		evs[j] = parley.EncodedEvent{Seq: ev.Seq, Event: ev}
+		switch j {
+		case n - 2:
+			ev.Type, ev.Content, ev.Message = parley.EventRecord, "", answer
+		case n - 1:
+			ev.Type, ev.Content, ev.FinishReason = parley.EventDone, "", parley.FinishStop
+		default:
+			if evs[j].JSON, err = json.Marshal(ev); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return parley.RunFinish{SessionID: sess.ID, Messages: []*parley.Message{answer}, Events: evs,
+		Limit: first + 99, Last: first + int64(n) - 1, RunID: run.ID, Instance: "i", Finish: parley.FinishStop, At: now.Add(time.Second)}
+}
+
+// storeOther stores evs (events with their Event) as a write before would have, with other
+// contents.
+func storeOther(t *testing.T, s *Store, sessionID string, at time.Time, evs ...parley.EncodedEvent) {
+	t.Helper()
+	var stored []parley.EncodedEvent
+	for _, e := range evs {
+		ev := *e.Event
+		ev.Content = "stored"
+		j, err := json.Marshal(&ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored = append(stored, parley.EncodedEvent{Seq: ev.Seq, JSON: j, Event: &ev})
+	}
+	if err := s.AppendEncodedEvents(context.Background(), sessionID, at, stored); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// eventWrite is the arguments of one AppendEncodedEvents.
+type eventWrite struct {
+	sessionID string
+	at        time.Time
+	evs       []parley.EncodedEvent
+}
+
+// mergeFixture returns writes of the kinds a batch merges, with what makes them differ: begins of
+// runs (3 of new sessions: selected tools, a project, every column of a message, a message made
+// after the session; 2 turns in sessions that exist), ends of runs begun here (a run no longer
+// this instance's, events stored before, events that make two rows, numbers reserved again
+// since, an answer with a tool call and a cost) and writes of a running run's events (one of
+// them stored before).
+func mergeFixture(t *testing.T, s *Store, now time.Time) ([]*parley.RunBegin, []parley.RunFinish, []eventWrite) {
+	t.Helper()
+	ctx := context.Background()
+	proj := &parley.Project{ID: parley.NewID(), Owner: "o", Name: "p", CreatedAt: now, UpdatedAt: now}
+	if err := s.CreateProject(ctx, proj); err != nil {
+		t.Fatal(err)
+	}
+	var begins []*parley.RunBegin
+	for i := range 3 {
+		sess := &parley.Session{ID: parley.NewID(), Owner: "o", Title: fmt.Sprintf("t%d", i), CreatedAt: now, UpdatedAt: now.Add(3 * time.Second)}
+		run := &parley.RunRecord{ID: parley.NewID(), SessionID: sess.ID, Owner: "o", Model: "m", Instance: "i", Attempts: i,
+			LeaseUntil: now.Add(time.Minute), CreatedAt: now}
+		m := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("hi"), RunID: run.ID, CreatedAt: now.Add(time.Second)}
+		switch i {
+		case 0:
+			run.SelectedTools = []string{"x", "y"}
+		case 1:
+			sess.ProjectID = proj.ID
+			m.Role, m.Content, m.Name, m.Reasoning, m.Model, m.LatencyMS = parley.RoleAssistant, parley.Content{}, "n", "because", "m", 42
+			m.ToolCalls = []parley.ToolCall{{ID: "c1", Type: "function", Function: parley.FunctionCall{Name: "x", Arguments: "{}"}}}
+			m.Usage = &parley.Usage{PromptTokens: 3, CompletionTokens: 4, TotalTokens: 7, ReasoningTokens: 1, CachedTokens: 2, Cost: 0.25}
+			m.ThinkingBlocks = []parley.ThinkingBlock{{Type: "thinking", Thinking: "hm", Signature: "sig"}}
+			m.Error = parley.ECInvalid
+		case 2:
+			ok := true
+			m.Role, m.Content, m.ToolCallID, m.Success, m.Server = parley.RoleTool, parley.Parts(parley.Part{Type: "text", Text: "a"}), "c0", &ok, "srv"
+			m.CreatedAt = now.Add(5 * time.Second) // after the session's updated_at
+		}
+		begins = append(begins, &parley.RunBegin{NewSession: sess, SessionID: sess.ID, Reserve: 50, Run: run, Messages: []*parley.Message{m}})
+	}
+	var finishes []parley.RunFinish
+	for i := range 6 {
+		f := finishOf(t, s, 7, now)
+		switch i {
+		case 1: // the run is another instance's now
+			f.Instance = "other"
+		case 2: // two of its events were stored, with other contents
+			storeOther(t, s, f.SessionID, f.At, f.Events[1:3]...)
+		case 3: // a gap: two rows
+			f.Events = append(f.Events[:2:2], f.Events[3:]...)
+		case 4: // the numbers were reserved again since: none go back
+			f.Limit--
+		case 5: // an answer with a tool call and a cost
+			a := f.Messages[0]
+			a.ToolCalls = []parley.ToolCall{{ID: "c1", Type: "function", Function: parley.FunctionCall{Name: "x", Arguments: "{}"}}}
+			a.Usage.Cost = 0.5
+		}
+		finishes = append(finishes, f)
+	}
+	for i := range 2 { // turns: runs in sessions that exist, their last run ended
+		f := finishOf(t, s, 7, now)
+		if err := s.FinishRun(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+		at := now.Add(time.Duration(10+i) * time.Second)
+		run := &parley.RunRecord{ID: parley.NewID(), SessionID: f.SessionID, Owner: "o", Model: "m2", Instance: "i",
+			LeaseUntil: at.Add(time.Minute), CreatedAt: at}
+		m := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("again"), RunID: run.ID, CreatedAt: at}
+		if i == 0 {
+			run.SelectedTools = []string{"z"}
+		} else {
+			m.Usage = &parley.Usage{PromptTokens: 1, TotalTokens: 1, Cost: 0.125}
+		}
+		begins = append(begins, &parley.RunBegin{SessionID: f.SessionID, Reserve: 30, Run: run, Messages: []*parley.Message{m}})
+	}
+	var writes []eventWrite
+	for i := range 2 {
+		f := finishOf(t, s, 7, now)
+		evs := f.Events[:4]
+		if i == 1 { // one of them was stored before, with other contents
+			storeOther(t, s, f.SessionID, f.At, evs[2])
+		}
+		writes = append(writes, eventWrite{f.SessionID, f.At.Add(time.Duration(i) * time.Second), evs})
+	}
+	return begins, finishes, writes
+}
+
+// dumpRows returns the rows q reads (every column, by name), one a line.
+func dumpRows(t *testing.T, tx *sql.Tx, q string, args ...any) string {
+	t.Helper()
+	rows, err := tx.Query(q, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for rows.Next() {
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range vals {
+			if bs, ok := v.([]byte); ok {
+				v = fmt.Sprintf("bytes(%q)", bs)
+			}
+			fmt.Fprintf(&b, "%s=%v(%T) ", cols[i], v, v)
+		}
+		b.WriteString("\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// A batch's merged writes must leave the rows, and return the results, that the same writes leave
+// and return run one after another by their own statements. Both are run in a transaction that is
+// then rolled back, on the same data.
+func TestMergedWritesLeaveWhatEachWouldAlone(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	begins, finishes, writes := mergeFixture(t, s, now)
+	var (
+		parts []any
+		ids   []any
+	)
+	for _, w := range writes {
+		p := &eventsPart{s: s, sessionID: w.sessionID, at: w.at, evs: w.evs, batches: rowcodec.EventBatches(w.evs, nil)}
+		parts, ids = append(parts, p), append(ids, w.sessionID)
+	}
+	for _, b := range begins {
+		p, err := newBeginPart(s, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !p.mergeable() {
+			t.Fatalf("begin %s is not mergeable", b.SessionID)
+		}
+		parts, ids = append(parts, p), append(ids, b.SessionID)
+	}
+	for i := range finishes {
+		p, err := newFinishPart(s, &finishes[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !p.mergeable() {
+			t.Fatalf("finish %s is not mergeable", finishes[i].SessionID)
+		}
+		parts, ids = append(parts, p), append(ids, finishes[i].SessionID)
+	}
+	in := "(" + placeholders(len(ids)) + ")"
+	// run writes parts (merged or each alone) in a transaction, and returns what they left and
+	// returned; the transaction is rolled back.
+	run := func(merged bool) string {
+		tx, err := s.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		before := s.ran.Load()
+		if merged {
+			if err := s.merge(ctx, tx, parts); err != nil {
+				t.Fatalf("merged: %v", err)
+			}
+		} else {
+			for _, p := range parts {
+				var err error
+				switch p := p.(type) {
+				case *beginPart:
+					err = p.run(ctx, tx)
+				case *finishPart:
+					err = p.run(ctx, tx)
+				case *eventsPart:
+					err = p.run(ctx, tx)
+				}
+				if err != nil {
+					t.Fatalf("alone: %v", err)
+				}
+			}
+		}
+		t.Logf("merged %v: %d statements", merged, s.ran.Load()-before)
+		var out strings.Builder
+		for _, p := range parts {
+			switch p := p.(type) {
+			case *beginPart:
+				fmt.Fprintf(&out, "begin: first %d last %d links %+v run's first %d\n", p.first, p.last, p.links, p.b.Run.FirstSeq)
+			case *finishPart:
+				var evs []string
+				for _, e := range p.f.Events {
+					evs = append(evs, string(e.JSON))
+				}
+				fmt.Fprintf(&out, "finish: last %d links %+v ended %v events %s\n", p.last, p.links, p.ended, evs)
+			}
+		}
+		for _, q := range []string{
+			`SELECT * FROM sessions WHERE id IN ` + in + ` ORDER BY id`,
+			`SELECT * FROM runs WHERE session_id IN ` + in + ` ORDER BY id`,
+			`SELECT * FROM messages WHERE session_id IN ` + in + ` ORDER BY session_id, seq`,
+			`SELECT * FROM event_batches WHERE session_id IN ` + in + ` ORDER BY session_id, first_seq`,
+		} {
+			out.WriteString(dumpRows(t, tx, q, ids...))
+		}
+		return out.String()
+	}
+	alone := run(false)
+	merged := run(true)
+	if merged != alone {
+		t.Errorf("merged, the writes left and returned\n%s\neach alone\n%s", merged, alone)
+	}
+	// Some of the writes differ from the others (so that the comparison says something).
+	for _, want := range []string{`not running on instance other`, `\"stored\"`, `project_id=` + begins[1].NewSession.ProjectID,
+		`selected_tools=["z"]`, `cost=0.125`} {
+		if !strings.Contains(alone, want) {
+			t.Errorf("the writes alone left no %s", want)
+		}
+	}
+}
+
+// Through the store: writes that wait while the writer is held make one batch, which merges them;
+// a write of it that fails (a project that is not there, a run already running in a turn's
+// session, a session deleted) gets its own error and fails none of its batch-mates.
+func TestABatchMergesItsWritesAndAFailureStaysItsOwn(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		t.Run(fmt.Sprintf("failure=%v", fail), func(t *testing.T) {
+			s := openTemp(t)
+			defer s.Close()
+			ctx := context.Background()
+			now := time.Now().UTC().Truncate(time.Microsecond)
+			begins, finishes, writes := mergeFixture(t, s, now)
+			if fail {
+				begins[1].NewSession.ProjectID = "no-such-project"
+				other := &parley.RunRecord{ID: parley.NewID(), SessionID: begins[4].SessionID, Owner: "o", Model: "m", Instance: "i",
+					LeaseUntil: now.Add(time.Minute), CreatedAt: now}
+				if _, err := s.BeginRun(ctx, &parley.RunBegin{SessionID: other.SessionID, Reserve: 1, Run: other}); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.DeleteSession(ctx, finishes[3].SessionID); err != nil {
+					t.Fatal(err)
+				}
+			}
+			release := hold(t, s)
+			var wg sync.WaitGroup
+			errs := make([]error, len(begins)+len(finishes)+len(writes))
+			for i, b := range begins {
+				wg.Add(1)
+				go func() { defer wg.Done(); _, errs[i] = s.BeginRun(ctx, b) }()
+			}
+			for i, f := range finishes {
+				wg.Add(1)
+				go func() { defer wg.Done(); errs[len(begins)+i] = s.FinishRun(ctx, f) }()
+			}
+			for i, w := range writes {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					errs[len(begins)+len(finishes)+i] = s.AppendEncodedEvents(ctx, w.sessionID, w.at, w.evs)
+				}()
+			}
+			waitQueued(t, s, len(errs))
+			before := s.ran.Load()
+			release()
+			wg.Wait()
+			for i, err := range errs {
+				switch {
+				case fail && (i == 1 || i == len(begins)+3):
+					if !errors.Is(err, parley.ErrNotFound) {
+						t.Errorf("write %d: %v, want not found", i, err)
+					}
+				case i == len(begins)+1 || fail && i == 4: // the run is another instance's; a run is running
+					if parley.CodeOf(err) != parley.ECConflict {
+						t.Errorf("write %d: %v, want a conflict", i, err)
+					}
+				case err != nil:
+					t.Errorf("write %d: %v", i, err)
+				}
+			}
+			// One read of the 10 sessions that exist, one insert each of the sessions, runs,
+			// messages and event rows, one update each of the sessions and of the runs: 7 (and
+			// the project's read, not counted), where the 13 writes each by its own statements
+			// run 54 (TestMergedWritesLeaveWhatEachWouldAlone logs both).
+			if got := s.ran.Load() - before; !fail && got != 7 {
+				t.Errorf("the batch ran %d statements, want 7", got)
+			}
+			for i, b := range begins {
+				if fail && i == 1 {
+					if _, err := s.GetSession(ctx, b.SessionID); !errors.Is(err, parley.ErrNotFound) {
+						t.Errorf("the failed begin's session: %v, want not found", err)
+					}
+					continue
+				}
+				want := int64(1)
+				if b.NewSession == nil { // a turn, after a user's message and an answer
+					want = 3
+				}
+				if fail && i == 4 {
+					want = 2
+				}
+				msgs, err := s.History(ctx, b.SessionID)
+				if err != nil || int64(len(msgs)) != want || msgs[len(msgs)-1].Seq != want || (!fail || i != 4) && b.Messages[0].Seq != want {
+					t.Errorf("begin %d: history %v, %v; want %d messages", i, msgs, err, want)
+				}
+			}
+			for i, f := range finishes {
+				if fail && i == 3 {
+					continue
+				}
+				evs, err := s.ListEvents(ctx, f.SessionID, 0, 100)
+				if err != nil || len(evs) != len(f.Events) {
+					t.Errorf("finish %d: %d events, %v; want %d", i, len(evs), err, len(f.Events))
+				}
+				if f.Messages[0].Seq != 2 {
+					t.Errorf("finish %d: the answer's seq %d, want 2", i, f.Messages[0].Seq)
+				}
+			}
+		})
+	}
+}
+
+// A batch with more writes of a kind than one merged statement takes (mergeChunk) stores them in
+// statements of mergeChunk rows and the rest, each write where it would be alone.
+func TestABatchLargerThanAStatementMerges(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	const n = mergeChunk + 3
+	finishes := make([]parley.RunFinish, n)
+	for i := range finishes {
+		finishes[i] = finishOf(t, s, 5, now)
+	}
+	begins := make([]*parley.RunBegin, n)
+	for i := range begins {
+		sess := &parley.Session{ID: parley.NewID(), Owner: "o", CreatedAt: now, UpdatedAt: now}
+		run := &parley.RunRecord{ID: parley.NewID(), SessionID: sess.ID, Owner: "o", Instance: "i", LeaseUntil: now.Add(time.Minute), CreatedAt: now}
+		begins[i] = &parley.RunBegin{NewSession: sess, SessionID: sess.ID, Reserve: 10, Run: run,
+			Messages: []*parley.Message{{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text(fmt.Sprint(i)), RunID: run.ID, CreatedAt: now}}}
+	}
+	release := hold(t, s)
+	var wg sync.WaitGroup
+	errs := make([]error, 2*n)
+	for i := range n {
+		wg.Add(2)
+		go func() { defer wg.Done(); _, errs[i] = s.BeginRun(ctx, begins[i]) }()
+		go func() { defer wg.Done(); errs[n+i] = s.FinishRun(ctx, finishes[i]) }()
+	}
+	waitQueued(t, s, 2*n)
+	before := s.ran.Load()
+	release()
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	// The read of the ends' sessions, the inserts of sessions, runs and event rows and the
+	// updates of sessions and runs: 2 statements each; the messages' insert: 3 (2n rows).
+	if got := s.ran.Load() - before; got != 6*2+3 {
+		t.Errorf("the batch ran %d statements, want %d", got, 6*2+3)
+	}
+	for i, b := range begins {
+		h, err := s.History(ctx, b.SessionID)
+		if err != nil || len(h) != 1 || h[0].Content.String() != fmt.Sprint(i) || b.Run.FirstSeq != 1 {
+			t.Fatalf("begin %d: %v, %v, run's first %d", i, h, err, b.Run.FirstSeq)
+		}
+	}
+	for i, f := range finishes {
+		h, err := s.History(ctx, f.SessionID)
+		if err != nil || len(h) != 2 || h[1].ID != f.Messages[0].ID || h[1].ParentID != h[0].ID {
+			t.Fatalf("finish %d: %v, %v", i, h, err)
+		}
+		evs, err := s.ListEvents(ctx, f.SessionID, 0, 100)
+		if err != nil || len(evs) != len(f.Events) {
+			t.Fatalf("finish %d: %d events, %v", i, len(evs), err)
+		}
+		if _, err := s.ActiveRun(ctx, f.SessionID); !errors.Is(err, parley.ErrNotFound) {
+			t.Fatalf("finish %d: the run still runs (%v)", i, err)
+		}
+		if seq, err := s.ReserveEventSeqs(ctx, f.SessionID, 1); err != nil || seq != f.Last+1 {
+			t.Fatalf("finish %d: next event number %d, %v; want %d", i, seq, err, f.Last+1)
+		}
+	}
+}
+
+// The merged statements that read or update rows find them by key, the rows given the outer
+// loop: no table is read whole, whatever the number of rows.
+func TestMergedStatementsReadByIndex(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	for _, m := range []*mergedStmt{mergedRead, mergedUpdate, mergedEnds} {
+		for _, n := range []int{2, mergeChunk} {
+			rows, err := s.db.Query("EXPLAIN QUERY PLAN "+m.texts[n], make([]any, n*m.cols)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var plan []string
+			for rows.Next() {
+				var id, parent, unused int
+				var detail string
+				if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+					t.Fatal(err)
+				}
+				plan = append(plan, detail)
+			}
+			rows.Close()
+			if len(plan) < 2 || !strings.HasPrefix(plan[0], "SCAN ") || !strings.Contains(plan[0], "VALUES") {
+				t.Errorf("%d rows of %.40q: plan %q, want the rows given first", n, m.texts[n], plan)
+			}
+			for _, step := range plan[1:] {
+				if strings.HasPrefix(step, "SCAN") || !strings.Contains(step, "USING INDEX") && !strings.Contains(step, "SUBQUERY") {
+					t.Errorf("%d rows of %.40q: step %q, want each row found by an index", n, m.texts[n], step)
+				}
+			}
+		}
+	}
+}
