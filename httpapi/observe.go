@@ -153,7 +153,6 @@ func noteUser(ctx context.Context, user string) {
 type requestCtx struct {
 	context.Context
 	info  requestInfo
-	attr  [1]slog.Attr
 	attrs any // the log attributes as logctx reads them ([]slog.Attr), boxed once
 
 	piped bool // the pipeline has set id and body
@@ -162,14 +161,11 @@ type requestCtx struct {
 }
 
 func newRequestCtx(parent context.Context, rid string) *requestCtx {
-	c := &requestCtx{Context: parent}
-	c.attr[0] = slog.String("request_id", rid)
-	if have := logctx.Attrs(parent); len(have) > 0 {
-		c.attrs = append(append(make([]slog.Attr, 0, len(have)+1), have...), c.attr[0])
-	} else {
-		c.attrs = c.attr[:]
-	}
-	return c
+	// The attributes have an array of their own, not one in c: a stream that outlives the
+	// request keeps them (streamCtx), and must not keep c, its parent and the body with them.
+	have := logctx.Attrs(parent)
+	attrs := append(append(make([]slog.Attr, 0, len(have)+1), have...), slog.String("request_id", rid))
+	return &requestCtx{Context: parent, attrs: attrs}
 }
 
 func (c *requestCtx) Value(key any) any {
