@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"time"
-
-	"github.com/google/uuid"
 )
 
 // Session is one persistent conversation.
@@ -99,9 +97,4 @@ type Store interface {
 	ApprovalStore
 
 	Close() error
-}
-
-// NewID returns a new time-ordered identifier (UUIDv7).
-func NewID() string {
-	return uuid.Must(uuid.NewV7()).String()
 }

@@ -123,6 +123,17 @@ type Input struct {
 	// then announces it (its record event) once stored, and calls stored with it first. When it
 	// reports false, or is not set, the agent stores and announces the answer itself.
 	StoreWithEnd func(msg *parley.Message, stored func(*parley.Message)) bool
+	// Run, when set, gives Gate, AwaitApproval, Begun and StoreWithEnd at once (a *runs.Run has
+	// all four), without a method value made for each; a func field that is set wins over it.
+	Run RunHooks
+}
+
+// RunHooks is what a run offers its loop (Input.Run): runs.Run's methods of the same names.
+type RunHooks interface {
+	Gate(ctx context.Context) error
+	AwaitApproval(ctx context.Context, until time.Time, check func(context.Context) (bool, error)) error
+	Begun() error
+	StoreWithEnd(msg *parley.Message, stored func(*parley.Message)) bool
 }
 
 // Result is how a run ended.
@@ -199,17 +210,35 @@ type turn struct {
 	prov    parley.Provider
 	model   string
 	specs   []parley.ToolSpec
-	allowed map[string]bool
-	emit    func(parley.Event) // safe for concurrent use
+	allowed map[string]bool    // the names of specs, made when the model first calls a tool (allowedNames)
+	emit    func(parley.Event) // safe for concurrent use: send
+	emitMu  sync.Mutex
+	to      func(parley.Event) // the run's emit
+}
+
+// send emits ev, one event at a time.
+func (t *turn) send(ev parley.Event) {
+	t.emitMu.Lock()
+	defer t.emitMu.Unlock()
+	t.to(ev)
+}
+
+// allowedNames returns the names of the tools offered, as a set: what the registry lets the
+// model call. Most runs never call a tool, so it is made at the first call. The run's goroutine
+// calls it.
+func (t *turn) allowedNames() map[string]bool {
+	if t.allowed == nil {
+		t.allowed = make(map[string]bool, len(t.specs))
+		for _, s := range t.specs {
+			t.allowed[s.Name] = true
+		}
+	}
+	return t.allowed
 }
 
 func (a *Agent) prepare(in Input, emit func(parley.Event)) (*turn, error) {
-	var mu sync.Mutex
-	t := &turn{emit: func(ev parley.Event) {
-		mu.Lock()
-		defer mu.Unlock()
-		emit(ev)
-	}}
+	t := &turn{to: emit}
+	t.emit = t.send
 	var err error
 	if t.prov, t.model, err = a.cfg.Resolve(in.Model); err != nil {
 		return nil, err
@@ -221,10 +250,6 @@ func (a *Agent) prepare(in Input, emit func(parley.Event)) (*turn, error) {
 		if t.specs, err = withoutSessionTools(a.cfg.Tools, t.specs, in.SelectedTools != nil); err != nil {
 			return nil, err
 		}
-	}
-	t.allowed = make(map[string]bool, len(t.specs))
-	for _, s := range t.specs {
-		t.allowed[s.Name] = true
 	}
 	return t, nil
 }
@@ -249,7 +274,8 @@ func withoutSessionTools(reg *tools.Registry, specs []parley.ToolSpec, named boo
 // loop calls the model and runs the tools it asks for until it answers, from the history as the
 // store holds it.
 func (a *Agent) loop(ctx context.Context, in Input, t *turn, res *Result) (*Result, error) {
-	prov, model, specs, allowed, emitSafe := t.prov, t.model, t.specs, t.allowed, t.emit
+	prov, model, specs, emitSafe := t.prov, t.model, t.specs, t.emit
+	waitBegun := in.Begun != nil || in.Run != nil
 	toolCalls := 0 // calls run so far, against MaxToolCalls
 	for res.Iterations < a.cfg.MaxIterations {
 		if err := in.gate(ctx); err != nil {
@@ -285,13 +311,13 @@ func (a *Agent) loop(ctx context.Context, in Input, t *turn, res *Result) (*Resu
 		resp, answeredBy, ttft, err := a.callModel(mctx, prov, req, emitSafe)
 		latency := time.Since(start)
 		a.endModelSpan(span, answeredBy, resp, err)
-		if in.Begun != nil {
+		if waitBegun {
 			// The call overlapped the write of the run's beginning: nothing is stored before
 			// it is durable, nothing at all if it failed.
-			if berr := in.Begun(); berr != nil {
+			if berr := in.begun(); berr != nil {
 				return res, berr
 			}
-			in.Begun = nil
+			waitBegun = false
 		}
 		if a.cfg.Metrics != nil {
 			var u *parley.Usage
@@ -354,7 +380,7 @@ func (a *Agent) loop(ctx context.Context, in Input, t *turn, res *Result) (*Resu
 			}
 			return res, err
 		}
-		if err := a.runTools(ctx, in, msg.ToolCalls, budget, allowed, verdicts, emitSafe); err != nil {
+		if err := a.runTools(ctx, in, msg.ToolCalls, budget, t.allowedNames(), verdicts, emitSafe); err != nil {
 			return res, err
 		}
 		if ctx.Err() != nil {
@@ -400,7 +426,7 @@ func (a *Agent) systemPrompt(ctx context.Context, sessionID string, sess *parley
 // storeWithEnd gives msg, the run's answer, to be stored with the run's end (StoreWithEnd), and
 // reports whether it was taken. The history is told of it once stored, as store tells it.
 func (a *Agent) storeWithEnd(in Input, msg *parley.Message) bool {
-	if in.StoreWithEnd == nil {
+	if in.StoreWithEnd == nil && in.Run == nil {
 		return false
 	}
 	scrubNUL(msg)
@@ -408,14 +434,40 @@ func (a *Agent) storeWithEnd(in Input, msg *parley.Message) bool {
 	if h, ok := a.cfg.History.(appender); ok {
 		stored = func(m *parley.Message) { h.Appended(in.SessionID, m) }
 	}
-	return in.StoreWithEnd(msg, stored)
+	if in.StoreWithEnd != nil {
+		return in.StoreWithEnd(msg, stored)
+	}
+	return in.Run.StoreWithEnd(msg, stored)
 }
 
-func (in Input) gate(ctx context.Context) error {
-	if in.Gate == nil {
-		return nil
+func (in *Input) gate(ctx context.Context) error {
+	switch {
+	case in.Gate != nil:
+		return in.Gate(ctx)
+	case in.Run != nil:
+		return in.Run.Gate(ctx)
 	}
-	return in.Gate(ctx)
+	return nil
+}
+
+func (in *Input) begun() error {
+	switch {
+	case in.Begun != nil:
+		return in.Begun()
+	case in.Run != nil:
+		return in.Run.Begun()
+	}
+	return nil
+}
+
+// canAwaitApproval reports whether the run can wait for approvals (awaitApproval).
+func (in *Input) canAwaitApproval() bool { return in.AwaitApproval != nil || in.Run != nil }
+
+func (in *Input) awaitApproval(ctx context.Context, until time.Time, check func(context.Context) (bool, error)) error {
+	if in.AwaitApproval != nil {
+		return in.AwaitApproval(ctx, until, check)
+	}
+	return in.Run.AwaitApproval(ctx, until, check)
 }
 
 // closeCalls stores a "not run" result for each call, for a run that stops before its tools ran.

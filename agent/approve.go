@@ -63,7 +63,7 @@ func (a *Agent) approve(ctx context.Context, in Input, t *turn, calls []parley.T
 	var waiting []*parley.ApprovalRecord
 	for _, c := range calls[:budget] {
 		name := c.Function.Name
-		if !t.allowed[name] {
+		if !t.allowedNames()[name] {
 			continue // refused by the registry as not offered
 		}
 		mode, why := sess.Mode(name)
@@ -75,7 +75,7 @@ func (a *Agent) approve(ctx context.Context, in Input, t *turn, calls []parley.T
 		default:
 			continue
 		}
-		if a.sessionless || in.AwaitApproval == nil {
+		if a.sessionless || !in.canAwaitApproval() {
 			out[c.ID] = verdict{refusal: fmt.Sprintf(cannotAskText, name)}
 			continue
 		}
@@ -129,7 +129,7 @@ func (a *Agent) approve(ctx context.Context, in Input, t *turn, calls []parley.T
 		waiting = left
 		return len(waiting) == 0, nil
 	}
-	if err := in.AwaitApproval(ctx, until, check); err != nil {
+	if err := in.awaitApproval(ctx, until, check); err != nil {
 		if ctx.Err() != nil && !handedOver(ctx) {
 			// Nobody can answer these any more: they are closed, and every client is told.
 			for _, w := range waiting {

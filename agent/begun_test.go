@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	parley "github.com/parleyhq/parley"
 )
@@ -61,5 +62,50 @@ func TestNothingStoredWhenTheBeginningFails(t *testing.T) {
 	}
 	if h := f.history(t); len(h) != 0 {
 		t.Fatalf("stored %+v, want nothing", h)
+	}
+}
+
+// hooks is a run's hooks (Input.Run) that count their calls.
+type hooks struct {
+	gates, begun, ends int
+	begunErr           error
+}
+
+func (h *hooks) Gate(ctx context.Context) error { h.gates++; return ctx.Err() }
+func (h *hooks) AwaitApproval(context.Context, time.Time, func(context.Context) (bool, error)) error {
+	return errors.New("not asked here")
+}
+func (h *hooks) Begun() error { h.begun++; return h.begunErr }
+func (h *hooks) StoreWithEnd(*parley.Message, func(*parley.Message)) bool {
+	h.ends++
+	return false // the agent stores the answer itself
+}
+
+// Input.Run stands for the func fields: the loop asks its gate before the model call, waits for
+// the beginning once, offers the answer to be stored with the run's end, and stores nothing when
+// the beginning failed.
+func TestRunHooksStandForTheFuncFields(t *testing.T) {
+	f := newFixture(t)
+	f.prov.steps = append(f.prov.steps, say("hello there"), say("not stored"))
+	a := f.agent(nil)
+	given := []parley.Message{{Role: parley.RoleUser, Content: parley.Text("hi")}}
+	h := &hooks{}
+	res, err := a.Run(context.Background(), Input{SessionID: f.sess, RunID: "run1", History: given, Run: h}, func(parley.Event) {})
+	if err != nil || res.FinishReason != parley.FinishStop {
+		t.Fatalf("run: %+v %v", res, err)
+	}
+	if h.gates != 1 || h.begun != 1 || h.ends != 1 {
+		t.Errorf("hooks called: gate %d, begun %d, store with end %d; want 1 each", h.gates, h.begun, h.ends)
+	}
+	if got := f.history(t); len(got) != 1 || got[0].Content.String() != "hello there" {
+		t.Fatalf("stored %+v", got)
+	}
+	boom := errors.New("disk full")
+	failed := &hooks{begunErr: boom}
+	if _, err := a.Run(context.Background(), Input{SessionID: f.sess, RunID: "run2", History: given, Run: failed}, func(parley.Event) {}); !errors.Is(err, boom) {
+		t.Fatalf("run: %v, want the beginning's error", err)
+	}
+	if got := f.history(t); len(got) != 1 {
+		t.Fatalf("stored after a failed beginning: %+v", got)
 	}
 }

@@ -92,7 +92,7 @@ func (a *Agent) Resume(ctx context.Context, in Input, emit func(parley.Event)) (
 			}
 			return res, err
 		}
-		if err := a.runTools(ctx, in, again, len(again), t.allowed, verdicts, t.emit); err != nil {
+		if err := a.runTools(ctx, in, again, len(again), t.allowedNames(), verdicts, t.emit); err != nil {
 			return res, err
 		}
 		if ctx.Err() != nil {

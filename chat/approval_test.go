@@ -21,7 +21,7 @@ type canWait struct {
 
 func (a *canWait) Run(ctx context.Context, in agent.Input, emit func(parley.Event)) (*agent.Result, error) {
 	a.mu.Lock()
-	a.waits = append(a.waits, in.AwaitApproval != nil)
+	a.waits = append(a.waits, in.AwaitApproval != nil || in.Run != nil)
 	a.mu.Unlock()
 	return a.answeringAgent.Run(ctx, in, emit)
 }

@@ -95,8 +95,7 @@ func (s *Service) Regenerate(ctx context.Context, owner, sessionID, messageID st
 	if err != nil {
 		return nil, err
 	}
-	in := agent.Input{SessionID: sess.ID, RunID: run.ID, Model: req.Model, SelectedTools: req.SelectedTools, User: owner, Gate: run.Gate, AwaitApproval: run.AwaitApproval,
-		StoreWithEnd: run.StoreWithEnd}
+	in := agent.Input{SessionID: sess.ID, RunID: run.ID, Model: req.Model, SelectedTools: req.SelectedTools, User: owner, Run: run}
 	run.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
 		res, err := s.Agent.Run(ctx, in, emit)
 		if res != nil {

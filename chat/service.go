@@ -183,7 +183,7 @@ func (s *Service) Send(ctx context.Context, owner string, req Request) (*Started
 	// the message it just stored when the cache holds the branch that message follows.
 	known := *sess
 	in := agent.Input{SessionID: sess.ID, RunID: run.ID, Model: req.Model, SelectedTools: req.SelectedTools, User: owner,
-		Gate: run.Gate, AwaitApproval: run.AwaitApproval, Session: &known, StoreWithEnd: run.StoreWithEnd}
+		Run: run, Session: &known}
 	if s.History != nil {
 		s.History.Appended(sess.ID, user)
 		in.History = s.History.ViewAt(sess.ID, user.ID)
@@ -223,8 +223,7 @@ func (s *Service) launch(ctx context.Context, owner string, req Request, sess *p
 	}
 	run, err := s.Runs.Launch(ctx, spec, func(run *runs.Run) runs.Func {
 		in := agent.Input{SessionID: sess.ID, RunID: run.ID, Model: req.Model, SelectedTools: req.SelectedTools, User: owner,
-			Gate: run.Gate, AwaitApproval: run.AwaitApproval, Begun: run.Begun, History: view, Session: &known,
-			StoreWithEnd: run.StoreWithEnd}
+			Begun: run.Begun, Run: run, History: view, Session: &known}
 		return func(ctx context.Context, emit func(parley.Event)) (string, error) {
 			res, err := s.Agent.Run(ctx, in, emit)
 			if res != nil {
@@ -358,8 +357,7 @@ func (s *Service) Retry(ctx context.Context, owner, sessionID string, req RetryR
 		}
 		return nil, err
 	}
-	in := agent.Input{SessionID: sess.ID, RunID: run.ID, Model: req.Model, SelectedTools: req.SelectedTools, User: owner, Gate: run.Gate, AwaitApproval: run.AwaitApproval,
-		StoreWithEnd: run.StoreWithEnd}
+	in := agent.Input{SessionID: sess.ID, RunID: run.ID, Model: req.Model, SelectedTools: req.SelectedTools, User: owner, Run: run}
 	run.Go(func(ctx context.Context, emit func(parley.Event)) (string, error) {
 		res, err := s.Agent.Run(ctx, in, emit)
 		if res != nil {
@@ -406,8 +404,7 @@ func (s *Service) dropNew(ctx context.Context, sess *parley.Session, created boo
 // MaxRecoveries or without Recovery, closes it: its open tool calls are answered as interrupted
 // and it ends with FinishInterrupted.
 func (s *Service) Recover(run *runs.Run, rec parley.RunRecord) runs.Func {
-	in := agent.Input{SessionID: rec.SessionID, RunID: rec.ID, Model: rec.Model, SelectedTools: rec.SelectedTools, User: rec.Owner, Gate: run.Gate, AwaitApproval: run.AwaitApproval,
-		StoreWithEnd: run.StoreWithEnd}
+	in := agent.Input{SessionID: rec.SessionID, RunID: rec.ID, Model: rec.Model, SelectedTools: rec.SelectedTools, User: rec.Owner, Run: run}
 	return func(ctx context.Context, emit func(parley.Event)) (string, error) {
 		if s.Recovery == nil {
 			return parley.FinishInterrupted, nil

@@ -140,7 +140,7 @@ func TestRecoverResumesThenGivesUp(t *testing.T) {
 		t.Fatalf("first takeover: %q %v", finish, err)
 	}
 	if len(rec.resumed) != 1 || rec.resumed[0].RunID != "run1" || rec.resumed[0].User != "alice" || rec.resumed[0].Model != "mock/echo" ||
-		len(rec.resumed[0].SelectedTools) != 1 || rec.resumed[0].Gate == nil {
+		len(rec.resumed[0].SelectedTools) != 1 || rec.resumed[0].Run == nil {
 		t.Fatalf("resumed with %+v", rec.resumed)
 	}
 	record.Attempts = MaxRecoveries + 1

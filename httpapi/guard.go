@@ -153,17 +153,35 @@ func (s *server) admit(p policy, w http.ResponseWriter, r *http.Request) *http.R
 		return nil
 	}
 	// 5. Body.
+	var body any
 	if p.body != nil {
 		v, err := s.readBody(w, r, p.body)
 		if err != nil {
 			p.writeErr(w, err)
 			return nil
 		}
-		ctx = context.WithValue(ctx, bodyKey, v)
+		body = v
 	}
-	ctx = context.WithValue(ctx, identityKey, id)
+	ctx, changed := withPipeline(ctx, id, body)
 	noteUser(ctx, id.User) // for the access log
-	return r.WithContext(ctx)
+	if changed {
+		r = r.WithContext(ctx)
+	}
+	return r
+}
+
+// withPipeline returns ctx carrying the identity the pipeline established and the body it
+// decoded (nil: none). On observe's context, which the request still has, it sets them there, and
+// r needs no new context: no layer before the pipeline reads them.
+func withPipeline(ctx context.Context, id auth.Identity, body any) (context.Context, bool) {
+	if c, ok := ctx.Value(requestCtxKey).(*requestCtx); ok && c == ctx && !c.piped {
+		c.id, c.body, c.piped = id, body, true
+		return ctx, false
+	}
+	if body != nil {
+		ctx = context.WithValue(ctx, bodyKey, body)
+	}
+	return context.WithValue(ctx, identityKey, id), true
 }
 
 // readBody reads the body whole, within the size limit, the body time limit and a share of the

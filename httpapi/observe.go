@@ -67,10 +67,10 @@ func (s *server) observeStart(w http.ResponseWriter, r *http.Request) (*observed
 		ctx, ow.span = tracing.Tracer().Start(ctx, ow.method, trace.WithSpanKind(trace.SpanKindServer),
 			trace.WithAttributes(tracing.HTTPMethod.String(ow.method), tracing.RequestID.String(ow.rid)))
 	}
-	ctx = context.WithValue(ctx, requestInfoKey, &ow.info)
-	ctx = logctx.WithAttrs(ctx, slog.String("request_id", ow.rid))
+	rc := newRequestCtx(ctx, ow.rid)
+	ow.info = &rc.info
 	// The mux sets the pattern it matched on the request it is given: this one.
-	return ow, r.WithContext(ctx)
+	return ow, r.WithContext(rc)
 }
 
 // observeEnd records the request once its handler returned: metrics, span, access log, and the
@@ -88,7 +88,7 @@ func (s *server) observeEnd(ow *observedWriter, r *http.Request) {
 		s.Metrics.Request(r.Pattern, r.Method, status, elapsed)
 	}
 	path := routePath(r.Pattern)
-	rid, info, span, base := ow.rid, &ow.info, ow.span, ow.base
+	rid, info, span, base := ow.rid, ow.info, ow.span, ow.base
 	if span.IsRecording() {
 		span.SetName(ow.method + " " + path)
 		span.SetAttributes(tracing.HTTPRoute.String(path), tracing.HTTPStatusCode.Int(status))
@@ -165,6 +165,54 @@ func noteUser(ctx context.Context, user string) {
 	}
 }
 
+// requestCtx is the context observe gives a request, in one object: the request id among the log
+// attributes, the requestInfo, and the values the pipeline adds (the identity and the decoded
+// body; see withPipeline), on the context the server gave the request. One object instead of a
+// chain of context.WithValue, each with its own boxed value, and a request copied for each.
+type requestCtx struct {
+	context.Context
+	info  requestInfo
+	attrs any // the log attributes as logctx reads them ([]slog.Attr), boxed once
+
+	piped bool // the pipeline has set id and body
+	id    any  // auth.Identity
+	body  any
+}
+
+func newRequestCtx(parent context.Context, rid string) *requestCtx {
+	// The attributes have an array of their own, not one in c: a stream that outlives the
+	// request keeps them (streamCtx), and must not keep c, its parent and the body with them.
+	have := logctx.Attrs(parent)
+	attrs := append(append(make([]slog.Attr, 0, len(have)+1), have...), slog.String("request_id", rid))
+	return &requestCtx{Context: parent, attrs: attrs}
+}
+
+func (c *requestCtx) Value(key any) any {
+	switch key {
+	case any(requestInfoKey):
+		return &c.info
+	case any(identityKey):
+		if c.piped {
+			return c.id
+		}
+	case any(bodyKey):
+		if c.piped {
+			return c.body
+		}
+	case any(requestCtxKey):
+		return c
+	default:
+		if logctx.IsKey(key) {
+			return c.attrs
+		}
+	}
+	return c.Context.Value(key)
+}
+
+type requestCtxKeyType struct{}
+
+var requestCtxKey requestCtxKeyType
+
 // maxRequestID bounds a client's X-Request-Id.
 const maxRequestID = 128
 
@@ -212,7 +260,7 @@ type observedWriter struct {
 	base   context.Context // the request's own context (the access log's)
 	span   trace.Span
 	start  time.Time
-	info   requestInfo
+	info   *requestInfo // in the request's requestCtx
 }
 
 func (w *observedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

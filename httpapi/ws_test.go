@@ -217,7 +217,7 @@ func stepAgent(e *env, step chan struct{}) {
 			return nil, err
 		}
 		emit(parley.Event{Type: parley.EventChunk, Content: "two"})
-		if err := in.Gate(ctx); err != nil {
+		if err := in.Run.Gate(ctx); err != nil {
 			return nil, err
 		}
 		if err := wait(); err != nil {

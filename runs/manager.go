@@ -193,7 +193,6 @@ type Run struct {
 
 	m       *Manager
 	ctx     context.Context
-	cancel  context.CancelFunc
 	logOnce sync.Once
 	logger  *slog.Logger      // Options.Log with the run's run_id and session_id: see log
 	parent  trace.SpanContext // the span of the request that began the run, if any
@@ -501,10 +500,13 @@ func (m *Manager) newRun(id string, spec Spec) *Run {
 	rctx, cancelCause := context.WithCancelCause(m.ctx)
 	return &Run{
 		ID: id, SessionID: spec.Session, Model: spec.Model, StartedAt: m.opts.Now(),
-		m: m, ctx: rctx, cancel: func() { cancelCause(nil) }, cancelCause: cancelCause, done: make(chan struct{}),
+		m: m, ctx: rctx, cancelCause: cancelCause, done: make(chan struct{}),
 		wake: make(chan struct{}, 1),
 	}
 }
+
+// cancel ends the run's context (context.Canceled).
+func (r *Run) cancel() { r.cancelCause(nil) }
 
 // register makes r, of a claimed session, active, its events written by w.
 func (m *Manager) register(r *Run, w *stream.Writer) error {

@@ -10,8 +10,11 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	parley "github.com/parleyhq/parley"
@@ -30,8 +33,11 @@ type Registry struct {
 	mu       sync.RWMutex
 	tools    map[string]entry
 	breakers map[string]*breaker.Breaker // by tool name; kept when a tool is replaced
-	timeout  time.Duration
-	log      *slog.Logger
+	// listed is List's answer, kept until the tools change (nil then): every chat that offers
+	// all the tools asks for it.
+	listed  atomic.Pointer[[]parley.ToolSpec]
+	timeout time.Duration
+	log     *slog.Logger
 
 	breakerFailures int
 	breakerCooldown time.Duration
@@ -209,6 +215,7 @@ func (r *Registry) Register(t parley.Tool) error {
 		return fmt.Errorf("tool %s: registered twice", name)
 	}
 	r.tools[name] = entry{tool: t, checker: r.compile(t)}
+	r.listed.Store(nil)
 	return nil
 }
 
@@ -243,6 +250,7 @@ func (r *Registry) Replace(source string, ts []parley.Tool) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.listed.Store(nil)
 	for name, e := range r.tools {
 		if e.source == source {
 			delete(r.tools, name)
@@ -304,21 +312,28 @@ func (r *Registry) NeedsSession(name string) bool {
 	return ok && sb.NeedsSession()
 }
 
-// List returns the specs of every tool, sorted by name.
+// List returns the specs of every tool, sorted by name. The slice is shared by every caller until
+// the tools change: it must not be changed (an append copies it: it has no spare capacity).
 func (r *Registry) List() []parley.ToolSpec {
+	if p := r.listed.Load(); p != nil {
+		return *p
+	}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	specs := make([]parley.ToolSpec, 0, len(r.tools))
 	for _, e := range r.tools {
 		specs = append(specs, e.tool.Spec())
 	}
-	sort.Slice(specs, func(i, j int) bool { return specs[i].Name < specs[j].Name })
+	slices.SortFunc(specs, func(a, b parley.ToolSpec) int { return strings.Compare(a.Name, b.Name) })
+	// Kept under the read lock: a change of the tools, which takes the write lock, comes after
+	// and clears it.
+	r.listed.Store(&specs)
 	return specs
 }
 
 // Specs returns the tools to offer the model: all of them when selected is nil, otherwise exactly
 // the selected ones (seed 001's selected_tools; an empty, non-nil list offers none). An unknown
-// name is an ECInvalid error naming it.
+// name is an ECInvalid error naming it. All of them is List's shared slice: it must not be changed.
 func (r *Registry) Specs(selected []string) ([]parley.ToolSpec, error) {
 	if selected == nil {
 		return r.List(), nil

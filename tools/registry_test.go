@@ -365,3 +365,45 @@ func TestRerunSafe(t *testing.T) {
 			r.RerunSafe("echo"), r.RerunSafe("lookup"), r.RerunSafe("unknown"))
 	}
 }
+
+// List keeps its answer until the tools change: asked again it allocates nothing, and every
+// Register and Replace is seen by the next List.
+func TestListIsKeptUntilTheToolsChange(t *testing.T) {
+	r := NewRegistry()
+	names := func() string {
+		var ns []string
+		for _, s := range r.List() {
+			ns = append(ns, s.Name)
+		}
+		return strings.Join(ns, ",")
+	}
+	if got := names(); got != "" {
+		t.Fatalf("empty registry lists %q", got)
+	}
+	if err := r.Register(echo()); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(); got != "echo" {
+		t.Fatalf("after Register: %q", got)
+	}
+	noop := func(context.Context, json.RawMessage) (*parley.ToolResult, error) { return nil, nil }
+	if err := r.Replace("files", []parley.Tool{fn("files__read", noop), fn("a", noop)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(); got != "a,echo,files__read" {
+		t.Fatalf("after Replace: %q", got)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = r.List() }); n != 0 {
+		t.Errorf("List of unchanged tools: %v allocations; want 0", n)
+	}
+	all, _ := r.Specs(nil)
+	if len(all) != cap(all) {
+		t.Errorf("the shared list has spare capacity (%d of %d): an append would write into it", len(all), cap(all))
+	}
+	if err := r.Replace("files", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(); got != "echo" {
+		t.Fatalf("after Replace(nil): %q", got)
+	}
+}

@@ -49,6 +49,14 @@ func Value(k any, as []slog.Attr) (any, bool) {
 	return as, true
 }
 
+// IsKey reports whether k is the key Attrs reads: a context type of its own that keeps its
+// attributes already boxed (an any holding a []slog.Attr) answers with them for it, without
+// boxing them again on every read as Value does.
+func IsKey(k any) bool {
+	_, ok := k.(key)
+	return ok
+}
+
 // Logger returns log with the attributes ctx carries added, for code that logs without a
 // context (or through a logger whose handler is not wrapped by Handler).
 func Logger(ctx context.Context, log *slog.Logger) *slog.Logger {

@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/parleyhq/parley"
@@ -89,7 +90,16 @@ type Router struct {
 	cfg       Config
 	endpoints map[string]*endpoint
 	order     []string // endpoint names in configuration order
+
+	// routes holds the routes Resolve made, by the name it was given ("" included): the
+	// configuration does not change, so a name always resolves to the same route. At most
+	// maxRoutes are kept (a provider that takes any model name takes names without end).
+	routes  sync.Map // string → *route
+	nroutes atomic.Int32
 }
+
+// maxRoutes bounds the routes a Router keeps.
+const maxRoutes = 1024
 
 type endpoint struct {
 	Endpoint
@@ -214,6 +224,10 @@ func (r *Router) lookup(name string) (*endpoint, string, error) {
 // "provider/model". The provider retries, breaks and falls back as configured; its streams
 // report the model that answered (parley.ModelReporter) and put the cost into usage.
 func (r *Router) Resolve(name string) (parley.Provider, string, error) {
+	if rt, ok := r.routes.Load(name); ok {
+		return rt.(*route), rt.(*route).full, nil
+	}
+	asked := name
 	if name == "" {
 		name = r.cfg.Default
 	}
@@ -222,7 +236,23 @@ func (r *Router) Resolve(name string) (parley.Provider, string, error) {
 		return nil, "", err
 	}
 	full := e.Name + "/" + model
-	return &route{r: r, full: full}, full, nil
+	rt := &route{r: r, full: full, targets: []target{{e: e, model: model, full: full, name: name}}}
+	for _, to := range r.cfg.Fallbacks[full] {
+		t := target{name: to}
+		if t.e, t.model, t.err = r.lookup(to); t.err == nil {
+			t.full = t.e.Name + "/" + t.model
+		}
+		rt.targets = append(rt.targets, t)
+	}
+	if r.nroutes.Add(1) <= maxRoutes {
+		if old, loaded := r.routes.LoadOrStore(asked, rt); loaded {
+			r.nroutes.Add(-1)
+			rt = old.(*route)
+		}
+	} else {
+		r.nroutes.Add(-1)
+	}
+	return rt, full, nil
 }
 
 // Default returns the default model, "provider/model".
@@ -276,24 +306,33 @@ func (r *Router) Models() []ModelInfo {
 
 // route is the provider of one model.
 type route struct {
-	r    *Router
-	full string
+	r       *Router
+	full    string
+	targets []target // the model, then its fallbacks
+}
+
+// target is one model a route may call: its name as configured, its endpoint, the model as the
+// endpoint knows it and its full name, or the error looking it up gave.
+type target struct {
+	name  string
+	e     *endpoint
+	model string
+	full  string // "provider/model"
+	err   error
 }
 
 // Stream tries the model and then its fallbacks, each with retries, until one gives the first
 // event of an answer.
 func (rt *route) Stream(ctx context.Context, req *parley.ChatRequest) (parley.Stream, error) {
-	candidates := append([]string{rt.full}, rt.r.cfg.Fallbacks[rt.full]...)
 	var last error
-	for i, name := range candidates {
-		e, model, err := rt.r.lookup(name)
-		if err != nil {
-			return nil, err
+	for i, t := range rt.targets {
+		if t.err != nil {
+			return nil, t.err
 		}
-		s, err := rt.r.attempt(ctx, e, model, req)
+		s, err := rt.r.attempt(ctx, t.e, t.model, t.full, req)
 		if err == nil {
 			if i > 0 {
-				rt.r.cfg.Log.WarnContext(ctx, "model call fell back", "model", rt.full, "answered_by", name, "error", last)
+				rt.r.cfg.Log.WarnContext(ctx, "model call fell back", "model", rt.full, "answered_by", t.name, "error", last)
 			}
 			return s, nil
 		}
@@ -318,13 +357,12 @@ func fallsBack(err error) bool {
 // attempt calls one model with retries. It returns a stream whose first event has arrived.
 // The retries of one call are one call to the endpoint's breaker: it is asked once, and told
 // once how the call ended (by the stream, when one opens).
-func (r *Router) attempt(ctx context.Context, e *endpoint, model string, req *parley.ChatRequest) (parley.Stream, error) {
+func (r *Router) attempt(ctx context.Context, e *endpoint, model, full string, req *parley.ChatRequest) (parley.Stream, error) {
 	call := *req
 	call.Model = model
 	if e.ToolResultsAsText {
 		call.Messages = llmctx.ToolResultsAsText(req.Messages)
 	}
-	full := e.Name + "/" + model
 	done, wait, ok := e.breaker.Allow()
 	if !ok {
 		secs := int(wait.Round(time.Second) / time.Second)

@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -515,5 +516,43 @@ func TestModelsShowTheDefaultModelsPrice(t *testing.T) {
 	models := r.Models()
 	if len(models) != 2 || models[0].ID != "local/llama3.2" || !models[0].Default || models[0].Price == nil || *models[0].Price != price {
 		t.Fatalf("models %+v", models)
+	}
+}
+
+// A name resolves once: Resolve keeps the route it made (the configuration does not change), so
+// a chat's resolutions of its model allocate nothing, and a name resolved again still gives the
+// same answer. The routes kept are bounded: a provider without a model list takes any name.
+func TestResolveKeepsItsRoutes(t *testing.T) {
+	a := newFake(t)
+	r := newRouter(t, &harness{}, Config{Endpoints: []Endpoint{a.endpoint("openai", "gpt-4o", "mini"), a.endpoint("ollama")},
+		Default: "gpt-4o", Fallbacks: map[string][]string{"openai/gpt-4o": {"mini", "ollama/llama3.2"}}})
+	for range 2 {
+		for in, want := range map[string]string{"": "openai/gpt-4o", "gpt-4o": "openai/gpt-4o", "openai/mini": "openai/mini", "ollama/x": "ollama/x"} {
+			if _, full, err := r.Resolve(in); err != nil || full != want {
+				t.Fatalf("Resolve(%q) = %q, %v; want %q", in, full, err, want)
+			}
+		}
+	}
+	p1, _, _ := r.Resolve("")
+	p2, _, _ := r.Resolve("")
+	if p1 != p2 {
+		t.Errorf("Resolve made a second route for the same name")
+	}
+	if got := p1.(*route).targets; len(got) != 3 || got[1].full != "openai/mini" || got[2].full != "ollama/llama3.2" || got[1].name != "mini" {
+		t.Errorf("targets %+v; want the model and its two fallbacks", got)
+	}
+	if n := testing.AllocsPerRun(100, func() { _, _, _ = r.Resolve("gpt-4o") }); n != 0 {
+		t.Errorf("Resolve of a known name: %v allocations; want 0", n)
+	}
+	for i := range maxRoutes + 100 {
+		name := fmt.Sprintf("ollama/m%d", i)
+		if _, full, err := r.Resolve(name); err != nil || full != name {
+			t.Fatalf("Resolve(%q) = %q, %v", name, full, err)
+		}
+	}
+	kept := 0
+	r.routes.Range(func(any, any) bool { kept++; return true })
+	if kept != maxRoutes || r.nroutes.Load() != maxRoutes {
+		t.Errorf("%d routes kept (counted %d); want %d", kept, r.nroutes.Load(), maxRoutes)
 	}
 }

@@ -1,0 +1,5 @@
+//go:build !race
+
+package parley
+
+const raceOn = false
