@@ -13,6 +13,7 @@ import (
 
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/store/internal/rowcodec"
+	"github.com/parleyhq/parley/store/storetest"
 )
 
 // finishOf begins a run of a new session with a user's message and returns the end of that run:
@@ -84,33 +85,7 @@ type eventWrite struct {
 func mergeFixture(t *testing.T, s *Store, now time.Time) ([]*parley.RunBegin, []parley.RunFinish, []eventWrite) {
 	t.Helper()
 	ctx := context.Background()
-	proj := &parley.Project{ID: parley.NewID(), Owner: "o", Name: "p", CreatedAt: now, UpdatedAt: now}
-	if err := s.CreateProject(ctx, proj); err != nil {
-		t.Fatal(err)
-	}
-	var begins []*parley.RunBegin
-	for i := range 3 {
-		sess := &parley.Session{ID: parley.NewID(), Owner: "o", Title: fmt.Sprintf("t%d", i), CreatedAt: now, UpdatedAt: now.Add(3 * time.Second)}
-		run := &parley.RunRecord{ID: parley.NewID(), SessionID: sess.ID, Owner: "o", Model: "m", Instance: "i", Attempts: i,
-			LeaseUntil: now.Add(time.Minute), CreatedAt: now}
-		m := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("hi"), RunID: run.ID, CreatedAt: now.Add(time.Second)}
-		switch i {
-		case 0:
-			run.SelectedTools = []string{"x", "y"}
-		case 1:
-			sess.ProjectID = proj.ID
-			m.Role, m.Content, m.Name, m.Reasoning, m.Model, m.LatencyMS = parley.RoleAssistant, parley.Content{}, "n", "because", "m", 42
-			m.ToolCalls = []parley.ToolCall{{ID: "c1", Type: "function", Function: parley.FunctionCall{Name: "x", Arguments: "{}"}}}
-			m.Usage = &parley.Usage{PromptTokens: 3, CompletionTokens: 4, TotalTokens: 7, ReasoningTokens: 1, CachedTokens: 2, Cost: 0.25}
-			m.ThinkingBlocks = []parley.ThinkingBlock{{Type: "thinking", Thinking: "hm", Signature: "sig"}}
-			m.Error = parley.ECInvalid
-		case 2:
-			ok := true
-			m.Role, m.Content, m.ToolCallID, m.Success, m.Server = parley.RoleTool, parley.Parts(parley.Part{Type: "text", Text: "a"}), "c0", &ok, "srv"
-			m.CreatedAt = now.Add(5 * time.Second) // after the session's updated_at
-		}
-		begins = append(begins, &parley.RunBegin{NewSession: sess, SessionID: sess.ID, Reserve: 50, Run: run, Messages: []*parley.Message{m}})
-	}
+	begins := storetest.MergeBegins(t, s, now)
 	var finishes []parley.RunFinish
 	for i := range 6 {
 		f := finishOf(t, s, 7, now)
