@@ -230,16 +230,18 @@ func (s *server) handleWS() http.Handler {
 			s: s, c: c, conn: cw.conn, id: id, ip: s.clientIP(r), r: live, cancel: stop, sessionID: sessionID, connCtx: connCtx, life: ctx,
 			outbox: make(chan []byte, wsOutboxSize), session: make(chan follow, 1), activity: make(chan struct{}, 1),
 		}
-		stopShutdown := func() bool { return false }
-		if s.Lifetime != nil {
-			stopShutdown = context.AfterFunc(s.Lifetime, func() { stop(errWSShutdown) })
-		}
 		// The pump writes, in a goroutine of its own while it has work; when it stops, it closes
 		// the connection, which ends the reads.
 		p := &pump{s: s, r: live, t: conn, replies: conn.outbox, sessions: conn.session, activity: conn.activity, park: wsPark, lifetime: s.StreamLifetime, ownKick: true,
 			reply: func(b []byte) error { return conn.send(ctx, b) }}
 		p.onEnd = func(err error) { conn.end(ctx, err, endConn) }
 		conn.pump = p
+		// The server's shutdown ends it too. Registered once conn.pump is set: a shutdown already
+		// under way runs stop at once, on another goroutine, and stop kicks the pump.
+		stopShutdown := func() bool { return false }
+		if s.Lifetime != nil {
+			stopShutdown = context.AfterFunc(s.Lifetime, func() { stop(errWSShutdown) })
+		}
 		if err := conn.connected(ctx, sessionID); err == nil && sessionID != "" {
 			p.subscribe(ctx, sessionID, after)
 		}

@@ -907,3 +907,24 @@ func TestWebSocketClosedAtShutdown(t *testing.T) {
 		t.Fatalf("closed with %v, want 1001 \"server shutting down\"", err)
 	}
 }
+
+// A WebSocket accepted while the server is already shutting down is closed with 1001 at once.
+// The shutdown's callback then runs on another goroutine while the handler still sets the
+// connection up: it must be registered only once the pump it kicks exists (under -race, the
+// registration before the pump was a data race).
+func TestWebSocketAcceptedDuringShutdown(t *testing.T) {
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	e := newEnv(t, func(d *httpapi.Deps) { d.Lifetime = gone })
+	sid := e.newSession(t, "alice")
+	for i := range 5 {
+		c := e.ws(t, "alice", "?convId="+sid)
+		var err error
+		for err == nil { // a status frame may come first
+			_, err = c.tryRead(5 * time.Second)
+		}
+		if websocket.CloseStatus(err) != websocket.StatusGoingAway || !strings.Contains(err.Error(), "server shutting down") {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+	}
+}
