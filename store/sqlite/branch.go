@@ -283,6 +283,10 @@ func (s *Store) Fork(ctx context.Context, sessionID, messageID string, into *par
 	if err != nil {
 		return nil, err
 	}
+	if len(path) == 0 {
+		// The session was deleted between ListBranch's reads (a fork racing a delete).
+		return nil, notFound("message", messageID)
+	}
 	copies, parents := rowcodec.Copies(path)
 	rows := make([][]any, len(copies))
 	ptrs := make([]*parley.Message, len(copies))
