@@ -390,6 +390,9 @@ func TestOpenReserved(t *testing.T) {
 // A reader's batch from the ring is one allocation however many frames it holds (append's
 // doubling from one frame made five for a chat's twelve).
 func TestReaderBatchGrowsOnce(t *testing.T) {
+	if raceOn {
+		t.Skip("the race detector allocates too")
+	}
 	h := New(Options{Store: newMemEvents(), FlushEvery: time.Millisecond, RingEvents: 64})
 	ctx := timeout(t)
 	sub := h.Subscribe(ctx, "s1", Join)

@@ -21,10 +21,10 @@ type Framer func(out []parley.StreamEvent) ([]parley.StreamEvent, error)
 // Framer, hands the events out one by one, keeps the end it reached, and may be closed from any
 // goroutine to unblock Next. Next itself is not safe for concurrent use.
 type Stream struct {
-	ctx    context.Context
-	body   io.ReadCloser
-	next   Framer
-	what   string // the proper end, named in the error of a stream cut before it
+	ctx  context.Context
+	body io.ReadCloser
+	next Framer
+	what string // the proper end, named in the error of a stream cut before it
 	// queue holds the last frame's events, handed out from head on. Its backing array is kept
 	// and filled again by the next frame: a stream of one event a frame allocates none.
 	queue  []parley.StreamEvent
