@@ -1,0 +1,115 @@
+package sqlite
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	parley "github.com/parleyhq/parley"
+)
+
+// writeSessions stores n sessions, each with a title of 2 KiB, one write each (a commit each).
+func writeSessions(t *testing.T, s *Store, n int) {
+	t.Helper()
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	for range n {
+		sess := &parley.Session{ID: parley.NewID(), Owner: "u", Title: strings.Repeat("t", 2048), CreatedAt: now, UpdatedAt: now}
+		if err := s.CreateSession(ctx, sess); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// No commit checkpoints the WAL: past SQLite's default threshold (1,000 pages), with the store's
+// checkpointer set beyond what the test writes, the WAL still holds every frame written.
+func TestACommitDoesNotCheckpoint(t *testing.T) {
+	var mu sync.Mutex
+	ran := 0
+	path := filepath.Join(t.TempDir(), "parley.db")
+	s, err := Open(context.Background(), path, func(o *options) {
+		o.checkpointAt = 1 << 30
+		o.checkpointed = func(int, int, error) { mu.Lock(); ran++; mu.Unlock() }
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	writeSessions(t, s, 1500) // ≥ 1 page each
+	n, ok := s.ckpt.frames()
+	if !ok {
+		t.Fatal("the wal-index header could not be read")
+	}
+	if n < 1500 {
+		t.Fatalf("the WAL holds %d frames after 1,500 commits of a page or more: a commit checkpointed it", n)
+	}
+	var auto int
+	if err := s.db.QueryRow(`PRAGMA wal_autocheckpoint`).Scan(&auto); err != nil {
+		t.Fatal(err)
+	}
+	if auto != 0 {
+		t.Fatalf("wal_autocheckpoint = %d on a connection of the store, want 0", auto)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if ran != 0 {
+		t.Fatalf("the checkpointer ran %d times below its threshold", ran)
+	}
+}
+
+// The checkpointer keeps the WAL short: once it holds the threshold's frames, a checkpoint copies
+// them to the database beside the writes, and the WAL starts again from its beginning.
+func TestTheCheckpointerKeepsTheWALShort(t *testing.T) {
+	type result struct{ frames, copied int }
+	results := make(chan result, 64)
+	path := filepath.Join(t.TempDir(), "parley.db")
+	s, err := Open(context.Background(), path, func(o *options) {
+		o.checkpointAt = 200
+		o.checkpointed = func(frames, copied int, err error) {
+			if err != nil {
+				t.Errorf("checkpoint: %v", err)
+			}
+			select {
+			case results <- result{frames, copied}:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	writeSessions(t, s, 300)
+	select {
+	case r := <-results:
+		if r.frames < 200 || r.copied == 0 {
+			t.Fatalf("a checkpoint of a WAL of %d frames copied %d", r.frames, r.copied)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no checkpoint within 30 s of a WAL past its threshold")
+	}
+	// Keep writing: the checkpointed WAL restarts, so it never holds much more than the
+	// threshold and what was written while a checkpoint ran.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		writeSessions(t, s, 50)
+		n, ok := s.ckpt.frames()
+		if ok && n < 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the WAL still holds %d frames (ok %v) after 30 s of checkpoints", n, ok)
+		}
+	}
+	fi, err := os.Stat(path + "-wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() > 64<<20 {
+		t.Fatalf("WAL file of %d bytes", fi.Size())
+	}
+}
