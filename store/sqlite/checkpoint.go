@@ -9,30 +9,39 @@ import (
 	"time"
 )
 
-// Checkpoints run beside the writes, never inside a commit.
+// Checkpoints run after a chat's begin, never inside a commit.
 //
 // SQLite's default (wal_autocheckpoint=1000) has the commit that takes the WAL past 1,000 pages
 // also copy the WAL into the database file and fsync that file, inside its COMMIT statement: on
 // the disk of issue 25's sixth pass 15–40 ms added to one commit in every few dozen, and that
-// commit is a chat's begin (before its first token) as often as not. Open turns the automatic
-// checkpoint off on every connection, and the store's checkpointer (one goroutine, stopped by
-// Close) runs PRAGMA wal_checkpoint(PASSIVE) once the WAL holds checkpointFrames frames:
-// PASSIVE takes no writer lock and waits for no reader, so commits go on while it copies.
+// commit is a chat's begin (before its first token) as often as not. The next writer after such
+// a checkpoint restarts the WAL, writing and fsyncing a new WAL header: a second fsync in that
+// commit, again as often as not a begin.
+//
+// Open turns the automatic checkpoint off on every connection. The store's checkpointer (one
+// goroutine, stopped by Close) checkpoints once the WAL holds checkpointFrames frames, and only
+// when told so by a run's begin that has just committed (BeginRun), or by any commit once the
+// WAL holds twice that (a store that begins no runs). It checkpoints holding the group-commit
+// writer's slot (groupcommit.Writer.Exclusive), so that no commit runs meanwhile and the
+// checkpoint copies the whole WAL (a checkpoint beside running commits leaves their frames, and
+// the WAL would not restart): the writes that wait for it are the ones after the begin, which at
+// one chat at a time are that chat's own events and end, after its first token. The restart
+// lands on one of those as well.
 //
 // A commit learns the WAL's length from the wal-index header (the -shm file, whose layout SQLite
 // documents: the header's mxFrame, the last valid frame, at byte 16, in native byte order): one
-// pread, on the committing goroutine, after the commit. A bigger threshold than SQLite's makes
-// the WAL restart (its next writer writes and fsyncs a new WAL header: a second fsync in that
-// commit) once every checkpointFrames frames instead of every 1,000.
+// pread, after the commit.
 const checkpointFrames = 4000 // ≈ 16 MiB of WAL at 4 KiB pages
 
 // checkpointTimeout bounds one checkpoint; Close interrupts it sooner.
 const checkpointTimeout = time.Minute
 
 type checkpointer struct {
-	db  *sql.DB
-	shm string // the wal-index file, path + "-shm"
-	at  uint32 // frames in the WAL that start a checkpoint
+	db        *sql.DB
+	shm       string                                    // the wal-index file, path + "-shm"
+	at        uint32                                    // frames in the WAL that start a checkpoint
+	exclusive func(ctx context.Context, f func()) error // the store's writer's Exclusive
+	last      uint32                                    // the WAL's frames at the last checkpoint (loop)
 
 	mu   sync.Mutex
 	f    *os.File // the -shm file, opened once (nil until then, or after a failed read)
@@ -45,23 +54,28 @@ type checkpointer struct {
 	ran func(frames, copied int, err error)
 }
 
-func newCheckpointer(db *sql.DB, path string, at uint32, ran func(frames, copied int, err error)) *checkpointer {
+func newCheckpointer(db *sql.DB, path string, at uint32, exclusive func(context.Context, func()) error,
+	ran func(frames, copied int, err error)) *checkpointer {
 	ctx, stop := context.WithCancel(context.Background())
-	c := &checkpointer{db: db, shm: path + "-shm", at: at, want: make(chan struct{}, 1), stop: stop,
+	c := &checkpointer{db: db, shm: path + "-shm", at: at, exclusive: exclusive, want: make(chan struct{}, 1), stop: stop,
 		done: make(chan struct{}), ran: ran}
 	go c.loop(ctx)
 	return c
 }
 
-// committed is called after each commit: it starts a checkpoint if the WAL has grown past the
-// threshold. It does not wait for the checkpoint.
-func (c *checkpointer) committed() {
-	n, ok := c.frames()
-	if ok && n < c.at {
+// begun is called after a run's begin has committed: it starts a checkpoint if the WAL holds
+// the threshold's frames. It does not wait for the checkpoint.
+func (c *checkpointer) begun() { c.due(c.at) }
+
+// committed is called after each commit: it starts a checkpoint if the WAL holds twice the
+// threshold's frames (no begin came to start one).
+func (c *checkpointer) committed() { c.due(2 * c.at) }
+
+func (c *checkpointer) due(at uint32) {
+	if n, ok := c.frames(); ok && n < at {
 		return
 	}
-	// The header could not be read: checkpoint (a PASSIVE checkpoint of a short WAL is cheap,
-	// and the next commit tries the header again).
+	// Due, or the header could not be read: the loop reads it again before it checkpoints.
 	select {
 	case c.want <- struct{}{}:
 	default: // one is due already
@@ -95,13 +109,24 @@ func (c *checkpointer) loop(ctx context.Context) {
 			return
 		case <-c.want:
 		}
-		cctx, cancel := context.WithTimeout(ctx, checkpointTimeout)
-		var busy, frames, copied int
-		err := c.db.QueryRowContext(cctx, `PRAGMA wal_checkpoint(PASSIVE)`).Scan(&busy, &frames, &copied)
-		cancel()
-		if c.ran != nil {
-			c.ran(frames, copied, err)
-		}
+		_ = c.exclusive(ctx, func() { c.checkpoint(ctx) }) // an error: the store is closing
+	}
+}
+
+// checkpoint copies the WAL into the database, unless it is short or was copied already (a
+// second request for the same frames). It runs while no commit does.
+func (c *checkpointer) checkpoint(ctx context.Context) {
+	n, ok := c.frames()
+	if ok && (n < c.at || n == c.last) {
+		return
+	}
+	c.last = n
+	cctx, cancel := context.WithTimeout(ctx, checkpointTimeout)
+	defer cancel()
+	var busy, frames, copied int
+	err := c.db.QueryRowContext(cctx, `PRAGMA wal_checkpoint(PASSIVE)`).Scan(&busy, &frames, &copied)
+	if c.ran != nil {
+		c.ran(frames, copied, err)
 	}
 }
 

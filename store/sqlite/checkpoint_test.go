@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -70,7 +71,7 @@ func TestTheCheckpointerKeepsTheWALShort(t *testing.T) {
 	s, err := Open(context.Background(), path, func(o *options) {
 		o.checkpointAt = 200
 		o.checkpointed = func(frames, copied int, err error) {
-			if err != nil {
+			if err != nil && !errors.Is(err, context.Canceled) { // Close interrupts one under way
 				t.Errorf("checkpoint: %v", err)
 			}
 			select {
@@ -111,5 +112,86 @@ func TestTheCheckpointerKeepsTheWALShort(t *testing.T) {
 	}
 	if fi.Size() > 64<<20 {
 		t.Fatalf("WAL file of %d bytes", fi.Size())
+	}
+}
+
+// A run's begin starts a checkpoint once the WAL holds the threshold's frames, and the
+// checkpoint runs while no commit does (it holds the writer): it copies the whole WAL, however
+// busy the writers, so that the next commit restarts the WAL. (A checkpoint beside running
+// commits leaves their frames uncopied; the WAL then does not restart, but grows, and each
+// commit past the threshold asks for another checkpoint.)
+func TestACheckpointAfterABeginCopiesTheWholeWAL(t *testing.T) {
+	type result struct{ frames, copied int }
+	results := make(chan result, 256)
+	path := filepath.Join(t.TempDir(), "parley.db")
+	s, err := Open(context.Background(), path, func(o *options) {
+		o.checkpointAt = 100
+		o.checkpointed = func(frames, copied int, err error) {
+			if err != nil && !errors.Is(err, context.Canceled) { // Close interrupts one under way
+				t.Errorf("checkpoint: %v", err)
+			}
+			select {
+			case results <- result{frames, copied}:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 { // writers that never pause
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				now := time.Now().UTC().Truncate(time.Microsecond)
+				if err := s.CreateSession(ctx, &parley.Session{ID: parley.NewID(), Owner: "u", Title: "busy", CreatedAt: now, UpdatedAt: now}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	defer func() { close(stop); wg.Wait() }()
+	var got []result
+	deadline := time.Now().Add(60 * time.Second)
+	for len(got) < 8 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d checkpoints in 60 s of begins past the threshold", len(got))
+		}
+		now := time.Now().UTC().Truncate(time.Microsecond)
+		id := parley.NewID()
+		run := &parley.RunRecord{ID: parley.NewID(), SessionID: id, Owner: "u", Model: "m", Instance: "i", LeaseUntil: now.Add(time.Minute), CreatedAt: now}
+		user := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text(strings.Repeat("q", 3000)), RunID: run.ID, CreatedAt: now}
+		if _, err := s.BeginRun(ctx, &parley.RunBegin{NewSession: &parley.Session{ID: id, Owner: "u", CreatedAt: now, UpdatedAt: now},
+			SessionID: id, Reserve: 8, Run: run, Messages: []*parley.Message{user}}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-results:
+			got = append(got, r)
+		default:
+		}
+	}
+	restarted := false
+	for i, r := range got {
+		if r.frames < 100 || r.copied != r.frames {
+			t.Fatalf("checkpoints (frames, copied) %v: want each of a WAL of 100 frames or more, all copied", got)
+		}
+		restarted = restarted || i > 0 && r.frames < got[i-1].frames
+	}
+	// A WAL that restarts after each checkpoint holds a hundred frames and what came while the
+	// checkpointer waited, each time anew; one that does not restart only grows.
+	if !restarted {
+		t.Fatalf("checkpoints (frames, copied) %v: the WAL only grew, it never restarted", got)
 	}
 }

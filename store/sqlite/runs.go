@@ -308,6 +308,9 @@ func (s *Store) BeginRun(ctx context.Context, b *parley.RunBegin) (int64, error)
 	if err != nil {
 		return 0, err
 	}
+	// A checkpoint that is due runs now, while the run's first token is on its way: it holds
+	// back the writes that come next, which at one chat at a time are this run's own.
+	s.ckpt.begun()
 	if b.Run != nil {
 		b.Run.State, b.Run.UpdatedAt = parley.RunStateRunning, b.Run.CreatedAt
 	}

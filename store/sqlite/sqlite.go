@@ -108,7 +108,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	// streamed chat's store CPU at 32 in flight. Each write's function must then be safe to run
 	// again, its effects of a first run rolled back: it sets its results, it does not add to them.
 	s.w = groupcommit.New[*sql.Tx](sqlTx{db, &s.ran, s}, groupcommit.Options{Batched: o.batched, Optimistic: true})
-	s.ckpt = newCheckpointer(db, path, o.checkpointAt, o.checkpointed)
+	s.ckpt = newCheckpointer(db, path, o.checkpointAt, s.w.Exclusive, o.checkpointed)
 	if err := s.Ping(ctx); err != nil {
 		s.close()
 		return nil, err
@@ -118,7 +118,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 			s.close()
 			return nil, err
 		}
-		s.ckpt.committed()
+		s.ckpt.begun()
 	}
 	return s, nil
 }
@@ -138,8 +138,8 @@ func (s *Store) Ping(ctx context.Context) error {
 func (s *Store) Close() error { return s.close() }
 
 func (s *Store) close() error {
+	s.ckpt.close() // first: it may be waiting for the writer, or holding it
 	s.w.Close()
-	s.ckpt.close()
 	s.stmtMu.Lock()
 	for _, st := range s.stmts {
 		st.Close()

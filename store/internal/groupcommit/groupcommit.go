@@ -255,8 +255,12 @@ func (w *Writer[T]) lead(first *op[T]) {
 	if len(batch) > 0 {
 		w.run(batch)
 	}
-	// Hand the slot to an operation still waiting, so that its caller leads the next batch
-	// (this caller's own operation is answered and it goes back to its work).
+	w.pass()
+}
+
+// pass hands the slot its caller holds to an operation still waiting, so that its caller leads
+// the next batch, or back to the slots if none waits.
+func (w *Writer[T]) pass() {
 	for {
 		select {
 		case o := <-w.queue:
@@ -279,6 +283,26 @@ func (w *Writer[T]) lead(first *op[T]) {
 			return // another caller took the slot: it leads
 		}
 	}
+}
+
+// Exclusive runs f while no batch runs (in a writer slot, as a batch would: with Options.Writers
+// 1, no transaction of the writer is under way), then lets the waiting operations go on. It
+// waits for a slot until ctx ends or the writer is closed, and returns that error without
+// running f.
+func (w *Writer[T]) Exclusive(ctx context.Context, f func()) error {
+	if w.shut.Load() {
+		return ErrClosed
+	}
+	select {
+	case w.slots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-w.stop:
+		return ErrClosed
+	}
+	defer w.pass()
+	f()
+	return nil
 }
 
 // Leading reports whether a batch is under way.

@@ -841,3 +841,48 @@ func TestALoneOperationMergesWithMergeAlone(t *testing.T) {
 		})
 	}
 }
+
+// Exclusive runs its function while no batch runs: an operation given meanwhile waits for it,
+// then commits; after Close, Exclusive runs nothing.
+func TestExclusiveHoldsTheWritesBack(t *testing.T) {
+	db := &memDB{committed: map[string]int{}}
+	w := New[*memTx](db, Options{})
+	inside, release := make(chan struct{}), make(chan struct{})
+	excl := make(chan error, 1)
+	go func() { excl <- w.Exclusive(context.Background(), func() { close(inside); <-release }) }()
+	<-inside
+	done := make(chan error, 1)
+	go func() { done <- w.DoKey(context.Background(), "k", insert("k")) }()
+	deadline := time.Now().Add(wait)
+	for w.Queued() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("a write was answered (%v) while Exclusive held the writer", err)
+	default:
+	}
+	if _, ok := db.get("k"); ok {
+		t.Fatal("a write committed while Exclusive held the writer")
+	}
+	close(release)
+	if err := <-excl; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(wait):
+		t.Fatal("the write waiting for Exclusive never ran")
+	}
+	if v, _ := db.get("k"); v != 1 {
+		t.Fatal("the write was answered but not committed")
+	}
+	w.Close()
+	ran := false
+	if err := w.Exclusive(context.Background(), func() { ran = true }); !errors.Is(err, ErrClosed) || ran {
+		t.Fatalf("Exclusive after Close: %v, ran %v; want ErrClosed, not run", err, ran)
+	}
+}
