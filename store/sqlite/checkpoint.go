@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -42,6 +43,7 @@ type checkpointer struct {
 	at        uint32                                    // frames in the WAL that start a checkpoint
 	exclusive func(ctx context.Context, f func()) error // the store's writer's Exclusive
 	last      uint32                                    // the WAL's frames at the last checkpoint (loop)
+	blind     atomic.Int64                              // commits that could not read the WAL's length
 
 	mu   sync.Mutex
 	f    *os.File // the -shm file, opened once (nil until then, or after a failed read)
@@ -72,15 +74,24 @@ func (c *checkpointer) begun() { c.due(c.at) }
 func (c *checkpointer) committed() { c.due(2 * c.at) }
 
 func (c *checkpointer) due(at uint32) {
-	if n, ok := c.frames(); ok && n < at {
+	n, ok := c.frames()
+	if ok && n < at {
 		return
 	}
-	// Due, or the header could not be read: the loop reads it again before it checkpoints.
+	// The header could not be read (it should be; SQLite keeps it in the -shm file beside the
+	// database in WAL mode): a checkpoint every blindCommits commits, and at once the first time.
+	if !ok && c.blind.Add(1)%blindCommits != 1 {
+		return
+	}
 	select {
 	case c.want <- struct{}{}:
 	default: // one is due already
 	}
 }
+
+// blindCommits is how many commits go between two checkpoints when the WAL's length cannot be
+// read.
+const blindCommits = 256
 
 // frames reads mxFrame from the wal-index header.
 func (c *checkpointer) frames() (uint32, bool) {
