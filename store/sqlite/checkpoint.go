@@ -29,10 +29,13 @@ import (
 // one chat at a time are that chat's own events and end, after its first token. The restart
 // lands on one of those as well.
 //
+// The threshold is SQLite's own: the WAL stays as long as it was, and a checkpoint costs what
+// it did; what changes is where it lands.
+//
 // A commit learns the WAL's length from the wal-index header (the -shm file, whose layout SQLite
 // documents: the header's mxFrame, the last valid frame, at byte 16, in native byte order): one
 // pread, after the commit.
-const checkpointFrames = 4000 // ≈ 16 MiB of WAL at 4 KiB pages
+const checkpointFrames = 1000 // ≈ 4 MiB of WAL at 4 KiB pages, wal_autocheckpoint's default
 
 // checkpointTimeout bounds one checkpoint; Close interrupts it sooner.
 const checkpointTimeout = time.Minute
