@@ -19,15 +19,15 @@ import (
 // a checkpoint restarts the WAL, writing and fsyncing a new WAL header: a second fsync in that
 // commit, again as often as not a begin.
 //
-// Open turns the automatic checkpoint off on every connection. The store's checkpointer (one
-// goroutine, stopped by Close) checkpoints once the WAL holds checkpointFrames frames, and only
-// when told so by a run's begin that has just committed (BeginRun), or by any commit once the
-// WAL holds twice that (a store that begins no runs). It checkpoints holding the group-commit
-// writer's slot (groupcommit.Writer.Exclusive), so that no commit runs meanwhile and the
-// checkpoint copies the whole WAL (a checkpoint beside running commits leaves their frames, and
-// the WAL would not restart): the writes that wait for it are the ones after the begin, which at
-// one chat at a time are that chat's own events and end, after its first token. The restart
-// lands on one of those as well.
+// Open turns the automatic checkpoint off on every connection. Once the WAL holds
+// checkpointFrames frames, the commit of a transaction that began a run (BeginRun) has the
+// checkpoint run right after its batch has answered its callers, holding the group-commit
+// writer's slot (groupcommit.Writer.Then), on a goroutine of its own: the begin's caller goes on
+// to its first token, no commit runs beside the checkpoint (one that did would leave its frames
+// uncopied, and the WAL would not restart but grow), and the writes that wait for it are the
+// ones after the begin, which at one chat at a time are that chat's own events and end. The
+// restart lands on the first of those. Any commit has it run once the WAL holds twice that (a
+// store whose writes begin no runs).
 //
 // The threshold is SQLite's own: the WAL stays as long as it was, and a checkpoint costs what
 // it did; what changes is where it lands.
@@ -41,42 +41,38 @@ const checkpointFrames = 1000 // ≈ 4 MiB of WAL at 4 KiB pages, wal_autocheckp
 const checkpointTimeout = time.Minute
 
 type checkpointer struct {
-	db        *sql.DB
-	shm       string                                    // the wal-index file, path + "-shm"
-	at        uint32                                    // frames in the WAL that start a checkpoint
-	exclusive func(ctx context.Context, f func()) error // the store's writer's Exclusive
-	last      uint32                                    // the WAL's frames at the last checkpoint (loop)
-	blind     atomic.Int64                              // commits that could not read the WAL's length
-
-	mu   sync.Mutex
-	f    *os.File // the -shm file, opened once (nil until then, or after a failed read)
-	hdr  [24]byte
-	want chan struct{} // cap 1: a checkpoint is due
+	db   *sql.DB
+	shm  string // the wal-index file, path + "-shm"
+	at   uint32 // frames in the WAL that make a checkpoint due after a begin
+	then func(f func())
+	ctx  context.Context // cancelled by close: a checkpoint under way is interrupted
 	stop context.CancelFunc
-	done chan struct{}
+
+	last  uint32       // the WAL's frames at the last checkpoint (checkpoint: one at a time)
+	blind atomic.Int64 // commits that could not read the WAL's length
+
+	mu  sync.Mutex
+	f   *os.File // the -shm file, opened once (nil until then, or after a failed read)
+	hdr [24]byte
 	// ran, if set (tests), is told each checkpoint's result: the WAL's frames, those copied,
 	// and the error.
 	ran func(frames, copied int, err error)
 }
 
-func newCheckpointer(db *sql.DB, path string, at uint32, exclusive func(context.Context, func()) error,
-	ran func(frames, copied int, err error)) *checkpointer {
+// newCheckpointer returns the checkpointer of the database at path; then is its writer's Then.
+func newCheckpointer(db *sql.DB, path string, at uint32, then func(f func()), ran func(frames, copied int, err error)) *checkpointer {
 	ctx, stop := context.WithCancel(context.Background())
-	c := &checkpointer{db: db, shm: path + "-shm", at: at, exclusive: exclusive, want: make(chan struct{}, 1), stop: stop,
-		done: make(chan struct{}), ran: ran}
-	go c.loop(ctx)
-	return c
+	return &checkpointer{db: db, shm: path + "-shm", at: at, then: then, ctx: ctx, stop: stop, ran: ran}
 }
 
-// begun is called after a run's begin has committed: it starts a checkpoint if the WAL holds
-// the threshold's frames. It does not wait for the checkpoint.
-func (c *checkpointer) begun() { c.due(c.at) }
-
-// committed is called after each commit: it starts a checkpoint if the WAL holds twice the
-// threshold's frames (no begin came to start one).
-func (c *checkpointer) committed() { c.due(2 * c.at) }
-
-func (c *checkpointer) due(at uint32) {
+// committed is called by the commit of each write transaction, before its callers are answered:
+// it has a checkpoint run after the batch if the WAL holds the threshold's frames and the batch
+// began a run, or twice that.
+func (c *checkpointer) committed(began bool) {
+	at := 2 * c.at
+	if began {
+		at = c.at
+	}
 	n, ok := c.frames()
 	if ok && n < at {
 		return
@@ -86,10 +82,7 @@ func (c *checkpointer) due(at uint32) {
 	if !ok && c.blind.Add(1)%blindCommits != 1 {
 		return
 	}
-	select {
-	case c.want <- struct{}{}:
-	default: // one is due already
-	}
+	c.then(c.checkpoint)
 }
 
 // blindCommits is how many commits go between two checkpoints when the WAL's length cannot be
@@ -115,39 +108,29 @@ func (c *checkpointer) frames() (uint32, bool) {
 	return binary.NativeEndian.Uint32(c.hdr[16:20]), true
 }
 
-func (c *checkpointer) loop(ctx context.Context) {
-	defer close(c.done)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-c.want:
-		}
-		_ = c.exclusive(ctx, func() { c.checkpoint(ctx) }) // an error: the store is closing
-	}
-}
-
-// checkpoint copies the WAL into the database, unless it is short or was copied already (a
-// second request for the same frames). It runs while no commit does.
-func (c *checkpointer) checkpoint(ctx context.Context) {
+// checkpoint copies the WAL into the database, unless it was copied already (a second request
+// for the same frames). It runs holding the writer (Writer.Then).
+func (c *checkpointer) checkpoint() {
 	n, ok := c.frames()
-	if ok && (n < c.at || n == c.last) {
+	if ok && n == c.last {
 		return
 	}
 	c.last = n
-	cctx, cancel := context.WithTimeout(ctx, checkpointTimeout)
+	ctx, cancel := context.WithTimeout(c.ctx, checkpointTimeout)
 	defer cancel()
 	var busy, frames, copied int
-	err := c.db.QueryRowContext(cctx, `PRAGMA wal_checkpoint(PASSIVE)`).Scan(&busy, &frames, &copied)
+	err := c.db.QueryRowContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`).Scan(&busy, &frames, &copied)
 	if c.ran != nil {
 		c.ran(frames, copied, err)
 	}
 }
 
-// close stops the checkpointer (interrupting a checkpoint under way) and waits for it.
+// interrupt interrupts a checkpoint under way; none starts from then on that is not at once
+// interrupted. The writer's Close then waits for it.
+func (c *checkpointer) interrupt() { c.stop() }
+
+// close lets go of the -shm file, once no commit runs.
 func (c *checkpointer) close() {
-	c.stop()
-	<-c.done
 	c.mu.Lock()
 	if c.f != nil {
 		c.f.Close()

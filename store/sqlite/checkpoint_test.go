@@ -196,3 +196,72 @@ func TestACheckpointAfterABeginCopiesTheWholeWAL(t *testing.T) {
 		t.Fatalf("checkpoints (frames, copied) %v: the WAL only grew, it never restarted", got)
 	}
 }
+
+// The begin that makes a checkpoint due is answered before the checkpoint runs; the checkpoint
+// then holds back the next write (at one chat at a time, that chat's own end), not the begin.
+func TestTheBeginIsAnsweredBeforeItsCheckpoint(t *testing.T) {
+	inside, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	path := filepath.Join(t.TempDir(), "parley.db")
+	s, err := Open(context.Background(), path, func(o *options) {
+		o.checkpointAt = 200 // the migrations leave 100 frames or so
+		o.checkpointed = func(int, int, error) {
+			once.Do(func() { close(inside); <-release }) // the first checkpoint waits, holding the writer
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	// Past the threshold, below twice it, and no begin yet: no checkpoint.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		writeSessions(t, s, 1)
+		if n, ok := s.ckpt.frames(); ok && n >= 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the WAL never reached 200 frames")
+		}
+	}
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	id := parley.NewID()
+	run := &parley.RunRecord{ID: parley.NewID(), SessionID: id, Owner: "u", Model: "m", Instance: "i", LeaseUntil: now.Add(time.Minute), CreatedAt: now}
+	user := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("hi"), RunID: run.ID, CreatedAt: now}
+	if _, err := s.BeginRun(ctx, &parley.RunBegin{NewSession: &parley.Session{ID: id, Owner: "u", CreatedAt: now, UpdatedAt: now},
+		SessionID: id, Reserve: 8, Run: run, Messages: []*parley.Message{user}}); err != nil {
+		t.Fatal(err)
+	}
+	// BeginRun returned: its checkpoint runs (or is about to) after it.
+	select {
+	case <-inside:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no checkpoint after a begin past the threshold")
+	}
+	next := make(chan error, 1)
+	go func() {
+		now := time.Now().UTC().Truncate(time.Microsecond)
+		next <- s.CreateSession(ctx, &parley.Session{ID: parley.NewID(), Owner: "u", CreatedAt: now, UpdatedAt: now})
+	}()
+	select {
+	case err := <-next:
+		t.Fatalf("a write was answered (%v) while the checkpoint held the writer", err)
+	case <-time.After(100 * time.Millisecond): // a write beside the checkpoint would be done by now
+	}
+	close(release)
+	select {
+	case err := <-next:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the write after the checkpoint never ran")
+	}
+}

@@ -308,9 +308,6 @@ func (s *Store) BeginRun(ctx context.Context, b *parley.RunBegin) (int64, error)
 	if err != nil {
 		return 0, err
 	}
-	// A checkpoint that is due runs now, while the run's first token is on its way: it holds
-	// back the writes that come next, which at one chat at a time are this run's own.
-	s.ckpt.begun()
 	if b.Run != nil {
 		b.Run.State, b.Run.UpdatedAt = parley.RunStateRunning, b.Run.CreatedAt
 	}
@@ -344,6 +341,7 @@ func (p *beginPart) mergeable() bool {
 // run is p's write on its own.
 func (p *beginPart) run(ctx context.Context, tx *sql.Tx) (err error) {
 	s, b, sessionID := p.s, p.b, p.sessionID
+	s.began = true // a checkpoint that is due runs after this batch (checkpoint.go)
 	p.first, p.last, p.links = 0, 0, rowcodec.Links{}
 	if b.NewSession != nil {
 		p.first, p.last, p.links, err = s.beginNewSession(ctx, tx, b, p.tools, p.rows)

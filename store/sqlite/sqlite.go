@@ -52,7 +52,10 @@ type Store struct {
 		m  map[string]*sql.Stmt
 	}
 
-	ckpt *checkpointer // the WAL's checkpoints, beside the writes (checkpoint.go)
+	ckpt *checkpointer // the WAL's checkpoints, after a begin's batch (checkpoint.go)
+	// began: the write transaction under way began a run (set and read by the writer's batch,
+	// which runs alone: SQLite has one writer)
+	began bool
 
 	// ran counts the statements run in write transactions (the savepoints of group commit and
 	// the hot writes' statements, cachedTx), for the benchmarks and the tests that count them.
@@ -108,7 +111,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	// streamed chat's store CPU at 32 in flight. Each write's function must then be safe to run
 	// again, its effects of a first run rolled back: it sets its results, it does not add to them.
 	s.w = groupcommit.New[*sql.Tx](sqlTx{db, &s.ran, s}, groupcommit.Options{Batched: o.batched, Optimistic: true})
-	s.ckpt = newCheckpointer(db, path, o.checkpointAt, s.w.Exclusive, o.checkpointed)
+	s.ckpt = newCheckpointer(db, path, o.checkpointAt, s.w.Then, o.checkpointed)
 	if err := s.Ping(ctx); err != nil {
 		s.close()
 		return nil, err
@@ -118,7 +121,6 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 			s.close()
 			return nil, err
 		}
-		s.ckpt.begun()
 	}
 	return s, nil
 }
@@ -138,8 +140,9 @@ func (s *Store) Ping(ctx context.Context) error {
 func (s *Store) Close() error { return s.close() }
 
 func (s *Store) close() error {
-	s.ckpt.close() // first: it may be waiting for the writer, or holding it
+	s.ckpt.interrupt() // a checkpoint holding the writer ends sooner
 	s.w.Close()
+	s.ckpt.close()
 	s.stmtMu.Lock()
 	for _, st := range s.stmts {
 		st.Close()
@@ -277,6 +280,7 @@ type sqlTx struct {
 }
 
 func (d sqlTx) Begin(ctx context.Context) (*sql.Tx, error) {
+	d.s.began = false
 	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: begin: %w", err)
@@ -307,7 +311,7 @@ func (d sqlTx) Commit(_ context.Context, tx *sql.Tx) error {
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("sqlite: commit: %w", err)
 	}
-	d.s.ckpt.committed()
+	d.s.ckpt.committed(d.s.began)
 	return nil
 }
 

@@ -114,6 +114,7 @@ type Writer[T any] struct {
 	stop  chan struct{}
 	shut  atomic.Bool
 	once  sync.Once
+	then  atomic.Pointer[func()] // Then's function, for the end of the batch under way
 }
 
 type op[T any] struct {
@@ -255,6 +256,13 @@ func (w *Writer[T]) lead(first *op[T]) {
 	if len(batch) > 0 {
 		w.run(batch)
 	}
+	if f := w.then.Swap(nil); f != nil { // Then: f holds the slot, then passes it on
+		go func() {
+			defer w.pass()
+			(*f)()
+		}()
+		return
+	}
 	w.pass()
 }
 
@@ -285,25 +293,13 @@ func (w *Writer[T]) pass() {
 	}
 }
 
-// Exclusive runs f while no batch runs (in a writer slot, as a batch would: with Options.Writers
-// 1, no transaction of the writer is under way), then lets the waiting operations go on. It
-// waits for a slot until ctx ends or the writer is closed, and returns that error without
-// running f.
-func (w *Writer[T]) Exclusive(ctx context.Context, f func()) error {
-	if w.shut.Load() {
-		return ErrClosed
-	}
-	select {
-	case w.slots <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-w.stop:
-		return ErrClosed
-	}
-	defer w.pass()
-	f()
-	return nil
-}
+// Then has f run holding the writer's slot once the batch under way has answered its callers,
+// before any operation waiting for the writer: on a goroutine of its own (the batch's callers go
+// on with their answers), which then lets the waiting operations go on (with Options.Writers 1,
+// no transaction of the writer runs beside f). It is for a database's housekeeping that must not
+// run beside its writes nor inside one (SQLite's checkpoint), and is called from within a batch
+// (Tx.Commit, an operation's function). A second f given in the same batch replaces the first.
+func (w *Writer[T]) Then(f func()) { w.then.Store(&f) }
 
 // Leading reports whether a batch is under way.
 func (w *Writer[T]) Leading() bool { return len(w.slots) > 0 }

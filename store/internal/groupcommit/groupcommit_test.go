@@ -842,47 +842,51 @@ func TestALoneOperationMergesWithMergeAlone(t *testing.T) {
 	}
 }
 
-// Exclusive runs its function while no batch runs: an operation given meanwhile waits for it,
-// then commits; after Close, Exclusive runs nothing.
-func TestExclusiveHoldsTheWritesBack(t *testing.T) {
+// Then runs its function once the batch that gave it has answered its callers, holding the
+// writer: an operation given meanwhile waits for it, then commits.
+func TestThenRunsAfterTheBatchHoldingTheWriter(t *testing.T) {
 	db := &memDB{committed: map[string]int{}}
 	w := New[*memTx](db, Options{})
-	inside, release := make(chan struct{}), make(chan struct{})
-	excl := make(chan error, 1)
-	go func() { excl <- w.Exclusive(context.Background(), func() { close(inside); <-release }) }()
-	<-inside
+	defer w.Close()
+	inside, release, after := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	err := w.DoKey(context.Background(), "a", func(ctx context.Context, tx *memTx) error {
+		w.Then(func() { close(inside); <-release; close(after) })
+		return insert("a")(ctx, tx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The caller has its answer while Then's function runs.
+	select {
+	case <-inside:
+	case <-time.After(wait):
+		t.Fatal("Then's function did not run after the batch")
+	}
 	done := make(chan error, 1)
-	go func() { done <- w.DoKey(context.Background(), "k", insert("k")) }()
+	go func() { done <- w.DoKey(context.Background(), "b", insert("b")) }()
 	deadline := time.Now().Add(wait)
 	for w.Queued() == 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
 	select {
 	case err := <-done:
-		t.Fatalf("a write was answered (%v) while Exclusive held the writer", err)
+		t.Fatalf("a write was answered (%v) while Then's function held the writer", err)
 	default:
 	}
-	if _, ok := db.get("k"); ok {
-		t.Fatal("a write committed while Exclusive held the writer")
+	if _, ok := db.get("b"); ok {
+		t.Fatal("a write committed while Then's function held the writer")
 	}
 	close(release)
-	if err := <-excl; err != nil {
-		t.Fatal(err)
-	}
 	select {
 	case err := <-done:
 		if err != nil {
 			t.Fatal(err)
 		}
 	case <-time.After(wait):
-		t.Fatal("the write waiting for Exclusive never ran")
+		t.Fatal("the write waiting for Then's function never ran")
 	}
-	if v, _ := db.get("k"); v != 1 {
+	<-after
+	if v, _ := db.get("b"); v != 1 {
 		t.Fatal("the write was answered but not committed")
-	}
-	w.Close()
-	ran := false
-	if err := w.Exclusive(context.Background(), func() { ran = true }); !errors.Is(err, ErrClosed) || ran {
-		t.Fatalf("Exclusive after Close: %v, ran %v; want ErrClosed, not run", err, ran)
 	}
 }
