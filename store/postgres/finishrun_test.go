@@ -48,10 +48,9 @@ func finishFixture(t *testing.T, s *Store, n int, now time.Time) (*parley.RunBeg
 		Limit: first + b.Reserve - 1, Last: first + int64(n) - 1, RunID: run.ID, Instance: "i", Finish: parley.FinishStop, At: now.Add(time.Second)}
 }
 
-// The run's events written while it streams are one round trip, with the commit; its end two:
-// the answer with the session's update (which gives the event numbers back too), then the
-// events' row with the run's end and the commit. Alone in their batches, both are merges of one
-// (MergeAlone), their last statement held to go with COMMIT.
+// The run's events written while it streams are one round trip and the commit; its end two and
+// the commit: the answer with the session's update (which gives the event numbers back too), then
+// the events' row with the run's end.
 func TestRoundTripsOfARunsEvents(t *testing.T) {
 	var p probe
 	s, err := Open(context.Background(), pgtest.Schema(t)+"&pool_max_conns=1", p.options)
@@ -66,21 +65,19 @@ func TestRoundTripsOfARunsEvents(t *testing.T) {
 		if err := s.AppendEncodedEvents(ctx, f.SessionID, f.At, f.Events[:2]); err != nil {
 			t.Fatal(err)
 		}
-		// [BEGIN, the events' row, COMMIT]; it was 3 (the stored rows read first), then 2
-		// ([BEGIN, the events' row] [COMMIT]).
-		if got := p.trips.Load() - before; i == 1 && got != 1 {
-			t.Errorf("AppendEncodedEvents: %d round trips, want 1", got)
+		// [BEGIN, the events' row] [COMMIT]; it was 3 (the stored rows read first).
+		if got := p.trips.Load() - before; i == 1 && got != 2 {
+			t.Errorf("AppendEncodedEvents: %d round trips, want 2", got)
 		}
 		f.Events = f.Events[2:]
 		before = p.trips.Load()
 		if err := s.FinishRun(ctx, f); err != nil {
 			t.Fatal(err)
 		}
-		// [BEGIN, the answer, the session's update] [the events' row, the run's end, COMMIT];
-		// it was 6 (the stored rows read, the insert, the numbers given back and the end each
-		// one), then 3 (COMMIT apart).
-		if got := p.trips.Load() - before; i == 1 && got != 2 {
-			t.Errorf("FinishRun: %d round trips, want 2", got)
+		// [BEGIN, the answer, the session's update] [the events' row, the run's end] [COMMIT];
+		// it was 6 (the stored rows read, the insert, the numbers given back and the end each one).
+		if got := p.trips.Load() - before; i == 1 && got != 3 {
+			t.Errorf("FinishRun: %d round trips, want 3", got)
 		}
 	}
 }
@@ -228,18 +225,14 @@ func TestStatementsOfAChat(t *testing.T) {
 		b *parley.RunBegin
 		f parley.RunFinish
 	)
-	// Alone in its batch, each write is a merge of one (MergeAlone), which sets the merged
-	// statements' plan first (mergeSettings: a statement, in the same round trip), and holds its
-	// last statement to go with COMMIT: a statement more, a round trip fewer.
-	// BEGIN, the setting, the session with the run and the user's message, COMMIT; it was 5,
-	// then 3.
-	count("BeginRun of a new session", 4, func() error { b, f = finishFixture(t, s, 6, now); return nil })
-	// BEGIN, the setting, the events' row, COMMIT; it was 4, then 3.
-	count("AppendEncodedEvents", 4, func() error { return s.AppendEncodedEvents(ctx, f.SessionID, f.At, f.Events[:2]) })
+	// BEGIN, the session with the run and the user's message, COMMIT; it was 5.
+	count("BeginRun of a new session", 3, func() error { b, f = finishFixture(t, s, 6, now); return nil })
+	// BEGIN, the events' row, COMMIT; it was 4.
+	count("AppendEncodedEvents", 3, func() error { return s.AppendEncodedEvents(ctx, f.SessionID, f.At, f.Events[:2]) })
 	f.Events = f.Events[2:]
-	// BEGIN, the setting, the answer with the session's update, the events' row with the run's
-	// end, COMMIT; it was 8, then 4.
-	count("FinishRun", 5, func() error { return s.FinishRun(ctx, f) })
+	// BEGIN, the answer with the session's update, the events' row with the run's end, COMMIT;
+	// it was 8.
+	count("FinishRun", 4, func() error { return s.FinishRun(ctx, f) })
 	if next, err := s.ReserveEventSeqs(ctx, b.NewSession.ID, 1); err != nil || next != f.Last+1 {
 		t.Errorf("the next event number %d, %v; want %d", next, err, f.Last+1)
 	}

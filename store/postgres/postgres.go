@@ -94,7 +94,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	// Optimistic: a savepoint is a statement and a subtransaction on PostgreSQL; a batch sets
 	// them only when one of its writes failed.
 	s.w = groupcommit.New[pgx.Tx](pgTx{pool}, groupcommit.Options{Batched: o.batched, Writers: o.writers, Retry: isTransient,
-		Optimistic: true, MergeAlone: true})
+		Optimistic: true})
 	if err := s.Ping(ctx); err != nil {
 		s.w.Close()
 		pool.Close()

@@ -37,10 +37,8 @@ func TestRoundTripsOfAChat(t *testing.T) {
 		trips int64
 		do    func(b *parley.RunBegin) error
 	}{
-		// [BEGIN, the merged begin, COMMIT]: a lone begin is a merge of one (MergeAlone), its
-		// statement held to go with COMMIT; it was 7, then 2 ([BEGIN, session, run, message]
-		// [COMMIT]).
-		{"BeginRun of a new session", 1, func(b *parley.RunBegin) error { _, err := s.BeginRun(ctx, b); return err }},
+		// [BEGIN, session, run, message] [COMMIT]; it was 7.
+		{"BeginRun of a new session", 2, func(b *parley.RunBegin) error { _, err := s.BeginRun(ctx, b); return err }},
 		// [BEGIN, the message's insert, the session's update] [COMMIT]; it was 4.
 		{"AppendMessages", 2, func(b *parley.RunBegin) error { return s.AppendMessages(ctx, b.NewSession.ID, answer()) }},
 		// The tip and the chain in one statement; it was 2.

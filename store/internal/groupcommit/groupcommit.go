@@ -86,11 +86,6 @@ type Options struct {
 	// with a savepoint around each operation, as without this option. Operations must then be
 	// safe to run again (as for Retry).
 	Optimistic bool
-	// MergeAlone runs an operation given with a part (DoMerge) that is alone in its batch as a
-	// merge of one, as Optimistic runs a batch of several: where the database's Merger sends a
-	// write's statements with its COMMIT (PostgreSQL), a lone write then costs one round trip
-	// fewer. If the merge fails, the operation runs again by its function. It needs Optimistic.
-	MergeAlone bool
 }
 
 // maxRetries bounds how often an operation runs again (Options.Retry).
@@ -382,7 +377,7 @@ func (w *Writer[T]) run(live []*op[T]) {
 // transact runs ops in one transaction, each one's own error in errs; it returns the error that
 // failed the whole transaction (begin, a savepoint, commit).
 func (w *Writer[T]) transact(ctx context.Context, ops []*op[T], errs []error) (err error) {
-	if w.opts.Optimistic && (len(ops) > 1 || w.opts.MergeAlone && ops[0].part != nil && ops[0].key != "") {
+	if w.opts.Optimistic && len(ops) > 1 {
 		if done, err := w.optimistic(ctx, ops); done {
 			return err
 		}
@@ -448,11 +443,7 @@ func (w *Writer[T]) optimistic(ctx context.Context, ops []*op[T]) (done bool, er
 	rest := ops
 	if m, ok := w.db.(Merger[T]); ok {
 		var parts []any
-		least := 2
-		if w.opts.MergeAlone {
-			least = 1
-		}
-		parts, rest = mergeable(ops, least)
+		parts, rest = mergeable(ops)
 		if len(parts) > 0 && m.Merge(ctx, tx, parts) != nil {
 			w.db.Rollback(tx)
 			return false, nil
@@ -474,10 +465,10 @@ func (w *Writer[T]) optimistic(ctx context.Context, ops []*op[T]) (done bool, er
 	return true, nil
 }
 
-// mergeable returns the parts of ops (sorted by key) to merge, if there are least or more: those
-// of the operations given one whose key no other operation of ops has. rest are the other
+// mergeable returns the parts of ops (sorted by key) to merge, if there are two or more: those of
+// the operations given one whose key no other operation of ops has. rest are the other
 // operations, in their order.
-func mergeable[T any](ops []*op[T], least int) (parts []any, rest []*op[T]) {
+func mergeable[T any](ops []*op[T]) (parts []any, rest []*op[T]) {
 	alone := func(i int) bool {
 		k := ops[i].key
 		return ops[i].part != nil && k != "" && (i == 0 || ops[i-1].key != k) && (i == len(ops)-1 || ops[i+1].key != k)
@@ -488,7 +479,7 @@ func mergeable[T any](ops []*op[T], least int) (parts []any, rest []*op[T]) {
 			n++
 		}
 	}
-	if n < least {
+	if n < 2 {
 		return nil, ops
 	}
 	parts, rest = make([]any, 0, n), make([]*op[T], 0, len(ops)-n)

@@ -805,43 +805,6 @@ func TestACommitThatFailsAMergedWriteRunsTheBatchApart(t *testing.T) {
 	}
 }
 
-// With MergeAlone, an operation alone in its batch runs as a merge of one; a failure at the
-// merge or at the commit (ErrApart) runs it again by its function, which gives its own error.
-// Without it, a lone operation runs by its function.
-func TestALoneOperationMergesWithMergeAlone(t *testing.T) {
-	for _, tc := range []struct {
-		name      string
-		alone     bool
-		key       string
-		wantMerge int
-		wantErr   string
-	}{
-		{"merged", true, "k1", 1, ""},
-		{"failure at the commit, run again apart", true, "dup", 1, "dup: duplicate"},
-		{"without MergeAlone", false, "k1", 0, ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			db := &lateDB{&mergeDB{memDB: &memDB{committed: map[string]int{"dup": 1}}}}
-			w := New[*memTx](db, Options{Optimistic: true, MergeAlone: tc.alone})
-			defer w.Close()
-			err := w.DoMerge(context.Background(), tc.key, tc.key, insert(tc.key))
-			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || err.Error() != tc.wantErr) {
-				t.Fatalf("DoMerge: %v, want %q", err, tc.wantErr)
-			}
-			if tc.wantErr == "" {
-				if v, _ := db.get("touched:" + tc.key); v != 1 {
-					t.Fatalf("committed %d times, want once", v)
-				}
-			}
-			db.mu.Lock()
-			defer db.mu.Unlock()
-			if len(db.merges) != tc.wantMerge {
-				t.Fatalf("%d merges, want %d", len(db.merges), tc.wantMerge)
-			}
-		})
-	}
-}
-
 // Then runs its function once the batch that gave it has answered its callers, holding the
 // writer: an operation given meanwhile waits for it, then commits.
 func TestThenRunsAfterTheBatchHoldingTheWriter(t *testing.T) {
