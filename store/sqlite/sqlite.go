@@ -95,7 +95,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	}
 	dsn := "file:" + path + "?_txlock=immediate" +
 		"&_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=foreign_keys(1)" +
-		"&_pragma=wal_autocheckpoint(0)" // the store's checkpointer checkpoints, beside the commits
+		"&_pragma=wal_autocheckpoint(0)" // checkpoints run after a begin's batch, not in a commit (checkpoint.go)
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: %w", err)

@@ -294,6 +294,7 @@ func (w *Writer[T]) pass() {
 // no transaction of the writer runs beside f). It is for a database's housekeeping that must not
 // run beside its writes nor inside one (SQLite's checkpoint), and is called from within a batch
 // (Tx.Commit, an operation's function). A second f given in the same batch replaces the first.
+// Close waits for f (it holds a slot).
 func (w *Writer[T]) Then(f func()) { w.then.Store(&f) }
 
 // Leading reports whether a batch is under way.
