@@ -11,6 +11,7 @@ import (
 
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/store/sqlite"
+	"github.com/parleyhq/parley/store/storetest"
 )
 
 // The sweep deletes the tool approvals decided longer than --approval-retention ago, and keeps
@@ -41,18 +42,7 @@ func TestSweepDeletesOldApprovals(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	left := func() []string {
-		list, err := st.ListApprovals(ctx, sess.ID, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ids []string
-		for _, a := range list {
-			ids = append(ids, a.CallID)
-		}
-		slices.Sort(ids)
-		return ids
-	}
+	left := func() []string { return storetest.ApprovalCallIDs(t, st, sess.ID) }
 	stop := sweeper(ctx, st, 0, 7*24*time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	defer stop()
 	// The sweep's first pass runs at once; the next, an hour later.

@@ -161,16 +161,7 @@ func testApprovalsSweep(t *testing.T, s parley.Store) {
 	if err != nil || n != 4 {
 		t.Fatalf("DeleteDecidedApprovalsBefore = %d, %v; want 4", n, err)
 	}
-	list, err := s.ListApprovals(ctx, sess.ID, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var left []string
-	for _, a := range list {
-		left = append(left, a.CallID)
-	}
-	slices.Sort(left)
-	if want := []string{"always_old", "approved_new", "pending_waiting"}; !slices.Equal(left, want) {
+	if left, want := ApprovalCallIDs(t, s, sess.ID), []string{"always_old", "approved_new", "pending_waiting"}; !slices.Equal(left, want) {
 		t.Fatalf("approvals left %v, want %v", left, want)
 	}
 	if tools, err := s.AlwaysAllowed(ctx, sess.ID); err != nil || !slices.Equal(tools, []string{"t_always_old"}) {
@@ -179,4 +170,19 @@ func testApprovalsSweep(t *testing.T, s parley.Store) {
 	if n, err := s.DeleteDecidedApprovalsBefore(ctx, at(10)); err != nil || n != 0 {
 		t.Fatalf("a second sweep = %d, %v; want 0", n, err)
 	}
+}
+
+// ApprovalCallIDs returns the call ids of the session's approvals (pending or decided), sorted.
+func ApprovalCallIDs(t testing.TB, s parley.ApprovalStore, sessionID string) []string {
+	t.Helper()
+	list, err := s.ListApprovals(ctx, sessionID, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{}
+	for _, a := range list {
+		ids = append(ids, a.CallID)
+	}
+	slices.Sort(ids)
+	return ids
 }
