@@ -102,4 +102,8 @@ type ApprovalStore interface {
 	DecideApproval(ctx context.Context, sessionID, callID string, d ApprovalDecision) (*ApprovalRecord, error)
 	// AlwaysAllowed returns the tools the session's owner allowed for the rest of the session.
 	AlwaysAllowed(ctx context.Context, sessionID string) ([]string, error)
+	// DeleteDecidedApprovalsBefore deletes the approvals decided (approved, denied or expired)
+	// before t and the pending ones that expired before t, and returns how many. It keeps the
+	// approvals that allowed a tool "always": they are the session's allowance (AlwaysAllowed).
+	DeleteDecidedApprovalsBefore(ctx context.Context, t time.Time) (int64, error)
 }

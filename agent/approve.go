@@ -93,7 +93,11 @@ func (a *Agent) approve(ctx context.Context, in Input, t *turn, calls []parley.T
 			out[c.ID] = a.verdictOf(rec)
 			continue
 		}
-		t.emit(parley.Event{Type: parley.EventApprovalRequired, Approval: rec.Required()})
+		// A run taken over finds the approval its first process stored: the request goes out
+		// again only when the stream does not hold it (it was lost with that process).
+		if !rec.CreatedAt.Before(now.Truncate(time.Microsecond)) || !a.announced(ctx, in.SessionID, rec.CallID) {
+			t.emit(parley.Event{Type: parley.EventApprovalRequired, Approval: rec.Required()})
+		}
 		waiting = append(waiting, rec)
 	}
 	if len(waiting) == 0 {
@@ -142,6 +146,40 @@ func (a *Agent) approve(ctx context.Context, in Input, t *turn, calls []parley.T
 		return nil, a.canceledOr(ctx, err)
 	}
 	return out, nil
+}
+
+// announcedScan bounds the events announced reads: a run whose stored events are more than this
+// is announced again (a request twice is better than one lost).
+const announcedScan = 16 << 10
+
+// announced reports whether the session's stored stream holds, since its running run's first
+// event, the approval_required of callID: a run taken over then does not send it again. Any
+// failure to tell is false.
+func (a *Agent) announced(ctx context.Context, sessionID, callID string) bool {
+	rctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	run, err := a.cfg.Store.ActiveRun(rctx, sessionID)
+	if err != nil {
+		return false
+	}
+	const page = 256
+	after := run.FirstSeq - 1
+	for read := 0; read < announcedScan; read += page {
+		evs, err := a.cfg.Store.ListEvents(rctx, sessionID, after, page)
+		if err != nil {
+			return false
+		}
+		for _, ev := range evs {
+			if ev.Type == parley.EventApprovalRequired && ev.Approval != nil && ev.Approval.CallID == callID {
+				return true
+			}
+		}
+		if len(evs) < page {
+			return false
+		}
+		after = evs[len(evs)-1].Seq
+	}
+	return false
 }
 
 // handedOver reports whether the run stops to be taken over (parley.ErrHandedOver): it then

@@ -188,3 +188,71 @@ func TestSessionlessUsesTheServerPolicy(t *testing.T) {
 		t.Fatalf("ran %d, results %q", ran, results)
 	}
 }
+
+// A run taken over while its call waits finds the pending approval its first process stored.
+// It sends approval_required again only when the session's stored stream does not hold it (it
+// was lost with that process): a client never sees the request twice.
+func TestTakeoverAnnouncesAPendingApprovalOnce(t *testing.T) {
+	for _, stored := range []bool{true, false} {
+		t.Run(map[bool]string{true: "stored", false: "lost"}[stored], func(t *testing.T) {
+			f := newFixture(t)
+			ctx := context.Background()
+			f.tool(t, "rm", func(context.Context, json.RawMessage) (*parley.ToolResult, error) {
+				return &parley.ToolResult{Content: parley.Text("removed")}, nil
+			})
+			before := time.Now().UTC().Add(-time.Minute).Truncate(time.Microsecond)
+			first, err := f.store.ReserveEventSeqs(ctx, f.sess, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.store.CreateRun(ctx, &parley.RunRecord{ID: "run1", SessionID: f.sess, Owner: "u", Instance: "i",
+				FirstSeq: first, LeaseUntil: before.Add(time.Hour), CreatedAt: before}); err != nil {
+				t.Fatal(err)
+			}
+			call := parley.ToolCall{ID: "c1", Type: "function", Function: parley.FunctionCall{Name: "rm", Arguments: `{}`}}
+			user := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("go"), CreatedAt: before}
+			ask := &parley.Message{ID: parley.NewID(), Role: parley.RoleAssistant, RunID: "run1", CreatedAt: before, ToolCalls: []parley.ToolCall{call}}
+			if err := f.store.AppendMessages(ctx, f.sess, user, ask); err != nil {
+				t.Fatal(err)
+			}
+			rec, err := f.store.CreateApproval(ctx, &parley.ApprovalRecord{SessionID: f.sess, CallID: "c1", RunID: "run1", Tool: "rm",
+				Arguments: `{}`, CreatedAt: before, ExpiresAt: before.Add(time.Hour)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The first process's events: chunks, then (when stored) the request.
+			var evs []parley.Event
+			for i := range 300 { // more than one page of announced's reads
+				evs = append(evs, parley.Event{Seq: first + int64(i), Type: parley.EventChunk, SessionID: f.sess, RunID: "run1", Content: "x"})
+			}
+			if stored {
+				evs = append(evs, parley.Event{Seq: first + 300, Type: parley.EventApprovalRequired, SessionID: f.sess, RunID: "run1", Approval: rec.Required()})
+			}
+			if err := f.store.AppendEvents(ctx, f.sess, before, evs); err != nil {
+				t.Fatal(err)
+			}
+			f.prov.steps = append(f.prov.steps, say("done"))
+			in := Input{SessionID: f.sess, RunID: "run1", AwaitApproval: func(ctx context.Context, _ time.Time, check func(context.Context) (bool, error)) error {
+				if _, err := f.store.DecideApproval(ctx, f.sess, "c1", parley.ApprovalDecision{State: parley.ApprovalApproved, At: time.Now().UTC()}); err != nil {
+					return err
+				}
+				over, err := check(ctx)
+				if !over && err == nil {
+					t.Error("check: not over after the decision")
+				}
+				return err
+			}}
+			res, err := f.agent(askEverything(f)).Resume(ctx, in, f.record)
+			if err != nil || res.FinishReason != parley.FinishStop {
+				t.Fatalf("Resume: %+v %v", res, err)
+			}
+			want := 0
+			if !stored {
+				want = 1
+			}
+			if got := f.types(); strings.Count(got, string(parley.EventApprovalRequired)) != want || strings.Count(got, string(parley.EventApprovalResolved)) != 1 {
+				t.Fatalf("events: %s; want approval_required %d times and approval_resolved once", got, want)
+			}
+		})
+	}
+}

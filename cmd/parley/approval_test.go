@@ -163,12 +163,21 @@ func TestApprovalSurvivesSIGKILL(t *testing.T) {
 		t.Fatalf("pending approvals after the restart: %+v", pend)
 	}
 	waitLog(t, srv.logs, "taking over a run")
-	after := followSSE(t, ctx, srv.url, session, itoa(int(lastSeq)))
+	// The whole stream, from its start: the run taken over waits again and says so, and the
+	// request is in it once (sent again only if the kill lost it before it was stored).
+	after := followSSE(t, ctx, srv.url, session, "0")
 	var seen2 []parley.Event
-	// The run taken over waits again, and says so.
-	again := nextEvent(t, ctx, after, &seen2, ofType(parley.EventApprovalRequired))
-	if again.RunID != runID || again.Approval.CallID != "call_erase" || !again.Approval.ExpiresAt.Equal(*a.ExpiresAt) {
-		t.Fatalf("approval_required after the takeover: %+v", again.Approval)
+	nextEvent(t, ctx, after, &seen2, func(ev parley.Event) bool {
+		return ev.Type == parley.EventStatus && ev.State == parley.RunAwaitingApproval && ev.Seq > lastSeq
+	})
+	var reqs []parley.Event
+	for _, ev := range seen2 {
+		if ev.Type == parley.EventApprovalRequired {
+			reqs = append(reqs, ev)
+		}
+	}
+	if len(reqs) != 1 || reqs[0].RunID != runID || reqs[0].Approval.CallID != "call_erase" || !reqs[0].Approval.ExpiresAt.Equal(*a.ExpiresAt) {
+		t.Fatalf("approval_required in the stream after the takeover: %+v; want the one request once", reqs)
 	}
 	code, out := answerApproval(t, srv.url, session, "call_erase", `{"decision":"approve"}`)
 	if code != 200 {
@@ -452,7 +461,7 @@ func TestApprovalSurvivesGracefulRestart(t *testing.T) {
 		t.Fatalf("pending after the restart: %+v (a shutdown must not deny it)", pend)
 	}
 	waitLog(t, srv.logs, "taking over a run")
-	after := followSSE(t, ctx, srv.url, req.SessionID, "")
+	after := followSSE(t, ctx, srv.url, req.SessionID, "0")
 	if code, out := answerApproval(t, srv.url, req.SessionID, "call_term", `{"decision":"approve"}`); code != 200 {
 		t.Fatalf("approve: %d %v", code, out)
 	}
@@ -460,6 +469,10 @@ func TestApprovalSurvivesGracefulRestart(t *testing.T) {
 	done := nextEvent(t, ctx, after, &seen2, func(ev parley.Event) bool { return ev.Type == parley.EventDone && ev.RunID == req.RunID })
 	if done.FinishReason != parley.FinishStop {
 		t.Fatalf("done: %+v", done)
+	}
+	// The shutdown stored the request: the run taken over does not send it again.
+	if n := strings.Count(render(seen2), string(parley.EventApprovalRequired)); n != 1 {
+		t.Fatalf("approval_required %d times in the stream, want once: %s", n, render(seen2))
 	}
 	if j := mcptest.Journal(journal); !slices.Equal(j, []string{"start:kept", "end", "kept"}) {
 		t.Fatalf("journal: %v", j)

@@ -90,6 +90,7 @@ type config struct {
 	ToolPolicyDefault  string
 	ApprovalTimeout    time.Duration
 	ApprovalPoll       time.Duration
+	ApprovalRetention  time.Duration
 	InstanceID         string
 	RunLease           time.Duration
 	Heartbeat          time.Duration
@@ -192,6 +193,7 @@ func serveFlags(fs *flag.FlagSet, c *config) {
 	fs.StringVar(&c.ToolPolicy, "tool-policy", "", "tool approval policy: comma-separated pattern=auto|ask|deny (tool names, * and ? wildcards; the exact name, else the most specific pattern wins), e.g. 'mcp_fs_*=ask,mcp_fs_read*=auto,calculator=auto'; a project's tool_policy overrides it")
 	fs.StringVar(&c.ToolPolicyDefault, "tool-policy-default", "auto", "policy of a tool no pattern names: auto, ask or deny; MCP tools marked destructive (destructiveHint) ask and read-only ones (readOnlyHint) run, whatever this says")
 	fs.DurationVar(&c.ApprovalTimeout, "approval-timeout", 10*time.Minute, "a tool call waiting for approval this long is denied (the model is told nobody answered)")
+	fs.DurationVar(&c.ApprovalRetention, "approval-retention", 7*24*time.Hour, "how long a decided (or expired) tool approval stays in the database; those that allowed a tool \"always\" stay with their session (0: forever)")
 	fs.DurationVar(&c.ApprovalPoll, "approval-poll", 2*time.Second, "how often a run waiting for approval reads the database, for decisions given on an instance that could not tell it directly (without --redis-url)")
 	fs.StringVar(&c.InstanceID, "instance-id", "", "this process's name among instances sharing the database, stable across restarts (default: host name and --addr; random when the port is 0)")
 	fs.DurationVar(&c.RunLease, "run-lease", 30*time.Second, "a run whose process stops renewing it for this long is taken over by another instance")
@@ -425,6 +427,9 @@ func (c *config) validate() error {
 	}
 	if c.ApprovalTimeout <= 0 || c.ApprovalPoll <= 0 {
 		errs = append(errs, errors.New("approval-timeout and approval-poll must be positive"))
+	}
+	if c.ApprovalRetention < 0 {
+		errs = append(errs, errors.New("approval-retention must not be negative"))
 	}
 	if c.RunLease < 3*time.Second {
 		errs = append(errs, errors.New("run-lease must be at least 3s"))

@@ -110,7 +110,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	defer guard.close()
-	defer sweeper(ctx, store, c.EventRetention, log)()
+	defer sweeper(ctx, store, c.EventRetention, c.ApprovalRetention, log)()
 	met := metrics.New()
 	reg := tools.NewRegistry(tools.WithTimeout(c.ToolTimeout), tools.WithLogger(log), tools.WithObserver(met.ToolCall),
 		tools.WithBreakers(c.ToolBreakerFails, c.ToolBreakerCool, time.Now),

@@ -230,7 +230,8 @@ func TestValidateRejectsBadSettings(t *testing.T) {
 	rejectsEach(t, [][]string{{"--provider-attempts", "0"}, {"--breaker-failures", "0"}, {"--provider-timeout", "0s"},
 		{"--breaker-cooldown", "-1s"}, {"--provider-retry-base", "0s"}, {"--provider-max-wait", "0s"},
 		{"--max-file-bytes", "0"}, {"--file-quota-bytes", "-1"}, {"--attachment-text-bytes", "0"}, {"--attachment-inline-bytes", "0"},
-		{"--blob-store", "ftp"}, {"--blob-store", "s3", "--s3-bucket", "b"}, {"--memory-prompt-tokens", "-1"}, {"--stream-ring-bytes", "100"}})
+		{"--blob-store", "ftp"}, {"--blob-store", "s3", "--s3-bucket", "b"}, {"--memory-prompt-tokens", "-1"}, {"--stream-ring-bytes", "100"},
+		{"--approval-retention", "-1h"}})
 }
 
 // rejectsEach checks that validate refuses each set of serve flags with an error naming its first

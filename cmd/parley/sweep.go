@@ -8,9 +8,11 @@ import (
 	parley "github.com/parleyhq/parley"
 )
 
-// sweeper deletes what has expired, hourly: guest tokens and API keys past their expiry, and run
-// events, ended run records and their tool-call ledger older than the retention (0: kept). stop ends it and waits.
-func sweeper(ctx context.Context, store parley.Store, eventRetention time.Duration, log *slog.Logger) (stop func()) {
+// sweeper deletes what has expired, hourly: guest tokens and API keys past their expiry; run
+// events, ended run records and their tool-call ledger older than eventRetention; tool approvals
+// decided (or expired) longer than approvalRetention ago, but those that allowed a tool "always"
+// (a retention of 0 keeps them). stop ends it and waits.
+func sweeper(ctx context.Context, store parley.Store, eventRetention, approvalRetention time.Duration, log *slog.Logger) (stop func()) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
@@ -33,6 +35,13 @@ func sweeper(ctx context.Context, store parley.Store, eventRetention time.Durati
 					log.Warn("deleting old run records", "err", err)
 				} else if n > 0 {
 					log.Info("deleted old run records", "runs", n)
+				}
+			}
+			if approvalRetention > 0 {
+				if n, err := store.DeleteDecidedApprovalsBefore(ctx, time.Now().Add(-approvalRetention)); err != nil && ctx.Err() == nil {
+					log.Warn("deleting old tool approvals", "err", err)
+				} else if n > 0 {
+					log.Info("deleted old tool approvals", "approvals", n)
 				}
 			}
 			select {

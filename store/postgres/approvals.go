@@ -120,3 +120,14 @@ func (s *Store) AlwaysAllowed(ctx context.Context, sessionID string) ([]string, 
 	}
 	return out, rows.Err()
 }
+
+// DeleteDecidedApprovalsBefore deletes the approvals decided, or pending and expired, before t,
+// but those that allowed a tool "always".
+func (s *Store) DeleteDecidedApprovalsBefore(ctx context.Context, t time.Time) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM approvals WHERE NOT (always AND state = 'approved')
+		AND (state <> 'pending' AND decided_at < $1 OR state = 'pending' AND expires_at < $1)`, t.UTC())
+	if err != nil {
+		return 0, fmt.Errorf("postgres: deleting approvals: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}

@@ -166,6 +166,9 @@ func (s *Store) ListBranch(ctx context.Context, sessionID, leaf string, afterSeq
 		return []parley.Message{}, parley.BranchTip{}, err
 	}
 	if !read {
+		if s.betweenBranchReads != nil {
+			s.betweenBranchReads()
+		}
 		q, args := branchQuery(messageCols, sessionID, t, afterSeq, limit)
 		if msgs, err = s.queryMessages(ctx, q, args...); err != nil {
 			return nil, parley.BranchTip{}, err
@@ -365,28 +368,15 @@ func checkParents(ctx context.Context, tx pgx.Tx, sessionID string, ids []string
 // Fork copies the branch that ends at messageID into the new session into, a fork of sessionID
 // (forked_from): the copies may refer to sessionID's files, which DeleteSession hands over.
 func (s *Store) Fork(ctx context.Context, sessionID, messageID string, into *parley.Session) ([]parley.Message, error) {
-	if into.ID == "" || into.CreatedAt.IsZero() || into.UpdatedAt.IsZero() {
-		return nil, parley.Errorf(parley.ECInvalid, "session: id, created_at and updated_at are required")
-	}
-	if messageID == "" {
-		return nil, notFound("message", messageID)
-	}
-	path, _, err := s.ListBranch(ctx, sessionID, messageID, 0, 0)
+	copies, parents, ptrs, err := rowcodec.ForkBranch(ctx, s.ListBranch, sessionID, messageID, into)
 	if err != nil {
 		return nil, err
 	}
-	if len(path) == 0 {
-		// The session was deleted between ListBranch's reads (a fork racing a delete).
-		return nil, notFound("message", messageID)
-	}
-	copies, parents := rowcodec.Copies(path)
 	cols := make([]rowcodec.Columns, len(copies))
-	ptrs := make([]*parley.Message, len(copies))
 	for i := range copies {
 		if cols[i], err = rowcodec.Encode(&copies[i]); err != nil {
 			return nil, fmt.Errorf("message %d: %w", i, err)
 		}
-		ptrs[i] = &copies[i]
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// The source may have been deleted since its branch was read (its files would be gone),

@@ -19,19 +19,12 @@ import (
 	"github.com/parleyhq/parley/store/storetest"
 )
 
-// eventWrite is the arguments of one AppendEncodedEvents.
-type eventWrite struct {
-	sessionID string
-	at        time.Time
-	evs       []parley.EncodedEvent
-}
-
 // mergeFixture returns begins of runs (3 of new sessions, 2 turns in sessions that exist), ends of
 // runs begun (and committed) here and writes of a running run's events, of the kinds a batch
 // merges, with what makes them differ: selected tools or none, a project, every column of a
 // message, an answer with a tool call, a run no longer this instance's, events stored before,
 // events that make two rows, numbers that do not go back.
-func mergeFixture(t *testing.T, s *Store, now time.Time) ([]*parley.RunBegin, []parley.RunFinish, []eventWrite) {
+func mergeFixture(t *testing.T, s *Store, now time.Time) ([]*parley.RunBegin, []parley.RunFinish, []storetest.EventWrite) {
 	t.Helper()
 	ctx := context.Background()
 	begins := storetest.MergeBegins(t, s, now)
@@ -79,7 +72,7 @@ func mergeFixture(t *testing.T, s *Store, now time.Time) ([]*parley.RunBegin, []
 		}
 		begins = append(begins, &parley.RunBegin{SessionID: f.SessionID, Reserve: 30, Run: run, Messages: []*parley.Message{m}})
 	}
-	var writes []eventWrite
+	var writes []storetest.EventWrite
 	for i := range 2 {
 		_, f := finishFixture(t, s, 7, now)
 		evs := f.Events[:4]
@@ -91,14 +84,14 @@ func mergeFixture(t *testing.T, s *Store, now time.Time) ([]*parley.RunBegin, []
 				t.Fatal(err)
 			}
 		}
-		writes = append(writes, eventWrite{f.SessionID, f.At.Add(time.Duration(i) * time.Second), evs})
+		writes = append(writes, storetest.EventWrite{SessionID: f.SessionID, At: f.At.Add(time.Duration(i) * time.Second), Events: evs})
 	}
 	return begins, finishes, writes
 }
 
 // eventsPartOf is the write AppendEncodedEvents makes of w.
-func eventsPartOf(w eventWrite) *eventsPart {
-	return &eventsPart{sessionID: w.sessionID, at: w.at, evs: w.evs, batches: rowcodec.EventBatches(w.evs, nil)}
+func eventsPartOf(w storetest.EventWrite) *eventsPart {
+	return &eventsPart{sessionID: w.SessionID, at: w.At, evs: w.Events, batches: rowcodec.EventBatches(w.Events, nil)}
 }
 
 // A batch's merged writes (the begins of new sessions' runs in one statement, the ends of runs in
@@ -116,7 +109,7 @@ func TestMergedWritesLeaveWhatEachWouldAlone(t *testing.T) {
 		ids   []string
 	)
 	for _, w := range writes {
-		parts, ids = append(parts, eventsPartOf(w)), append(ids, w.sessionID)
+		parts, ids = append(parts, eventsPartOf(w)), append(ids, w.SessionID)
 	}
 	for _, b := range begins {
 		p, err := newBeginPart(b)
@@ -268,16 +261,7 @@ func TestABatchMergesItsWritesAndAFailureStaysItsOwn(t *testing.T) {
 				writes = writes[:1]
 			}
 			if fail {
-				begins[1].NewSession.ProjectID = "no-such-project"
-				// A run already running in the second turn's session.
-				other := &parley.RunRecord{ID: parley.NewID(), SessionID: begins[4].SessionID, Owner: "o", Model: "m", Instance: "i",
-					LeaseUntil: now.Add(time.Minute), CreatedAt: now}
-				if _, err := s.BeginRun(ctx, &parley.RunBegin{SessionID: other.SessionID, Reserve: 1, Run: other}); err != nil {
-					t.Fatal(err)
-				}
-				if err := s.DeleteSession(ctx, finishes[3].SessionID); err != nil {
-					t.Fatal(err)
-				}
+				storetest.MergeFailures(t, s, now, begins, finishes)
 			}
 			entered, release, held := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 			go func() {
@@ -286,89 +270,19 @@ func TestABatchMergesItsWritesAndAFailureStaysItsOwn(t *testing.T) {
 			<-entered
 			var releaseOnce sync.Once
 			defer releaseOnce.Do(func() { close(release) })
-			var wg sync.WaitGroup
-			errs := make([]error, len(begins)+len(finishes)+len(writes))
-			for i, b := range begins {
-				wg.Add(1)
-				go func() { defer wg.Done(); _, errs[i] = s.BeginRun(ctx, b) }()
-			}
-			for i, f := range finishes {
-				wg.Add(1)
-				go func() { defer wg.Done(); errs[len(begins)+i] = s.FinishRun(ctx, f) }()
-			}
-			for i, w := range writes {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					errs[len(begins)+len(finishes)+i] = s.AppendEncodedEvents(ctx, w.sessionID, w.at, w.evs)
-				}()
-			}
-			deadline := time.Now().Add(time.Minute)
-			for s.w.Queued() < len(errs) {
-				if time.Now().After(deadline) {
-					t.Fatalf("%d of %d writes queued", s.w.Queued(), len(errs))
-				}
-				time.Sleep(time.Millisecond)
-			}
-			stmts := p.stmts.Load()
-			releaseOnce.Do(func() { close(release) })
-			wg.Wait()
-			if err := <-held; err != nil {
-				t.Fatal(err)
-			}
-			for i, err := range errs {
-				switch {
-				case fail && (i == 1 || i == len(begins)+3):
-					if !errors.Is(err, parley.ErrNotFound) {
-						t.Errorf("write %d: %v, want not found", i, err)
-					}
-				case i == len(begins)+1 || fail && i == 4: // the run is another instance's; a run is running
-					if parley.CodeOf(err) != parley.ECConflict {
-						t.Errorf("write %d: %v, want a conflict", i, err)
-					}
-				case err != nil:
-					t.Errorf("write %d: %v", i, err)
-				}
-			}
 			// Without overlapping events: BEGIN, the merge's settings, the 3 begins of new
 			// sessions, the 2 turns and the 5 answers (1 statement each lot), the end whose
 			// events make two rows (its 2 rows and its run's end, 3), the other ends' and the
 			// write's events and runs (1), COMMIT: 10 statements, where the writes each by its own
 			// statements run 26.
-			if got := p.stmts.Load() - stmts; !c.overlap && got != 10 {
-				t.Errorf("the batch ran %d statements, want 10", got)
+			want := int64(10)
+			if c.overlap {
+				want = -1
 			}
-
-			for i, b := range begins {
-				if fail && i == 1 {
-					if _, err := s.GetSession(ctx, b.SessionID); !errors.Is(err, parley.ErrNotFound) {
-						t.Errorf("the failed begin's session: %v, want not found", err)
-					}
-					continue
-				}
-				want := int64(1)
-				if b.NewSession == nil { // a turn, after a user's message and an answer
-					want = 3
-				}
-				if fail && i == 4 {
-					want = 2
-				}
-				msgs, err := s.History(ctx, b.SessionID)
-				if err != nil || int64(len(msgs)) != want || msgs[len(msgs)-1].Seq != want || (!fail || i != 4) && b.Messages[0].Seq != want {
-					t.Errorf("begin %d: history %v, %v; want %d messages", i, msgs, err, want)
-				}
-			}
-			for i, f := range finishes {
-				if fail && i == 3 {
-					continue
-				}
-				evs, err := s.ListEvents(ctx, f.SessionID, 0, 100)
-				if err != nil || len(evs) != len(f.Events) {
-					t.Errorf("finish %d: %d events, %v; want %d", i, len(evs), err, len(f.Events))
-				}
-				if f.Messages[0].Seq != 2 {
-					t.Errorf("finish %d: the answer's seq %d, want 2", i, f.Messages[0].Seq)
-				}
+			storetest.MergeBatch(t, s, begins, finishes, writes, fail, s.w.Queued,
+				func() { releaseOnce.Do(func() { close(release) }) }, p.stmts.Load, want)
+			if err := <-held; err != nil {
+				t.Fatal(err)
 			}
 		})
 	}

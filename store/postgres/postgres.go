@@ -45,6 +45,10 @@ type Store struct {
 	// the tool-call ledger) of concurrent callers into one transaction: one commit, one WAL
 	// flush, one pooled connection for the lot.
 	w *groupcommit.Writer[pgx.Tx]
+
+	// betweenBranchReads, when set (tests), is called between ListBranch's two reads of a
+	// branched session: the branch's tip, then its messages.
+	betweenBranchReads func()
 }
 
 var _ parley.Store = (*Store)(nil)

@@ -234,3 +234,10 @@ func TestEventsBatchMigrationKeepsEvents(t *testing.T) {
 		t.Fatalf("after down: %d events (%s), %v", n, types, err)
 	}
 }
+
+// A Fork of a session deleted between its branch's reads is not found (not an index panic).
+func TestForkOfASessionDeletedBetweenItsReads(t *testing.T) {
+	s := openTest(t)
+	defer s.Close()
+	storetest.ForkOfADeletedSession(t, s, func(fn func()) { s.betweenBranchReads = fn })
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	parley "github.com/parleyhq/parley"
 )
@@ -135,4 +136,20 @@ func (s *Store) AlwaysAllowed(ctx context.Context, sessionID string) ([]string, 
 		out = append(out, t)
 	}
 	return out, rows.Err()
+}
+
+// DeleteDecidedApprovalsBefore deletes the approvals decided, or pending and expired, before t,
+// but those that allowed a tool "always".
+func (s *Store) DeleteDecidedApprovalsBefore(ctx context.Context, t time.Time) (int64, error) {
+	var n int64
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM approvals WHERE NOT (always = 1 AND state = 'approved')
+			AND (state <> 'pending' AND decided_at < ?1 OR state = 'pending' AND expires_at < ?1)`, micros(t))
+		if err != nil {
+			return fmt.Errorf("sqlite: deleting approvals: %w", err)
+		}
+		n, _ = res.RowsAffected()
+		return nil
+	})
+	return n, err
 }

@@ -69,20 +69,13 @@ func storeOther(t *testing.T, s *Store, sessionID string, at time.Time, evs ...p
 	}
 }
 
-// eventWrite is the arguments of one AppendEncodedEvents.
-type eventWrite struct {
-	sessionID string
-	at        time.Time
-	evs       []parley.EncodedEvent
-}
-
 // mergeFixture returns writes of the kinds a batch merges, with what makes them differ: begins of
 // runs (3 of new sessions: selected tools, a project, every column of a message, a message made
 // after the session; 2 turns in sessions that exist), ends of runs begun here (a run no longer
 // this instance's, events stored before, events that make two rows, numbers reserved again
 // since, an answer with a tool call and a cost) and writes of a running run's events (one of
 // them stored before).
-func mergeFixture(t *testing.T, s *Store, now time.Time) ([]*parley.RunBegin, []parley.RunFinish, []eventWrite) {
+func mergeFixture(t *testing.T, s *Store, now time.Time) ([]*parley.RunBegin, []parley.RunFinish, []storetest.EventWrite) {
 	t.Helper()
 	ctx := context.Background()
 	begins := storetest.MergeBegins(t, s, now)
@@ -121,14 +114,14 @@ func mergeFixture(t *testing.T, s *Store, now time.Time) ([]*parley.RunBegin, []
 		}
 		begins = append(begins, &parley.RunBegin{SessionID: f.SessionID, Reserve: 30, Run: run, Messages: []*parley.Message{m}})
 	}
-	var writes []eventWrite
+	var writes []storetest.EventWrite
 	for i := range 2 {
 		f := finishOf(t, s, 7, now)
 		evs := f.Events[:4]
 		if i == 1 { // one of them was stored before, with other contents
 			storeOther(t, s, f.SessionID, f.At, evs[2])
 		}
-		writes = append(writes, eventWrite{f.SessionID, f.At.Add(time.Duration(i) * time.Second), evs})
+		writes = append(writes, storetest.EventWrite{SessionID: f.SessionID, At: f.At.Add(time.Duration(i) * time.Second), Events: evs})
 	}
 	return begins, finishes, writes
 }
@@ -183,8 +176,8 @@ func TestMergedWritesLeaveWhatEachWouldAlone(t *testing.T) {
 		ids   []any
 	)
 	for _, w := range writes {
-		p := &eventsPart{s: s, sessionID: w.sessionID, at: w.at, evs: w.evs, batches: rowcodec.EventBatches(w.evs, nil)}
-		parts, ids = append(parts, p), append(ids, w.sessionID)
+		p := &eventsPart{s: s, sessionID: w.SessionID, at: w.At, evs: w.Events, batches: rowcodec.EventBatches(w.Events, nil)}
+		parts, ids = append(parts, p), append(ids, w.SessionID)
 	}
 	for _, b := range begins {
 		p, err := newBeginPart(s, b)
@@ -282,94 +275,20 @@ func TestABatchMergesItsWritesAndAFailureStaysItsOwn(t *testing.T) {
 		t.Run(fmt.Sprintf("failure=%v", fail), func(t *testing.T) {
 			s := openTemp(t)
 			defer s.Close()
-			ctx := context.Background()
 			now := time.Now().UTC().Truncate(time.Microsecond)
 			begins, finishes, writes := mergeFixture(t, s, now)
 			if fail {
-				begins[1].NewSession.ProjectID = "no-such-project"
-				other := &parley.RunRecord{ID: parley.NewID(), SessionID: begins[4].SessionID, Owner: "o", Model: "m", Instance: "i",
-					LeaseUntil: now.Add(time.Minute), CreatedAt: now}
-				if _, err := s.BeginRun(ctx, &parley.RunBegin{SessionID: other.SessionID, Reserve: 1, Run: other}); err != nil {
-					t.Fatal(err)
-				}
-				if err := s.DeleteSession(ctx, finishes[3].SessionID); err != nil {
-					t.Fatal(err)
-				}
-			}
-			release := hold(t, s)
-			var wg sync.WaitGroup
-			errs := make([]error, len(begins)+len(finishes)+len(writes))
-			for i, b := range begins {
-				wg.Add(1)
-				go func() { defer wg.Done(); _, errs[i] = s.BeginRun(ctx, b) }()
-			}
-			for i, f := range finishes {
-				wg.Add(1)
-				go func() { defer wg.Done(); errs[len(begins)+i] = s.FinishRun(ctx, f) }()
-			}
-			for i, w := range writes {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					errs[len(begins)+len(finishes)+i] = s.AppendEncodedEvents(ctx, w.sessionID, w.at, w.evs)
-				}()
-			}
-			waitQueued(t, s, len(errs))
-			before := s.ran.Load()
-			release()
-			wg.Wait()
-			for i, err := range errs {
-				switch {
-				case fail && (i == 1 || i == len(begins)+3):
-					if !errors.Is(err, parley.ErrNotFound) {
-						t.Errorf("write %d: %v, want not found", i, err)
-					}
-				case i == len(begins)+1 || fail && i == 4: // the run is another instance's; a run is running
-					if parley.CodeOf(err) != parley.ECConflict {
-						t.Errorf("write %d: %v, want a conflict", i, err)
-					}
-				case err != nil:
-					t.Errorf("write %d: %v", i, err)
-				}
+				storetest.MergeFailures(t, s, now, begins, finishes)
 			}
 			// One read of the 10 sessions that exist, one insert each of the sessions, runs,
 			// messages and event rows, one update each of the sessions and of the runs: 7 (and
 			// the project's read, not counted), where the 13 writes each by its own statements
 			// run 54 (TestMergedWritesLeaveWhatEachWouldAlone logs both).
-			if got := s.ran.Load() - before; !fail && got != 7 {
-				t.Errorf("the batch ran %d statements, want 7", got)
+			want := int64(7)
+			if fail {
+				want = -1
 			}
-			for i, b := range begins {
-				if fail && i == 1 {
-					if _, err := s.GetSession(ctx, b.SessionID); !errors.Is(err, parley.ErrNotFound) {
-						t.Errorf("the failed begin's session: %v, want not found", err)
-					}
-					continue
-				}
-				want := int64(1)
-				if b.NewSession == nil { // a turn, after a user's message and an answer
-					want = 3
-				}
-				if fail && i == 4 {
-					want = 2
-				}
-				msgs, err := s.History(ctx, b.SessionID)
-				if err != nil || int64(len(msgs)) != want || msgs[len(msgs)-1].Seq != want || (!fail || i != 4) && b.Messages[0].Seq != want {
-					t.Errorf("begin %d: history %v, %v; want %d messages", i, msgs, err, want)
-				}
-			}
-			for i, f := range finishes {
-				if fail && i == 3 {
-					continue
-				}
-				evs, err := s.ListEvents(ctx, f.SessionID, 0, 100)
-				if err != nil || len(evs) != len(f.Events) {
-					t.Errorf("finish %d: %d events, %v; want %d", i, len(evs), err, len(f.Events))
-				}
-				if f.Messages[0].Seq != 2 {
-					t.Errorf("finish %d: the answer's seq %d, want 2", i, f.Messages[0].Seq)
-				}
-			}
+			storetest.MergeBatch(t, s, begins, finishes, writes, fail, s.w.Queued, hold(t, s), s.ran.Load, want)
 		})
 	}
 }

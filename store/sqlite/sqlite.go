@@ -60,6 +60,10 @@ type Store struct {
 	// ran counts the statements run in write transactions (the savepoints of group commit and
 	// the hot writes' statements, cachedTx), for the benchmarks and the tests that count them.
 	ran atomic.Int64
+
+	// betweenBranchReads, when set (tests), is called between ListBranch's two reads: the
+	// branch's tip, then its messages.
+	betweenBranchReads func()
 }
 
 var _ parley.Store = (*Store)(nil)

@@ -415,3 +415,10 @@ func TestEventBatchesRowidMigrationKeepsRows(t *testing.T) {
 		t.Errorf("rows after down:\n%.300s\nwant\n%.300s", after, before)
 	}
 }
+
+// A Fork of a session deleted between its branch's reads is not found (not an index panic).
+func TestForkOfASessionDeletedBetweenItsReads(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	storetest.ForkOfADeletedSession(t, s, func(fn func()) { s.betweenBranchReads = fn })
+}

@@ -125,3 +125,64 @@ func testProjectToolPolicy(t *testing.T, s parley.Store) {
 		t.Fatalf("cleared policy = %v", got.ToolPolicy)
 	}
 }
+
+// testApprovalsSweep: DeleteDecidedApprovalsBefore deletes the approvals decided before its time
+// (approved, denied, expired) and the pending ones that expired before it; it keeps those decided
+// or expiring after it, the pending ones still waiting, and those that allowed a tool "always"
+// (the session's allowance stays).
+func testApprovalsSweep(t *testing.T, s parley.Store) {
+	sess := newSession(t, s, "alice", base)
+	at := func(m int) time.Time { return base.Add(time.Duration(m) * time.Minute) }
+	mk := func(id, tool string, expires time.Time) {
+		t.Helper()
+		if _, err := s.CreateApproval(ctx, &parley.ApprovalRecord{SessionID: sess.ID, CallID: id, RunID: "r", Tool: tool, Arguments: "{}",
+			CreatedAt: base, ExpiresAt: expires}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	decide := func(id string, d parley.ApprovalDecision) {
+		t.Helper()
+		if _, err := s.DecideApproval(ctx, sess.ID, id, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"approved_old", "denied_old", "expired_old", "always_old", "approved_new"} {
+		mk(id, "t_"+id, at(100))
+	}
+	mk("pending_expired", "t_pe", at(5))
+	mk("pending_waiting", "t_pw", at(100))
+	decide("approved_old", parley.ApprovalDecision{State: parley.ApprovalApproved, At: at(1)})
+	decide("denied_old", parley.ApprovalDecision{State: parley.ApprovalDenied, Answer: "no", At: at(2)})
+	decide("expired_old", parley.ApprovalDecision{State: parley.ApprovalExpired, At: at(3)})
+	decide("always_old", parley.ApprovalDecision{State: parley.ApprovalApproved, Always: true, At: at(4)})
+	decide("approved_new", parley.ApprovalDecision{State: parley.ApprovalApproved, At: at(20)})
+
+	n, err := s.DeleteDecidedApprovalsBefore(ctx, at(10))
+	if err != nil || n != 4 {
+		t.Fatalf("DeleteDecidedApprovalsBefore = %d, %v; want 4", n, err)
+	}
+	if left, want := ApprovalCallIDs(t, s, sess.ID), []string{"always_old", "approved_new", "pending_waiting"}; !slices.Equal(left, want) {
+		t.Fatalf("approvals left %v, want %v", left, want)
+	}
+	if tools, err := s.AlwaysAllowed(ctx, sess.ID); err != nil || !slices.Equal(tools, []string{"t_always_old"}) {
+		t.Fatalf("AlwaysAllowed after the sweep = %v, %v", tools, err)
+	}
+	if n, err := s.DeleteDecidedApprovalsBefore(ctx, at(10)); err != nil || n != 0 {
+		t.Fatalf("a second sweep = %d, %v; want 0", n, err)
+	}
+}
+
+// ApprovalCallIDs returns the call ids of the session's approvals (pending or decided), sorted.
+func ApprovalCallIDs(t testing.TB, s parley.ApprovalStore, sessionID string) []string {
+	t.Helper()
+	list, err := s.ListApprovals(ctx, sessionID, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{}
+	for _, a := range list {
+		ids = append(ids, a.CallID)
+	}
+	slices.Sort(ids)
+	return ids
+}

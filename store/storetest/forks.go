@@ -304,3 +304,44 @@ func testForkKeepsArtifacts(t *testing.T, s parley.Store) {
 		}
 	}
 }
+
+// ForkOfADeletedSession: a Fork whose source session is deleted between the two reads of its
+// branch (the tip, then the messages; between is the store's hook there, given the function to
+// call) finds no message: not found, and no session made. The branch is off the active one, so
+// that a store that reads an unbranched session's messages with its tip reads twice. (Without
+// ForkBranch's check of an empty branch, SQLite's Fork panics on an index here; PostgreSQL's
+// finds the source gone in its transaction's check first.)
+func ForkOfADeletedSession(t *testing.T, s parley.Store, between func(fn func())) {
+	t.Helper()
+	sess := newSession(t, s, "alice", base)
+	at := func(i int) time.Time { return base.Add(time.Duration(i) * time.Second) }
+	q1, a1, q2, a2 := msg(parley.RoleUser, "q1", at(1)), msg(parley.RoleAssistant, "a1", at(2)), msg(parley.RoleUser, "q2", at(3)), msg(parley.RoleAssistant, "a2", at(4))
+	if err := s.AppendMessages(ctx, sess.ID, q1, a1, q2, a2); err != nil {
+		t.Fatal(err)
+	}
+	q2e := msg(parley.RoleUser, "q2e", at(5)) // an edit of q2: the session is branched
+	q2e.ParentID = a1.ID
+	if err := s.AppendMessages(ctx, sess.ID, q2e); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	deleted := make(chan error, 1)
+	between(func() { once.Do(func() { deleted <- s.DeleteSession(ctx, sess.ID) }) })
+	defer between(nil)
+	into := &parley.Session{ID: parley.NewID(), Owner: "alice", CreatedAt: at(6), UpdatedAt: at(6)}
+	msgs, err := s.Fork(ctx, sess.ID, a2.ID, into)
+	if !isNotFound(err) {
+		t.Fatalf("Fork of a session deleted between its reads: %d messages, %v; want not found", len(msgs), err)
+	}
+	select {
+	case err := <-deleted:
+		if err != nil {
+			t.Fatal(err)
+		}
+	default:
+		t.Fatal("the session was not deleted between the reads: the hook was not called")
+	}
+	if _, err := s.GetSession(ctx, into.ID); !isNotFound(err) {
+		t.Fatalf("the fork's session: %v, want not found", err)
+	}
+}

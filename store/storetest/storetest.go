@@ -78,6 +78,7 @@ func Run(t *testing.T, open func(t *testing.T) parley.Store) {
 		{"ForkDeleteConcurrent", testForkDeleteConcurrent},
 		{"BranchProperty", testBranchProperty},
 		{"Approvals", testApprovals},
+		{"ApprovalsSweep", testApprovalsSweep},
 		{"ProjectToolPolicy", testProjectToolPolicy},
 	}
 	for _, tc := range tests {

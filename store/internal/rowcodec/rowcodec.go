@@ -3,6 +3,7 @@
 package rowcodec
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -289,6 +290,34 @@ func Copies(branch []parley.Message) (copies []parley.Message, parents []string)
 		copies[i] = m
 	}
 	return copies, parents
+}
+
+// ForkBranch is what both stores' Fork do before they write: it checks the new session into,
+// reads with list (the store's ListBranch) the branch of sessionID that ends at messageID, and
+// returns its copies for the new session (Copies), with a pointer to each. An unknown message,
+// or a session deleted between list's reads (which then finds no message), is not found.
+func ForkBranch(ctx context.Context, list func(ctx context.Context, sessionID, leaf string, afterSeq int64, limit int) ([]parley.Message, parley.BranchTip, error),
+	sessionID, messageID string, into *parley.Session) (copies []parley.Message, parents []string, ptrs []*parley.Message, err error) {
+	if into.ID == "" || into.CreatedAt.IsZero() || into.UpdatedAt.IsZero() {
+		return nil, nil, nil, parley.Errorf(parley.ECInvalid, "session: id, created_at and updated_at are required")
+	}
+	if messageID == "" {
+		return nil, nil, nil, fmt.Errorf("message %q: %w", messageID, parley.ErrNotFound)
+	}
+	path, _, err := list(ctx, sessionID, messageID, 0, 0)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if len(path) == 0 {
+		// The session was deleted between ListBranch's reads (a fork racing a delete).
+		return nil, nil, nil, fmt.Errorf("message %q: %w", messageID, parley.ErrNotFound)
+	}
+	copies, parents = Copies(path)
+	ptrs = make([]*parley.Message, len(copies))
+	for i := range copies {
+		ptrs[i] = &copies[i]
+	}
+	return copies, parents, ptrs, nil
 }
 
 // ErrRunning refuses a switch of branch while a run is running in the session.
