@@ -71,6 +71,9 @@ func (h *Hub) OpenReserved(sessionID string, first, n int64) *Writer {
 	}
 	s.active = first
 	s.stored = first - 1
+	if h.opts.Store != nil {
+		h.writers.Add(1) // until Close
+	}
 	w.upto = first - 1
 	w.relayedTo = first - 1
 	s.wakeLocked()
@@ -132,21 +135,29 @@ func (w *Writer) Append(ev parley.Event) parley.Event {
 	w.scheduleLocked()
 	blocked := s.trimLocked()
 	s.wakeLocked()
-	if blocked && s.overLocked() {
+	if blocked && s.overLocked() || s.overBacklogLocked() {
 		w.waitForStoreLocked()
 	}
 	return ev
 }
 
 // waitForStoreLocked waits, with s.mu held (released while waiting), until the store has taken
-// enough of the ring's events for it to be within its bounds, or backpressureWait has passed:
-// then the ring drops the oldest events anyway.
+// enough of the ring's events for it to be within its bounds and the run's share of the Hub's
+// budget for them (Options.BacklogBytes), or backpressureWait has passed: then the ring drops
+// the oldest events past its bounds anyway, and a run over only its share goes on.
 func (w *Writer) waitForStoreLocked() {
 	s := w.s
 	deadline := time.Now().Add(backpressureWait)
-	for s.overLocked() && s.trimLocked() {
+	for {
+		hard := s.overLocked() && s.trimLocked()
+		if !hard && !s.overBacklogLocked() {
+			return
+		}
 		left := time.Until(deadline)
 		if left <= 0 {
+			if !hard {
+				return // the budget is shared, not a bound: the ring still holds this run's events
+			}
 			w.h.opts.Log.Error("the store did not take a run's events in time: dropped from memory before they were stored",
 				"session", s.id, "from", s.ring.at(0).Seq, "stored", s.stored)
 			for s.overLocked() {
@@ -265,6 +276,9 @@ func (w *Writer) Close() {
 		return
 	}
 	w.closed = true
+	if w.h.opts.Store != nil {
+		w.h.writers.Add(-1)
+	}
 	s.wakeLocked()
 	now := w.urgeLocked() // the events gathering are written at once
 	idle := w.idle
