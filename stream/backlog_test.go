@@ -1,8 +1,10 @@
 package stream
 
 import (
+	"context"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,43 +18,75 @@ func ringBytes(s *session) int {
 	return s.ring.bytes
 }
 
-// swapHold makes the store's next writes wait on a new channel, returned, and lets the write
-// waiting on the old one (if any) go.
-func swapHold(ev *memEvents) chan struct{} {
-	next := make(chan struct{})
-	ev.mu.Lock()
-	old := ev.hold
-	ev.hold = next
-	ev.mu.Unlock()
+// heldStore is a memEvents whose writes of a session wait, while the session is held, until
+// its hold channel is closed.
+type heldStore struct {
+	*memEvents
+	hmu   sync.Mutex
+	holds map[string]chan struct{}
+}
+
+func (h *heldStore) AppendEvents(ctx context.Context, s string, at time.Time, evs []parley.Event) error {
+	h.hmu.Lock()
+	hold := h.holds[s]
+	h.hmu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return h.memEvents.AppendEvents(ctx, s, at, evs)
+}
+
+// hold makes the session's next writes wait (next true) or not, and lets the writes waiting
+// now go.
+func (h *heldStore) hold(s string, next bool) {
+	h.hmu.Lock()
+	old := h.holds[s]
+	if next {
+		h.holds[s] = make(chan struct{})
+	} else {
+		delete(h.holds, s)
+	}
+	h.hmu.Unlock()
 	if old != nil {
 		close(old)
 	}
-	return next
 }
 
 // The runs writing at once share the Hub's budget for events waiting for the store: with 16 runs
-// and a budget of 128 KiB, a producer whose store holds its writes waits once its run holds
-// 8 KiB of them, though its ring's bound is 64 KiB; once the other runs have closed, the same
-// producer may hold its ring's bound again. Nothing is dropped: the store gets every event.
+// whose store writes are held and a budget of 128 KiB, a producer waits once its run holds
+// 8 KiB of events the store has not taken, though its ring's bound is 64 KiB; once the other
+// runs' events are stored, the same producer may hold its ring's bound again. A run whose events
+// are all stored takes no share. Nothing is dropped: the store gets every event.
 func TestRunsShareTheBudgetForUnstoredEvents(t *testing.T) {
-	ev := newMemEvents()
-	hold := swapHold(ev)
+	ev := &heldStore{memEvents: newMemEvents(), holds: map[string]chan struct{}{}}
 	const ringBytesBound, budget, runs = 64 << 10, 128 << 10, 16
 	h := New(Options{Store: ev, FlushEvery: time.Millisecond, RingBytes: ringBytesBound, BacklogBytes: budget})
 	ctx := timeout(t)
 	var ws []*Writer
 	for i := range runs {
-		w, err := h.Open(ctx, "s"+strconv.Itoa(i))
+		id := "s" + strconv.Itoa(i)
+		ev.hold(id, true)
+		w, err := h.Open(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ws = append(ws, w)
 	}
-	if got := h.backlogBound(); got != budget/runs {
-		t.Fatalf("a run's share of the budget is %d bytes with %d runs writing, want %d", got, runs, budget/runs)
+	if n := h.writers.Load(); n != 0 {
+		t.Fatalf("%d runs counted as writing before any event", n)
+	}
+	chunk := parley.Event{Type: parley.EventChunk, Content: strings.Repeat("b", 1<<10)}
+	for _, o := range ws[1:] {
+		o.Append(chunk)
+	}
+	if n := h.writers.Load(); n != runs-1 {
+		t.Fatalf("%d runs counted as writing, want %d", n, runs-1)
 	}
 	w := ws[0]
-	chunk := parley.Event{Type: parley.EventChunk, Content: strings.Repeat("b", 1<<10)}
 	const total = 100
 	appended := make(chan int, total)
 	go func() {
@@ -74,6 +108,9 @@ func TestRunsShareTheBudgetForUnstoredEvents(t *testing.T) {
 			t.Fatalf("only %d appends went through before the run held its share", n)
 		}
 	}
+	if got := h.backlogBound(); got != share {
+		t.Fatalf("a run's share of the budget is %d bytes with %d runs writing, want %d", got, runs, share)
+	}
 	select {
 	case n = <-appended:
 		if n > share/frame+1 {
@@ -90,15 +127,21 @@ func TestRunsShareTheBudgetForUnstoredEvents(t *testing.T) {
 		t.Fatalf("the run holds %d bytes waiting for the store, want its share %d (and one frame)", held, share)
 	}
 
-	// The other runs end: the one left may hold its ring's bound of events for the store.
+	// The other runs' events are stored: the one left writing may hold its ring's bound.
 	for _, o := range ws[1:] {
-		o.Close()
-		o.Drop()
+		ev.hold(o.s.id, false)
+	}
+	for h.writers.Load() > 1 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d runs still counted as writing, want 1", h.writers.Load())
+		case <-time.After(time.Millisecond):
+		}
 	}
 	if got := h.backlogBound(); got != ringBytesBound {
 		t.Fatalf("the one run writing may hold %d bytes, want its ring's bound %d", got, ringBytesBound)
 	}
-	hold = swapHold(ev) // the write under way ends; the next ones wait
+	ev.hold("s0", true) // the write under way ends; the next ones wait
 	for ringBytes(w.s) <= 4*share {
 		select {
 		case _, ok := <-appended:
@@ -109,19 +152,18 @@ func TestRunsShareTheBudgetForUnstoredEvents(t *testing.T) {
 			t.Fatalf("the one run writing waited at %d bytes for the store, want up to its ring's bound", ringBytes(w.s))
 		}
 	}
-	ev.mu.Lock()
-	ev.hold = nil
-	ev.mu.Unlock()
-	close(hold)
+	ev.hold("s0", false)
 	for range appended {
 	}
-	w.Close()
-	w.Drop()
+	for _, o := range ws {
+		o.Close()
+		o.Drop()
+	}
 	if got := ev.stored("s0"); len(got) != total {
 		t.Fatalf("stored %d events, want %d", len(got), total)
 	}
 	if n := h.writers.Load(); n != 0 {
-		t.Fatalf("%d writers counted after every one closed", n)
+		t.Fatalf("%d runs counted as writing after every one closed", n)
 	}
 }
 

@@ -129,11 +129,12 @@ type Options struct {
 	RingEvents int
 	RingBytes  int
 	// BacklogBytes is the budget for the events all runs of this Hub hold waiting for the
-	// store (default DefaultBacklogBytes; negative: none). With n runs writing at once, a
-	// producer waits for the store once its run holds more than BacklogBytes/n bytes of events
-	// the store has not taken, but never for less than backlogFloor nor more than RingBytes.
-	// Like the ring's bounds it never drops an event; unlike them, a producer that waited
-	// backpressureWait for it goes on.
+	// store (default DefaultBacklogBytes; negative: none). With n runs writing at once (runs
+	// with events the store has not taken yet, or taking them now), a producer waits for the
+	// store once its run holds more than BacklogBytes/n bytes of events the store has not
+	// taken, but never for less than backlogFloor nor more than RingBytes. Like the ring's
+	// bounds it never drops an event; unlike them, a producer that waited backpressureWait
+	// for it goes on.
 	BacklogBytes int
 	// Block is how many sequence numbers a Writer reserves at a time (default DefaultBlock).
 	Block int64
@@ -155,7 +156,9 @@ type Hub struct {
 	sessions map[string]*session
 	memSeq   map[string]int64 // the last number reserved per session, without Numbers
 
-	// writers counts the open Writers with a store: they share Options.BacklogBytes.
+	// writers counts the runs writing to the store: those whose store writer is armed or
+	// writing (Writer.writing). They share Options.BacklogBytes; a run whose events are all
+	// stored (idle, paused, or waiting for the model) takes no share.
 	writers atomic.Int64
 }
 

@@ -71,9 +71,6 @@ func (h *Hub) OpenReserved(sessionID string, first, n int64) *Writer {
 	}
 	s.active = first
 	s.stored = first - 1
-	if h.opts.Store != nil {
-		h.writers.Add(1) // until Close
-	}
 	w.upto = first - 1
 	w.relayedTo = first - 1
 	s.wakeLocked()
@@ -276,9 +273,6 @@ func (w *Writer) Close() {
 		return
 	}
 	w.closed = true
-	if w.h.opts.Store != nil {
-		w.h.writers.Add(-1)
-	}
 	s.wakeLocked()
 	now := w.urgeLocked() // the events gathering are written at once
 	idle := w.idle
@@ -358,6 +352,7 @@ func (w *Writer) scheduleLocked() {
 		return
 	}
 	w.writing = true
+	w.h.writers.Add(1) // until the store writer stops
 	w.idle = make(chan struct{})
 	wait := w.h.opts.FlushEvery
 	if w.upto < w.first {
@@ -416,6 +411,7 @@ func (w *Writer) flush() {
 			return
 		}
 		w.writing = false
+		h.writers.Add(-1)
 		close(w.idle)
 		w.idle = nil
 		s.mu.Unlock()
