@@ -3,7 +3,9 @@ package runs
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -175,4 +177,116 @@ func TestLaunchEmitsItsFirstEventsBeforeReturning(t *testing.T) {
 	}
 	once.Do(func() { close(release) })
 	waitDone(t, r)
+}
+
+// The body of a launched run does not wait for the write of its beginning to emit: what it emits
+// meanwhile (the model's first chunks) is kept, and Launch puts it in the stream after the start
+// and the question before returning, so that a reader who subscribes then gets the first chunk
+// in its first read, without the body's goroutine being woken first.
+func TestLaunchAppendsTheBodysEarlyEventsBeforeReturning(t *testing.T) {
+	m, g := gatedManager(t, nil)
+	spec, user := newSessionSpec("s1")
+	emitted := make(chan struct{})
+	go func() {
+		<-g.entered
+		// The write is held until the body has emitted: emitting must not wait for the write.
+		select {
+		case <-emitted:
+		case <-time.After(10 * time.Second):
+			t.Error("the body's emit waited for the write of the run's beginning")
+		}
+		close(g.release)
+	}()
+	release := make(chan struct{})
+	var once sync.Once
+	defer once.Do(func() { close(release) })
+	r, err := m.Launch(context.Background(), spec, func(r *Run) Func {
+		return func(ctx context.Context, emit func(parley.Event)) (string, error) {
+			emit(parley.Event{Type: parley.EventChunk, Content: "one"})
+			emit(parley.Event{Type: parley.EventChunk, Content: "two"})
+			close(emitted)
+			<-release
+			emit(parley.Event{Type: parley.EventChunk, Content: "three"})
+			return parley.FinishStop, nil
+		}
+	}, parley.Event{Type: parley.EventRecord, Message: user})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := m.Subscribe(context.Background(), "s1", r.FirstSeq()-1)
+	defer sub.Close()
+	frames, err := sub.Next(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range frames {
+		got = append(got, string(f.Type)+":"+f.Content)
+	}
+	if len(frames) != 4 || frames[0].Type != parley.EventStart || frames[1].Type != parley.EventRecord ||
+		frames[2].Content != "one" || frames[3].Content != "two" {
+		t.Fatalf("first read %v, want start, the record, chunks one and two", got)
+	}
+	once.Do(func() { close(release) })
+	waitDone(t, r)
+	evs, err := g.ListEvents(context.Background(), "s1", 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = got[:0]
+	for _, ev := range evs {
+		got = append(got, string(ev.Type)+":"+ev.Content)
+	}
+	if len(evs) != 6 || evs[2].Content != "one" || evs[3].Content != "two" || evs[4].Content != "three" || evs[5].Type != parley.EventDone {
+		t.Fatalf("stored %v, want start, record, one, two, three, done", got)
+	}
+}
+
+// Past maxEarly events the body waits for the write (the events kept are bounded), and every
+// event is still stored once, in the order emitted.
+func TestLaunchBodyWaitsPastTheEarlyBound(t *testing.T) {
+	m, g := gatedManager(t, nil)
+	spec, _ := newSessionSpec("s1")
+	const n = maxEarly + 10
+	var emitted atomic.Int64
+	go func() {
+		<-g.entered
+		defer close(g.release)
+		for deadline := time.Now().Add(10 * time.Second); emitted.Load() < maxEarly; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Errorf("the body emitted %d events in 10 s while the write was held, want %d", emitted.Load(), maxEarly)
+				return
+			}
+		}
+		// An unbounded body would be done by now (a slow machine only lets this pass more often).
+		time.Sleep(50 * time.Millisecond)
+		if e := emitted.Load(); e != maxEarly {
+			t.Errorf("the body emitted %d events while the write was held, want %d", e, maxEarly)
+		}
+	}()
+	r, err := m.Launch(context.Background(), spec, func(r *Run) Func {
+		return func(ctx context.Context, emit func(parley.Event)) (string, error) {
+			for i := range n {
+				emit(parley.Event{Type: parley.EventChunk, Content: strconv.Itoa(i)})
+				emitted.Add(1)
+			}
+			return parley.FinishStop, nil
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, r)
+	evs, err := g.ListEvents(context.Background(), "s1", 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != n+2 {
+		t.Fatalf("%d events stored, want %d", len(evs), n+2)
+	}
+	for i := range n {
+		if evs[i+1].Content != strconv.Itoa(i) {
+			t.Fatalf("event %d is %q, want chunk %d", i+1, evs[i+1].Content, i)
+		}
+	}
 }

@@ -215,6 +215,11 @@ type Run struct {
 	emitMu sync.Mutex     // one event at a time, whoever emits it
 	w      *stream.Writer // the run's events in its session's stream
 	ended  bool           // the done event is out: nothing more is appended
+	// early holds what the body of a launched run emitted before its beginning was durable
+	// (emitBegun, at most maxEarly events), until Launch appends it; earlyState says whether
+	// that happened (under emitMu).
+	early      []parley.Event
+	earlyState int8
 	// ending is set before the run's record is ended in the store: a lease renewal that finds
 	// the record ended from then on is no takeover.
 	ending atomic.Bool
@@ -410,16 +415,40 @@ func (m *Manager) Launch(ctx context.Context, spec Spec, body func(r *Run) Func,
 	}
 	if err != nil {
 		r.beginErr = err
+		r.emitMu.Lock()
+		r.early, r.earlyState = nil, earlyDropped
+		r.emitMu.Unlock()
 		r.cancelCause(err)
 		close(r.begun)
 		<-r.exited
 		close(r.done)
 		return nil, err
 	}
-	r.announce(then...) // before the body's events, which wait for begun
+	r.announce(then...) // before the body's events
+	// What the body emitted meanwhile (the model's first chunks, as often as not) goes in now,
+	// on this goroutine: it is in the stream when the caller subscribes, without the body's
+	// goroutine being woken first.
+	r.emitMu.Lock()
+	for _, ev := range r.early {
+		r.appendLocked(ev)
+	}
+	r.early, r.earlyState = nil, earlyAppended
+	r.emitMu.Unlock()
 	close(r.begun)
 	return r, nil
 }
+
+// earlyState: what became of the events a launched run's body emitted before its beginning was
+// durable.
+const (
+	earlyKept     int8 = iota // the write is under way: they are kept in Run.early
+	earlyAppended             // the write committed; Launch appended them after the start
+	earlyDropped              // the write failed: they are dropped, and so is what follows
+)
+
+// maxEarly bounds the events a launched run's body may emit while its beginning is being
+// written; beyond them it waits for the write.
+const maxEarly = 64
 
 // record is the durable record of run id, begun for spec.
 func (m *Manager) record(id string, spec Spec) *parley.RunRecord {
@@ -428,9 +457,28 @@ func (m *Manager) record(id string, spec Spec) *parley.RunRecord {
 		Instance: m.opts.Instance, LeaseUntil: now.Add(m.opts.Lease), CreatedAt: now}
 }
 
-// emitBegun is emit for the body of a run started before its beginning was durable (Launch): it
-// waits for the write, and drops the event if the write failed.
+// emitBegun is emit for the body of a run started before its beginning was durable (Launch).
+// While the write is under way it keeps the event (up to maxEarly of them) and returns, so that
+// the body goes on reading its model's stream; Launch appends what was kept once the write has
+// committed. Past maxEarly it waits for the write. Nothing is emitted if the write failed.
 func (r *Run) emitBegun(ev parley.Event) {
+	r.emitMu.Lock()
+	switch {
+	case r.earlyState == earlyKept && len(r.early) < maxEarly:
+		if r.early == nil {
+			r.early = make([]parley.Event, 0, 4)
+		}
+		r.early = append(r.early, ev)
+		r.emitMu.Unlock()
+		return
+	case r.earlyState == earlyAppended:
+		if !r.ended {
+			r.appendLocked(ev)
+		}
+		r.emitMu.Unlock()
+		return
+	}
+	r.emitMu.Unlock()
 	<-r.begun
 	if r.beginErr != nil {
 		return

@@ -386,3 +386,32 @@ func TestOpenReserved(t *testing.T) {
 	w2.Abandon()
 	w2.Drop()
 }
+
+// A reader's batch from the ring is one allocation however many frames it holds (append's
+// doubling from one frame made five for a chat's twelve).
+func TestReaderBatchGrowsOnce(t *testing.T) {
+	if raceOn {
+		t.Skip("the race detector allocates too")
+	}
+	h := New(Options{Store: newMemEvents(), FlushEvery: time.Millisecond, RingEvents: 64})
+	ctx := timeout(t)
+	sub := h.Subscribe(ctx, "s1", Join)
+	defer sub.Close()
+	w, _ := h.Open(ctx, "s1")
+	defer w.Close()
+	w.Append(parley.Event{Type: parley.EventStart})
+	for range 20 {
+		w.Append(parley.Event{Type: parley.EventChunk, Content: "x"})
+	}
+	take(t, ctx, sub, 21) // placed, and the ring holds all 21
+	allocs := testing.AllocsPerRun(20, func() {
+		sub.buf, sub.after = nil, 0
+		fs, err := sub.Next(ctx)
+		if err != nil || len(fs) != 21 {
+			t.Fatalf("Next: %d frames, %v; want 21", len(fs), err)
+		}
+	})
+	if allocs > 1 {
+		t.Fatalf("a batch of 21 frames allocated %.0f times, want 1", allocs)
+	}
+}

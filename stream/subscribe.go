@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"slices"
 	"time"
 
 	parley "github.com/parleyhq/parley"
@@ -190,7 +191,9 @@ func (sub *Subscription) Next(ctx context.Context) ([]*Frame, error) {
 		i := s.ring.after(sub.after)
 		n := min(s.ring.n-i, 2*readBatch)
 		clear(sub.buf)
-		sub.buf = sub.buf[:0]
+		// Grown to the batch at once, not by append's doubling from one frame: a chat's stream
+		// reads its start, then its answer's chunks together, then its end.
+		sub.buf = slices.Grow(sub.buf[:0], n)
 		for j := range n {
 			sub.buf = append(sub.buf, s.ring.at(i+j))
 		}

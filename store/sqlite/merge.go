@@ -171,6 +171,7 @@ func (s *Store) merge(ctx context.Context, tx *sql.Tx, parts []any) error {
 	for _, p := range parts {
 		switch p := p.(type) {
 		case *beginPart:
+			s.began = true // a checkpoint that is due runs after this batch (checkpoint.go)
 			p.first, p.last, p.links = 0, 0, rowcodec.Links{}
 			if p.b.NewSession != nil {
 				news = append(news, p)

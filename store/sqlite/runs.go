@@ -341,6 +341,7 @@ func (p *beginPart) mergeable() bool {
 // run is p's write on its own.
 func (p *beginPart) run(ctx context.Context, tx *sql.Tx) (err error) {
 	s, b, sessionID := p.s, p.b, p.sessionID
+	s.began = true // a checkpoint that is due runs after this batch (checkpoint.go)
 	p.first, p.last, p.links = 0, 0, rowcodec.Links{}
 	if b.NewSession != nil {
 		p.first, p.last, p.links, err = s.beginNewSession(ctx, tx, b, p.tools, p.rows)

@@ -52,6 +52,11 @@ type Store struct {
 		m  map[string]*sql.Stmt
 	}
 
+	ckpt *checkpointer // the WAL's checkpoints, after a begin's batch (checkpoint.go)
+	// began: the write transaction under way began a run (set and read by the writer's batch,
+	// which runs alone: SQLite has one writer)
+	began bool
+
 	// ran counts the statements run in write transactions (the savepoints of group commit and
 	// the hot writes' statements, cachedTx), for the benchmarks and the tests that count them.
 	ran atomic.Int64
@@ -62,6 +67,10 @@ var _ parley.Store = (*Store)(nil)
 type options struct {
 	migrate bool
 	batched func(n int, err error) // tests: told the size of each group-commit batch
+	// tests: the WAL's frames that start a checkpoint (default checkpointFrames), and a hook
+	// told each checkpoint's result
+	checkpointAt uint32
+	checkpointed func(frames, copied int, err error)
 }
 
 // Option configures Open.
@@ -77,7 +86,7 @@ func OnCommit(fn func(writes int, err error)) Option { return func(o *options) {
 
 // Open opens (creating it if needed) the database file at path and applies pending migrations.
 func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
-	o := options{migrate: true}
+	o := options{migrate: true, checkpointAt: checkpointFrames}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -85,7 +94,8 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: invalid database path %q", path)
 	}
 	dsn := "file:" + path + "?_txlock=immediate" +
-		"&_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=foreign_keys(1)"
+		"&_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=foreign_keys(1)" +
+		"&_pragma=wal_autocheckpoint(0)" // checkpoints run after a begin's batch, not in a commit (checkpoint.go)
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: %w", err)
@@ -101,15 +111,14 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	// streamed chat's store CPU at 32 in flight. Each write's function must then be safe to run
 	// again, its effects of a first run rolled back: it sets its results, it does not add to them.
 	s.w = groupcommit.New[*sql.Tx](sqlTx{db, &s.ran, s}, groupcommit.Options{Batched: o.batched, Optimistic: true})
+	s.ckpt = newCheckpointer(db, path, o.checkpointAt, s.w.Then, o.checkpointed)
 	if err := s.Ping(ctx); err != nil {
-		s.w.Close()
-		db.Close()
+		s.close()
 		return nil, err
 	}
 	if o.migrate {
 		if err := Migrate(ctx, db, "up", io.Discard); err != nil {
-			s.w.Close()
-			db.Close()
+			s.close()
 			return nil, err
 		}
 	}
@@ -128,8 +137,12 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // Close stops the writer (once the batch under way is durable) and closes the database.
-func (s *Store) Close() error {
+func (s *Store) Close() error { return s.close() }
+
+func (s *Store) close() error {
+	s.ckpt.interrupt() // a checkpoint holding the writer ends sooner
 	s.w.Close()
+	s.ckpt.close()
 	s.stmtMu.Lock()
 	for _, st := range s.stmts {
 		st.Close()
@@ -267,6 +280,7 @@ type sqlTx struct {
 }
 
 func (d sqlTx) Begin(ctx context.Context) (*sql.Tx, error) {
+	d.s.began = false
 	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: begin: %w", err)
@@ -293,10 +307,11 @@ func (d sqlTx) RollbackTo(ctx context.Context, tx *sql.Tx) error {
 	return exec(ctx, tx, `ROLLBACK TO SAVEPOINT op`)
 }
 
-func (sqlTx) Commit(_ context.Context, tx *sql.Tx) error {
+func (d sqlTx) Commit(_ context.Context, tx *sql.Tx) error {
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("sqlite: commit: %w", err)
 	}
+	d.s.ckpt.committed(d.s.began)
 	return nil
 }
 

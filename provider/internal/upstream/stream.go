@@ -21,11 +21,14 @@ type Framer func(out []parley.StreamEvent) ([]parley.StreamEvent, error)
 // Framer, hands the events out one by one, keeps the end it reached, and may be closed from any
 // goroutine to unblock Next. Next itself is not safe for concurrent use.
 type Stream struct {
-	ctx    context.Context
-	body   io.ReadCloser
-	next   Framer
-	what   string // the proper end, named in the error of a stream cut before it
+	ctx  context.Context
+	body io.ReadCloser
+	next Framer
+	what string // the proper end, named in the error of a stream cut before it
+	// queue holds the last frame's events, handed out from head on. Its backing array is kept
+	// and filled again by the next frame: a stream of one event a frame allocates none.
 	queue  []parley.StreamEvent
+	head   int
 	err    error // sticky: io.EOF at the proper end, or the error that ended the stream
 	closed atomic.Bool
 }
@@ -38,9 +41,10 @@ func NewStream(ctx context.Context, body io.ReadCloser, end string, next Framer)
 // Next returns the next event, or io.EOF after the last one.
 func (s *Stream) Next() (parley.StreamEvent, error) {
 	for {
-		if len(s.queue) > 0 {
-			ev := s.queue[0]
-			s.queue = s.queue[1:]
+		if s.head < len(s.queue) {
+			ev := s.queue[s.head]
+			s.queue[s.head] = parley.StreamEvent{} // what it points to is the caller's now
+			s.head++
 			return ev, nil
 		}
 		if s.err != nil {
@@ -51,6 +55,7 @@ func (s *Stream) Next() (parley.StreamEvent, error) {
 		}
 		var err error
 		s.queue, err = s.next(s.queue[:0])
+		s.head = 0
 		if err != nil && err != io.EOF {
 			err = s.final(err)
 		}

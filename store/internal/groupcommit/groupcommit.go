@@ -109,6 +109,7 @@ type Writer[T any] struct {
 	stop  chan struct{}
 	shut  atomic.Bool
 	once  sync.Once
+	then  atomic.Pointer[func()] // Then's function, for the end of the batch under way
 }
 
 type op[T any] struct {
@@ -250,8 +251,19 @@ func (w *Writer[T]) lead(first *op[T]) {
 	if len(batch) > 0 {
 		w.run(batch)
 	}
-	// Hand the slot to an operation still waiting, so that its caller leads the next batch
-	// (this caller's own operation is answered and it goes back to its work).
+	if f := w.then.Swap(nil); f != nil { // Then: f holds the slot, then passes it on
+		go func() {
+			defer w.pass()
+			(*f)()
+		}()
+		return
+	}
+	w.pass()
+}
+
+// pass hands the slot its caller holds to an operation still waiting, so that its caller leads
+// the next batch, or back to the slots if none waits.
+func (w *Writer[T]) pass() {
 	for {
 		select {
 		case o := <-w.queue:
@@ -275,6 +287,15 @@ func (w *Writer[T]) lead(first *op[T]) {
 		}
 	}
 }
+
+// Then has f run holding the writer's slot once the batch under way has answered its callers,
+// before any operation waiting for the writer: on a goroutine of its own (the batch's callers go
+// on with their answers), which then lets the waiting operations go on (with Options.Writers 1,
+// no transaction of the writer runs beside f). It is for a database's housekeeping that must not
+// run beside its writes nor inside one (SQLite's checkpoint), and is called from within a batch
+// (Tx.Commit, an operation's function). A second f given in the same batch replaces the first.
+// Close waits for f (it holds a slot).
+func (w *Writer[T]) Then(f func()) { w.then.Store(&f) }
 
 // Leading reports whether a batch is under way.
 func (w *Writer[T]) Leading() bool { return len(w.slots) > 0 }

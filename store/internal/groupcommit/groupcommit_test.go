@@ -804,3 +804,52 @@ func TestACommitThatFailsAMergedWriteRunsTheBatchApart(t *testing.T) {
 		t.Errorf("%d commits, want 2", db.commits)
 	}
 }
+
+// Then runs its function once the batch that gave it has answered its callers, holding the
+// writer: an operation given meanwhile waits for it, then commits.
+func TestThenRunsAfterTheBatchHoldingTheWriter(t *testing.T) {
+	db := &memDB{committed: map[string]int{}}
+	w := New[*memTx](db, Options{})
+	defer w.Close()
+	inside, release, after := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	err := w.DoKey(context.Background(), "a", func(ctx context.Context, tx *memTx) error {
+		w.Then(func() { close(inside); <-release; close(after) })
+		return insert("a")(ctx, tx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The caller has its answer while Then's function runs.
+	select {
+	case <-inside:
+	case <-time.After(wait):
+		t.Fatal("Then's function did not run after the batch")
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.DoKey(context.Background(), "b", insert("b")) }()
+	deadline := time.Now().Add(wait)
+	for w.Queued() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("a write was answered (%v) while Then's function held the writer", err)
+	default:
+	}
+	if _, ok := db.get("b"); ok {
+		t.Fatal("a write committed while Then's function held the writer")
+	}
+	close(release)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(wait):
+		t.Fatal("the write waiting for Then's function never ran")
+	}
+	<-after
+	if v, _ := db.get("b"); v != 1 {
+		t.Fatal("the write was answered but not committed")
+	}
+}
