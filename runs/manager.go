@@ -32,8 +32,12 @@ type Options struct {
 	// stream.DefaultRingEvents and stream.DefaultRingBytes); older events are read from Events.
 	MaxEvents int
 	MaxBytes  int
-	Now       func() time.Time
-	Log       *slog.Logger
+	// BacklogBytes is the budget for the events all runs hold waiting for Events, shared among
+	// the runs writing at once (stream.Options.BacklogBytes; default
+	// stream.DefaultBacklogBytes).
+	BacklogBytes int
+	Now          func() time.Time
+	Log          *slog.Logger
 	// MaxActive is the server's budget of concurrent runs (seed 003 §1's API throttle): Begin
 	// refuses a run beyond it with ErrOverloaded. 0 means no budget.
 	MaxActive int
@@ -176,7 +180,7 @@ func NewManager(opts Options) *Manager {
 		metrics = opts.Metrics
 	}
 	m.streams = stream.New(stream.Options{Store: opts.Events, Relay: opts.Relay, RemoteRun: m.remoteRun,
-		RingEvents: opts.MaxEvents, RingBytes: opts.MaxBytes, Block: seqBlock, FlushEvery: opts.FlushEvery,
+		RingEvents: opts.MaxEvents, RingBytes: opts.MaxBytes, BacklogBytes: opts.BacklogBytes, Block: seqBlock, FlushEvery: opts.FlushEvery,
 		Log: opts.Log, Metrics: metrics})
 	return m
 }

@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	parley "github.com/parleyhq/parley"
@@ -43,7 +44,17 @@ const (
 	DefaultRingBytes  = 64 << 10
 	DefaultBlock      = 1024
 	DefaultFlushEvery = 100 * time.Millisecond
+	// DefaultBacklogBytes is the server's budget for the events its runs hold waiting for the
+	// store, shared among the runs writing at once: up to 256 runs each keep their ring's
+	// bound of them, 1,000 runs 16 KiB each (issue 25: a store that cannot keep up makes every
+	// run hold its bound of unstored events).
+	DefaultBacklogBytes = 16 << 20
 )
+
+// backlogFloor is the least a run may hold waiting for the store, however many runs write at
+// once (or its ring's bound in bytes, if smaller): below it, a run would wait for the store at
+// nearly every event.
+const backlogFloor = 8 << 10
 
 // storeTimeout bounds each store or relay call.
 const storeTimeout = 10 * time.Second
@@ -117,6 +128,14 @@ type Options struct {
 	// holds its bounds of them waits for the store.
 	RingEvents int
 	RingBytes  int
+	// BacklogBytes is the budget for the events all runs of this Hub hold waiting for the
+	// store (default DefaultBacklogBytes; negative: none). With n runs writing at once (runs
+	// with events the store has not taken yet, or taking them now), a producer waits for the
+	// store once its run holds more than BacklogBytes/n bytes of events the store has not
+	// taken, but never for less than backlogFloor nor more than RingBytes. Like the ring's
+	// bounds it never drops an event; unlike them, a producer that waited backpressureWait
+	// for it goes on.
+	BacklogBytes int
 	// Block is how many sequence numbers a Writer reserves at a time (default DefaultBlock).
 	Block int64
 	// FlushEvery is how long events wait to be written to the store, so that a stream of small
@@ -136,6 +155,11 @@ type Hub struct {
 	mu       sync.Mutex
 	sessions map[string]*session
 	memSeq   map[string]int64 // the last number reserved per session, without Numbers
+
+	// writers counts the runs writing to the store: those whose store writer is armed or
+	// writing (Writer.writing). They share Options.BacklogBytes; a run whose events are all
+	// stored (idle, paused, or waiting for the model) takes no share.
+	writers atomic.Int64
 }
 
 // New returns a Hub.
@@ -145,6 +169,9 @@ func New(opts Options) *Hub {
 	}
 	if opts.RingBytes <= 0 {
 		opts.RingBytes = DefaultRingBytes
+	}
+	if opts.BacklogBytes == 0 {
+		opts.BacklogBytes = DefaultBacklogBytes
 	}
 	if opts.Block <= 0 {
 		opts.Block = DefaultBlock
@@ -392,6 +419,43 @@ func (s *session) trimReadLocked() {
 func (s *session) overLocked() bool {
 	o := &s.h.opts
 	return s.ring.n > o.RingEvents || s.ring.bytes > o.RingBytes
+}
+
+// backlogBound is how many bytes of events the store has not taken a run may hold before its
+// producer waits for the store: the Hub's budget shared among the runs writing now, within
+// [backlogFloor, RingBytes].
+func (h *Hub) backlogBound() int {
+	o := &h.opts
+	if o.BacklogBytes < 0 {
+		return o.RingBytes
+	}
+	n := max(h.writers.Load(), 1)
+	return min(o.RingBytes, max(backlogFloor, int(int64(o.BacklogBytes)/n)))
+}
+
+// overBacklogLocked reports whether the run writing the session holds more than its share of
+// the budget for events waiting for the store (backlogBound). It reads the ring from its
+// newest frame back to the first the store holds, and stops once past the bound. Call with
+// s.mu held.
+func (s *session) overBacklogLocked() bool {
+	if s.w == nil || s.h.opts.Store == nil {
+		return false
+	}
+	bound := s.h.backlogBound()
+	if s.ring.bytes <= bound {
+		return false
+	}
+	size := 0
+	for i := s.ring.n - 1; i >= 0; i-- {
+		f := s.ring.at(i)
+		if f.Seq <= s.stored {
+			return false
+		}
+		if size += f.size(); size > bound {
+			return true
+		}
+	}
+	return false
 }
 
 // Sessions returns how many sessions' streams the hub holds (tests, metrics).

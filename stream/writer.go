@@ -132,21 +132,29 @@ func (w *Writer) Append(ev parley.Event) parley.Event {
 	w.scheduleLocked()
 	blocked := s.trimLocked()
 	s.wakeLocked()
-	if blocked && s.overLocked() {
+	if blocked && s.overLocked() || s.overBacklogLocked() {
 		w.waitForStoreLocked()
 	}
 	return ev
 }
 
 // waitForStoreLocked waits, with s.mu held (released while waiting), until the store has taken
-// enough of the ring's events for it to be within its bounds, or backpressureWait has passed:
-// then the ring drops the oldest events anyway.
+// enough of the ring's events for it to be within its bounds and the run's share of the Hub's
+// budget for them (Options.BacklogBytes), or backpressureWait has passed: then the ring drops
+// the oldest events past its bounds anyway, and a run over only its share goes on.
 func (w *Writer) waitForStoreLocked() {
 	s := w.s
 	deadline := time.Now().Add(backpressureWait)
-	for s.overLocked() && s.trimLocked() {
+	for {
+		hard := s.overLocked() && s.trimLocked()
+		if !hard && !s.overBacklogLocked() {
+			return
+		}
 		left := time.Until(deadline)
 		if left <= 0 {
+			if !hard {
+				return // the budget is shared, not a bound: the ring still holds this run's events
+			}
 			w.h.opts.Log.Error("the store did not take a run's events in time: dropped from memory before they were stored",
 				"session", s.id, "from", s.ring.at(0).Seq, "stored", s.stored)
 			for s.overLocked() {
@@ -344,6 +352,7 @@ func (w *Writer) scheduleLocked() {
 		return
 	}
 	w.writing = true
+	w.h.writers.Add(1) // until the store writer stops
 	w.idle = make(chan struct{})
 	wait := w.h.opts.FlushEvery
 	if w.upto < w.first {
@@ -402,6 +411,7 @@ func (w *Writer) flush() {
 			return
 		}
 		w.writing = false
+		h.writers.Add(-1)
 		close(w.idle)
 		w.idle = nil
 		s.mu.Unlock()

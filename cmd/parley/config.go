@@ -84,6 +84,7 @@ type config struct {
 	ShutdownGrace      time.Duration
 	RunRetain          time.Duration
 	StreamRingBytes    int
+	StreamBacklogBytes int
 	EventRetention     time.Duration
 	PauseTimeout       time.Duration
 	ToolPolicy         string
@@ -188,6 +189,7 @@ func serveFlags(fs *flag.FlagSet, c *config) {
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, time given to active runs to finish before they are aborted")
 	fs.DurationVar(&c.RunRetain, "run-retain", 5*time.Minute, "how long a finished run stays known in memory (its events are read from the database)")
 	fs.IntVar(&c.StreamRingBytes, "stream-ring-bytes", stream.DefaultRingBytes, "bound, in bytes, of a session's recent events kept in memory: those the database has not yet taken (a run waits for it past this) and those a reader has not yet read (a reader further behind reads the database); the rest are let go at each database write")
+	fs.IntVar(&c.StreamBacklogBytes, "stream-backlog-bytes", stream.DefaultBacklogBytes, "budget, in bytes, of the events all runs together hold in memory waiting for the database, shared among the runs writing at once: a run waits for the database once it holds its share (at least 8 KiB, at most --stream-ring-bytes), so memory per stream shrinks as streams multiply")
 	fs.DurationVar(&c.EventRetention, "event-retention", 72*time.Hour, "how long run events stay in the database for clients that resume a stream (0: forever)")
 	fs.DurationVar(&c.PauseTimeout, "pause-timeout", 10*time.Minute, "a run paused for longer is aborted")
 	fs.StringVar(&c.ToolPolicy, "tool-policy", "", "tool approval policy: comma-separated pattern=auto|ask|deny (tool names, * and ? wildcards; the exact name, else the most specific pattern wins), e.g. 'mcp_fs_*=ask,mcp_fs_read*=auto,calculator=auto'; a project's tool_policy overrides it")
@@ -387,6 +389,9 @@ func (c *config) validate() error {
 	if c.StreamRingBytes < 4096 {
 		// Smaller, a run would wait for the database at nearly every event.
 		errs = append(errs, errors.New("stream-ring-bytes must be at least 4096"))
+	}
+	if c.StreamBacklogBytes < 4096 {
+		errs = append(errs, errors.New("stream-backlog-bytes must be at least 4096"))
 	}
 	if c.ToolTimeout <= 0 || c.ShutdownGrace < 0 || c.Heartbeat <= 0 || c.WriteTimeout <= 0 {
 		errs = append(errs, errors.New("tool-timeout, heartbeat and write-timeout must be positive; shutdown-grace must not be negative"))

@@ -440,5 +440,6 @@ func breakerStates(ms []httpapi.ModelInfo, ts []httpapi.ToolInfo, ss []httpapi.S
 // wrapper answers only for the methods of parley.Store.
 func runOptions(c *config, store *database, instance string, log *slog.Logger, met *metrics.Metrics) runs.Options {
 	return runs.Options{Retain: c.RunRetain, Log: log, MaxActive: c.MaxRuns, Events: store.Store, PauseTimeout: c.PauseTimeout,
-		Runs: store.Store, Instance: instance, Lease: c.RunLease, Metrics: met, ApprovalPoll: c.ApprovalPoll, MaxBytes: c.StreamRingBytes}
+		Runs: store.Store, Instance: instance, Lease: c.RunLease, Metrics: met, ApprovalPoll: c.ApprovalPoll, MaxBytes: c.StreamRingBytes,
+		BacklogBytes: c.StreamBacklogBytes}
 }

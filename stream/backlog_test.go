@@ -1,0 +1,192 @@
+package stream
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	parley "github.com/parleyhq/parley"
+)
+
+// ringBytes returns the bytes the session's ring holds.
+func ringBytes(s *session) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ring.bytes
+}
+
+// heldStore is a memEvents whose writes of a session wait, while the session is held, until
+// its hold channel is closed.
+type heldStore struct {
+	*memEvents
+	hmu   sync.Mutex
+	holds map[string]chan struct{}
+}
+
+func (h *heldStore) AppendEvents(ctx context.Context, s string, at time.Time, evs []parley.Event) error {
+	h.hmu.Lock()
+	hold := h.holds[s]
+	h.hmu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return h.memEvents.AppendEvents(ctx, s, at, evs)
+}
+
+// hold makes the session's next writes wait (next true) or not, and lets the writes waiting
+// now go.
+func (h *heldStore) hold(s string, next bool) {
+	h.hmu.Lock()
+	old := h.holds[s]
+	if next {
+		h.holds[s] = make(chan struct{})
+	} else {
+		delete(h.holds, s)
+	}
+	h.hmu.Unlock()
+	if old != nil {
+		close(old)
+	}
+}
+
+// The runs writing at once share the Hub's budget for events waiting for the store: with 16 runs
+// whose store writes are held and a budget of 128 KiB, a producer waits once its run holds
+// 8 KiB of events the store has not taken, though its ring's bound is 64 KiB; once the other
+// runs' events are stored, the same producer may hold its ring's bound again. A run whose events
+// are all stored takes no share. Nothing is dropped: the store gets every event.
+func TestRunsShareTheBudgetForUnstoredEvents(t *testing.T) {
+	ev := &heldStore{memEvents: newMemEvents(), holds: map[string]chan struct{}{}}
+	const ringBytesBound, budget, runs = 64 << 10, 128 << 10, 16
+	h := New(Options{Store: ev, FlushEvery: time.Millisecond, RingBytes: ringBytesBound, BacklogBytes: budget})
+	ctx := timeout(t)
+	var ws []*Writer
+	for i := range runs {
+		id := "s" + strconv.Itoa(i)
+		ev.hold(id, true)
+		w, err := h.Open(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws = append(ws, w)
+	}
+	if n := h.writers.Load(); n != 0 {
+		t.Fatalf("%d runs counted as writing before any event", n)
+	}
+	chunk := parley.Event{Type: parley.EventChunk, Content: strings.Repeat("b", 1<<10)}
+	for _, o := range ws[1:] {
+		o.Append(chunk)
+	}
+	if n := h.writers.Load(); n != runs-1 {
+		t.Fatalf("%d runs counted as writing, want %d", n, runs-1)
+	}
+	w := ws[0]
+	const total = 100
+	appended := make(chan int, total)
+	go func() {
+		for i := range total {
+			w.Append(chunk)
+			appended <- i + 1
+		}
+		close(appended)
+	}()
+	// Each frame is about 2.4 KiB (Frame.size): the fourth takes the run past its share, and its
+	// Append waits.
+	frame := (&Frame{JSON: make([]byte, len(chunk.Content)+100)}).size()
+	share := budget / runs
+	n := 0
+	for n < share/frame {
+		select {
+		case n = <-appended:
+		case <-ctx.Done():
+			t.Fatalf("only %d appends went through before the run held its share", n)
+		}
+	}
+	if got := h.backlogBound(); got != share {
+		t.Fatalf("a run's share of the budget is %d bytes with %d runs writing, want %d", got, runs, share)
+	}
+	select {
+	case n = <-appended:
+		if n > share/frame+1 {
+			t.Fatalf("%d appends went through while the store held nothing: past the run's share of %d bytes", n, share)
+		}
+	case <-time.After(100 * time.Millisecond):
+	}
+	select {
+	case n = <-appended:
+		t.Fatalf("%d appends went through while the store held nothing: past the run's share of %d bytes", n, share)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if held := ringBytes(w.s); held > share+frame {
+		t.Fatalf("the run holds %d bytes waiting for the store, want its share %d (and one frame)", held, share)
+	}
+
+	// The other runs' events are stored: the one left writing may hold its ring's bound.
+	for _, o := range ws[1:] {
+		ev.hold(o.s.id, false)
+	}
+	for h.writers.Load() > 1 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d runs still counted as writing, want 1", h.writers.Load())
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if got := h.backlogBound(); got != ringBytesBound {
+		t.Fatalf("the one run writing may hold %d bytes, want its ring's bound %d", got, ringBytesBound)
+	}
+	ev.hold("s0", true) // the write under way ends; the next ones wait
+	for ringBytes(w.s) <= 4*share {
+		select {
+		case _, ok := <-appended:
+			if !ok {
+				t.Fatal("every append went through while the store held its write")
+			}
+		case <-ctx.Done():
+			t.Fatalf("the one run writing waited at %d bytes for the store, want up to its ring's bound", ringBytes(w.s))
+		}
+	}
+	ev.hold("s0", false)
+	for range appended {
+	}
+	for _, o := range ws {
+		o.Close()
+		o.Drop()
+	}
+	if got := ev.stored("s0"); len(got) != total {
+		t.Fatalf("stored %d events, want %d", len(got), total)
+	}
+	if n := h.writers.Load(); n != 0 {
+		t.Fatalf("%d runs counted as writing after every one closed", n)
+	}
+}
+
+// A run's share of the budget is never below backlogFloor (nor above the ring's bound), and a
+// negative budget leaves each run its ring's bound.
+func TestBacklogBound(t *testing.T) {
+	for _, c := range []struct {
+		ring, budget int
+		writers      int64
+		want         int
+	}{
+		{64 << 10, 16 << 20, 1, 64 << 10},
+		{64 << 10, 16 << 20, 256, 64 << 10},
+		{64 << 10, 16 << 20, 1000, 16 << 20 / 1000},
+		{64 << 10, 16 << 20, 100_000, backlogFloor},
+		{4 << 10, 16 << 20, 100_000, 4 << 10},
+		{64 << 10, -1, 100_000, 64 << 10},
+		{64 << 10, 0, 1000, DefaultBacklogBytes / 1000},
+	} {
+		h := New(Options{Store: newMemEvents(), RingBytes: c.ring, BacklogBytes: c.budget})
+		h.writers.Store(c.writers)
+		if got := h.backlogBound(); got != c.want {
+			t.Errorf("ring %d, budget %d, %d writers: a run's share is %d, want %d", c.ring, c.budget, c.writers, got, c.want)
+		}
+	}
+}
