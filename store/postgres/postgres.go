@@ -45,6 +45,8 @@ type Store struct {
 	// the tool-call ledger) of concurrent callers into one transaction: one commit, one WAL
 	// flush, one pooled connection for the lot.
 	w *groupcommit.Writer[pgx.Tx]
+	// hints: where the answers of the runs under way will go (hints.go)
+	hints answerHints
 }
 
 var _ parley.Store = (*Store)(nil)
@@ -451,6 +453,7 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...*p
 		last  int64
 		links rowcodec.Links
 	)
+	s.hints.forget(sessionID) // the answer of a run under way goes after these
 	err = s.writeFor(ctx, sessionID, func(ctx context.Context, tx pgx.Tx) (err error) {
 		last, links, err = appendMessages(ctx, tx, sessionID, msgs, cols)
 		return err
