@@ -804,3 +804,50 @@ func TestACommitThatFailsAMergedWriteRunsTheBatchApart(t *testing.T) {
 		t.Errorf("%d commits, want 2", db.commits)
 	}
 }
+
+// With MergeAlone, an operation alone in its batch runs through Merge; if Merge or the commit
+// (ErrApart) fails, it runs again by its function and gets its own error. Without it, a lone
+// operation runs by its function.
+func TestALoneOperationMergesWithMergeAlone(t *testing.T) {
+	ctx := context.Background()
+	for _, late := range []bool{false, true} {
+		t.Run(fmt.Sprintf("late=%v", late), func(t *testing.T) {
+			md := &mergeDB{memDB: &memDB{committed: map[string]int{"dup": 1}}}
+			var db Tx[*memTx] = md
+			if late {
+				db = &lateDB{md}
+			}
+			w := New[*memTx](db, Options{Optimistic: true, MergeAlone: true})
+			defer w.Close()
+			if err := w.DoMerge(ctx, "k", "k", insert("k")); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.DoMerge(ctx, "dup", "dup", insert("dup")); err == nil || err.Error() != "dup: duplicate" {
+				t.Errorf("the failing operation got %v, want its own error", err)
+			}
+			md.mu.Lock()
+			defer md.mu.Unlock()
+			if fmt.Sprint(md.merges) != "[[k] [dup]]" {
+				t.Errorf("merged %v, want [[k] [dup]] (each alone)", md.merges)
+			}
+			if md.committed["k"] != 1 || md.committed["touched:k"] != 1 || md.committed["touched:dup"] != 0 {
+				t.Errorf("committed %v, want k once and nothing of dup", md.committed)
+			}
+			if md.commits != 1 || md.rollbacks != 2 || md.savepoints != 0 {
+				t.Errorf("%d commits, %d rollbacks, %d savepoints; want 1, 2 (dup's merge, then its function's failure) and 0",
+					md.commits, md.rollbacks, md.savepoints)
+			}
+		})
+	}
+	md := &mergeDB{memDB: &memDB{committed: map[string]int{}}}
+	w := New[*memTx](md, Options{Optimistic: true})
+	defer w.Close()
+	if err := w.DoMerge(ctx, "k", "k", insert("k")); err != nil {
+		t.Fatal(err)
+	}
+	md.mu.Lock()
+	defer md.mu.Unlock()
+	if len(md.merges) != 0 || md.committed["k"] != 1 {
+		t.Errorf("without MergeAlone: merges %v, committed %v; want none, and k by its function", md.merges, md.committed)
+	}
+}
