@@ -295,8 +295,13 @@ func TestParallelToolsThenAnswer(t *testing.T) {
 }
 
 func TestParallelismIsBounded(t *testing.T) {
+	// Each call holds until the test lets it go, one at a time, and only once as many calls as
+	// the bound allows (or as are left) are in flight: so the peak does not depend on how the
+	// scheduler happens to overlap them on a loaded machine.
 	f := newFixture(t)
+	const calls, bound = 6, 2
 	var cur, peak atomic.Int32
+	gate := make(chan struct{})
 	f.tool(t, "work", func(ctx context.Context, args json.RawMessage) (*parley.ToolResult, error) {
 		n := cur.Add(1)
 		for {
@@ -305,23 +310,57 @@ func TestParallelismIsBounded(t *testing.T) {
 				break
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
-		cur.Add(-1)
+		defer cur.Add(-1)
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Minute):
+			return nil, errors.New("never let go")
+		}
 		return &parley.ToolResult{Content: parley.Text("done")}, nil
 	})
-	var calls [][2]string
-	for i := range 6 {
-		calls = append(calls, [2]string{"work", fmt.Sprintf(`{"i":%d}`, i)})
+	var released atomic.Int32
+	stuck := make(chan string, 1)
+	go func() {
+		for i := range calls {
+			want := int32(min(bound, calls-i))
+			deadline := time.Now().Add(30 * time.Second)
+			for cur.Load() < want {
+				if time.Now().After(deadline) {
+					stuck <- fmt.Sprintf("only %d calls in flight before release %d, want %d", cur.Load(), i+1, want)
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+			// A bound that let a third call start would show it here.
+			time.Sleep(5 * time.Millisecond)
+			gate <- struct{}{}
+			released.Add(1)
+		}
+	}()
+	var steps [][2]string
+	for i := range calls {
+		steps = append(steps, [2]string{"work", fmt.Sprintf(`{"i":%d}`, i)})
 	}
-	f.prov.steps = append(f.prov.steps, callTools("", calls...), say("done"))
-	if _, err := f.run(t, context.Background(), f.agent(func(c *Config) { c.MaxParallelTools = 2 }), "go", nil); err != nil {
+	f.prov.steps = append(f.prov.steps, callTools("", steps...), say("done"))
+	_, err := f.run(t, context.Background(), f.agent(func(c *Config) { c.MaxParallelTools = bound }), "go", nil)
+	select {
+	case msg := <-stuck:
+		t.Fatal(msg)
+	default:
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
-	if p := peak.Load(); p != 2 {
-		t.Fatalf("peak concurrency %d, want 2", p)
+	if p := peak.Load(); p != bound {
+		t.Fatalf("peak concurrency %d, want %d", p, bound)
 	}
-	if n := strings.Count(roles(f.history(t)), "tool:work"); n != 6 {
-		t.Fatalf("%d tool messages, want 6", n)
+	if r := released.Load(); r != calls {
+		t.Fatalf("%d calls let go, want %d", r, calls)
+	}
+	if n := strings.Count(roles(f.history(t)), "tool:work"); n != calls {
+		t.Fatalf("%d tool messages, want %d", n, calls)
 	}
 }
 
