@@ -48,10 +48,9 @@ func finishFixture(t *testing.T, s *Store, n int, now time.Time) (*parley.RunBeg
 		Limit: first + b.Reserve - 1, Last: first + int64(n) - 1, RunID: run.ID, Instance: "i", Finish: parley.FinishStop, At: now.Add(time.Second)}
 }
 
-// The run's events written while it streams are one round trip, with the commit; so is its end,
-// the place of its answer foreseen when the run began (hints.go): the answer with the session's
-// update (which gives the event numbers back too), the events' row with the run's end, and the
-// commit. A write alone in its batch runs the merged statements (groupcommit.Options.MergeAlone).
+// The run's events written while it streams are one round trip and the commit; its end two and
+// the commit: the answer with the session's update (which gives the event numbers back too), then
+// the events' row with the run's end.
 func TestRoundTripsOfARunsEvents(t *testing.T) {
 	var p probe
 	s, err := Open(context.Background(), pgtest.Schema(t)+"&pool_max_conns=1", p.options)
@@ -66,21 +65,19 @@ func TestRoundTripsOfARunsEvents(t *testing.T) {
 		if err := s.AppendEncodedEvents(ctx, f.SessionID, f.At, f.Events[:2]); err != nil {
 			t.Fatal(err)
 		}
-		// [BEGIN, the settings, the events' row, COMMIT]; it was 2, and 3 before that (the
-		// stored rows read first).
-		if got := p.trips.Load() - before; i == 1 && got != 1 {
-			t.Errorf("AppendEncodedEvents: %d round trips, want 1", got)
+		// [BEGIN, the events' row] [COMMIT]; it was 3 (the stored rows read first).
+		if got := p.trips.Load() - before; i == 1 && got != 2 {
+			t.Errorf("AppendEncodedEvents: %d round trips, want 2", got)
 		}
 		f.Events = f.Events[2:]
 		before = p.trips.Load()
 		if err := s.FinishRun(ctx, f); err != nil {
 			t.Fatal(err)
 		}
-		// [BEGIN, the settings, the answer with the session's update, the events' row with the
-		// run's end, COMMIT]; it was 3, and 6 before that (the stored rows read, the insert, the
-		// numbers given back and the end each one).
-		if got := p.trips.Load() - before; i == 1 && got != 1 {
-			t.Errorf("FinishRun: %d round trips, want 1", got)
+		// [BEGIN, the answer, the session's update] [the events' row, the run's end] [COMMIT];
+		// it was 6 (the stored rows read, the insert, the numbers given back and the end each one).
+		if got := p.trips.Load() - before; i == 1 && got != 3 {
+			t.Errorf("FinishRun: %d round trips, want 3", got)
 		}
 	}
 }
@@ -204,8 +201,7 @@ func TestFinishRunLeavesWhatItsStepsWould(t *testing.T) {
 
 // The statements of a chat's writes, counted as pgx sends them (each of a batch, BEGIN and
 // COMMIT too): a new session's run begins in one statement, a run's end takes two, a write of
-// events one; each alone in its batch, the merge's setting goes before them (its own statement,
-// in the same round trip).
+// events one.
 func TestStatementsOfAChat(t *testing.T) {
 	var p probe
 	s, err := Open(context.Background(), pgtest.Schema(t)+"&pool_max_conns=1", p.options)
@@ -229,14 +225,14 @@ func TestStatementsOfAChat(t *testing.T) {
 		b *parley.RunBegin
 		f parley.RunFinish
 	)
-	// BEGIN, the settings, the session with the run and the user's message, COMMIT; it was 5.
-	count("BeginRun of a new session", 4, func() error { b, f = finishFixture(t, s, 6, now); return nil })
-	// BEGIN, the settings, the events' row, COMMIT; it was 4.
-	count("AppendEncodedEvents", 4, func() error { return s.AppendEncodedEvents(ctx, f.SessionID, f.At, f.Events[:2]) })
+	// BEGIN, the session with the run and the user's message, COMMIT; it was 5.
+	count("BeginRun of a new session", 3, func() error { b, f = finishFixture(t, s, 6, now); return nil })
+	// BEGIN, the events' row, COMMIT; it was 4.
+	count("AppendEncodedEvents", 3, func() error { return s.AppendEncodedEvents(ctx, f.SessionID, f.At, f.Events[:2]) })
 	f.Events = f.Events[2:]
-	// BEGIN, the settings, the answer with the session's update, the events' row with the
-	// run's end, COMMIT; it was 8.
-	count("FinishRun", 5, func() error { return s.FinishRun(ctx, f) })
+	// BEGIN, the answer with the session's update, the events' row with the run's end, COMMIT;
+	// it was 8.
+	count("FinishRun", 4, func() error { return s.FinishRun(ctx, f) })
 	if next, err := s.ReserveEventSeqs(ctx, b.NewSession.ID, 1); err != nil || next != f.Last+1 {
 		t.Errorf("the next event number %d, %v; want %d", next, err, f.Last+1)
 	}

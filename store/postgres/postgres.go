@@ -94,8 +94,9 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		o.writers = max(1, int(cfg.MaxConns)/2)
 	}
 	// Optimistic: a savepoint is a statement and a subtransaction on PostgreSQL; a batch sets
-	// them only when one of its writes failed. MergeAlone: a lone write's merged statements go
-	// with its COMMIT (one round trip), where its own take two or three.
+	// them only when one of its writes failed. MergeAlone: a lone write while the other writer's
+	// batch runs sends its merged statements with its COMMIT (one round trip), where its own take
+	// two or three.
 	s.w = groupcommit.New[pgx.Tx](pgTx{pool}, groupcommit.Options{Batched: o.batched, Writers: o.writers, Retry: isTransient,
 		Optimistic: true, MergeAlone: true})
 	if err := s.Ping(ctx); err != nil {

@@ -87,11 +87,14 @@ type Options struct {
 	// safe to run again (as for Retry).
 	Optimistic bool
 	// MergeAlone, with Optimistic and a database that is a Merger, runs an operation given with
-	// a part (DoMerge) through Merge even when it is alone in its batch, where the database's
-	// merged statements cost it fewer round trips than its function (PostgreSQL: they go with
-	// the COMMIT). If Merge or the commit fails (ErrApart), the transaction is rolled back and
-	// the operation runs again by its function, whose error is its own. Without it a batch
-	// merges two or more parts, and a lone operation runs by its function.
+	// a part (DoMerge) through Merge even when it is alone in its batch, if another batch is
+	// under way (Writers > 1), where the database's merged statements cost it fewer round trips
+	// than its function (PostgreSQL: they go with the COMMIT) but more work for the one row: under
+	// load, when half the batches are a lone write that came while the other slot's batch ran,
+	// round trips are what a write waits for; a write alone on a quiet writer runs by its function.
+	// If Merge or the commit fails (ErrApart), the transaction is rolled back and the operation
+	// runs again by its function, whose error is its own. Without it a batch merges two or more
+	// parts, and a lone operation runs by its function.
 	MergeAlone bool
 }
 
@@ -364,7 +367,7 @@ func (w *Writer[T]) run(live []*op[T]) {
 // transact runs ops in one transaction, each one's own error in errs; it returns the error that
 // failed the whole transaction (begin, a savepoint, commit).
 func (w *Writer[T]) transact(ctx context.Context, ops []*op[T], errs []error) (err error) {
-	if w.opts.Optimistic && (len(ops) > 1 || w.opts.MergeAlone && ops[0].part != nil) {
+	if w.opts.Optimistic && (len(ops) > 1 || w.opts.MergeAlone && ops[0].part != nil && len(w.slots) > 1) {
 		if done, err := w.optimistic(ctx, ops); done {
 			return err
 		}
