@@ -122,7 +122,7 @@ func (e *env) ws(t *testing.T, user, query string) *wsClient {
 
 func (w *wsClient) send(v string) {
 	w.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := w.c.Write(ctx, websocket.MessageText, []byte(v)); err != nil {
 		w.t.Fatalf("send %s: %v", v, err)
@@ -131,7 +131,8 @@ func (w *wsClient) send(v string) {
 
 func (w *wsClient) read() frame {
 	w.t.Helper()
-	f, err := w.tryRead(5 * time.Second)
+	// Generous: a frame that is coming may take seconds on a loaded machine under -race.
+	f, err := w.tryRead(20 * time.Second)
 	if err != nil {
 		w.t.Fatalf("read: %v", err)
 	}
