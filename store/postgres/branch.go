@@ -290,6 +290,7 @@ func (s *Store) SetLeaf(ctx context.Context, sessionID, messageID string) error 
 // setLeaf makes messageID, or the newest message of its subtree, the active leaf.
 func (s *Store) setLeaf(ctx context.Context, sessionID, messageID string, newest bool) (string, error) {
 	var leaf string
+	s.hints.forget(sessionID) // the answer of a run under way goes after the new leaf
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) (err error) {
 		leaf, err = setLeafTx(ctx, tx, sessionID, messageID, newest)
 		return err

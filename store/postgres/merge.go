@@ -70,14 +70,31 @@ func (pgTx) Merge(ctx context.Context, tx pgx.Tx, parts []any) error {
 	if err := pt.queue(mergeSettings); err != nil {
 		return err
 	}
-	// The batch's last merged statement goes with COMMIT (pipeTx.hold), one round trip fewer
-	// for the batch: the ends when there are any, else the begins of new sessions when they are
-	// all there is (the others' answers are needed before the batch goes on).
-	if len(finishes) == 0 && len(events) == 0 && !slices.ContainsFunc(begins, isTurn) {
-		return holdBegins(pt, begins)
+	// What needs no answer before the batch goes on goes with its COMMIT (pipeTx.hold): the
+	// ends, the begins of new sessions, and the answers whose place is foreseen (hints.go). A
+	// batch of those alone is one round trip. The turns' results, and the places of the other
+	// answers (their ends' events carry them), are read first, in one round trip with the rest
+	// of the begins.
+	var foreseen, unknown []*finishPart
+	for _, p := range finishes {
+		if p.hint != nil {
+			foreseen = append(foreseen, p)
+		} else {
+			unknown = append(unknown, p)
+		}
 	}
-	if len(begins) > 0 || len(finishes) > 0 {
-		if err := beginAndAnswer(ctx, tx, begins, finishes); err != nil {
+	switch {
+	case len(unknown) > 0 || slices.ContainsFunc(begins, isTurn):
+		if err := beginAndAnswer(ctx, tx, begins, unknown); err != nil {
+			return err
+		}
+	case len(begins) > 0:
+		if err := holdBegins(pt, begins); err != nil {
+			return err
+		}
+	}
+	if len(foreseen) > 0 {
+		if err := holdAnswers(pt, foreseen); err != nil {
 			return err
 		}
 	}
@@ -411,7 +428,14 @@ var answerCols = []string{"sid text", "pt bigint", "ct bigint", "tt bigint", "rt
 // its leaf, its usage added, the event numbers after lst given back if lim is still the last
 // reserved), and the answer inserted after the leaf it had, with the seq the update took. It
 // returns each answer's session, parent and seq; a session that is not there returns no row.
-var mergedAnswersSQL = `WITH a AS MATERIALIZED (SELECT * FROM ` + unnest("a", 1, append(answerCols, msgArrayCols...)...) + `),
+var mergedAnswersSQL = `WITH a AS MATERIALIZED (SELECT * FROM ` + unnest("a", 1, append(answerCols, msgArrayCols...)...) + `),` +
+	mergedAnswersBody + `
+	INSERT INTO messages (` + messageCols + `)
+	SELECT m_id, sid, s.last_seq, ` + msgSelect + `, s.leaf_id FROM a JOIN s ON s.id = a.sid ORDER BY sid
+	RETURNING session_id, parent_id, seq`
+
+// mergedAnswersBody are mergedAnswersSQL's CTEs after a: the sessions' rows locked and updated.
+const mergedAnswersBody = `
 	old AS MATERIALIZED (SELECT id, leaf_id FROM sessions WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE),
 	s AS (UPDATE sessions SET last_seq = sessions.last_seq + 1, updated_at = GREATEST(sessions.updated_at, a.m_created),
 		prompt_tokens = sessions.prompt_tokens + a.pt, completion_tokens = sessions.completion_tokens + a.ct,
@@ -420,10 +444,41 @@ var mergedAnswersSQL = `WITH a AS MATERIALIZED (SELECT * FROM ` + unnest("a", 1,
 		open_calls = GREATEST(0, sessions.open_calls + a.open_calls), leaf_id = a.m_id,
 		event_seq = CASE WHEN sessions.event_seq = a.lim THEN a.lst ELSE sessions.event_seq END
 		FROM a JOIN old ON old.id = a.sid WHERE sessions.id = a.sid AND sessions.id = ANY($1::text[])
-		RETURNING sessions.id, sessions.last_seq, old.leaf_id)
-	INSERT INTO messages (` + messageCols + `)
+		RETURNING sessions.id, sessions.last_seq, old.leaf_id)`
+
+// mergedForeseenSQL is mergedAnswersSQL for answers whose places are foreseen (answerHint: the
+// seq each takes, and its parent), which their ends' events already carry: it goes with the
+// batch's COMMIT, unread before it, and fails (a text that is no boolean) if an answer did not
+// take its foreseen place or its session is gone, so that the batch runs again, each write by
+// its own statements. It returns a row for each answer.
+var mergedForeseenSQL = `WITH a AS MATERIALIZED (SELECT * FROM ` + unnest("a", 1, slices.Concat(answerCols, msgArrayCols,
+	[]string{"want_seq bigint", "want_parent text"})...) + `),` + mergedAnswersBody + `,
+	m AS (INSERT INTO messages (` + messageCols + `)
 	SELECT m_id, sid, s.last_seq, ` + msgSelect + `, s.leaf_id FROM a JOIN s ON s.id = a.sid ORDER BY sid
-	RETURNING session_id, parent_id, seq`
+	RETURNING session_id, parent_id, seq)
+	SELECT a.sid, CASE WHEN m.seq = a.want_seq AND m.parent_id IS NOT DISTINCT FROM a.want_parent THEN true
+		ELSE ('the answer of session ' || a.sid || ' is not where it was foreseen: stored apart')::boolean END
+	FROM a LEFT JOIN m ON m.session_id = a.sid`
+
+// holdAnswers numbers the answers of ps where their hints say, and holds mergedForeseenSQL to go
+// with the batch's COMMIT.
+func holdAnswers(pt *pipeTx, ps []*finishPart) error {
+	want, parent := make([]int64, 0, len(ps)), make([]string, 0, len(ps))
+	for _, p := range ps {
+		p.last, p.links = p.hint.seq, rowcodec.LinkParents(p.f.Messages, p.hint.parent)
+		want, parent = append(want, p.hint.seq), append(parent, p.hint.parent)
+	}
+	return pt.hold(mergedForeseenSQL, append(answerArgs(ps), want, parent), func(br pgx.BatchResults) error {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+		}
+		rows.Close()
+		return rows.Err()
+	})
+}
 
 // answerArgs are mergedAnswersSQL's arguments for ps (each mergeable).
 func answerArgs(ps []*finishPart) []any {

@@ -324,6 +324,7 @@ func TestMergedStatementsReadByIndex(t *testing.T) {
 		{"begins", mergedBeginSQL, beginArgs(bs[:3])},
 		{"turns", mergedTurnsSQL, turnArgs(bs[3:])},
 		{"answers", mergedAnswersSQL, answerArgs(fs)},
+		{"foreseen answers", mergedForeseenSQL, append(answerArgs(fs[:1]), []int64{2}, []string{parley.NewID()})},
 		{"ends", mergedEndsSQL, []any{[]string{f.SessionID}, []int64{1}, []int64{2}, [][]byte{[]byte("[]")}, []time.Time{now},
 			[]string{"stop"}, []string{f.RunID}, []string{f.Instance}}},
 	} {
@@ -439,11 +440,14 @@ func TestABeginWithALeafIsNotMerged(t *testing.T) {
 }
 
 // A batch's begins of new sessions' runs go with its COMMIT: BEGIN, the merge's settings, the
-// begins and COMMIT in one round trip. A batch of chats' ends sends the answers with BEGIN, and
-// the ends with COMMIT: two round trips (three when the ends went alone).
+// begins and COMMIT in one round trip. So do a batch's ends of runs that this store began (where
+// their answers go is foreseen: hints.go): the answers, the ends and COMMIT. The ends of runs
+// another instance began send the answers with BEGIN, and the ends with COMMIT: two round trips
+// (three when the ends went alone).
 func TestABatchOfBeginsOrEndsTakesOneRoundTripWithItsCommit(t *testing.T) {
 	var p probe
-	s, err := Open(context.Background(), pgtest.Schema(t)+"&pool_max_conns=2", func(o *options) {
+	url := pgtest.Schema(t) + "&pool_max_conns=2"
+	s, err := Open(context.Background(), url, func(o *options) {
 		p.options(o)
 		o.writers = 1 // the one writer is held below
 	})
@@ -451,6 +455,11 @@ func TestABatchOfBeginsOrEndsTakesOneRoundTripWithItsCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	other, err := Open(context.Background(), url, WithoutMigrate()) // another instance: its hints are its own
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
 	ctx := context.Background()
 	const n = 5
 	// batch runs writes 0 to n-1 in one batch, and returns the statements and round trips it took.
@@ -484,12 +493,19 @@ func TestABatchOfBeginsOrEndsTakesOneRoundTripWithItsCommit(t *testing.T) {
 		}
 		return p.stmts.Load() - stmts, p.trips.Load() - trips
 	}
-	begins := make([][]*parley.RunBegin, 2)
-	finishes := make([][]parley.RunFinish, 2)
-	for round := range 2 { // round 0 prepares the statements on the writer's connection
+	// Rounds 0 and 2 prepare the statements on the writer's connection; the runs of rounds 2
+	// and 3 are begun by the other instance.
+	const rounds = 4
+	begins := make([][]*parley.RunBegin, rounds)
+	finishes := make([][]parley.RunFinish, rounds)
+	for round := range rounds {
+		beginner := s
+		if round >= 2 {
+			beginner = other
+		}
 		for range n {
 			now := time.Now().UTC().Truncate(time.Microsecond)
-			b, f := finishFixture(t, s, 7, now)
+			b, f := finishFixture(t, beginner, 7, now)
 			finishes[round] = append(finishes[round], f)
 			// A new session's run like b's, not begun yet.
 			sess := *b.NewSession
@@ -501,7 +517,7 @@ func TestABatchOfBeginsOrEndsTakesOneRoundTripWithItsCommit(t *testing.T) {
 			begins[round] = append(begins[round], &parley.RunBegin{NewSession: &sess, Reserve: b.Reserve, Run: &run, Messages: []*parley.Message{&m}})
 		}
 	}
-	for round := range 2 {
+	for round := range rounds {
 		stmts, trips := batch(func(i int) error {
 			_, err := s.BeginRun(ctx, begins[round][i])
 			return err
@@ -510,20 +526,127 @@ func TestABatchOfBeginsOrEndsTakesOneRoundTripWithItsCommit(t *testing.T) {
 			t.Errorf("the begins: %d statements in %d round trips, want 4 (BEGIN, the settings, the begins, COMMIT) in 1", stmts, trips)
 		}
 		stmts, trips = batch(func(i int) error { return s.FinishRun(ctx, finishes[round][i]) })
-		if round == 1 && (stmts != 5 || trips != 2) {
-			t.Errorf("the ends: %d statements in %d round trips, want 5 (BEGIN, the settings, the answers; the ends, COMMIT) in 2",
+		if round == 1 && (stmts != 5 || trips != 1) {
+			t.Errorf("the ends of runs begun here: %d statements in %d round trips, want 5 (BEGIN, the settings, the answers, the ends, COMMIT) in 1",
+				stmts, trips)
+		}
+		if round == 3 && (stmts != 5 || trips != 2) {
+			t.Errorf("the ends of runs begun elsewhere: %d statements in %d round trips, want 5 (BEGIN, the settings, the answers; the ends, COMMIT) in 2",
 				stmts, trips)
 		}
 	}
-	for _, b := range begins[1] {
-		if msgs, err := s.History(ctx, b.NewSession.ID); err != nil || len(msgs) != 1 || b.Messages[0].Seq != 1 {
-			t.Errorf("begun session %s: %d messages, %v; the message's seq %d, want 1", b.NewSession.ID, len(msgs), err, b.Messages[0].Seq)
+	for _, round := range []int{1, 3} {
+		for _, b := range begins[round] {
+			if msgs, err := s.History(ctx, b.NewSession.ID); err != nil || len(msgs) != 1 || b.Messages[0].Seq != 1 {
+				t.Errorf("begun session %s: %d messages, %v; the message's seq %d, want 1", b.NewSession.ID, len(msgs), err, b.Messages[0].Seq)
+			}
+		}
+		for _, f := range finishes[round] {
+			checkAnswerAndRecord(t, s, f, 2)
 		}
 	}
-	for _, f := range finishes[1] {
-		evs, err := s.ListEvents(ctx, f.SessionID, 0, 100)
-		if err != nil || len(evs) != len(f.Events) || f.Messages[0].Seq != 2 {
-			t.Errorf("ended session %s: %d events, %v, answer's seq %d; want %d and 2", f.SessionID, len(evs), err, f.Messages[0].Seq, len(f.Events))
+}
+
+// checkAnswerAndRecord checks that f's answer is stored with seq want, after the session's
+// message before it, and that f's events are stored, the answer's record carrying that seq.
+func checkAnswerAndRecord(t *testing.T, s *Store, f parley.RunFinish, want int64) {
+	t.Helper()
+	ctx := context.Background()
+	answer := f.Messages[0]
+	msgs, err := s.History(ctx, f.SessionID)
+	if err != nil || len(msgs) != int(want) {
+		t.Fatalf("session %s: %d messages, %v; want %d", f.SessionID, len(msgs), err, want)
+	}
+	last := msgs[len(msgs)-1]
+	if last.ID != answer.ID || last.Seq != want || answer.Seq != want || last.ParentID != msgs[len(msgs)-2].ID || answer.ParentID != last.ParentID {
+		t.Errorf("session %s: the answer stored as %s seq %d after %s, told seq %d after %s; want %s seq %d after %s",
+			f.SessionID, last.ID, last.Seq, last.ParentID, answer.Seq, answer.ParentID, answer.ID, want, msgs[len(msgs)-2].ID)
+	}
+	evs, err := s.ListEvents(ctx, f.SessionID, 0, 100)
+	if err != nil || len(evs) != len(f.Events) {
+		t.Fatalf("session %s: %d events, %v; want %d", f.SessionID, len(evs), err, len(f.Events))
+	}
+	records := 0
+	for _, ev := range evs {
+		if ev.Type == parley.EventRecord && ev.Message != nil && ev.Message.ID == answer.ID {
+			records++
+			if ev.Message.Seq != want || ev.Message.ParentID != last.ParentID {
+				t.Errorf("session %s: the answer's record says seq %d after %s; want %d after %s", f.SessionID, ev.Message.Seq,
+					ev.Message.ParentID, want, last.ParentID)
+			}
 		}
+	}
+	if records != 1 {
+		t.Errorf("session %s: %d records of the answer among the events, want 1", f.SessionID, records)
+	}
+}
+
+// The place foreseen for a run's answer (hints.go) is checked by the statement that stores it:
+// when a write this store did not see (another instance's) put a message in the session after
+// the run began, the batch's merged commit fails, and the batch runs again, each write by its own
+// statements. Every answer is then stored where it belongs, its record carrying that seq, and
+// the other ends of the batch are stored too.
+func TestAnAnswerNotWhereForeseenRunsTheBatchApart(t *testing.T) {
+	var p probe
+	url := pgtest.Schema(t) + "&pool_max_conns=2"
+	s, err := Open(context.Background(), url, func(o *options) {
+		p.options(o)
+		o.writers = 1 // the one writer is held below
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	other, err := Open(context.Background(), url, WithoutMigrate())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	ctx := context.Background()
+	const n = 4
+	var fs []parley.RunFinish
+	for range n {
+		_, f := finishFixture(t, s, 7, time.Now().UTC().Truncate(time.Microsecond))
+		fs = append(fs, f)
+	}
+	// A message the other instance appends to the first session: its answer now goes third.
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	note := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("and also"), CreatedAt: now}
+	if err := other.AppendMessages(ctx, fs[0].SessionID, note); err != nil {
+		t.Fatal(err)
+	}
+	entered, release, held := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		held <- s.w.Do(ctx, func(context.Context, pgx.Tx) error { close(entered); <-release; return nil })
+	}()
+	<-entered
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = s.FinishRun(ctx, fs[i]) }()
+	}
+	deadline := time.Now().Add(time.Minute)
+	for s.w.Queued() < n && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	stmts := p.stmts.Load()
+	close(release)
+	wg.Wait()
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("end %d: %v", i, err)
+		}
+	}
+	// Merged, the ends are 5 statements; run again apart, more.
+	if d := p.stmts.Load() - stmts; d <= 5 {
+		t.Errorf("the batch took %d statements: not run again apart", d)
+	}
+	checkAnswerAndRecord(t, s, fs[0], 3)
+	for _, f := range fs[1:] {
+		checkAnswerAndRecord(t, s, f, 2)
 	}
 }

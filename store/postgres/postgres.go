@@ -49,6 +49,8 @@ type Store struct {
 	// betweenBranchReads, when set (tests), is called between ListBranch's two reads of a
 	// branched session: the branch's tip, then its messages.
 	betweenBranchReads func()
+	// hints: where the answers of the runs under way will go (hints.go)
+	hints answerHints
 }
 
 var _ parley.Store = (*Store)(nil)
@@ -96,9 +98,11 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		o.writers = max(1, int(cfg.MaxConns)/2)
 	}
 	// Optimistic: a savepoint is a statement and a subtransaction on PostgreSQL; a batch sets
-	// them only when one of its writes failed.
+	// them only when one of its writes failed. MergeAlone: a lone write while the other writer's
+	// batch runs sends its merged statements with its COMMIT (one round trip), where its own take
+	// two or three.
 	s.w = groupcommit.New[pgx.Tx](pgTx{pool}, groupcommit.Options{Batched: o.batched, Writers: o.writers, Retry: isTransient,
-		Optimistic: true})
+		Optimistic: true, MergeAlone: true})
 	if err := s.Ping(ctx); err != nil {
 		s.w.Close()
 		pool.Close()
@@ -455,6 +459,7 @@ func (s *Store) AppendMessages(ctx context.Context, sessionID string, msgs ...*p
 		last  int64
 		links rowcodec.Links
 	)
+	s.hints.forget(sessionID) // the answer of a run under way goes after these
 	err = s.writeFor(ctx, sessionID, func(ctx context.Context, tx pgx.Tx) (err error) {
 		last, links, err = appendMessages(ctx, tx, sessionID, msgs, cols)
 		return err

@@ -306,6 +306,11 @@ func (s *Store) BeginRun(ctx context.Context, b *parley.RunBegin) (int64, error)
 	if len(b.Messages) > 0 {
 		setSeqs(sessionID, b.Messages, p.last, p.links)
 	}
+	if p.mergeable() { // its message is the session's leaf: the run's answer goes after it
+		s.hints.put(sessionID, answerHint{run: b.Run.ID, seq: p.last + 1, parent: b.Messages[0].ID})
+	} else {
+		s.hints.forget(sessionID)
+	}
 	return p.first, nil
 }
 
@@ -532,7 +537,11 @@ func (s *Store) FinishRun(ctx context.Context, f parley.RunFinish) error {
 		return err
 	}
 	fn := func(ctx context.Context, tx pgx.Tx) error { return p.run(ctx, tx) }
+	hint, ok := s.hints.take(f.SessionID, f.RunID)
 	if p.mergeable() {
+		if ok {
+			p.hint = &hint
+		}
 		err = s.w.DoMerge(ctx, f.SessionID, p, fn)
 	} else {
 		err = s.writeFor(ctx, f.SessionID, fn)
@@ -554,6 +563,7 @@ type finishPart struct {
 	cols   []rowcodec.Columns
 	encode []int // the events to encode once the messages are numbered
 	rel    *release
+	hint   *answerHint // where the answer is foreseen to go, if known (hints.go)
 	// results
 	last  int64
 	links rowcodec.Links

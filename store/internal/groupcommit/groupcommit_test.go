@@ -853,3 +853,71 @@ func TestThenRunsAfterTheBatchHoldingTheWriter(t *testing.T) {
 		t.Fatal("the write was answered but not committed")
 	}
 }
+
+// With MergeAlone, an operation alone in its batch while another batch runs goes through Merge;
+// if Merge or the commit (ErrApart) fails, it runs again by its function and gets its own error.
+// Alone on a quiet writer, or without the option, a lone operation runs by its function.
+func TestALoneOperationMergesWithMergeAlone(t *testing.T) {
+	ctx := context.Background()
+	for _, late := range []bool{false, true} {
+		t.Run(fmt.Sprintf("late=%v", late), func(t *testing.T) {
+			md := &mergeDB{memDB: &memDB{committed: map[string]int{"dup": 1}}}
+			var db Tx[*memTx] = md
+			if late {
+				db = &lateDB{md}
+			}
+			w := New[*memTx](db, Options{Optimistic: true, MergeAlone: true, Writers: 2})
+			defer w.Close()
+			release, heldDone := hold(t, w) // a batch under way in one slot
+			if err := w.DoMerge(ctx, "k", "k", insert("k")); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.DoMerge(ctx, "dup", "dup", insert("dup")); err == nil || err.Error() != "dup: duplicate" {
+				t.Errorf("the failing operation got %v, want its own error", err)
+			}
+			// Checked before the held batch commits (memDB's commit replaces what is stored).
+			if v, _ := md.get("touched:k"); v != 1 {
+				t.Errorf("k committed %d times, want once", v)
+			}
+			if v, _ := md.get("touched:dup"); v != 0 {
+				t.Errorf("the failing operation's partial write was committed")
+			}
+			close(release)
+			if err := <-heldDone; err != nil {
+				t.Fatal(err)
+			}
+			if err := w.DoMerge(ctx, "quiet", "quiet", insert("quiet")); err != nil { // no other batch now
+				t.Fatal(err)
+			}
+			md.mu.Lock()
+			defer md.mu.Unlock()
+			if fmt.Sprint(md.merges) != "[[k] [dup]]" {
+				t.Errorf("merged %v, want [[k] [dup]] (each alone, beside the held batch; not the one on a quiet writer)", md.merges)
+			}
+			if md.committed["quiet"] != 1 {
+				t.Errorf("quiet not committed: %v", md.committed)
+			}
+			if md.commits != 3 || md.rollbacks != 2 || md.savepoints != 0 {
+				t.Errorf("%d commits, %d rollbacks, %d savepoints; want 3, 2 (dup's merge, then its function's failure) and 0",
+					md.commits, md.rollbacks, md.savepoints)
+			}
+		})
+	}
+	md := &mergeDB{memDB: &memDB{committed: map[string]int{}}}
+	w := New[*memTx](md, Options{Optimistic: true, Writers: 2})
+	defer w.Close()
+	release, heldDone := hold(t, w)
+	if err := w.DoMerge(ctx, "k", "k", insert("k")); err != nil {
+		t.Fatal(err)
+	}
+	v, _ := md.get("k")
+	close(release)
+	if err := <-heldDone; err != nil {
+		t.Fatal(err)
+	}
+	md.mu.Lock()
+	defer md.mu.Unlock()
+	if len(md.merges) != 0 || v != 1 {
+		t.Errorf("without MergeAlone: merges %v, k committed %d times; want none, and k once by its function", md.merges, v)
+	}
+}
