@@ -439,6 +439,27 @@ func TestABeginWithALeafIsNotMerged(t *testing.T) {
 	}
 }
 
+// openProbedBeside opens a store on a new schema, counted by p, with one writer (the tests hold
+// it), and a second store on the same schema: another instance, whose hints are its own.
+func openProbedBeside(t *testing.T, p *probe) (s, other *Store) {
+	t.Helper()
+	url := pgtest.Schema(t) + "&pool_max_conns=2"
+	s, err := Open(context.Background(), url, func(o *options) {
+		p.options(o)
+		o.writers = 1
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	other, err = Open(context.Background(), url, WithoutMigrate())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	return s, other
+}
+
 // A batch's begins of new sessions' runs go with its COMMIT: BEGIN, the merge's settings, the
 // begins and COMMIT in one round trip. So do a batch's ends of runs that this store began (where
 // their answers go is foreseen: hints.go): the answers, the ends and COMMIT. The ends of runs
@@ -446,20 +467,7 @@ func TestABeginWithALeafIsNotMerged(t *testing.T) {
 // (three when the ends went alone).
 func TestABatchOfBeginsOrEndsTakesOneRoundTripWithItsCommit(t *testing.T) {
 	var p probe
-	url := pgtest.Schema(t) + "&pool_max_conns=2"
-	s, err := Open(context.Background(), url, func(o *options) {
-		p.options(o)
-		o.writers = 1 // the one writer is held below
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	other, err := Open(context.Background(), url, WithoutMigrate()) // another instance: its hints are its own
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
+	s, other := openProbedBeside(t, &p)
 	ctx := context.Background()
 	const n = 5
 	// batch runs writes 0 to n-1 in one batch, and returns the statements and round trips it took.
@@ -588,20 +596,7 @@ func checkAnswerAndRecord(t *testing.T, s *Store, f parley.RunFinish, want int64
 // the other ends of the batch are stored too.
 func TestAnAnswerNotWhereForeseenRunsTheBatchApart(t *testing.T) {
 	var p probe
-	url := pgtest.Schema(t) + "&pool_max_conns=2"
-	s, err := Open(context.Background(), url, func(o *options) {
-		p.options(o)
-		o.writers = 1 // the one writer is held below
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	other, err := Open(context.Background(), url, WithoutMigrate())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
+	s, other := openProbedBeside(t, &p)
 	ctx := context.Background()
 	const n = 4
 	var fs []parley.RunFinish

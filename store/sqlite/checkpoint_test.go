@@ -26,6 +26,34 @@ func writeSessions(t *testing.T, s *Store, n int) {
 	}
 }
 
+// checkpointResult is what a checkpoint reported: the WAL's frames, and those it copied.
+type checkpointResult struct{ frames, copied int }
+
+// openCheckpointing opens a store in the file at path whose checkpointer starts at `at` frames and
+// reports each checkpoint (up to keep of them unread) on the channel returned; a checkpoint's
+// error fails the test, but the one Close interrupts.
+func openCheckpointing(t *testing.T, path string, at uint32, keep int) (*Store, <-chan checkpointResult) {
+	t.Helper()
+	results := make(chan checkpointResult, keep)
+	s, err := Open(context.Background(), path, func(o *options) {
+		o.checkpointAt = at
+		o.checkpointed = func(frames, copied int, err error) {
+			if err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("checkpoint: %v", err)
+			}
+			select {
+			case results <- checkpointResult{frames, copied}:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, results
+}
+
 // No commit checkpoints the WAL: past SQLite's default threshold (1,000 pages), with the store's
 // checkpointer set beyond what the test writes, the WAL still holds every frame written.
 func TestACommitDoesNotCheckpoint(t *testing.T) {
@@ -66,25 +94,8 @@ func TestACommitDoesNotCheckpoint(t *testing.T) {
 // frames, any commit starts a checkpoint, which copies them to the database, and the WAL starts
 // again from its beginning.
 func TestTheCheckpointerKeepsTheWALShort(t *testing.T) {
-	type result struct{ frames, copied int }
-	results := make(chan result, 64)
 	path := filepath.Join(t.TempDir(), "parley.db")
-	s, err := Open(context.Background(), path, func(o *options) {
-		o.checkpointAt = 200
-		o.checkpointed = func(frames, copied int, err error) {
-			if err != nil && !errors.Is(err, context.Canceled) { // Close interrupts one under way
-				t.Errorf("checkpoint: %v", err)
-			}
-			select {
-			case results <- result{frames, copied}:
-			default:
-			}
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, results := openCheckpointing(t, path, 200, 64)
 	writeSessions(t, s, 300)
 	select {
 	case r := <-results:
@@ -122,25 +133,7 @@ func TestTheCheckpointerKeepsTheWALShort(t *testing.T) {
 // commits leaves their frames uncopied; the WAL then does not restart, but grows, and each
 // commit past the threshold asks for another checkpoint.)
 func TestACheckpointAfterABeginCopiesTheWholeWAL(t *testing.T) {
-	type result struct{ frames, copied int }
-	results := make(chan result, 256)
-	path := filepath.Join(t.TempDir(), "parley.db")
-	s, err := Open(context.Background(), path, func(o *options) {
-		o.checkpointAt = 100
-		o.checkpointed = func(frames, copied int, err error) {
-			if err != nil && !errors.Is(err, context.Canceled) { // Close interrupts one under way
-				t.Errorf("checkpoint: %v", err)
-			}
-			select {
-			case results <- result{frames, copied}:
-			default:
-			}
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, results := openCheckpointing(t, filepath.Join(t.TempDir(), "parley.db"), 100, 256)
 	ctx := context.Background()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -163,7 +156,7 @@ func TestACheckpointAfterABeginCopiesTheWholeWAL(t *testing.T) {
 		}()
 	}
 	defer func() { close(stop); wg.Wait() }()
-	var got []result
+	var got []checkpointResult
 	deadline := time.Now().Add(60 * time.Second)
 	for len(got) < 8 {
 		if time.Now().After(deadline) {
