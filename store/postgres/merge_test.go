@@ -439,6 +439,41 @@ func TestABeginWithALeafIsNotMerged(t *testing.T) {
 	}
 }
 
+// oneBatch runs writes 0 to n-1 of s in one batch (its one writer held until all n are queued),
+// fails the test if any fails, and returns the statements and round trips (counted by p) that
+// the batch took.
+func oneBatch(t *testing.T, s *Store, p *probe, n int, write func(i int) error) (stmts, trips int64) {
+	t.Helper()
+	ctx := context.Background()
+	entered, release, held := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		held <- s.w.Do(ctx, func(context.Context, pgx.Tx) error { close(entered); <-release; return nil })
+	}()
+	<-entered
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = write(i) }()
+	}
+	deadline := time.Now().Add(time.Minute)
+	for s.w.Queued() < n && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	stmts, trips = p.stmts.Load(), p.trips.Load()
+	close(release)
+	wg.Wait()
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	return p.stmts.Load() - stmts, p.trips.Load() - trips
+}
+
 // openProbedBeside opens a store on a new schema, counted by p, with one writer (the tests hold
 // it), and a second store on the same schema: another instance, whose hints are its own.
 func openProbedBeside(t *testing.T, p *probe) (s, other *Store) {
@@ -470,37 +505,7 @@ func TestABatchOfBeginsOrEndsTakesOneRoundTripWithItsCommit(t *testing.T) {
 	s, other := openProbedBeside(t, &p)
 	ctx := context.Background()
 	const n = 5
-	// batch runs writes 0 to n-1 in one batch, and returns the statements and round trips it took.
-	batch := func(write func(i int) error) (stmts, trips int64) {
-		t.Helper()
-		entered, release, held := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-		go func() {
-			held <- s.w.Do(ctx, func(context.Context, pgx.Tx) error { close(entered); <-release; return nil })
-		}()
-		<-entered
-		var wg sync.WaitGroup
-		errs := make([]error, n)
-		for i := range n {
-			wg.Add(1)
-			go func() { defer wg.Done(); errs[i] = write(i) }()
-		}
-		deadline := time.Now().Add(time.Minute)
-		for s.w.Queued() < n && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-		}
-		stmts, trips = p.stmts.Load(), p.trips.Load()
-		close(release)
-		wg.Wait()
-		if err := <-held; err != nil {
-			t.Fatal(err)
-		}
-		for i, err := range errs {
-			if err != nil {
-				t.Fatalf("write %d: %v", i, err)
-			}
-		}
-		return p.stmts.Load() - stmts, p.trips.Load() - trips
-	}
+	batch := func(write func(i int) error) (stmts, trips int64) { return oneBatch(t, s, &p, n, write) }
 	// Rounds 0 and 2 prepare the statements on the writer's connection; the runs of rounds 2
 	// and 3 are begun by the other instance.
 	const rounds = 4
@@ -610,34 +615,9 @@ func TestAnAnswerNotWhereForeseenRunsTheBatchApart(t *testing.T) {
 	if err := other.AppendMessages(ctx, fs[0].SessionID, note); err != nil {
 		t.Fatal(err)
 	}
-	entered, release, held := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-	go func() {
-		held <- s.w.Do(ctx, func(context.Context, pgx.Tx) error { close(entered); <-release; return nil })
-	}()
-	<-entered
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for i := range n {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = s.FinishRun(ctx, fs[i]) }()
-	}
-	deadline := time.Now().Add(time.Minute)
-	for s.w.Queued() < n && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	stmts := p.stmts.Load()
-	close(release)
-	wg.Wait()
-	if err := <-held; err != nil {
-		t.Fatal(err)
-	}
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("end %d: %v", i, err)
-		}
-	}
+	d, _ := oneBatch(t, s, &p, n, func(i int) error { return s.FinishRun(ctx, fs[i]) })
 	// Merged, the ends are 5 statements; run again apart, more.
-	if d := p.stmts.Load() - stmts; d <= 5 {
+	if d <= 5 {
 		t.Errorf("the batch took %d statements: not run again apart", d)
 	}
 	checkAnswerAndRecord(t, s, fs[0], 3)
