@@ -376,42 +376,16 @@ func TestABatchOfEventWritesIsOneStatement(t *testing.T) {
 	}
 	// Round 0 prepares the statements on the writer's connection; round 1 is counted.
 	for round := range 2 {
-		entered, release, held := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-		go func() {
-			held <- s.w.Do(ctx, func(context.Context, pgx.Tx) error { close(entered); <-release; return nil })
-		}()
-		<-entered
-		var wg sync.WaitGroup
-		errs := make([]error, n)
-		for i, f := range fs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[i] = s.AppendEncodedEvents(ctx, f.SessionID, f.At, f.Events[2*round:2*round+2])
-			}()
-		}
-		deadline := time.Now().Add(time.Minute)
-		for s.w.Queued() < n && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-		}
-		stmts, trips := p.stmts.Load(), p.trips.Load()
-		close(release)
-		wg.Wait()
-		if err := <-held; err != nil {
-			t.Fatal(err)
-		}
-		for i, err := range errs {
-			if err != nil {
-				t.Fatalf("write %d: %v", i, err)
-			}
-		}
+		stmts, trips := oneBatch(t, s, &p, n, func(i int) error {
+			return s.AppendEncodedEvents(ctx, fs[i].SessionID, fs[i].At, fs[i].Events[2*round:2*round+2])
+		})
 		if round == 0 {
 			continue
 		}
-		if got, want := p.stmts.Load()-stmts, int64(4); got != want {
+		if got, want := stmts, int64(4); got != want {
 			t.Errorf("%d statements, want %d (BEGIN, the settings, the rows, COMMIT)", got, want)
 		}
-		if got := p.trips.Load() - trips; got != 1 {
+		if got := trips; got != 1 {
 			t.Errorf("%d round trips, want 1", got)
 		}
 	}
