@@ -46,34 +46,45 @@ func TestStreamedChatStackUnderThePump(t *testing.T) {
 		}
 		return nil, context.Canceled
 	}
-	req, _ := http.NewRequest("POST", "/api/v1/chat/stream", strings.NewReader(`{"message":"Hi"}`))
-	req.Header.Set("Content-Type", "application/json")
-	req.RemoteAddr = "192.0.2.1:1234"
-	e.authorize(t, req)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	req = req.WithContext(ctx)
-
+	// One measurement: the handler called on a goroutine of its own, stopped after its first
+	// flush. It reads 0 if the goroutine's stack was moved meanwhile (its top then points into
+	// the old stack): seen under -race now and then, though no collection runs; it is measured
+	// again then.
+	measure := func() int {
+		req, _ := http.NewRequest("POST", "/api/v1/chat/stream", strings.NewReader(`{"message":"Hi"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.RemoteAddr = "192.0.2.1:1234"
+		e.authorize(t, req)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		req = req.WithContext(ctx)
+		w := &depthWriter{header: http.Header{}, flushed: make(chan struct{})}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			deepen(64) // grows the stack past what the handler needs: it is not moved while it runs
+			w.top = stackHere()
+			e.handler.ServeHTTP(w, req)
+		}()
+		select {
+		case <-w.flushed:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the chat's stream was never flushed")
+		}
+		cancel()
+		<-done
+		return w.depth()
+	}
 	// No collection while the stack is measured: a collection may move it.
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
-	w := &depthWriter{header: http.Header{}, flushed: make(chan struct{})}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		deepen(64) // grows the stack past what the handler needs: it is not moved while it runs
-		w.top = stackHere()
-		e.handler.ServeHTTP(w, req)
-	}()
-	select {
-	case <-w.flushed:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the chat's stream was never flushed")
+	used := 0
+	for range 5 {
+		if used = measure(); used > 0 {
+			break
+		}
 	}
-	cancel()
-	<-done
-	used := w.depth()
 	if used <= 0 {
-		t.Fatal("the chat's stream was not flushed on its handler's goroutine")
+		t.Fatal("the chat's stream was not flushed on its handler's goroutine, in 5 tries")
 	}
 	t.Logf("a streamed chat's handler uses %d bytes of stack under its pump's flush (budget %d)", used, restingStackBudget)
 	if raceOn {
