@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/parleyhq/parley/stream"
@@ -73,6 +74,10 @@ type pump struct {
 	reply    func(b []byte) error
 	sessions <-chan follow
 	activity <-chan struct{}
+	// hold, while set, keeps the pump from reading the subscription: the WebSocket's reader is
+	// handling a frame whose reply must go out before the events it may cause (a run's). Whoever
+	// clears it sends on activity and kicks the pump.
+	hold *atomic.Bool
 
 	// onEnd is called once, in the pump's goroutine, with why it stopped (start only).
 	onEnd func(err error)
@@ -276,7 +281,7 @@ func (p *pump) loopOrPark() (err error, ended bool) {
 		default:
 		}
 		var ready <-chan struct{}
-		if p.sub != nil {
+		if p.sub != nil && !p.held() {
 			ready = p.sub.Ready()
 		}
 		if p.gathered {
@@ -294,6 +299,9 @@ func (p *pump) loopOrPark() (err error, ended bool) {
 		}
 		select {
 		case <-ready:
+			if p.held() {
+				continue // held since Ready: its release wakes the pump (activity)
+			}
 			frames, err := p.sub.Next(ctx)
 			if err != nil {
 				if ctx.Err() == nil {
@@ -397,7 +405,7 @@ func (p *pump) nothingReady() bool {
 	if len(p.replies) > 0 || len(p.sessions) > 0 || len(p.activity) > 0 {
 		return false
 	}
-	if p.sub == nil {
+	if p.sub == nil || p.held() {
 		return true
 	}
 	select {
@@ -416,7 +424,7 @@ func (p *pump) tryPark() bool {
 		p.timer = nil // a parked pump holds only the timer that wakes it
 	}
 	p.armed = time.Time{}
-	if p.sub != nil {
+	if p.sub != nil && !p.held() { // a held pump is kicked by its release
 		p.sub.Notify(p.kick)
 	}
 	p.mu.Lock()
@@ -435,6 +443,9 @@ func (p *pump) tryPark() bool {
 	p.running = false
 	return true
 }
+
+// held reports whether the pump's reads of the subscription are held (hold).
+func (p *pump) held() bool { return p.hold != nil && p.hold.Load() }
 
 // Why a pump stopped.
 type errClientGone struct{ err error }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -130,6 +131,10 @@ type wsConn struct {
 	outbox   chan []byte
 	session  chan follow   // a session the reader created: the writer starts following it
 	activity chan struct{} // the client sent a frame: the idle timer starts again
+	// holding: the reader is handling a frame; the pump sends no run event meanwhile, so that
+	// the frame's reply goes before the events it caused (a run it started: "the run's events
+	// follow").
+	holding atomic.Bool
 
 	sessionID string // owned by the reader after the start
 
@@ -232,7 +237,7 @@ func (s *server) handleWS() http.Handler {
 		}
 		// The pump writes, in a goroutine of its own while it has work; when it stops, it closes
 		// the connection, which ends the reads.
-		p := &pump{s: s, r: live, t: conn, replies: conn.outbox, sessions: conn.session, activity: conn.activity, park: wsPark, lifetime: s.StreamLifetime, ownKick: true,
+		p := &pump{s: s, r: live, t: conn, replies: conn.outbox, sessions: conn.session, activity: conn.activity, hold: &conn.holding, park: wsPark, lifetime: s.StreamLifetime, ownKick: true,
 			reply: func(b []byte) error { return conn.send(ctx, b) }}
 		p.onEnd = func(err error) { conn.end(ctx, err, endConn) }
 		conn.pump = p
@@ -474,7 +479,9 @@ func (w *wsConn) read(connCtx, ctx context.Context) (ended bool) {
 		case typ != websocket.MessageText:
 			w.fail("", parley.Errorf(parley.ECInvalid, "frames must be JSON text"))
 		default:
+			w.holding.Store(true)
 			w.handle(ctx, data)
+			w.letGo()
 		}
 		release()
 	}
@@ -511,6 +518,19 @@ func (w *wsConn) readFrame(connCtx, ctx context.Context) (typ websocket.MessageT
 		return typ, nil, false, release, err
 	}
 	return typ, buf.Bytes(), false, rel, nil
+}
+
+// beforeAnswer, set by tests, runs before a frame's reply is queued.
+var beforeAnswer atomic.Pointer[func()]
+
+// letGo lets the pump send run events again once a frame's reply is queued (holding).
+func (w *wsConn) letGo() {
+	w.holding.Store(false)
+	select {
+	case w.activity <- struct{}{}: // wakes a pump waiting without the subscription
+	default: // one is waiting already
+	}
+	w.kick()
 }
 
 // handle answers one client frame.
@@ -581,6 +601,9 @@ func (w *wsConn) handle(ctx context.Context, data []byte) {
 // answer replies to the client frame id with out, or with err; a key found revoked while the
 // frame was handled closes the connection instead (the writer answers the frame and closes).
 func (w *wsConn) answer(id string, out map[string]any, err error) {
+	if f := beforeAnswer.Load(); f != nil {
+		(*f)()
+	}
 	switch {
 	case err != nil && parley.CodeOf(err) == parley.ECUnauth:
 		w.cancel(wsRevoked{id: id})

@@ -326,6 +326,40 @@ func TestWebSocketNewConversation(t *testing.T) {
 	}
 }
 
+// TestTheReplyGoesBeforeTheRunsEvents: a frame that starts a run in the connection's session
+// (a user_message, a retry) is answered before any event of that run goes out, even when the
+// whole run is over before its reply is queued ("the run's events follow", docs/protocol.md).
+func TestTheReplyGoesBeforeTheRunsEvents(t *testing.T) {
+	e := newEnv(t, nil)
+	sid := e.newSession(t, "alice")
+	c := e.ws(t, "alice", "?convId="+sid)
+	c.expect("status", "")
+	// The reply is held back until the run has ended: its events are in the stream by then.
+	undo := httpapi.SetBeforeAnswer(func() {
+		deadline := time.Now().Add(20 * time.Second)
+		for time.Now().Before(deadline) {
+			if _, active := e.runs.Active(sid); !active {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+	defer undo()
+	for i, frame := range []string{
+		`{"type":"user_message","id":"m1","data":{"text":"Hi"}}`,
+		`{"type":"user_message","id":"m2","data":{"text":"Again"}}`,
+	} {
+		c.send(frame)
+		if f := c.read(); f.Type != "control_response" || f.ID != fmt.Sprintf("m%d", i+1) {
+			t.Fatalf("frame %d: the first frame after it is %s (seq %d) %s, not its reply", i+1, f.Type, f.Seq, f.Data)
+		}
+		evs, other := c.untilDone()
+		if len(other) != 0 || evs[0].event(t).Type != parley.EventStart {
+			t.Fatalf("frame %d: then %d events from %s, and %d other frames", i+1, len(evs), evs[0].Data, len(other))
+		}
+	}
+}
+
 // TestBroadcastAndJoinMidRun: every client of a conversation sees a run live, whichever started
 // it; one that joins mid-run gets status, then what the run produced so far, then live events,
 // with no duplicate and no gap.
