@@ -6,3 +6,10 @@ func SetBeforeAnswer(f func()) (undo func()) {
 	beforeAnswer.Store(&f)
 	return func() { beforeAnswer.Store(nil) }
 }
+
+// SetOnSessionJoin makes f run whenever a request waits for a read of its session that another
+// started (sessionFlights), until the returned func undoes it.
+func SetOnSessionJoin(f func()) (undo func()) {
+	onSessionJoin.Store(&f)
+	return func() { onSessionJoin.Store(nil) }
+}

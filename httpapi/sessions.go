@@ -17,12 +17,17 @@ const maxTitle = 200
 // ownedSession loads the session named in the path and checks that the caller owns it:
 // another user's session is 403, no such session 404.
 func (s *server) ownedSession(r *http.Request) (*parley.Session, string, error) {
+	return s.ownedSessionBy(r, s.Store.GetSession)
+}
+
+// ownedSessionBy is ownedSession with the session read by get.
+func (s *server) ownedSessionBy(r *http.Request, get func(context.Context, string) (*parley.Session, error)) (*parley.Session, string, error) {
 	owner := identityOf(r).User
 	id := r.PathValue("id")
 	if !validID(id) {
 		return nil, owner, parley.Errorf(parley.ECNotFound, "session %q not found", truncate(id, 80))
 	}
-	sess, err := s.Store.GetSession(r.Context(), id)
+	sess, err := get(r.Context(), id)
 	if err != nil {
 		if parley.CodeOf(err) == parley.ECNotFound {
 			return nil, owner, parley.Errorf(parley.ECNotFound, "session %q not found", id)

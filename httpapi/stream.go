@@ -81,7 +81,7 @@ func resumePoint(r *http.Request) (int64, error) {
 // for StreamLifetime. With ?until=done the stream ends after the next done event.
 func (s *server) handleSessionStream() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sess, owner, err := s.ownedSession(r)
+		sess, owner, err := s.sharedOwnedSession(r)
 		if err != nil {
 			writeError(w, err)
 			return
