@@ -86,7 +86,7 @@ func run() error {
 	flag.IntVar(&o.sources, "sources", 0, "loopback addresses the clients connect from (127.0.0.2, 127.0.0.3, …), each good for about 28,000 connections to the server's one port; 0: one per 10,000 connections")
 	flag.IntVar(&o.project, "project", 0, "also report the server memory this many idle WebSockets would take, extrapolated from the measured memory per WebSocket (for a count the open files limit keeps from being measured); 0: none")
 	flag.BoolVar(&o.alone, "alone", true, "with -ws and -sse both above 0: first measure the SSE streams alone, on a fresh server (measured after the WebSockets, an SSE stream reuses heap they left)")
-	flag.StringVar(&o.profile, "profile", "", "directory to save parley serve's heap and goroutine profiles in, at each memory reading (<server>-<reading>.heap, .goroutine); with -server-env GODEBUG=memprofilerate=512 the heap profile misses little")
+	flag.StringVar(&o.profile, "profile", "", "directory to save parley serve's heap and goroutine profiles in, at each memory reading (<server>-<reading>.heap, .goroutine; and before its collection .smaps, .fds, .memstats); with -server-env GODEBUG=memprofilerate=512 the heap profile misses little")
 	flag.Parse()
 	if o.ws < 0 || o.sse < 0 || o.ws+o.sse == 0 || o.tokens < 1 || o.runs < 0 || o.concurrency < 1 || o.gap <= 0 || o.sources < 0 || o.sources > 250 {
 		return errors.New("need -ws + -sse > 0, -tokens and -concurrency at least 1, -runs at least 0 (0: memory only), -gap positive, -sources from 0 to 250")
@@ -305,6 +305,11 @@ func (m *measured) read() (status, heapStats, error) {
 	if err != nil {
 		return st, heapStats{}, err
 	}
+	if m.profile != "" {
+		if err := m.saveReading(m.readings + 1); err != nil {
+			return st, heapStats{}, err
+		}
+	}
 	h, err := readHeap(m.pprof)
 	if err == nil {
 		h.settled, err = settledStatus(m.srv.Pid())
@@ -318,6 +323,36 @@ func (m *measured) read() (status, heapStats, error) {
 		}
 	}
 	return st, h, err
+}
+
+// saveReading saves, with -profile, what the server holds at a reading before its collection:
+// its memory maps (/proc/<pid>/smaps: Go's heap, the SQLite driver's own allocator, thread stacks
+// and the binary's pages apart), what its file descriptors point at (the database's connections
+// among them) and runtime.MemStats as the heap profile's text ends with them (HeapInuse, HeapIdle,
+// HeapReleased, Stack, NextGC, NumGC): <server>-<reading>.smaps, .fds, .memstats.
+func (m *measured) saveReading(n int) error {
+	pid := m.srv.Pid()
+	name := func(ext string) string { return filepath.Join(m.profile, fmt.Sprintf("%s-%d.%s", m.name, n, ext)) }
+	smaps, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(name("smaps"), smaps, 0o644); err != nil {
+		return err
+	}
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return err
+	}
+	var fds strings.Builder
+	for _, e := range ents {
+		l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, e.Name())) // gone meanwhile: ""
+		fds.WriteString(l + "\n")
+	}
+	if err := os.WriteFile(name("fds"), []byte(fds.String()), 0o644); err != nil {
+		return err
+	}
+	return saveURL("http://"+m.pprof+"/debug/pprof/heap?debug=1", name("memstats"))
 }
 
 // saveURL saves what GET url answers in file.
