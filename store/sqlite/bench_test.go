@@ -198,3 +198,32 @@ func benchRunChats(b *testing.B, c int) {
 		},
 	})
 }
+
+// BenchmarkRenewRuns1000 renews the leases of 1,000 running runs of this instance at once, as
+// runs.Manager does every few seconds while it holds them (among 2,000 ended runs).
+func BenchmarkRenewRuns1000(b *testing.B) {
+	s := openTemp(b)
+	defer s.Close()
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	var ids []string
+	for i := range 3000 {
+		f, err := beginChat(ctx, s, now)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if i%3 == 0 {
+			ids = append(ids, f.RunID)
+		} else if err := s.FinishRun(ctx, f); err != nil {
+			b.Fatal(err)
+		}
+	}
+	i := 0
+	for b.Loop() {
+		i++
+		renewed, err := s.RenewRuns(ctx, "i", ids, now.Add(time.Duration(i)*time.Second))
+		if err != nil || len(renewed) != len(ids) {
+			b.Fatal(len(renewed), err)
+		}
+	}
+}
