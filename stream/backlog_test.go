@@ -190,3 +190,90 @@ func TestBacklogBound(t *testing.T) {
 		}
 	}
 }
+
+// walkUnstored counts, from the ring itself, what session.unstored keeps: the size of the
+// frames after stored.
+func walkUnstored(s *session) (counted, walked int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range s.ring.n {
+		if f := s.ring.at(i); f.Seq > s.stored {
+			walked += f.size()
+		}
+	}
+	return s.unstored, walked
+}
+
+// The bytes waiting for the store that the backlog's check reads on every Append are kept as
+// the ring changes, not walked: appends while the store holds its writes, the writes let go, a
+// reader that keeps read frames, Finish, Close, the session's next run, and the last reference.
+func TestUnstoredBytesFollowTheRing(t *testing.T) {
+	ev := &heldStore{memEvents: newMemEvents(), holds: map[string]chan struct{}{}}
+	h := New(Options{Store: ev, FlushEvery: time.Millisecond, RingBytes: 16 << 10, BacklogBytes: -1})
+	ctx := timeout(t)
+	check := func(step string) {
+		t.Helper()
+		if counted, walked := walkUnstored(h.get("s1")); counted != walked {
+			t.Fatalf("%s: %d bytes counted as waiting for the store, the ring holds %d", step, counted, walked)
+		}
+		h.put(h.get("s1")) // the extra reference of get
+	}
+	sub := h.Subscribe(ctx, "s1", Join) // reads nothing: the ring keeps what it has not read
+	defer sub.Close()
+	ev.hold("s1", true)
+	w, err := h.Open(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("opened")
+	chunk := parley.Event{Type: parley.EventChunk, Content: strings.Repeat("c", 300)}
+	for range 10 {
+		w.Append(chunk)
+	}
+	if counted, _ := walkUnstored(w.s); counted == 0 {
+		t.Fatal("nothing counted as waiting for the store while it held every write")
+	}
+	check("appended, the store holding its writes")
+	ev.hold("s1", false)
+	for {
+		if counted, _ := walkUnstored(w.s); counted == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the store's writes were never counted")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	check("stored, the reader keeping what it has not read")
+	for range 40 { // past the ring's bound: the producer waits for the store, which takes them
+		w.Append(chunk)
+		check("appended past the ring's bound")
+	}
+	finish := func(evs []parley.EncodedEvent) error {
+		out := make([]parley.Event, len(evs))
+		for i, e := range evs {
+			out[i] = *e.Event
+		}
+		return ev.memEvents.AppendEvents(ctx, "s1", time.Now(), out)
+	}
+	if _, err := w.Finish([]parley.Event{{Type: parley.EventDone}}, finish); err != nil {
+		t.Fatal(err)
+	}
+	check("finished")
+	w.Close()
+	w.Drop()
+	check("closed")
+	w2, err := h.Open(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w2.Append(chunk)
+	check("the next run")
+	w2.Close()
+	w2.Drop()
+	check("the next run closed")
+	if n := len(ev.stored("s1")); n != 52 {
+		t.Fatalf("stored %d events, want 52", n)
+	}
+}

@@ -71,6 +71,7 @@ func (h *Hub) OpenReserved(sessionID string, first, n int64) *Writer {
 	}
 	s.active = first
 	s.stored = first - 1
+	s.recountLocked()
 	w.upto = first - 1
 	w.relayedTo = first - 1
 	s.wakeLocked()
@@ -127,8 +128,7 @@ func (w *Writer) Append(ev parley.Event) parley.Event {
 	if f == nil {
 		return ev
 	}
-	s.ring.push(f)
-	s.last = f.Seq
+	s.pushLocked(f)
 	w.scheduleLocked()
 	blocked := s.trimLocked()
 	s.wakeLocked()
@@ -158,7 +158,7 @@ func (w *Writer) waitForStoreLocked() {
 			w.h.opts.Log.Error("the store did not take a run's events in time: dropped from memory before they were stored",
 				"session", s.id, "from", s.ring.at(0).Seq, "stored", s.stored)
 			for s.overLocked() {
-				s.from = s.ring.pop().Seq
+				s.popLocked()
 			}
 			return
 		}
@@ -255,8 +255,7 @@ func (w *Writer) Finish(tail []parley.Event, write func(evs []parley.EncodedEven
 	defer s.mu.Unlock()
 	w.next += int64(len(tail))
 	for _, f := range frames {
-		s.ring.push(f)
-		s.last = f.Seq
+		s.pushLocked(f)
 	}
 	w.storedLocked(w.next-1, true)
 	s.wakeLocked()
@@ -424,7 +423,7 @@ func (w *Writer) flush() {
 func (w *Writer) storedLocked(seq int64, ok bool) {
 	s := w.s
 	w.upto = max(w.upto, seq)
-	s.stored = max(s.stored, seq)
+	s.storeUpToLocked(seq)
 	if !ok {
 		s.storeFailed = true
 	}
