@@ -2,6 +2,8 @@ package stream
 
 import (
 	"context"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -275,5 +277,69 @@ func TestUnstoredBytesFollowTheRing(t *testing.T) {
 	check("the next run closed")
 	if n := len(ev.stored("s1")); n != 52 {
 		t.Fatalf("stored %d events, want 52", n)
+	}
+}
+
+// goroutineID returns the calling goroutine's number, from its stack's header.
+func goroutineID() string {
+	b := make([]byte, 64)
+	b = b[:runtime.Stack(b, false)]
+	id, _, _ := strings.Cut(strings.TrimPrefix(string(b), "goroutine "), " ")
+	return id
+}
+
+// onWhichStore records the goroutine of each write.
+type onWhichStore struct {
+	*memEvents
+	mu sync.Mutex
+	on []string
+}
+
+func (o *onWhichStore) AppendEvents(ctx context.Context, s string, at time.Time, evs []parley.Event) error {
+	o.mu.Lock()
+	o.on = append(o.on, goroutineID())
+	o.mu.Unlock()
+	return o.memEvents.AppendEvents(ctx, s, at, evs)
+}
+
+// A producer past its ring's bound, or its share of the budget, of events the store has not
+// taken would only wait for the store writer: it writes them itself, so that no goroutine
+// holds a stack of its own for the write.
+func TestProducerWaitingForTheStoreWritesItself(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		opts Options
+	}{
+		{"ring", Options{RingBytes: 8 << 10, BacklogBytes: -1}},
+		{"share", Options{RingBytes: 64 << 10, BacklogBytes: 1}}, // the floor, 8 KiB
+	} {
+		ev := &onWhichStore{memEvents: newMemEvents()}
+		c.opts.Store, c.opts.FlushEvery = ev, time.Hour // no write before the producer waits
+		h := New(c.opts)
+		w, err := h.Open(timeout(t), "s1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		producer := goroutineID()
+		chunk := parley.Event{Type: parley.EventChunk, Content: strings.Repeat("p", 500)}
+		for range 40 {
+			w.Append(chunk)
+		}
+		ev.mu.Lock()
+		on := slices.Clone(ev.on)
+		ev.mu.Unlock()
+		if len(on) == 0 {
+			t.Fatalf("%s: 40 events of 1.3 KiB past an 8 KiB bound and no store write", c.name)
+		}
+		for i, g := range on {
+			if g != producer {
+				t.Errorf("%s: write %d ran on goroutine %s, not the producer's (%s)", c.name, i, g, producer)
+			}
+		}
+		w.Close()
+		w.Drop()
+		if got := ev.stored("s1"); len(got) != 40 {
+			t.Fatalf("%s: stored %d events, want 40", c.name, len(got))
+		}
 	}
 }

@@ -166,7 +166,12 @@ func (w *Writer) waitForStoreLocked() {
 		urged := w.urgeLocked()
 		s.mu.Unlock()
 		if urged {
-			go w.flush()
+			// The producer would only wait for the write: it writes itself, on its own stack,
+			// rather than on a goroutine of the store writer's (under load nearly every run
+			// waits here, each with a goroutine that held a stack for the store's whole write).
+			w.flush()
+			s.mu.Lock()
+			continue
 		}
 		t := time.NewTimer(left)
 		select {
