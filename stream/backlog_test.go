@@ -343,3 +343,44 @@ func TestProducerWaitingForTheStoreWritesItself(t *testing.T) {
 		}
 	}
 }
+
+// While the store is behind (more runs writing than the budget gives each its ring's bound),
+// a run's events gather for firstFlush times FlushEvery rather than FlushEvery: its share
+// fills first, and its producer writes the whole share at once, instead of the timer writing
+// what gathered in FlushEvery, a fraction of it. With the store keeping up, FlushEvery.
+func TestEventsGatherLongerWhileTheStoreIsBehind(t *testing.T) {
+	const flush = 10 * time.Millisecond
+	h := New(Options{Store: newMemEvents(), FlushEvery: flush, RingBytes: 64 << 10, BacklogBytes: 16 << 20})
+	w, err := h.Open(timeout(t), "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Drop()
+	defer w.Close()
+	for _, c := range []struct {
+		writers int64
+		want    time.Duration
+	}{
+		{1, flush},
+		{256, flush}, // each still gets its ring's bound
+		{257, firstFlush * flush},
+		{1000, firstFlush * flush},
+	} {
+		h.writers.Store(c.writers)
+		if got := w.flushWait(); got != c.want {
+			t.Errorf("%d runs writing: events gather for %v, want %v", c.writers, got, c.want)
+		}
+	}
+	h.writers.Store(0)
+	nob := New(Options{Store: newMemEvents(), FlushEvery: flush, BacklogBytes: -1})
+	w2, err := nob.Open(timeout(t), "s2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Drop()
+	defer w2.Close()
+	nob.writers.Store(100_000)
+	if got := w2.flushWait(); got != flush {
+		t.Errorf("no budget: events gather for %v, want %v", got, flush)
+	}
+}

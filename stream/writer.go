@@ -358,15 +358,29 @@ func (w *Writer) scheduleLocked() {
 	w.writing = true
 	w.h.writers.Add(1) // until the store writer stops
 	w.idle = make(chan struct{})
-	wait := w.h.opts.FlushEvery
+	wait := w.flushWait()
 	if w.upto < w.first {
-		wait *= firstFlush
+		wait = firstFlush * w.h.opts.FlushEvery
 	}
 	if w.flushTimer == nil {
 		w.flushTimer = time.AfterFunc(wait, w.flush)
 	} else {
 		w.flushTimer.Reset(wait)
 	}
+}
+
+// flushWait is how long the events appended from now gather before the store writer writes
+// them: FlushEvery, or firstFlush times that while the store is behind (more runs writing than
+// the Hub's budget gives each its ring's bound): then a run's share of the budget fills before
+// long, and its producer writes it at once (waitForStoreLocked) in one write as large as the
+// share, where the timer would write what gathered in FlushEvery, a fraction of it, and make
+// the store take more, smaller writes. The timer is then for a run whose events come slowly.
+func (w *Writer) flushWait() time.Duration {
+	h := w.h
+	if h.opts.BacklogBytes >= 0 && h.backlogBound() < h.opts.RingBytes {
+		return firstFlush * h.opts.FlushEvery
+	}
+	return h.opts.FlushEvery
 }
 
 // urgeLocked stops the store writer's wait for events to gather, and reports whether it did:
@@ -409,8 +423,7 @@ func (w *Writer) flush() {
 				continue
 			}
 			// Appended while writing: they gather for the next write.
-			wait := h.opts.FlushEvery
-			w.flushTimer.Reset(wait)
+			w.flushTimer.Reset(w.flushWait())
 			s.mu.Unlock()
 			return
 		}
