@@ -2,6 +2,8 @@ package stream
 
 import (
 	"context"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -188,5 +190,197 @@ func TestBacklogBound(t *testing.T) {
 		if got := h.backlogBound(); got != c.want {
 			t.Errorf("ring %d, budget %d, %d writers: a run's share is %d, want %d", c.ring, c.budget, c.writers, got, c.want)
 		}
+	}
+}
+
+// walkUnstored counts, from the ring itself, what session.unstored keeps: the size of the
+// frames after stored.
+func walkUnstored(s *session) (counted, walked int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range s.ring.n {
+		if f := s.ring.at(i); f.Seq > s.stored {
+			walked += f.size()
+		}
+	}
+	return s.unstored, walked
+}
+
+// The bytes waiting for the store that the backlog's check reads on every Append are kept as
+// the ring changes, not walked: appends while the store holds its writes, the writes let go, a
+// reader that keeps read frames, Finish, Close, the session's next run, and the last reference.
+func TestUnstoredBytesFollowTheRing(t *testing.T) {
+	ev := &heldStore{memEvents: newMemEvents(), holds: map[string]chan struct{}{}}
+	h := New(Options{Store: ev, FlushEvery: time.Millisecond, RingBytes: 16 << 10, BacklogBytes: -1})
+	ctx := timeout(t)
+	check := func(step string) {
+		t.Helper()
+		if counted, walked := walkUnstored(h.get("s1")); counted != walked {
+			t.Fatalf("%s: %d bytes counted as waiting for the store, the ring holds %d", step, counted, walked)
+		}
+		h.put(h.get("s1")) // the extra reference of get
+	}
+	sub := h.Subscribe(ctx, "s1", Join) // reads nothing: the ring keeps what it has not read
+	defer sub.Close()
+	ev.hold("s1", true)
+	w, err := h.Open(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("opened")
+	chunk := parley.Event{Type: parley.EventChunk, Content: strings.Repeat("c", 300)}
+	for range 10 {
+		w.Append(chunk)
+	}
+	if counted, _ := walkUnstored(w.s); counted == 0 {
+		t.Fatal("nothing counted as waiting for the store while it held every write")
+	}
+	check("appended, the store holding its writes")
+	ev.hold("s1", false)
+	for {
+		if counted, _ := walkUnstored(w.s); counted == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the store's writes were never counted")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	check("stored, the reader keeping what it has not read")
+	for range 40 { // past the ring's bound: the producer waits for the store, which takes them
+		w.Append(chunk)
+		check("appended past the ring's bound")
+	}
+	finish := func(evs []parley.EncodedEvent) error {
+		out := make([]parley.Event, len(evs))
+		for i, e := range evs {
+			out[i] = *e.Event
+		}
+		return ev.memEvents.AppendEvents(ctx, "s1", time.Now(), out)
+	}
+	if _, err := w.Finish([]parley.Event{{Type: parley.EventDone}}, finish); err != nil {
+		t.Fatal(err)
+	}
+	check("finished")
+	w.Close()
+	w.Drop()
+	check("closed")
+	w2, err := h.Open(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w2.Append(chunk)
+	check("the next run")
+	w2.Close()
+	w2.Drop()
+	check("the next run closed")
+	if n := len(ev.stored("s1")); n != 52 {
+		t.Fatalf("stored %d events, want 52", n)
+	}
+}
+
+// goroutineID returns the calling goroutine's number, from its stack's header.
+func goroutineID() string {
+	b := make([]byte, 64)
+	b = b[:runtime.Stack(b, false)]
+	id, _, _ := strings.Cut(strings.TrimPrefix(string(b), "goroutine "), " ")
+	return id
+}
+
+// onWhichStore records the goroutine of each write.
+type onWhichStore struct {
+	*memEvents
+	mu sync.Mutex
+	on []string
+}
+
+func (o *onWhichStore) AppendEvents(ctx context.Context, s string, at time.Time, evs []parley.Event) error {
+	o.mu.Lock()
+	o.on = append(o.on, goroutineID())
+	o.mu.Unlock()
+	return o.memEvents.AppendEvents(ctx, s, at, evs)
+}
+
+// A producer past its ring's bound, or its share of the budget, of events the store has not
+// taken would only wait for the store writer: it writes them itself, so that no goroutine
+// holds a stack of its own for the write.
+func TestProducerWaitingForTheStoreWritesItself(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		opts Options
+	}{
+		{"ring", Options{RingBytes: 8 << 10, BacklogBytes: -1}},
+		{"share", Options{RingBytes: 64 << 10, BacklogBytes: 1}}, // the floor, 8 KiB
+	} {
+		ev := &onWhichStore{memEvents: newMemEvents()}
+		c.opts.Store, c.opts.FlushEvery = ev, time.Hour // no write before the producer waits
+		h := New(c.opts)
+		w, err := h.Open(timeout(t), "s1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		producer := goroutineID()
+		chunk := parley.Event{Type: parley.EventChunk, Content: strings.Repeat("p", 500)}
+		for range 40 {
+			w.Append(chunk)
+		}
+		ev.mu.Lock()
+		on := slices.Clone(ev.on)
+		ev.mu.Unlock()
+		if len(on) == 0 {
+			t.Fatalf("%s: 40 events of 1.3 KiB past an 8 KiB bound and no store write", c.name)
+		}
+		for i, g := range on {
+			if g != producer {
+				t.Errorf("%s: write %d ran on goroutine %s, not the producer's (%s)", c.name, i, g, producer)
+			}
+		}
+		w.Close()
+		w.Drop()
+		if got := ev.stored("s1"); len(got) != 40 {
+			t.Fatalf("%s: stored %d events, want 40", c.name, len(got))
+		}
+	}
+}
+
+// While the store is behind (more runs writing than the budget gives each its ring's bound),
+// a run's events gather for firstFlush times FlushEvery rather than FlushEvery: its share
+// fills first, and its producer writes the whole share at once, instead of the timer writing
+// what gathered in FlushEvery, a fraction of it. With the store keeping up, FlushEvery.
+func TestEventsGatherLongerWhileTheStoreIsBehind(t *testing.T) {
+	const flush = 10 * time.Millisecond
+	h := New(Options{Store: newMemEvents(), FlushEvery: flush, RingBytes: 64 << 10, BacklogBytes: 16 << 20})
+	w, err := h.Open(timeout(t), "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Drop()
+	defer w.Close()
+	for _, c := range []struct {
+		writers int64
+		want    time.Duration
+	}{
+		{1, flush},
+		{256, flush}, // each still gets its ring's bound
+		{257, firstFlush * flush},
+		{1000, firstFlush * flush},
+	} {
+		h.writers.Store(c.writers)
+		if got := w.flushWait(); got != c.want {
+			t.Errorf("%d runs writing: events gather for %v, want %v", c.writers, got, c.want)
+		}
+	}
+	h.writers.Store(0)
+	nob := New(Options{Store: newMemEvents(), FlushEvery: flush, BacklogBytes: -1})
+	w2, err := nob.Open(timeout(t), "s2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w2.Drop()
+	defer w2.Close()
+	nob.writers.Store(100_000)
+	if got := w2.flushWait(); got != flush {
+		t.Errorf("no budget: events gather for %v, want %v", got, flush)
 	}
 }

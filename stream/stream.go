@@ -293,6 +293,10 @@ type session struct {
 	// stored: with a store and a writer, the events up to stored are written (or given up on);
 	// the ring drops nothing after it.
 	stored int64
+	// unstored is the size (Frame.size) of the ring's frames after stored: what the run writing
+	// the session holds waiting for the store. Kept by pushLocked, popLocked, storeUpToLocked
+	// and recountLocked, so that the backlog's check on every Append costs O(1).
+	unstored int
 	// storeFailed: a store write of the ring's events failed (since the ring last started
 	// again), so stored may count events the store does not hold: the ring keeps its events to
 	// its bounds rather than dropping what its readers have read (trimReadLocked).
@@ -344,6 +348,7 @@ func (h *Hub) put(s *session) {
 	if last {
 		s.mu.Lock()
 		s.ring = ring{}
+		s.unstored = 0
 		s.mu.Unlock()
 	}
 }
@@ -377,7 +382,7 @@ func (s *session) trimLocked() (blocked bool) {
 		if s.w != nil && o.Store != nil && s.ring.at(0).Seq > s.stored {
 			return true
 		}
-		s.from = s.ring.pop().Seq
+		s.popLocked()
 	}
 	return false
 }
@@ -410,7 +415,7 @@ func (s *session) trimReadLocked() {
 		limit = min(limit, w.relayedTo)
 	}
 	for s.ring.n > 0 && s.ring.at(0).Seq <= limit {
-		s.from = s.ring.pop().Seq
+		s.popLocked()
 	}
 }
 
@@ -434,28 +439,52 @@ func (h *Hub) backlogBound() int {
 }
 
 // overBacklogLocked reports whether the run writing the session holds more than its share of
-// the budget for events waiting for the store (backlogBound). It reads the ring from its
-// newest frame back to the first the store holds, and stops once past the bound. Call with
-// s.mu held.
+// the budget for events waiting for the store (backlogBound). Call with s.mu held.
 func (s *session) overBacklogLocked() bool {
-	if s.w == nil || s.h.opts.Store == nil {
-		return false
+	return s.w != nil && s.h.opts.Store != nil && s.unstored > s.h.backlogBound()
+}
+
+// pushLocked adds f, the newest event, to the ring. Call with s.mu held.
+func (s *session) pushLocked(f *Frame) {
+	s.ring.push(f)
+	s.last = f.Seq
+	if f.Seq > s.stored {
+		s.unstored += f.size()
 	}
-	bound := s.h.backlogBound()
-	if s.ring.bytes <= bound {
-		return false
+}
+
+// popLocked drops the ring's oldest frame. Call with s.mu held.
+func (s *session) popLocked() {
+	f := s.ring.pop()
+	s.from = f.Seq
+	if f.Seq > s.stored {
+		s.unstored -= f.size()
 	}
-	size := 0
-	for i := s.ring.n - 1; i >= 0; i-- {
+}
+
+// storeUpToLocked records that the events up to seq are written (or given up on). Call with
+// s.mu held.
+func (s *session) storeUpToLocked(seq int64) {
+	if seq <= s.stored {
+		return
+	}
+	for i := s.ring.after(s.stored); i < s.ring.n; i++ {
 		f := s.ring.at(i)
-		if f.Seq <= s.stored {
-			return false
+		if f.Seq > seq {
+			break
 		}
-		if size += f.size(); size > bound {
-			return true
-		}
+		s.unstored -= f.size()
 	}
-	return false
+	s.stored = seq
+}
+
+// recountLocked counts unstored again from the ring, after stored was set back. Call with s.mu
+// held.
+func (s *session) recountLocked() {
+	s.unstored = 0
+	for i := s.ring.after(s.stored); i < s.ring.n; i++ {
+		s.unstored += s.ring.at(i).size()
+	}
 }
 
 // Sessions returns how many sessions' streams the hub holds (tests, metrics).

@@ -424,8 +424,7 @@ func (s *session) pull(ctx context.Context, notified bool) {
 			if f.Seq <= s.last {
 				continue
 			}
-			s.ring.push(f)
-			s.last = f.Seq
+			s.pushLocked(f)
 			switch {
 			case f.Type == parley.EventDone:
 				s.active = 0

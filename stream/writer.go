@@ -71,6 +71,7 @@ func (h *Hub) OpenReserved(sessionID string, first, n int64) *Writer {
 	}
 	s.active = first
 	s.stored = first - 1
+	s.recountLocked()
 	w.upto = first - 1
 	w.relayedTo = first - 1
 	s.wakeLocked()
@@ -127,8 +128,7 @@ func (w *Writer) Append(ev parley.Event) parley.Event {
 	if f == nil {
 		return ev
 	}
-	s.ring.push(f)
-	s.last = f.Seq
+	s.pushLocked(f)
 	w.scheduleLocked()
 	blocked := s.trimLocked()
 	s.wakeLocked()
@@ -158,7 +158,7 @@ func (w *Writer) waitForStoreLocked() {
 			w.h.opts.Log.Error("the store did not take a run's events in time: dropped from memory before they were stored",
 				"session", s.id, "from", s.ring.at(0).Seq, "stored", s.stored)
 			for s.overLocked() {
-				s.from = s.ring.pop().Seq
+				s.popLocked()
 			}
 			return
 		}
@@ -166,7 +166,12 @@ func (w *Writer) waitForStoreLocked() {
 		urged := w.urgeLocked()
 		s.mu.Unlock()
 		if urged {
-			go w.flush()
+			// The producer would only wait for the write: it writes itself, on its own stack,
+			// rather than on a goroutine of the store writer's (under load nearly every run
+			// waits here, each with a goroutine that held a stack for the store's whole write).
+			w.flush()
+			s.mu.Lock()
+			continue
 		}
 		t := time.NewTimer(left)
 		select {
@@ -255,8 +260,7 @@ func (w *Writer) Finish(tail []parley.Event, write func(evs []parley.EncodedEven
 	defer s.mu.Unlock()
 	w.next += int64(len(tail))
 	for _, f := range frames {
-		s.ring.push(f)
-		s.last = f.Seq
+		s.pushLocked(f)
 	}
 	w.storedLocked(w.next-1, true)
 	s.wakeLocked()
@@ -354,15 +358,29 @@ func (w *Writer) scheduleLocked() {
 	w.writing = true
 	w.h.writers.Add(1) // until the store writer stops
 	w.idle = make(chan struct{})
-	wait := w.h.opts.FlushEvery
+	wait := w.flushWait()
 	if w.upto < w.first {
-		wait *= firstFlush
+		wait = firstFlush * w.h.opts.FlushEvery
 	}
 	if w.flushTimer == nil {
 		w.flushTimer = time.AfterFunc(wait, w.flush)
 	} else {
 		w.flushTimer.Reset(wait)
 	}
+}
+
+// flushWait is how long the events appended from now gather before the store writer writes
+// them: FlushEvery, or firstFlush times that while the store is behind (more runs writing than
+// the Hub's budget gives each its ring's bound): then a run's share of the budget fills before
+// long, and its producer writes it at once (waitForStoreLocked) in one write as large as the
+// share, where the timer would write what gathered in FlushEvery, a fraction of it, and make
+// the store take more, smaller writes. The timer is then for a run whose events come slowly.
+func (w *Writer) flushWait() time.Duration {
+	h := w.h
+	if h.opts.BacklogBytes >= 0 && h.backlogBound() < h.opts.RingBytes {
+		return firstFlush * h.opts.FlushEvery
+	}
+	return h.opts.FlushEvery
 }
 
 // urgeLocked stops the store writer's wait for events to gather, and reports whether it did:
@@ -405,8 +423,7 @@ func (w *Writer) flush() {
 				continue
 			}
 			// Appended while writing: they gather for the next write.
-			wait := h.opts.FlushEvery
-			w.flushTimer.Reset(wait)
+			w.flushTimer.Reset(w.flushWait())
 			s.mu.Unlock()
 			return
 		}
@@ -424,7 +441,7 @@ func (w *Writer) flush() {
 func (w *Writer) storedLocked(seq int64, ok bool) {
 	s := w.s
 	w.upto = max(w.upto, seq)
-	s.stored = max(s.stored, seq)
+	s.storeUpToLocked(seq)
 	if !ok {
 		s.storeFailed = true
 	}

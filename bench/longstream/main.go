@@ -604,6 +604,7 @@ func (b *bench) long(ctx context.Context) error {
 	}
 	time.Sleep(2 * time.Second)
 	base := b.readMem(srv.Pid(), metricsURL)
+	baseWrites := storeWrites(goMem(b.hc, metricsURL))
 	cpu0, _ := benchproc.CPU(srv.Pid())
 
 	var active, peak atomic.Int64
@@ -663,7 +664,9 @@ func (b *bench) long(ctx context.Context) error {
 	}
 	hwm, _ := benchproc.RSS(srv.Pid(), "VmHWM:")
 	cpu1, _ := benchproc.CPU(srv.Pid())
-	detached := goMem(b.hc, metricsURL)[`parley_slow_subscribers_total{event="detached"}`]
+	end := goMem(b.hc, metricsURL)
+	detached := end[`parley_slow_subscribers_total{event="detached"}`]
+	writes := storeWrites(end) - baseWrites
 	after := b.readMem(srv.Pid(), metricsURL)
 	srv.Stop()
 	failed, short, firstErr := summarize(results, o.longChunks)
@@ -695,7 +698,7 @@ func (b *bench) long(ctx context.Context) error {
 	fmt.Printf("## Long answers: %d chunks %s apart (%.0f s each)\n\n", o.longChunks, o.gap, (time.Duration(o.longChunks) * o.gap).Seconds())
 	fmt.Printf("%d chats started at once, all ended after %.1f s; at most %d streams in progress at once; %d failed, %d with a chunk missing; Parley used %.1f CPU-seconds (%.1f ms per chat: a measure the machine's load does not change much).\n",
 		o.streams, took.Seconds(), peak.Load(), failed, short, (cpu1 - cpu0).Seconds(), float64((cpu1-cpu0).Milliseconds())/float64(o.streams))
-	fmt.Printf("Readers that fell behind the ring and read the database: %d times.\n", detached)
+	fmt.Printf("Readers that fell behind the ring and read the database: %d times. Store writes of run events: %d (%.1f per chat).\n", detached, writes, float64(writes)/float64(o.streams))
 	if firstErr != nil {
 		fmt.Printf("first failure: %v\n", firstErr)
 	}
@@ -781,6 +784,18 @@ func mustRSS(pid int) int64 {
 
 // goMem reads the go_memstats_ gauges (and parley_slow_subscribers_total) of a /metrics page (none when it cannot). It reads the
 // page to its end, so that the connection is used again.
+// storeWrites sums parley_store_append_duration_seconds_count over its outcomes: the store
+// writes of run events (the store writers' batches and the runs' ends).
+func storeWrites(m map[string]int64) int64 {
+	var n int64
+	for k, v := range m {
+		if strings.HasPrefix(k, "parley_store_append_duration_seconds_count") {
+			n += v
+		}
+	}
+	return n
+}
+
 func goMem(hc *http.Client, url string) map[string]int64 {
 	m := map[string]int64{}
 	resp, err := hc.Get(url)
@@ -791,7 +806,7 @@ func goMem(hc *http.Client, url string) map[string]int64 {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		if name, v, ok := strings.Cut(sc.Text(), " "); ok && (strings.HasPrefix(name, "go_memstats_") || strings.HasPrefix(name, "parley_slow_subscribers_total")) {
+		if name, v, ok := strings.Cut(sc.Text(), " "); ok && (strings.HasPrefix(name, "go_memstats_") || strings.HasPrefix(name, "parley_slow_subscribers_total") || strings.HasPrefix(name, "parley_store_append_duration_seconds_count")) {
 			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			m[name] = int64(f)
 		}

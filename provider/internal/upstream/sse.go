@@ -11,8 +11,12 @@ import (
 // MaxEventSize bounds one line of a provider's event stream, and the data of one event.
 const MaxEventSize = 4 << 20
 
-// initialBuffer is the SSE reader's first line buffer.
-const initialBuffer = 4 << 10
+// initialBuffer is the SSE reader's first line buffer, held by a streamed answer for its whole
+// length: a model's chunk is one line of a few hundred bytes, so 1 KiB holds it (a longer line
+// makes the buffer double). Reading ahead is the model connection's own buffer's job (net/http's,
+// 4 KiB): with a smaller line buffer the reader takes a burst of chunks from it in more, cheaper
+// reads, not in more reads of the socket.
+const initialBuffer = 1 << 10
 
 // ErrTooLarge reports a line or an event larger than MaxEventSize.
 var ErrTooLarge = errors.New("event stream line or event too large")

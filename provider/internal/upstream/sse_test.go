@@ -138,3 +138,31 @@ func TestReaderBorrowsItsBuffers(t *testing.T) {
 		t.Errorf("a short stream allocated %d bytes, want less than %d", bytesPer, initialBuffer)
 	}
 }
+
+// A streamed answer holds its reader's line buffer for its whole length: model-sized chunks
+// (lines of a few hundred bytes, here arriving in bursts as from a busy socket) are read with a
+// 1 KiB buffer, not the 4 KiB one it had; a longer line still comes whole.
+func TestReaderHoldsASmallLineBuffer(t *testing.T) {
+	chunk := "data: {\"choices\":[{\"delta\":{\"content\":\"" + strings.Repeat("w", 300) + "\"}}]}"
+	long := "data: " + strings.Repeat("y", 3000)
+	body := strings.Repeat(chunk+"\n\n", 40) + long + "\n\n" + chunk + "\n\n"
+	r := NewSSEReader(strings.NewReader(body))
+	defer r.Release()
+	held := 0
+	for i := range 40 {
+		e, err := r.Next()
+		if err != nil || string(e.Data) != chunk[len("data: "):] {
+			t.Fatalf("event %d: %q, %v", i, e.Data, err)
+		}
+		held = max(held, cap(r.sc.Bytes()))
+	}
+	if held > 1<<10 {
+		t.Errorf("model-sized chunks were read with a line buffer of %d bytes, want at most 1 KiB", held)
+	}
+	if e, err := r.Next(); err != nil || string(e.Data) != long[len("data: "):] {
+		t.Fatalf("the long line: %d bytes, %v", len(e.Data), err)
+	}
+	if e, err := r.Next(); err != nil || string(e.Data) != chunk[len("data: "):] {
+		t.Fatalf("the chunk after the long line: %v", err)
+	}
+}
