@@ -17,6 +17,7 @@ import (
 
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/auth"
+	"github.com/parleyhq/parley/chat"
 	"github.com/parleyhq/parley/redact"
 	"github.com/parleyhq/parley/runs"
 	"golang.org/x/sync/semaphore"
@@ -75,8 +76,10 @@ func jsonBody[T any](optional bool, check func(*T) error) *bodySpec {
 		if data == nil {
 			return v, nil
 		}
-		if err := decodeStrict(data, v); err != nil {
-			return nil, err
+		if r, ok := any(v).(*chat.Request); !ok || !fastChatRequest(data, r) {
+			if err := decodeStrict(data, v); err != nil {
+				return nil, err
+			}
 		}
 		if check != nil {
 			if err := check(v); err != nil {

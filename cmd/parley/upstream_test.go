@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -10,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/parleyhq/parley/internal/onewrite"
 )
 
 // TestUpstreamTransportKeepsConnections: calls to a provider, many at once, find the
@@ -140,5 +143,38 @@ func TestUpstreamConnectionWriteBuffer(t *testing.T) {
 	// The buffer and bufio.Writer's own 64 bytes.
 	if per == 0 || per > 1<<10+64 {
 		t.Fatalf("a connection streaming an answer holds %d bytes of write buffer, want 1 KiB (and bufio.Writer's 64 bytes) at most, and some: the profile must see it", per)
+	}
+}
+
+// TestUpstreamTransportWritesARequestOnce: the connections to a provider are onewrite's, so that
+// a model call's head and body go in one write (see internal/onewrite's tests), and a call
+// through them arrives whole.
+func TestUpstreamTransportWritesARequestOnce(t *testing.T) {
+	body := strings.Repeat("b", 3500)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if got, _ := io.ReadAll(r.Body); string(got) != body {
+			t.Errorf("the request arrived with %d bytes of body", len(got))
+		}
+	}))
+	defer srv.Close()
+	tr := upstreamTransport()
+	var conns []net.Conn
+	dial := tr.DialContext
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		conns = append(conns, c)
+		return c, err
+	}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Post(srv.URL, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if len(conns) != 1 {
+		t.Fatalf("%d connections dialed, want 1", len(conns))
+	}
+	if _, ok := conns[0].(*onewrite.Conn); !ok {
+		t.Fatalf("the connection is a %T, want a *onewrite.Conn", conns[0])
 	}
 }

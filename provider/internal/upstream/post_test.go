@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/parleyhq/parley/internal/onewrite"
 )
 
 // A streamed answer does not hold its request (the conversation so far, often the largest thing
@@ -81,5 +84,42 @@ func TestPostSendsTheBodyAgainOnARedirect(t *testing.T) {
 	resp.Body.Close()
 	if calls.Load() != 2 {
 		t.Fatalf("%d calls, want 2 (the redirect followed with the body)", calls.Load())
+	}
+}
+
+// Post's body is handed to a onewrite connection whole: the request's head and body go out in one
+// write (the body is an io.ReadCloser and a onewrite.Body, so net/http does not wrap it).
+func TestPostSendsHeadAndBodyInOneWrite(t *testing.T) {
+	body := bytes.Repeat([]byte("m"), 3500)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if got, _ := io.ReadAll(r.Body); !bytes.Equal(got, body) {
+			t.Errorf("the request arrived with %d bytes", len(got))
+		}
+		w.Write([]byte("data: {}\n\n"))
+	}))
+	defer srv.Close()
+	var conns []*onewrite.Conn
+	var d net.Dialer
+	tr := &http.Transport{WriteBufferSize: 1 << 10, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		w := onewrite.Wrap(c)
+		conns = append(conns, w)
+		return w, nil
+	}}
+	defer tr.CloseIdleConnections()
+	ep := Endpoint{Client: &http.Client{Transport: tr}}
+	for i := range 3 {
+		resp, err := ep.Post(context.Background(), srv.URL, http.Header{"Content-Type": {"application/json"}}, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if len(conns) != 1 || conns[0].Writes() != int64(i+1) {
+			t.Fatalf("after %d requests: %d connections, %d writes on the first; want 1 and %d", i+1, len(conns), conns[0].Writes(), i+1)
+		}
 	}
 }

@@ -98,6 +98,37 @@ func (r *requestBody) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// Len is how many bytes are left to read.
+func (r *requestBody) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.b)
+}
+
+// WriteTo writes what is left in one Write (onewrite.Body: the connection sends it with the
+// request's head, without copying it first).
+func (r *requestBody) WriteTo(w io.Writer) (int64, error) {
+	r.mu.Lock()
+	b := r.b
+	r.b = nil
+	r.mu.Unlock()
+	if len(b) == 0 {
+		return 0, nil
+	}
+	n, err := w.Write(b)
+	return int64(n), err
+}
+
+// Close lets go of what is left to read (net/http closes a request's body once it is sent).
+// The body is an io.ReadCloser itself so that net/http gives it to the connection as it is, not
+// inside an io.NopCloser, and the connection can write it with the head (onewrite).
+func (r *requestBody) Close() error {
+	r.mu.Lock()
+	r.b = nil
+	r.mu.Unlock()
+	return nil
+}
+
 // getBody is the request's GetBody: the body from its start, while it is kept.
 func (r *requestBody) getBody() (io.ReadCloser, error) {
 	r.mu.Lock()
