@@ -168,7 +168,7 @@ type server struct {
 	pages     pageCache
 	idle      *idlePoller // watches the connections of idle streams (idlepoll.go)
 	detached  detachedStreams
-	sessions  sessionFlights // session reads shared by the stream connects that ask at once
+	sessions  sessionFlights // session reads shared by the stream and WebSocket connects that ask at once
 }
 
 // NewServer returns the API handler.

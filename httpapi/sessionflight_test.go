@@ -3,11 +3,12 @@ package httpapi_test
 import (
 	"context"
 	"net/http"
-	"sync"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/httpapi"
 )
@@ -38,6 +39,39 @@ func (h *heldStore) GetSession(ctx context.Context, id string) (*parley.Session,
 // them does not take one of the store's pooled connections each (issue 25, memory per idle SSE
 // stream: the SQLite pool opened to its bound for them).
 func TestSessionStreamConnectsShareTheirLookup(t *testing.T) {
+	t.Run("sse", func(t *testing.T) {
+		connectsShareTheirLookup(t, func(e *env, ctx context.Context, id, key string) (int, error) {
+			req, _ := http.NewRequestWithContext(ctx, "GET", e.url+"/api/v1/sessions/"+id+"/stream", nil)
+			req.Header.Set("Authorization", "Bearer "+key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return 0, err
+			}
+			go func() { <-ctx.Done(); resp.Body.Close() }()
+			return resp.StatusCode, nil
+		})
+	})
+	// The same for a WebSocket opened on the session (convId).
+	t.Run("websocket", func(t *testing.T) {
+		connectsShareTheirLookup(t, func(e *env, ctx context.Context, id, key string) (int, error) {
+			dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			c, resp, err := websocket.Dial(dctx, strings.Replace(e.url, "http", "ws", 1)+"/api/ws?convId="+id, &websocket.DialOptions{
+				HTTPHeader: http.Header{"Authorization": {"Bearer " + key}}, Subprotocols: []string{"parley.v1"},
+			})
+			if err != nil {
+				return 0, err
+			}
+			go func() { <-ctx.Done(); c.CloseNow() }()
+			return resp.StatusCode, nil
+		})
+	})
+}
+
+// connectsShareTheirLookup connects clients to one session at once with connect, the store's
+// read of the session held until all have read it or joined a read, and checks that it was read
+// once and every connect succeeded (200, or 101 for a WebSocket).
+func connectsShareTheirLookup(t *testing.T, connect func(e *env, ctx context.Context, id, key string) (int, error)) {
 	const clients = 8
 	hs := &heldStore{progress: make(chan struct{}, clients), release: make(chan struct{})}
 	e := newEnv(t, func(d *httpapi.Deps) { hs.Store = d.Store; d.Store = hs })
@@ -46,27 +80,21 @@ func TestSessionStreamConnectsShareTheirLookup(t *testing.T) {
 		t.Fatalf("creating the session: %d %v", code, out)
 	}
 	id := out["id"].(string)
+	key := e.key(t, "alice")
 	hs.id.Store(&id)
 	defer httpapi.SetOnSessionJoin(func() { hs.progress <- struct{}{} })()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var wg sync.WaitGroup
 	status := make(chan int, clients)
 	for range clients {
-		req, _ := http.NewRequestWithContext(ctx, "GET", e.url+"/api/v1/sessions/"+id+"/stream", nil)
-		e.authorize(t, req)
-		wg.Go(func() {
-			resp, err := http.DefaultClient.Do(req)
+		go func() {
+			code, err := connect(e, ctx, id, key)
 			if err != nil {
 				t.Error(err)
-				status <- 0
-				return
 			}
-			status <- resp.StatusCode
-			<-ctx.Done()
-			resp.Body.Close()
-		})
+			status <- code
+		}()
 	}
 	// Every client has either read the session or joined a read that is held.
 	for i := range clients {
@@ -78,13 +106,11 @@ func TestSessionStreamConnectsShareTheirLookup(t *testing.T) {
 	}
 	close(hs.release)
 	for range clients {
-		if s := <-status; s != http.StatusOK {
-			t.Errorf("a stream's status: %d, want 200", s)
+		if s := <-status; s != http.StatusOK && s != http.StatusSwitchingProtocols {
+			t.Errorf("a connect's status: %d", s)
 		}
 	}
 	if n := hs.reads.Load(); n != 1 {
 		t.Errorf("%d clients connecting at once read the session %d times, want once", clients, n)
 	}
-	cancel()
-	wg.Wait()
 }

@@ -183,7 +183,7 @@ func (s *server) handleWS() http.Handler {
 		sessionID := r.URL.Query().Get("convId")
 		if sessionID != "" {
 			r.SetPathValue("id", sessionID)
-			if _, _, err := s.ownedSession(r); err != nil {
+			if _, _, err := s.sharedOwnedSession(r); err != nil {
 				writeError(w, err)
 				return
 			}
