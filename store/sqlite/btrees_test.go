@@ -134,20 +134,7 @@ func TestRunQueriesUseTheRunningRuns(t *testing.T) {
 		`UPDATE runs SET lease_until = ? WHERE instance = ? AND state = 'running' AND id IN (?, ?) RETURNING id`,
 		`SELECT ` + runCols + ` FROM runs WHERE session_id = ? AND state = 'running'`,
 	} {
-		rows, err := s.db.Query("EXPLAIN QUERY PLAN "+q, make([]any, strings.Count(q, "?"))...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var plan []string
-		for rows.Next() {
-			var id, parent, unused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, detail)
-		}
-		rows.Close()
+		plan := queryPlan(t, s, q, strings.Count(q, "?"))
 		for _, step := range plan {
 			if strings.Contains(step, " runs") && !strings.Contains(step, "runs_one_running") && !strings.Contains(step, "sqlite_autoindex_runs_1 (id=?)") {
 				t.Errorf("%.60q: step %q, want the running runs read through runs_one_running (or a run by its id)", q, step)

@@ -358,6 +358,29 @@ func TestABatchLargerThanAStatementMerges(t *testing.T) {
 	}
 }
 
+// queryPlan returns the details of EXPLAIN QUERY PLAN for q, its args nulls.
+func queryPlan(t *testing.T, s *Store, q string, args int) []string {
+	t.Helper()
+	rows, err := s.db.Query("EXPLAIN QUERY PLAN "+q, make([]any, args)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return plan
+}
+
 // The merged statements that read or update rows find them by key, the rows given the outer
 // loop: no table is read whole, whatever the number of rows.
 func TestMergedStatementsReadByIndex(t *testing.T) {
@@ -365,20 +388,7 @@ func TestMergedStatementsReadByIndex(t *testing.T) {
 	defer s.Close()
 	for _, m := range []*mergedStmt{mergedRead, mergedUpdate, mergedEnds} {
 		for _, n := range []int{2, mergeChunk} {
-			rows, err := s.db.Query("EXPLAIN QUERY PLAN "+m.texts[n], make([]any, n*m.cols)...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var plan []string
-			for rows.Next() {
-				var id, parent, unused int
-				var detail string
-				if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
-					t.Fatal(err)
-				}
-				plan = append(plan, detail)
-			}
-			rows.Close()
+			plan := queryPlan(t, s, m.texts[n], n*m.cols)
 			if len(plan) < 2 || !strings.HasPrefix(plan[0], "SCAN ") || !strings.Contains(plan[0], "VALUES") {
 				t.Errorf("%d rows of %.40q: plan %q, want the rows given first", n, m.texts[n], plan)
 			}
