@@ -21,6 +21,7 @@ import (
 	"github.com/parleyhq/parley/approval"
 	"github.com/parleyhq/parley/llmctx"
 	"github.com/parleyhq/parley/tools"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults for a zero Config.
@@ -198,11 +199,11 @@ func MaxIterationsText(n int) string {
 // ECCanceled error after storing what was already done: partial text, and a result for every tool
 // call that was started.
 func (a *Agent) Run(ctx context.Context, in Input, emit func(parley.Event)) (*Result, error) {
-	t, err := a.prepare(in, emit)
+	t, err := a.prepare(&in, emit)
 	if err != nil {
 		return nil, err
 	}
-	return a.loop(ctx, in, t, &Result{})
+	return a.loop(ctx, &in, t, &Result{})
 }
 
 // turn is what one run's loop needs, resolved once.
@@ -236,7 +237,7 @@ func (t *turn) allowedNames() map[string]bool {
 	return t.allowed
 }
 
-func (a *Agent) prepare(in Input, emit func(parley.Event)) (*turn, error) {
+func (a *Agent) prepare(in *Input, emit func(parley.Event)) (*turn, error) {
 	t := &turn{to: emit}
 	t.emit = t.send
 	var err error
@@ -273,129 +274,187 @@ func withoutSessionTools(reg *tools.Registry, specs []parley.ToolSpec, named boo
 
 // loop calls the model and runs the tools it asks for until it answers, from the history as the
 // store holds it.
-func (a *Agent) loop(ctx context.Context, in Input, t *turn, res *Result) (*Result, error) {
-	prov, model, specs, emitSafe := t.prov, t.model, t.specs, t.emit
-	waitBegun := in.Begun != nil || in.Run != nil
-	toolCalls := 0 // calls run so far, against MaxToolCalls
+//
+// Its frame, and callModel's, stay under the model's read for a whole streamed answer: they
+// keep only what the call needs, and what comes before and after a call is done by functions of
+// their own (nextCall, answered, maxIterations). A run's stack comes back to 8 KiB after a
+// collection only if, at rest, it uses less than a quarter of 16 KiB less the 800 bytes the
+// runtime keeps free (issue 25: memory per active stream).
+func (a *Agent) loop(ctx context.Context, in *Input, t *turn, res *Result) (*Result, error) {
+	st := loopState{waitBegun: in.Begun != nil || in.Run != nil}
 	for res.Iterations < a.cfg.MaxIterations {
-		if err := in.gate(ctx); err != nil {
-			return res, a.canceledOr(ctx, err)
-		}
-		res.Iterations++
-		history := in.History
-		if history == nil {
-			var err error
-			if history, err = a.cfg.History.ModelHistory(ctx, in.SessionID); err != nil {
-				return res, a.canceledOr(ctx, err)
-			}
-		}
-		system, err := a.systemPrompt(ctx, in.SessionID, in.Session)
+		c, err := a.nextCall(ctx, in, t, res)
 		if err != nil {
-			return res, a.canceledOr(ctx, err)
-		}
-		// What the caller knew holds for the first call only: the next ones read the store.
-		in.History, in.Session = nil, nil
-		msgs := llmctx.BuildOwned(history, llmctx.Options{SystemPrompt: system, ToolHistoryRounds: a.cfg.ToolHistoryRounds})
-		if a.cfg.Attachments != nil {
-			if msgs, err = a.cfg.Attachments.Expand(ctx, msgs); err != nil {
-				return res, a.canceledOr(ctx, fmt.Errorf("reading attached files: %w", err))
-			}
-		}
-		req := &parley.ChatRequest{
-			Model:    model,
-			Messages: msgs,
-			Tools:    specs,
-		}
-		start := time.Now()
-		mctx, span := a.startModelSpan(ctx, in, req)
-		resp, answeredBy, ttft, err := a.callModel(mctx, prov, req, emitSafe)
-		latency := time.Since(start)
-		a.endModelSpan(span, answeredBy, resp, err)
-		if waitBegun {
-			// The call overlapped the write of the run's beginning: nothing is stored before
-			// it is durable, nothing at all if it failed.
-			if berr := in.begun(); berr != nil {
-				return res, berr
-			}
-			waitBegun = false
-		}
-		if a.cfg.Metrics != nil {
-			var u *parley.Usage
-			if resp != nil {
-				u = resp.Usage
-			}
-			a.cfg.Metrics.ModelCall(answeredBy, err != nil, latency, ttft, u)
-		}
-		if resp != nil && resp.Usage != nil {
-			res.Usage.Add(*resp.Usage)
-			emitSafe(parley.Event{Type: parley.EventUsage, Usage: resp.Usage})
-		}
-		if err != nil {
-			// Keep what the user already saw: its record replaces the client's draft. A failed
-			// call's turn is marked with its error, so that the model is not sent it again and
-			// it can be retried; a stopped one only when nothing came (the question stays
-			// answered, so the next is not merged with it: Anthropic and Gemini join adjacent
-			// user turns).
-			code := parley.CodeOf(err)
-			if ctx.Err() != nil {
-				code, err = parley.ECCanceled, canceled()
-			}
-			if msg := a.keepPartial(ctx, in, answeredBy, resp, latency, code); msg != nil {
-				res.Final = msg
-				emitSafe(parley.Event{Type: parley.EventRecord, Message: msg})
-			}
 			return res, err
 		}
-
-		msg := a.assistant(in, answeredBy, resp, latency)
-		if len(msg.ToolCalls) == 0 && a.storeWithEnd(in, msg) {
-			res.Final, res.FinishReason = msg, parley.FinishStop
-			return res, nil
-		}
-		if err := a.store(ctx, in.SessionID, msg); err != nil {
+		c.resp, c.answeredBy, c.ttft, c.err = a.callModel(c.ctx, t.prov, c.req, t.emit)
+		if done, err := a.answered(ctx, in, t, res, &st, c); done {
 			return res, err
-		}
-		res.Final = msg
-		emitSafe(parley.Event{Type: parley.EventRecord, Message: msg})
-		if len(msg.ToolCalls) == 0 {
-			res.FinishReason = parley.FinishStop
-			return res, nil
-		}
-
-		emitSafe(parley.Event{Type: parley.EventToolCallsStart, ToolCalls: msg.ToolCalls})
-		budget := len(msg.ToolCalls)
-		if a.cfg.MaxToolCalls > 0 {
-			budget = max(0, min(budget, a.cfg.MaxToolCalls-toolCalls))
-		}
-		toolCalls += budget
-		if err := in.gate(ctx); err != nil {
-			// The model's calls get results, so that the stored history stays valid.
-			a.closeCalls(ctx, in, msg.ToolCalls, emitSafe)
-			return res, a.canceledOr(ctx, err)
-		}
-		verdicts, err := a.approve(ctx, in, t, msg.ToolCalls, budget)
-		if err != nil {
-			if !handedOver(ctx) {
-				a.closeCalls(ctx, in, msg.ToolCalls, emitSafe)
-			}
-			return res, err
-		}
-		if err := a.runTools(ctx, in, msg.ToolCalls, budget, t.allowedNames(), verdicts, emitSafe); err != nil {
-			return res, err
-		}
-		if ctx.Err() != nil {
-			return res, canceled()
 		}
 	}
+	return a.maxIterations(ctx, in, t, res)
+}
 
+// loopState is what loop carries from one model call to the next.
+type loopState struct {
+	waitBegun bool // the run's beginning may not be durable yet (Input.Begun)
+	toolCalls int  // calls run so far, against MaxToolCalls
+}
+
+// modelCall is one of loop's model calls: what it sends, and what it got.
+type modelCall struct {
+	ctx   context.Context // the call's, with its span
+	span  trace.Span
+	req   *parley.ChatRequest
+	start time.Time
+
+	resp       *parley.Response
+	answeredBy string
+	ttft       time.Duration
+	err        error
+}
+
+// nextCall starts loop's next model call: it waits at the step's gate, counts the iteration, and
+// builds the request from the history as the store holds it (or as the caller knew it, for the
+// first call).
+//
+//go:noinline
+func (a *Agent) nextCall(ctx context.Context, in *Input, t *turn, res *Result) (*modelCall, error) {
+	if err := in.gate(ctx); err != nil {
+		return nil, a.canceledOr(ctx, err)
+	}
+	res.Iterations++
+	history := in.History
+	if history == nil {
+		var err error
+		if history, err = a.cfg.History.ModelHistory(ctx, in.SessionID); err != nil {
+			return nil, a.canceledOr(ctx, err)
+		}
+	}
+	system, err := a.systemPrompt(ctx, in.SessionID, in.Session)
+	if err != nil {
+		return nil, a.canceledOr(ctx, err)
+	}
+	// What the caller knew holds for the first call only: the next ones read the store.
+	in.History, in.Session = nil, nil
+	msgs := llmctx.BuildOwned(history, llmctx.Options{SystemPrompt: system, ToolHistoryRounds: a.cfg.ToolHistoryRounds})
+	if a.cfg.Attachments != nil {
+		if msgs, err = a.cfg.Attachments.Expand(ctx, msgs); err != nil {
+			return nil, a.canceledOr(ctx, fmt.Errorf("reading attached files: %w", err))
+		}
+	}
+	c := &modelCall{
+		req: &parley.ChatRequest{
+			Model:    t.model,
+			Messages: msgs,
+			Tools:    t.specs,
+		},
+		start: time.Now(),
+	}
+	c.ctx, c.span = a.startModelSpan(ctx, *in, c.req)
+	return c, nil
+}
+
+// answered goes on from the model call c's answer: it stores the answer and runs the tools it
+// asks for. It reports whether the loop is done (with res set, and the error it ends with).
+//
+//go:noinline
+func (a *Agent) answered(ctx context.Context, in *Input, t *turn, res *Result, st *loopState, c *modelCall) (bool, error) {
+	resp, answeredBy, err, emitSafe := c.resp, c.answeredBy, c.err, t.emit
+	latency := time.Since(c.start)
+	a.endModelSpan(c.span, answeredBy, resp, err)
+	if st.waitBegun {
+		// The call overlapped the write of the run's beginning: nothing is stored before
+		// it is durable, nothing at all if it failed.
+		if berr := in.begun(); berr != nil {
+			return true, berr
+		}
+		st.waitBegun = false
+	}
+	if a.cfg.Metrics != nil {
+		var u *parley.Usage
+		if resp != nil {
+			u = resp.Usage
+		}
+		a.cfg.Metrics.ModelCall(answeredBy, err != nil, latency, c.ttft, u)
+	}
+	if resp != nil && resp.Usage != nil {
+		res.Usage.Add(*resp.Usage)
+		emitSafe(parley.Event{Type: parley.EventUsage, Usage: resp.Usage})
+	}
+	if err != nil {
+		// Keep what the user already saw: its record replaces the client's draft. A failed
+		// call's turn is marked with its error, so that the model is not sent it again and
+		// it can be retried; a stopped one only when nothing came (the question stays
+		// answered, so the next is not merged with it: Anthropic and Gemini join adjacent
+		// user turns).
+		code := parley.CodeOf(err)
+		if ctx.Err() != nil {
+			code, err = parley.ECCanceled, canceled()
+		}
+		if msg := a.keepPartial(ctx, *in, answeredBy, resp, latency, code); msg != nil {
+			res.Final = msg
+			emitSafe(parley.Event{Type: parley.EventRecord, Message: msg})
+		}
+		return true, err
+	}
+
+	msg := a.assistant(*in, answeredBy, resp, latency)
+	if len(msg.ToolCalls) == 0 && a.storeWithEnd(*in, msg) {
+		res.Final, res.FinishReason = msg, parley.FinishStop
+		return true, nil
+	}
+	if err := a.store(ctx, in.SessionID, msg); err != nil {
+		return true, err
+	}
+	res.Final = msg
+	emitSafe(parley.Event{Type: parley.EventRecord, Message: msg})
+	if len(msg.ToolCalls) == 0 {
+		res.FinishReason = parley.FinishStop
+		return true, nil
+	}
+
+	emitSafe(parley.Event{Type: parley.EventToolCallsStart, ToolCalls: msg.ToolCalls})
+	budget := len(msg.ToolCalls)
+	if a.cfg.MaxToolCalls > 0 {
+		budget = max(0, min(budget, a.cfg.MaxToolCalls-st.toolCalls))
+	}
+	st.toolCalls += budget
+	if err := in.gate(ctx); err != nil {
+		// The model's calls get results, so that the stored history stays valid.
+		a.closeCalls(ctx, *in, msg.ToolCalls, emitSafe)
+		return true, a.canceledOr(ctx, err)
+	}
+	verdicts, err := a.approve(ctx, *in, t, msg.ToolCalls, budget)
+	if err != nil {
+		if !handedOver(ctx) {
+			a.closeCalls(ctx, *in, msg.ToolCalls, emitSafe)
+		}
+		return true, err
+	}
+	if err := a.runTools(ctx, *in, msg.ToolCalls, budget, t.allowedNames(), verdicts, emitSafe); err != nil {
+		return true, err
+	}
+	if ctx.Err() != nil {
+		return true, canceled()
+	}
+	return false, nil
+}
+
+// maxIterations ends a loop that reached MaxIterations without an answer: it stores and
+// announces an answer that says so.
+//
+//go:noinline
+func (a *Agent) maxIterations(ctx context.Context, in *Input, t *turn, res *Result) (*Result, error) {
+	emitSafe := t.emit
 	text := MaxIterationsText(a.cfg.MaxIterations)
 	msg := &parley.Message{
 		ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text(text),
-		RunID: in.RunID, Model: model, CreatedAt: a.now(),
+		RunID: in.RunID, Model: t.model, CreatedAt: a.now(),
 	}
 	// A streaming client shows text from chunks; the record that follows replaces them.
 	emitSafe(parley.Event{Type: parley.EventChunk, Content: text})
-	if a.storeWithEnd(in, msg) {
+	if a.storeWithEnd(*in, msg) {
 		res.Final, res.FinishReason = msg, parley.FinishMaxIterations
 		return res, nil
 	}
@@ -484,55 +543,108 @@ func (a *Agent) closeCalls(ctx context.Context, in Input, calls []parley.ToolCal
 // the assembled response and the model that answered it (another than req.Model when a router
 // fell back), and the time from the call's start to its first output (text, reasoning or a tool
 // call; 0 if none came). On error it also returns what had arrived.
+//
+// Its frame stays under the model's read for the whole answer (see loop): what the call keeps
+// is in a modelStream, and each event is handled by took.
 func (a *Agent) callModel(ctx context.Context, prov parley.Provider, req *parley.ChatRequest, emit func(parley.Event)) (*parley.Response, string, time.Duration, error) {
-	answeredBy := req.Model
-	start := time.Now()
-	var ttft time.Duration
-	callCtx := ctx
-	if a.cfg.ModelTimeout > 0 {
-		var cancel context.CancelFunc
-		callCtx, cancel = context.WithTimeout(ctx, a.cfg.ModelTimeout)
-		defer cancel()
-	}
-	// A call cut by ModelTimeout (and not by the run's own end) is a timeout, whatever error
-	// the provider made of it.
-	fail := func(err error) error {
-		if ctx.Err() == nil && errors.Is(callCtx.Err(), context.DeadlineExceeded) {
-			return parley.WrapError(parley.ECTimeout, err, fmt.Sprintf("the model call took longer than %s", a.cfg.ModelTimeout))
-		}
-		return upstream(err)
-	}
-	stream, err := prov.Stream(callCtx, req)
+	s, err := a.openModel(ctx, prov, req, emit)
 	if err != nil {
-		return nil, answeredBy, 0, fail(err)
+		return nil, req.Model, 0, err
 	}
-	defer stream.Close()
-	if mr, ok := stream.(parley.ModelReporter); ok && mr.Model() != "" {
-		answeredBy = mr.Model()
-	}
-	var b parley.ResponseBuilder
+	defer s.close()
 	for {
-		ev, err := stream.Next()
-		if errors.Is(err, io.EOF) {
-			return b.Response(), answeredBy, ttft, nil
-		}
+		ev, err := s.stream.Next()
 		if err != nil {
-			return b.Response(), answeredBy, ttft, fail(err)
+			s.err = err
+			return s.end()
 		}
-		b.Add(ev)
-		if ttft == 0 && (ev.Type == parley.StreamContent || ev.Type == parley.StreamReasoning || ev.Type == parley.StreamToolCall || ev.Type == parley.StreamThinking) {
-			ttft = max(time.Since(start), time.Nanosecond)
+		s.took(&ev)
+	}
+}
+
+// modelStream is what callModel keeps of a model call while its answer streams.
+type modelStream struct {
+	a          *Agent
+	ctx        context.Context // the run's
+	callCtx    context.Context // the call's: ctx with ModelTimeout
+	cancel     context.CancelFunc
+	stream     parley.Stream
+	emit       func(parley.Event)
+	answeredBy string
+	start      time.Time
+	ttft       time.Duration
+	err        error // what ended the stream: io.EOF at the answer's end
+	b          parley.ResponseBuilder
+}
+
+// openModel starts the model call: its time bound, then the provider's stream. On error nothing
+// is left open.
+//
+//go:noinline
+func (a *Agent) openModel(ctx context.Context, prov parley.Provider, req *parley.ChatRequest, emit func(parley.Event)) (*modelStream, error) {
+	s := &modelStream{a: a, ctx: ctx, callCtx: ctx, emit: emit, answeredBy: req.Model, start: time.Now()}
+	if a.cfg.ModelTimeout > 0 {
+		s.callCtx, s.cancel = context.WithTimeout(ctx, a.cfg.ModelTimeout)
+	}
+	stream, err := prov.Stream(s.callCtx, req)
+	if err != nil {
+		err = s.fail(err)
+		if s.cancel != nil {
+			s.cancel()
 		}
-		switch ev.Type {
-		case parley.StreamContent:
-			if ev.Content != "" {
-				emit(parley.Event{Type: parley.EventChunk, Content: ev.Content})
-			}
-		case parley.StreamReasoning:
-			if ev.Reasoning != "" {
-				emit(parley.Event{Type: parley.EventReasoning, Content: ev.Reasoning})
-			}
+		return nil, err
+	}
+	s.stream = stream
+	if mr, ok := stream.(parley.ModelReporter); ok && mr.Model() != "" {
+		s.answeredBy = mr.Model()
+	}
+	return s, nil
+}
+
+// fail is the error a failed call returns. A call cut by ModelTimeout (and not by the run's own
+// end) is a timeout, whatever error the provider made of it.
+func (s *modelStream) fail(err error) error {
+	if s.ctx.Err() == nil && errors.Is(s.callCtx.Err(), context.DeadlineExceeded) {
+		return parley.WrapError(parley.ECTimeout, err, fmt.Sprintf("the model call took longer than %s", s.a.cfg.ModelTimeout))
+	}
+	return upstream(err)
+}
+
+// took folds one event of the answer into the response, and emits its text or reasoning.
+//
+//go:noinline
+func (s *modelStream) took(ev *parley.StreamEvent) {
+	s.b.Add(*ev)
+	if s.ttft == 0 && (ev.Type == parley.StreamContent || ev.Type == parley.StreamReasoning || ev.Type == parley.StreamToolCall || ev.Type == parley.StreamThinking) {
+		s.ttft = max(time.Since(s.start), time.Nanosecond)
+	}
+	switch ev.Type {
+	case parley.StreamContent:
+		if ev.Content != "" {
+			s.emit(parley.Event{Type: parley.EventChunk, Content: ev.Content})
 		}
+	case parley.StreamReasoning:
+		if ev.Reasoning != "" {
+			s.emit(parley.Event{Type: parley.EventReasoning, Content: ev.Reasoning})
+		}
+	}
+}
+
+// end is what callModel returns once the stream ended: io.EOF at the answer's end.
+//
+//go:noinline
+func (s *modelStream) end() (*parley.Response, string, time.Duration, error) {
+	if errors.Is(s.err, io.EOF) {
+		return s.b.Response(), s.answeredBy, s.ttft, nil
+	}
+	return s.b.Response(), s.answeredBy, s.ttft, s.fail(s.err)
+}
+
+// close closes the stream, then ends the call's time bound.
+func (s *modelStream) close() {
+	s.stream.Close()
+	if s.cancel != nil {
+		s.cancel()
 	}
 }
 

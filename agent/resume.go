@@ -24,7 +24,7 @@ const InterruptedText = "error: interrupted: the server running this tool call s
 // at once with FinishStop, one whose last stored message is its own failed turn ends with that
 // error, and a retry that stored nothing yet starts over.
 func (a *Agent) Resume(ctx context.Context, in Input, emit func(parley.Event)) (*Result, error) {
-	t, err := a.prepare(in, emit)
+	t, err := a.prepare(&in, emit)
 	if err != nil {
 		return nil, err
 	}
@@ -55,7 +55,7 @@ func (a *Agent) Resume(ctx context.Context, in Input, emit func(parley.Event)) (
 	}
 	open := openCalls(h)
 	if len(open) == 0 {
-		return a.loop(ctx, in, t, res)
+		return a.loop(ctx, &in, t, res)
 	}
 	ids := make([]string, len(open))
 	for i, c := range open {
@@ -99,7 +99,7 @@ func (a *Agent) Resume(ctx context.Context, in Input, emit func(parley.Event)) (
 			return res, canceled()
 		}
 	}
-	return a.loop(ctx, in, t, res)
+	return a.loop(ctx, &in, t, res)
 }
 
 // Interrupt closes a run that will not go on: each tool call of its last model response that has

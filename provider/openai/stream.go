@@ -18,38 +18,55 @@ func NewStream(body io.ReadCloser) parley.Stream {
 }
 
 func newStream(ctx context.Context, body io.ReadCloser) *upstream.Stream {
-	sse, dec := upstream.NewSSEReader(body), newChunkDecoder()
-	var usage *parley.Usage // the latest usage seen, reported once at [DONE]
-	return upstream.NewStream(ctx, body, "[DONE]", func(out []parley.StreamEvent) (evs []parley.StreamEvent, err error) {
-		defer func() {
-			if err != nil { // the stream's end (io.EOF too): the framer is not called again
-				sse.Release()
-			}
-		}()
-		ev, err := sse.Next()
+	f := &framer{sse: upstream.NewSSEReader(body), dec: newChunkDecoder()}
+	// The framer stays under the model's read for a whole streamed answer, so it keeps only
+	// the read in its frame; a frame's events are made by events (issue 25: memory per active
+	// stream).
+	return upstream.NewStream(ctx, body, "[DONE]", func(out []parley.StreamEvent) ([]parley.StreamEvent, error) {
+		ev, err := f.sse.Next()
 		if err != nil {
+			f.sse.Release() // the stream's end: the framer is not called again
 			return out, upstream.Cut(err)
 		}
-		data := bytes.TrimSpace(ev.Data)
-		switch {
-		case bytes.Equal(data, []byte("[DONE]")):
-			if usage != nil {
-				out = append(out, parley.StreamEvent{Type: parley.StreamUsage, Usage: usage})
-			}
-			return out, io.EOF
-		case ev.Type == "error":
-			return out, parley.WrapError(parley.ECUpstream, upstream.EventError(data), "provider stream failed")
-		}
-		n := len(out)
-		out, err = dec.decode(out, data)
-		kept := out[:n]
-		for _, e := range out[n:] {
-			if e.Type == parley.StreamUsage {
-				usage = e.Usage // totals so far; only the last is reported
-				continue
-			}
-			kept = append(kept, e)
-		}
-		return kept, err
+		return f.events(out, &ev)
 	})
+}
+
+// framer is what newStream's framer keeps from one frame to the next.
+type framer struct {
+	sse   *upstream.SSEReader
+	dec   *chunkDecoder
+	usage *parley.Usage // the latest usage seen, reported once at [DONE]
+}
+
+// events appends the events of one SSE event to out.
+//
+//go:noinline
+func (f *framer) events(out []parley.StreamEvent, ev *upstream.SSEEvent) (evs []parley.StreamEvent, err error) {
+	defer func() {
+		if err != nil { // the stream's end (io.EOF too): the framer is not called again
+			f.sse.Release()
+		}
+	}()
+	data := bytes.TrimSpace(ev.Data)
+	switch {
+	case bytes.Equal(data, []byte("[DONE]")):
+		if f.usage != nil {
+			out = append(out, parley.StreamEvent{Type: parley.StreamUsage, Usage: f.usage})
+		}
+		return out, io.EOF
+	case ev.Type == "error":
+		return out, parley.WrapError(parley.ECUpstream, upstream.EventError(data), "provider stream failed")
+	}
+	n := len(out)
+	out, err = f.dec.decode(out, data)
+	kept := out[:n]
+	for _, e := range out[n:] {
+		if e.Type == parley.StreamUsage {
+			f.usage = e.Usage // totals so far; only the last is reported
+			continue
+		}
+		kept = append(kept, e)
+	}
+	return kept, err
 }

@@ -504,25 +504,35 @@ var _ parley.ModelReporter = (*stream)(nil)
 // Model is the model that answered, "provider/model".
 func (s *stream) Model() string { return s.model }
 
-func (s *stream) Next() (parley.StreamEvent, error) {
-	var ev parley.StreamEvent
-	var err error
+// Next stays under the model's read for a whole streamed answer, so it keeps only the read in
+// its frame; the rest is taken's work (issue 25: memory per active stream).
+func (s *stream) Next() (ev parley.StreamEvent, err error) {
 	if s.first != nil {
 		ev, err = *s.first, s.firstErr
 		s.first = nil
 	} else {
 		ev, err = s.Stream.Next()
 	}
+	if err != nil || ev.Type == parley.StreamUsage {
+		s.taken(&ev, err)
+	}
+	return ev, err
+}
+
+// taken is Next's work on the event ev and err read: the call's outcome reported at an error,
+// a usage event priced.
+//
+//go:noinline
+func (s *stream) taken(ev *parley.StreamEvent, err error) {
 	if err != nil {
 		s.report(outcome(s.ctx, err))
-		return ev, err
+		return
 	}
-	if ev.Type == parley.StreamUsage && ev.Usage != nil && s.priced {
+	if ev.Usage != nil && s.priced {
 		u := *ev.Usage
 		u.Cost = s.price.Cost(u)
 		ev.Usage = &u
 	}
-	return ev, nil
 }
 
 // Close ends the call; a stream closed before its end says nothing of the endpoint's health.

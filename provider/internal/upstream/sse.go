@@ -78,38 +78,65 @@ func (r *SSEReader) Release() {
 // Next returns the next event. At the end of the input, an event whose lines were complete but
 // that no blank line dispatched is still returned; a partial last line is dropped. After the
 // last event it returns io.EOF, or the read error.
+//
+// It stays under the model's read for a whole streamed answer, so it keeps only the read in its
+// frame: a line is taken by line, the input's end by end (issue 25: memory per active stream).
 func (r *SSEReader) Next() (SSEEvent, error) {
 	r.data, r.typ, r.has = r.data[:0], "", false
 	for r.sc.Scan() {
-		line := r.sc.Bytes()
-		if r.first {
-			line = bytes.TrimPrefix(line, []byte("\xEF\xBB\xBF"))
-			r.first = false
-		}
-		if len(line) == 0 {
-			if r.has {
-				return SSEEvent{Type: r.typ, Data: bytes.TrimSuffix(r.data, []byte("\n"))}, nil
-			}
-			r.typ = ""
-			continue
-		}
-		if line[0] == ':' {
-			continue
-		}
-		field, value, _ := bytes.Cut(line, []byte(":"))
-		value = bytes.TrimPrefix(value, []byte(" "))
-		switch string(field) {
-		case "data":
-			if len(r.data)+len(value)+1 > MaxEventSize {
-				return SSEEvent{}, ErrTooLarge
-			}
-			r.data = append(r.data, value...)
-			r.data = append(r.data, '\n')
-			r.has = true
-		case "event":
-			r.typ = string(value)
+		if done, err := r.line(r.sc.Bytes()); done || err != nil {
+			return r.event(err)
 		}
 	}
+	return r.end()
+}
+
+// line takes one line of the input. It reports whether the line dispatched the event read so far.
+//
+//go:noinline
+func (r *SSEReader) line(line []byte) (bool, error) {
+	if r.first {
+		line = bytes.TrimPrefix(line, []byte("\xEF\xBB\xBF"))
+		r.first = false
+	}
+	if len(line) == 0 {
+		if r.has {
+			return true, nil
+		}
+		r.typ = ""
+		return false, nil
+	}
+	if line[0] == ':' {
+		return false, nil
+	}
+	field, value, _ := bytes.Cut(line, []byte(":"))
+	value = bytes.TrimPrefix(value, []byte(" "))
+	switch string(field) {
+	case "data":
+		if len(r.data)+len(value)+1 > MaxEventSize {
+			return false, ErrTooLarge
+		}
+		r.data = append(r.data, value...)
+		r.data = append(r.data, '\n')
+		r.has = true
+	case "event":
+		r.typ = string(value)
+	}
+	return false, nil
+}
+
+// event returns the event read so far, or err.
+func (r *SSEReader) event(err error) (SSEEvent, error) {
+	if err != nil {
+		return SSEEvent{}, err
+	}
+	return SSEEvent{Type: r.typ, Data: bytes.TrimSuffix(r.data, []byte("\n"))}, nil
+}
+
+// end is what Next returns once the input ended or failed.
+//
+//go:noinline
+func (r *SSEReader) end() (SSEEvent, error) {
 	err := r.sc.Err()
 	switch {
 	case errors.Is(err, bufio.ErrTooLong):
@@ -117,7 +144,7 @@ func (r *SSEReader) Next() (SSEEvent, error) {
 	case err != nil && !errors.Is(err, errPartialLine):
 		return SSEEvent{}, err
 	case r.has:
-		return SSEEvent{Type: r.typ, Data: bytes.TrimSuffix(r.data, []byte("\n"))}, nil
+		return r.event(nil)
 	}
 	return SSEEvent{}, io.EOF
 }

@@ -1,0 +1,6 @@
+//go:build !race
+
+package openai
+
+// raceOn: the race detector's instrumentation makes every frame larger.
+const raceOn = false

@@ -1,0 +1,6 @@
+//go:build race
+
+package router
+
+// raceOn: the race detector's instrumentation makes every frame larger.
+const raceOn = true
