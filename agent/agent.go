@@ -558,7 +558,7 @@ func (a *Agent) callModel(ctx context.Context, prov parley.Provider, req *parley
 			s.err = err
 			return s.end()
 		}
-		s.took(&ev)
+		s.took(ev)
 	}
 }
 
@@ -613,8 +613,8 @@ func (s *modelStream) fail(err error) error {
 // took folds one event of the answer into the response, and emits its text or reasoning.
 //
 //go:noinline
-func (s *modelStream) took(ev *parley.StreamEvent) {
-	s.b.Add(*ev)
+func (s *modelStream) took(ev parley.StreamEvent) {
+	s.b.Add(ev)
 	if s.ttft == 0 && (ev.Type == parley.StreamContent || ev.Type == parley.StreamReasoning || ev.Type == parley.StreamToolCall || ev.Type == parley.StreamThinking) {
 		s.ttft = max(time.Since(s.start), time.Nanosecond)
 	}

@@ -18,9 +18,9 @@ import (
 // after a collection only if it then uses less than 3,296 bytes (a quarter of 16 KiB less the
 // 800 the runtime keeps free), of which ~1,400 are net/http's and bufio's read, ~750 the
 // provider's stream, ~460 runs' and chat's frames (issue 25: memory per active stream).
-// Measured: 2,144 bytes when loop and callModel did all their work in their own frames; 688
+// Measured: 2,144 bytes when loop and callModel did all their work in their own frames; 600
 // now that nextCall, answered, openModel and took do what comes before and after the read.
-const loopStackBudget = 800
+const loopStackBudget = 700
 
 // TestLoopStackUnderTheModelRead runs the agent on a goroutine of its own and measures, in the
 // model stream's Next, how deep the stack is under Run.
