@@ -272,7 +272,7 @@ func (s *Store) merge(ctx context.Context, tx *sql.Tx, parts []any) error {
 		if len(r.stored) > 0 {
 			stored = rowcodec.RangesCover(r.stored)
 		}
-		evRows = appendEventRows(evRows, f.SessionID, f.At, rowcodec.EventBatches(f.Events, stored))
+		evRows = appendEventRows(evRows, f.SessionID, f.At, rowcodec.CompactEventBatches(f.Events, stored))
 		if r.running {
 			ends = append(ends, f.RunID, f.Finish, micros(f.At))
 		} else {
@@ -282,7 +282,7 @@ func (s *Store) merge(ctx context.Context, tx *sql.Tx, parts []any) error {
 	for _, p := range events { // as appendEvents
 		batches := p.batches
 		if r := found[p.sessionID]; len(r.stored) > 0 {
-			batches = rowcodec.EventBatches(p.evs, rowcodec.RangesCover(r.stored))
+			batches = rowcodec.CompactEventBatches(p.evs, rowcodec.RangesCover(r.stored))
 		}
 		evRows = appendEventRows(evRows, p.sessionID, p.at, batches)
 	}

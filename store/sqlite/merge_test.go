@@ -176,7 +176,7 @@ func TestMergedWritesLeaveWhatEachWouldAlone(t *testing.T) {
 		ids   []any
 	)
 	for _, w := range writes {
-		p := &eventsPart{s: s, sessionID: w.SessionID, at: w.At, evs: w.Events, batches: rowcodec.EventBatches(w.Events, nil)}
+		p := &eventsPart{s: s, sessionID: w.SessionID, at: w.At, evs: w.Events, batches: rowcodec.CompactEventBatches(w.Events, nil)}
 		parts, ids = append(parts, p), append(ids, w.SessionID)
 	}
 	for _, b := range begins {
