@@ -87,7 +87,7 @@ func (s *Store) AppendEncodedEvents(ctx context.Context, sessionID string, at ti
 
 func (s *Store) appendEncoded(ctx context.Context, sessionID string, at time.Time, evs []parley.EncodedEvent) error {
 	// Joined before the transaction; again inside it only if a retried write overlaps.
-	p := &eventsPart{s: s, sessionID: sessionID, at: at, evs: evs, batches: rowcodec.EventBatches(evs, nil)}
+	p := &eventsPart{s: s, sessionID: sessionID, at: at, evs: evs, batches: rowcodec.CompactEventBatches(evs, nil)}
 	if len(p.batches) == 1 { // one row: merged with its batch's other rows (Store.merge)
 		return s.w.DoMerge(ctx, sessionID, p, p.run)
 	}
@@ -132,7 +132,7 @@ func (s *Store) appendEvents(ctx context.Context, tx *sql.Tx, sessionID string, 
 		return fmt.Errorf("sqlite: storing events: %w", err)
 	}
 	if len(stored) > 0 {
-		batches = rowcodec.EventBatches(evs, rowcodec.RangesCover(stored))
+		batches = rowcodec.CompactEventBatches(evs, rowcodec.RangesCover(stored))
 	}
 	return insertEventBatches(ctx, c, sessionID, at, batches)
 }

@@ -30,7 +30,7 @@ import (
 
 // mergeChunk is the most rows one merged statement takes; more are split into statements of
 // this many. Each row count up to it has a statement text of its own, prepared once per
-// connection: the bound keeps that cache small (7 kinds × mergeChunk texts).
+// connection: the bound keeps that cache small (8 kinds × mergeChunk texts).
 const mergeChunk = 16
 
 var _ groupcommit.Merger[*sql.Tx] = sqlTx{}
@@ -79,6 +79,8 @@ var (
 	mergedMessages = newMergedStmt(`INSERT INTO messages (id, session_id, seq, role, content, parts, name, tool_calls,
 	tool_call_id, reasoning, run_id, model, latency_ms, usage, success, resource_id, created_at, thinking_blocks, server, error,
 	parent_id) VALUES `, values(21), ``)
+	// mergedPlainMessages inserts the plain messages (plainMessage), the other columns NULL.
+	mergedPlainMessages = newMergedStmt(`INSERT INTO messages (`+plainMessageCols+`) VALUES `, values(11), ``)
 	// mergedUpdate is updateSession for each row: the session, then updateSession's
 	// parameters but its last.
 	mergedUpdate = newMergedStmt(`UPDATE sessions SET last_seq = v.column2, event_seq = v.column3,
@@ -160,7 +162,8 @@ func readMerged(ctx context.Context, c cachedTx, args []any) (map[string]*sessio
 }
 
 // merge does what the parts' functions would do one after another, in seven statements or so
-// for the lot (more past mergeChunk rows of a kind).
+// for the lot (eight when plain messages and others come together; more past mergeChunk rows of
+// a kind).
 func (s *Store) merge(ctx context.Context, tx *sql.Tx, parts []any) error {
 	var (
 		news, turns []*beginPart
@@ -205,7 +208,16 @@ func (s *Store) merge(ctx context.Context, tx *sql.Tx, parts []any) error {
 	// The rows of each statement, sized once (the event rows: one a write unless it has gaps).
 	sessions := make([]any, 0, len(news)*mergedSessions.cols)
 	runs := make([]any, 0, (len(news)+len(turns))*mergedRuns.cols)
-	msgs := make([]any, 0, (len(news)+len(turns)+len(finishes))*mergedMessages.cols)
+	msgs := make([]any, 0, (len(news)+len(turns)+len(finishes))*mergedPlainMessages.cols)
+	var wide []any // mergedMessages' rows: the messages that are not plain
+	// addMessage adds the row of a message (messageRow) to the messages to insert.
+	addMessage := func(row []any, sessionID string, seq int64, parent any) {
+		if plainMessage(row) {
+			msgs = appendMessageArgs(msgs, row, sessionID, seq, parent, true)
+		} else {
+			wide = appendMessageArgs(wide, row, sessionID, seq, parent, false)
+		}
+	}
 	updates := make([]any, 0, (len(turns)+len(finishes))*mergedUpdate.cols)
 	evRows := make([]any, 0, (len(finishes)+len(events))*mergedEvents.cols)
 	ends := make([]any, 0, len(finishes)*mergedEnds.cols)
@@ -228,7 +240,7 @@ func (s *Store) merge(ctx context.Context, tx *sql.Tx, parts []any) error {
 			max(0, rowcodec.OpenCallsDelta(b.Messages)), m.ID, p.links.Branches)
 		b.Run.FirstSeq = 1
 		runs = appendRun(runs, b.Run, p.tools)
-		msgs = append(msgs, messageArgs(p.rows[0], sess.ID, 1, nullStr(p.links.Parents[0]))...)
+		addMessage(p.rows[0], sess.ID, 1, nullStr(p.links.Parents[0]))
 	}
 	// appendTurn adds the message of an append to a session found (as appendMessages) and the
 	// session's update, whose event numbers are seq.
@@ -238,7 +250,7 @@ func (s *Store) merge(ctx context.Context, tx *sql.Tx, parts []any) error {
 			return 0, links, false
 		}
 		last, m := r.last+1, ms[0]
-		msgs = append(msgs, messageArgs(row, sessionID, last, nullStr(links.Parents[0]))...)
+		addMessage(row, sessionID, last, nullStr(links.Parents[0]))
 		total := rowcodec.TotalUsage(ms)
 		updates = append(updates, sessionID, last, seq, micros(m.CreatedAt),
 			total.PromptTokens, total.CompletionTokens, total.TotalTokens, total.ReasoningTokens, total.CachedTokens, total.Cost,
@@ -272,7 +284,7 @@ func (s *Store) merge(ctx context.Context, tx *sql.Tx, parts []any) error {
 		if len(r.stored) > 0 {
 			stored = rowcodec.RangesCover(r.stored)
 		}
-		evRows = appendEventRows(evRows, f.SessionID, f.At, rowcodec.EventBatches(f.Events, stored))
+		evRows = appendEventRows(evRows, f.SessionID, f.At, rowcodec.CompactEventBatches(f.Events, stored))
 		if r.running {
 			ends = append(ends, f.RunID, f.Finish, micros(f.At))
 		} else {
@@ -282,14 +294,15 @@ func (s *Store) merge(ctx context.Context, tx *sql.Tx, parts []any) error {
 	for _, p := range events { // as appendEvents
 		batches := p.batches
 		if r := found[p.sessionID]; len(r.stored) > 0 {
-			batches = rowcodec.EventBatches(p.evs, rowcodec.RangesCover(r.stored))
+			batches = rowcodec.CompactEventBatches(p.evs, rowcodec.RangesCover(r.stored))
 		}
 		evRows = appendEventRows(evRows, p.sessionID, p.at, batches)
 	}
 	for _, st := range []struct {
 		m    *mergedStmt
 		args []any
-	}{{mergedSessions, sessions}, {mergedRuns, runs}, {mergedMessages, msgs}, {mergedUpdate, updates}, {mergedEvents, evRows}} {
+	}{{mergedSessions, sessions}, {mergedRuns, runs}, {mergedPlainMessages, msgs}, {mergedMessages, wide},
+		{mergedUpdate, updates}, {mergedEvents, evRows}} {
 		if _, err := execMerged(ctx, c, st.m, st.args); err != nil {
 			return err
 		}

@@ -176,7 +176,7 @@ func TestMergedWritesLeaveWhatEachWouldAlone(t *testing.T) {
 		ids   []any
 	)
 	for _, w := range writes {
-		p := &eventsPart{s: s, sessionID: w.SessionID, at: w.At, evs: w.Events, batches: rowcodec.EventBatches(w.Events, nil)}
+		p := &eventsPart{s: s, sessionID: w.SessionID, at: w.At, evs: w.Events, batches: rowcodec.CompactEventBatches(w.Events, nil)}
 		parts, ids = append(parts, p), append(ids, w.SessionID)
 	}
 	for _, b := range begins {
@@ -281,10 +281,11 @@ func TestABatchMergesItsWritesAndAFailureStaysItsOwn(t *testing.T) {
 				storetest.MergeFailures(t, s, now, begins, finishes)
 			}
 			// One read of the 10 sessions that exist, one insert each of the sessions, runs,
-			// messages and event rows, one update each of the sessions and of the runs: 7 (and
-			// the project's read, not counted), where the 13 writes each by its own statements
-			// run 54 (TestMergedWritesLeaveWhatEachWouldAlone logs both).
-			want := int64(7)
+			// plain messages, other messages (a message with every column, an answer with a tool
+			// call) and event rows, one update each of the sessions and of the runs: 8 (and the
+			// project's read, not counted), where the 13 writes each by its own statements run 54
+			// (TestMergedWritesLeaveWhatEachWouldAlone logs both).
+			want := int64(8)
 			if fail {
 				want = -1
 			}
@@ -398,5 +399,62 @@ func TestMergedStatementsReadByIndex(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A batch inserts its plain messages (a user's question, an answer with its usage) by a
+// statement of their 11 columns, the other columns NULL, and only the others by the statement of
+// every column: here 4 plain messages and a tool's result with success and a resource.
+func TestABatchInsertsPlainMessagesByTheirColumns(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	var parts []any
+	for i := range 3 {
+		sess := &parley.Session{ID: parley.NewID(), Owner: "o", CreatedAt: now, UpdatedAt: now}
+		run := &parley.RunRecord{ID: parley.NewID(), SessionID: sess.ID, Owner: "o", Model: "m", Instance: "i",
+			LeaseUntil: now.Add(time.Minute), CreatedAt: now}
+		m := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("hi"), RunID: run.ID, CreatedAt: now}
+		if i == 2 {
+			ok := true
+			m.Role, m.Success, m.ToolCallID, m.Server = parley.RoleTool, &ok, "c1", "srv"
+		}
+		p, err := newBeginPart(s, &parley.RunBegin{NewSession: sess, Reserve: 10, Run: run, Messages: []*parley.Message{m}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts = append(parts, p)
+	}
+	for range 2 {
+		f := finishOf(t, s, 4, now)
+		p, err := newFinishPart(s, &f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts = append(parts, p)
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if err := s.merge(ctx, tx, parts); err != nil {
+		t.Fatal(err)
+	}
+	s.stmtMu.Lock()
+	defer s.stmtMu.Unlock()
+	for n := 1; n <= mergeChunk; n++ {
+		if _, ok := s.stmts[mergedPlainMessages.texts[n]]; ok != (n == 4) {
+			t.Errorf("plain messages' statement of %d rows prepared: %v", n, ok)
+		}
+		if _, ok := s.stmts[mergedMessages.texts[n]]; ok != (n == 1) {
+			t.Errorf("every column's statement of %d rows prepared: %v", n, ok)
+		}
+	}
+	var plain, other int
+	if err := tx.QueryRow(`SELECT count(*) FILTER (WHERE success IS NULL AND server IS NULL), count(*) FILTER (WHERE success = 1 AND server = 'srv')
+		FROM messages`).Scan(&plain, &other); err != nil || plain != 6 || other != 1 {
+		t.Fatalf("%d plain messages, %d others, %v", plain, other, err)
 	}
 }

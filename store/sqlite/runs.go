@@ -520,13 +520,13 @@ func (p *finishPart) run(ctx context.Context, tx *sql.Tx) (err error) {
 			return err
 		}
 		if overlaps == nil {
-			err = s.appendEvents(ctx, tx, f.SessionID, f.At, f.Events, rowcodec.EventBatches(f.Events, nil))
+			err = s.appendEvents(ctx, tx, f.SessionID, f.At, f.Events, rowcodec.CompactEventBatches(f.Events, nil))
 		} else {
 			var stored rowcodec.Covered
 			if len(overlaps.stored) > 0 {
 				stored = rowcodec.RangesCover(overlaps.stored)
 			}
-			err = insertEventBatches(ctx, s.cached(tx), f.SessionID, f.At, rowcodec.EventBatches(f.Events, stored))
+			err = insertEventBatches(ctx, s.cached(tx), f.SessionID, f.At, rowcodec.CompactEventBatches(f.Events, stored))
 		}
 		if err != nil {
 			return err

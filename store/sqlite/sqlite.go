@@ -680,7 +680,36 @@ const insertMessage = `INSERT INTO messages (id, session_id, seq, role, content,
 
 // messageArgs are the parameters of insertMessage for a message's row (messageRow).
 func messageArgs(r []any, sessionID string, seq int64, parent any) []any {
-	args := make([]any, 0, len(r)+3)
+	return appendMessageArgs(make([]any, 0, len(r)+3), r, sessionID, seq, parent, false)
+}
+
+// plainMessageCols are the columns of a plain message (plainMessage): the others are NULL. A
+// chat's messages are plain (a user's question, an answer with its usage, a tool's result
+// without success, resource or server): its merged inserts (Store.merge) bind 11 parameters a
+// message instead of 21.
+const plainMessageCols = `id, session_id, seq, role, content, run_id, model, latency_ms, usage, created_at, parent_id`
+
+// plainOmits are the indexes in a message's row (messageRow) of the columns plainMessageCols
+// leave out.
+var plainOmits = [...]int{3, 4, 5, 6, 7, 12, 13, 15, 16, 17}
+
+// plainMessage reports whether the message of row r (messageRow) is NULL in every column that
+// plainMessageCols leave out.
+func plainMessage(r []any) bool {
+	for _, i := range plainOmits {
+		if r[i] != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// appendMessageArgs appends to args the parameters of a message's row r (messageRow): those of
+// insertMessage, or if plain (plainMessage(r)), those of plainMessageCols.
+func appendMessageArgs(args, r []any, sessionID string, seq int64, parent any, plain bool) []any {
+	if plain {
+		return append(args, r[0], sessionID, seq, r[1], r[2], r[8], r[9], r[10], r[11], r[14], parent)
+	}
 	args = append(args, r[0], sessionID, seq)
 	args = append(args, r[1:]...)
 	return append(args, parent)
