@@ -27,9 +27,9 @@ const (
 // next flush.
 type sseWriter struct {
 	w       http.ResponseWriter
-	rc      *http.ResponseController
-	conn    net.Conn // set instead of w: a detached stream writes its chunks itself
-	buf     *[]byte  // borrowed from sseBuffers while a batch is gathered
+	rc      http.ResponseController // a value: one allocation less a stream
+	conn    net.Conn                // set instead of w: a detached stream writes its chunks itself
+	buf     *[]byte                 // borrowed from sseBuffers while a batch is gathered
 	err     error
 	timeout time.Duration
 }
@@ -49,7 +49,7 @@ func newSSEWriter(w http.ResponseWriter, timeout time.Duration) (*sseWriter, err
 		h["Connection"] = keepAlive
 	}
 	h["X-Accel-Buffering"] = noBuffering // ask proxies not to buffer the stream
-	s := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: timeout}
+	s := &sseWriter{w: w, rc: *http.NewResponseController(w), timeout: timeout}
 	w.WriteHeader(http.StatusOK)
 	return s, nil
 }

@@ -57,6 +57,8 @@ type Metrics struct {
 	relayLag    prometheus.Histogram
 
 	models, providers, tools, servers bounded
+
+	requests sync.Map // requestKey → *requestMetrics (Request)
 }
 
 // latencyBuckets suit calls from a few milliseconds to minutes (model calls and tools).
@@ -150,8 +152,32 @@ func (m *Metrics) Request(route, method string, status int, d time.Duration) {
 		route = path
 	}
 	method = boundMethod(method)
-	m.httpRequests.WithLabelValues(route, method, strconv.Itoa(status), strconv.Itoa(status/100)+"xx").Inc()
-	m.httpDuration.WithLabelValues(route, method).Observe(d.Seconds())
+	k := requestKey{route: route, method: method, status: status}
+	rm, ok := m.requests.Load(k)
+	if !ok {
+		rm, _ = m.requests.LoadOrStore(k, &requestMetrics{
+			count:    m.httpRequests.WithLabelValues(route, method, strconv.Itoa(status), strconv.Itoa(status/100)+"xx"),
+			duration: m.httpDuration.WithLabelValues(route, method),
+		})
+	}
+	r := rm.(*requestMetrics)
+	r.count.Inc()
+	r.duration.Observe(d.Seconds())
+}
+
+// requestKey names a request's series: its route (a mux pattern's path, or Other), its method
+// (boundMethod) and its status. Their number is bounded by the routes, the methods and the
+// status codes the server writes; prometheus keeps every one of their series anyway.
+type requestKey struct {
+	route, method string
+	status        int
+}
+
+// requestMetrics are a requestKey's series, looked up once: each request then neither formats
+// its status code as labels nor hashes its four labels to find them.
+type requestMetrics struct {
+	count    prometheus.Counter
+	duration prometheus.Observer
 }
 
 // boundMethod keeps the standard methods and counts any other as "other": a client may send any

@@ -127,3 +127,39 @@ func TestRelayLag(t *testing.T) {
 	var nilM *Metrics
 	nilM.RelayLag(time.Second) // a nil Metrics records nothing
 }
+
+// Request finds a request's series once: each request after the first of its route, method and
+// status counts and times it without allocating, in the series of its own labels.
+func TestRequestSeriesAreFoundOnce(t *testing.T) {
+	m := New()
+	for range 3 {
+		m.Request("POST /api/v1/chat/stream", "POST", 200, time.Millisecond)
+	}
+	m.Request("POST /api/v1/chat/stream", "POST", 429, time.Millisecond)
+	m.Request("", "BREW", 404, time.Millisecond)
+	for _, c := range []struct {
+		labels []string
+		want   float64
+	}{
+		{[]string{"/api/v1/chat/stream", "POST", "200", "2xx"}, 3},
+		{[]string{"/api/v1/chat/stream", "POST", "429", "4xx"}, 1},
+		{[]string{Other, Other, "404", "4xx"}, 1},
+	} {
+		if got := testutil.ToFloat64(m.httpRequests.WithLabelValues(c.labels...)); got != c.want {
+			t.Errorf("requests%v = %v, want %v", c.labels, got, c.want)
+		}
+	}
+	if n := testutil.CollectAndCount(m.httpRequests); n != 3 {
+		t.Errorf("%d request series, want 3", n)
+	}
+	if n := testutil.CollectAndCount(m.httpDuration); n != 2 {
+		t.Errorf("%d duration series, want 2", n)
+	}
+	allocs := testing.AllocsPerRun(100, func() { m.Request("POST /api/v1/chat/stream", "POST", 200, time.Millisecond) })
+	if allocs != 0 {
+		t.Errorf("Request allocates %v times, want 0", allocs)
+	}
+	if got := testutil.ToFloat64(m.httpRequests.WithLabelValues("/api/v1/chat/stream", "POST", "200", "2xx")); got != 104 {
+		t.Errorf("requests = %v, want 104", got)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/internal/deadline"
 	"github.com/parleyhq/parley/redact"
 	"github.com/parleyhq/parley/stream"
 )
@@ -117,6 +118,15 @@ const seqBlock = stream.DefaultBlock
 // storeTimeout bounds each write of events and sequence numbers.
 const storeTimeout = 10 * time.Second
 
+// storeCtx is the context of a run's beginning's or end's write: ctx's values (nil: none),
+// not its cancellation (a client that leaves does not undo a write under way), and a bound of
+// storeTimeout, which may end up to 1/64 later. Its deadline shares a timer and a channel with
+// the other writes of the moment (internal/deadline): a chat makes two of these, and a
+// context.WithTimeout each was a timer set and stopped, a callback and a channel.
+func (m *Manager) storeCtx(ctx context.Context) context.Context {
+	return m.slots.Detached(ctx, storeTimeout)
+}
+
 // Manager starts, tracks and stops runs. One run at a time per session.
 type Manager struct {
 	opts   Options
@@ -130,6 +140,8 @@ type Manager struct {
 
 	// streams carries the sessions' events: numbering, ring, store, relay and readers.
 	streams *stream.Hub
+	// slots bound the writes of runs' beginnings and ends (storeCtx).
+	slots deadline.Slots
 
 	mu        sync.Mutex
 	closing   bool
@@ -285,10 +297,8 @@ func (m *Manager) Begin(ctx context.Context, spec Spec) (*Run, error) {
 		for _, msg := range spec.Messages {
 			msg.RunID = id
 		}
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
-		first, err := rb.BeginRun(sctx, &parley.RunBegin{NewSession: spec.NewSession, SessionID: spec.Session, Leaf: spec.Leaf, Reserve: seqBlock,
+		first, err := rb.BeginRun(m.storeCtx(ctx), &parley.RunBegin{NewSession: spec.NewSession, SessionID: spec.Session, Leaf: spec.Leaf, Reserve: seqBlock,
 			Run: rec, Messages: spec.Messages})
-		cancel()
 		if err != nil {
 			m.unclaim(spec.Session)
 			if parley.CodeOf(err) == parley.ECConflict {
@@ -396,10 +406,8 @@ func (m *Manager) Launch(ctx context.Context, spec Spec, body func(r *Run) Func,
 	m.mu.Unlock()
 	go r.run(body(r), r.emitBegun)
 
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
-	first, err := rb.BeginRun(sctx, &parley.RunBegin{NewSession: spec.NewSession, SessionID: spec.Session, Leaf: spec.Leaf, Reserve: seqBlock,
+	first, err := rb.BeginRun(m.storeCtx(ctx), &parley.RunBegin{NewSession: spec.NewSession, SessionID: spec.Session, Leaf: spec.Leaf, Reserve: seqBlock,
 		Run: rec, Messages: spec.Messages})
-	cancel()
 	if err != nil {
 		m.unclaim(spec.Session)
 		if parley.CodeOf(err) == parley.ECConflict {
@@ -736,9 +744,7 @@ const endAttempts = 3
 // logged, or nil.
 func (r *Run) recordEnd(write func(ctx context.Context) error) error {
 	for attempt := 1; ; attempt++ {
-		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-		err := write(ctx)
-		cancel()
+		err := write(r.m.storeCtx(nil))
 		switch {
 		case err == nil:
 			return nil

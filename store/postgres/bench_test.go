@@ -181,6 +181,7 @@ func benchServerChats(b *testing.B, c int) {
 	var p probe
 	s := openTest(b, p.options)
 	defer s.Close()
+	p.wal = s.pool
 	storetest.BenchRunChats(b, s, c, storetest.ChatsProbe{
 		Warm:   2 * c, // every connection has prepared the statements
 		Start:  p.start,
@@ -202,6 +203,19 @@ type probe struct {
 	cpu0     time.Duration
 	trips0   int64
 	commits0 int64
+	// wal, when set, is asked where the server's WAL ends, for the bytes written (by the whole
+	// server: other databases' writes count too).
+	wal  *pgxpool.Pool
+	wal0 int64
+}
+
+// walEnd returns the server's WAL insert position in bytes (0 without p.wal or on error).
+func (p *probe) walEnd() int64 {
+	var at int64
+	if p.wal == nil || p.wal.QueryRow(context.Background(), `SELECT (pg_current_wal_insert_lsn() - '0/0')::bigint`).Scan(&at) != nil {
+		return 0
+	}
+	return at
 }
 
 func (p *probe) options(o *options) {
@@ -256,6 +270,7 @@ func procCPU(path string) time.Duration {
 }
 
 func (p *probe) start() {
+	p.wal0 = p.walEnd() // first: its round trip is not the benchmark's
 	p.cpu0, p.trips0, p.commits0, p.stmts0 = p.backendCPU(), p.trips.Load(), p.commits.Load(), p.stmts.Load()
 	p.self0 = procCPU("/proc/self/stat")
 }
@@ -265,6 +280,9 @@ func (p *probe) report(b *testing.B, n int, unit string) {
 	b.ReportMetric(float64(p.commits.Load()-p.commits0)/float64(n), "commits/"+unit)
 	b.ReportMetric(float64(p.stmts.Load()-p.stmts0)/float64(n), "statements/"+unit)
 	b.ReportMetric(float64(p.backendCPU()-p.cpu0)/float64(time.Microsecond)/float64(n), "pg-cpu-µs/"+unit)
+	if p.wal != nil {
+		b.ReportMetric(float64(p.walEnd()-p.wal0)/float64(n), "wal-bytes/"+unit)
+	}
 	// The benchmark's own process: the store's side (pgx, group commit, encoding) and the
 	// benchmark's loop.
 	b.ReportMetric(float64(procCPU("/proc/self/stat")-p.self0)/float64(time.Microsecond)/float64(n), "go-cpu-µs/"+unit)

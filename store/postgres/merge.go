@@ -113,7 +113,11 @@ func isTurn(p *beginPart) bool { return p.b.NewSession == nil }
 // batch's COMMIT. Nothing of its results is checked: the statement inserts a session, a run and
 // a message for each element of its arrays, or fails.
 func holdBegins(pt *pipeTx, begins []*beginPart) error {
-	return pt.hold(mergedBeginSQL, beginArgs(begins), func(br pgx.BatchResults) error {
+	q, args, err := mergedStatement(mergedBeginSQL, beginArgs(begins))
+	if err != nil {
+		return err
+	}
+	return pt.hold(q, args, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
@@ -137,14 +141,27 @@ func beginAndAnswer(ctx context.Context, tx pgx.Tx, all []*beginPart, finishes [
 		}
 	}
 	b := &pgx.Batch{}
+	queue := func(q string, args []any) error {
+		q, args, err := mergedStatement(q, args)
+		if err == nil {
+			b.Queue(q, args...)
+		}
+		return err
+	}
 	if len(begins) > 0 {
-		b.Queue(mergedBeginSQL, beginArgs(begins)...)
+		if err := queue(mergedBeginSQL, beginArgs(begins)); err != nil {
+			return err
+		}
 	}
 	if len(turns) > 0 {
-		b.Queue(mergedTurnsSQL, turnArgs(turns)...)
+		if err := queue(mergedTurnsSQL, turnArgs(turns)); err != nil {
+			return err
+		}
 	}
 	if len(finishes) > 0 {
-		b.Queue(mergedAnswersSQL, answerArgs(finishes)...)
+		if err := queue(mergedAnswersSQL, answerArgs(finishes)); err != nil {
+			return err
+		}
 	}
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
@@ -468,7 +485,11 @@ func holdAnswers(pt *pipeTx, ps []*finishPart) error {
 		p.last, p.links = p.hint.seq, rowcodec.LinkParents(p.f.Messages, p.hint.parent)
 		want, parent = append(want, p.hint.seq), append(parent, p.hint.parent)
 	}
-	return pt.hold(mergedForeseenSQL, append(answerArgs(ps), want, parent), func(br pgx.BatchResults) error {
+	q, args, err := mergedStatement(mergedForeseenSQL, append(answerArgs(ps), want, parent))
+	if err != nil {
+		return err
+	}
+	return pt.hold(q, args, func(br pgx.BatchResults) error {
 		rows, err := br.Query()
 		if err != nil {
 			return err
@@ -602,7 +623,11 @@ func endMerged(ctx context.Context, tx pgx.Tx, pt *pipeTx, ps []*finishPart, evs
 	for _, p := range merged {
 		finishing[p.f.SessionID] = p
 	}
-	return pt.hold(mergedEndsSQL, []any{sid, fs, ls, data, at, finish, rid, inst}, func(br pgx.BatchResults) error {
+	q, args, err := mergedStatement(mergedEndsSQL, []any{sid, fs, ls, data, at, finish, rid, inst})
+	if err != nil {
+		return err
+	}
+	return pt.hold(q, args, func(br pgx.BatchResults) error {
 		rows, err := br.Query()
 		if err != nil {
 			return err

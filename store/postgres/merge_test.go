@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/store/internal/groupcommit"
@@ -99,7 +102,8 @@ func eventsPartOf(w storetest.EventWrite) *eventsPart {
 // one after another by their own statements. Both are run in a transaction that is then rolled
 // back, on the same data.
 func TestMergedWritesLeaveWhatEachWouldAlone(t *testing.T) {
-	s := openTest(t)
+	var sent sqlRecorder
+	s := openTest(t, sent.options)
 	defer s.Close()
 	ctx := context.Background()
 	now := time.Now().UTC().Truncate(time.Microsecond)
@@ -175,20 +179,46 @@ func TestMergedWritesLeaveWhatEachWouldAlone(t *testing.T) {
 			t.Errorf("%d of the merged begins' sessions committed (%v), want none", n, err)
 		}
 	})
-	// run writes parts (merged or each alone) in a transaction, and returns what they left and
-	// returned; the transaction is rolled back.
-	run := func(merged bool) string {
+	// run writes parts (merged, each merged on its own, or each alone) in a transaction, and
+	// returns what they left and returned; the transaction is rolled back.
+	const (
+		alone = iota
+		merged
+		mergedOne // each mergeable part merged alone: the merged statements' one-row twins
+	)
+	run := func(how int) string {
 		tx, err := db.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer db.Rollback(tx)
-		if merged {
+		switch how {
+		case merged:
 			if err := db.Merge(ctx, tx, mergeable); err != nil {
 				t.Fatalf("merged: %v", err)
 			}
 			runAlone(tx, apart) // the held ends go with its first statement
-		} else {
+		case mergedOne:
+			sent.reset()
+			for _, p := range mergeable {
+				if err := db.Merge(ctx, tx, []any{p}); err != nil {
+					t.Fatalf("merged alone: %v", err)
+				}
+			}
+			runAlone(tx, apart)
+			var ones int
+			for _, q := range sent.all() {
+				if strings.Contains(q, "unnest(") {
+					t.Errorf("a part merged alone sent a statement of arrays:\n%.200s", q)
+				}
+				if strings.HasPrefix(q, "WITH") && strings.Contains(q, "(VALUES (") {
+					ones++
+				}
+			}
+			if ones < len(mergeable) {
+				t.Errorf("%d parts merged alone sent %d one-row statements, want one or more each", len(mergeable), ones)
+			}
+		default:
 			runAlone(tx, parts)
 		}
 		var out []any
@@ -221,14 +251,51 @@ func TestMergedWritesLeaveWhatEachWouldAlone(t *testing.T) {
 		j, _ := json.MarshalIndent(out, "", " ")
 		return string(j)
 	}
-	alone := run(false)
-	merged := run(true)
-	if merged != alone {
-		t.Errorf("merged, the writes left and returned\n%s\neach alone\n%s", merged, alone)
+	wantAlone := run(alone)
+	// Where each answer went alone: every other end merged on its own is given it as foreseen
+	// (mergedForeseenSQL's twin), the others find it (mergedAnswersSQL's twin).
+	var ends []*finishPart
+	hints := map[*finishPart]*answerHint{}
+	for _, p := range mergeable {
+		if p, ok := p.(*finishPart); ok {
+			if len(ends)%2 == 0 {
+				hints[p] = &answerHint{run: p.f.RunID, seq: p.last, parent: p.links.Parents[0]}
+			}
+			ends = append(ends, p)
+		}
+	}
+	if got := run(merged); got != wantAlone {
+		t.Errorf("merged, the writes left and returned\n%s\neach alone\n%s", got, wantAlone)
+	}
+	for p, h := range hints {
+		p.hint = h
+	}
+	if got := run(mergedOne); got != wantAlone {
+		t.Errorf("each merged on its own, the writes left and returned\n%s\neach alone\n%s", got, wantAlone)
+	}
+	// An answer foreseen where it does not go, merged on its own, fails the commit as in a batch.
+	t.Run("foreseen elsewhere, one row", func(t *testing.T) {
+		p := ends[0]
+		defer func() { p.hint = nil }()
+		p.hint = &answerHint{run: p.f.RunID, seq: hints[p].seq + 1, parent: hints[p].parent}
+		tx, err := db.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Rollback(tx)
+		if err := db.Merge(ctx, tx, []any{p}); err != nil {
+			t.Fatalf("merged: %v", err)
+		}
+		if err := db.Commit(ctx, tx); !errors.Is(err, groupcommit.ErrApart) {
+			t.Fatalf("the commit of an answer foreseen at the wrong seq: %v, want groupcommit.ErrApart", err)
+		}
+	})
+	for p := range hints {
+		p.hint = nil
 	}
 	// Some of the writes differ from the others (so that the comparison says something).
 	for _, want := range []string{`not running on instance other`, `"stored"`, `"project_id": "` + begins[1].NewSession.ProjectID} {
-		if !strings.Contains(alone, want) {
+		if !strings.Contains(wantAlone, want) {
 			t.Errorf("the writes alone left no %s", want)
 		}
 	}
@@ -316,18 +383,37 @@ func TestMergedStatementsReadByIndex(t *testing.T) {
 		fs = append(fs, p)
 	}
 	f := finishes[0]
-	for _, q := range []struct {
+	type statement struct {
 		name string
 		sql  string
 		args []any
-	}{
+	}
+	ends := []any{[]string{f.SessionID}, []int64{1}, []int64{2}, [][]byte{[]byte("[]")}, []time.Time{now},
+		[]string{"stop"}, []pgtype.Text{text(f.RunID)}, []pgtype.Text{text(f.Instance)}}
+	statements := []statement{
 		{"begins", mergedBeginSQL, beginArgs(bs[:3])},
 		{"turns", mergedTurnsSQL, turnArgs(bs[3:])},
 		{"answers", mergedAnswersSQL, answerArgs(fs)},
-		{"foreseen answers", mergedForeseenSQL, append(answerArgs(fs[:1]), []int64{2}, []string{parley.NewID()})},
-		{"ends", mergedEndsSQL, []any{[]string{f.SessionID}, []int64{1}, []int64{2}, [][]byte{[]byte("[]")}, []time.Time{now},
-			[]string{"stop"}, []string{f.RunID}, []string{f.Instance}}},
+	}
+	// And the one-row twins (onerow.go).
+	for _, q := range []statement{
+		{"begin", mergedBeginSQL, beginArgs(bs[:1])},
+		{"turn", mergedTurnsSQL, turnArgs(bs[3:4])},
+		{"answer", mergedAnswersSQL, answerArgs(fs[:1])},
+		{"foreseen answer", mergedForeseenSQL, append(answerArgs(fs[:1]), []int64{2}, []string{parley.NewID()})},
+		{"end", mergedEndsSQL, ends},
 	} {
+		sql, args, err := mergedStatement(q.sql, q.args)
+		if err != nil || sql == q.sql {
+			t.Fatalf("%s: no one-row twin (%v)", q.name, err)
+		}
+		statements = append(statements, statement{q.name + ", one row", sql, args})
+	}
+	statements = append(statements,
+		statement{"foreseen answers", mergedForeseenSQL, append(answerArgs(fs[:2]), []int64{2, 2}, []string{parley.NewID(), parley.NewID()})},
+		statement{"ends", mergedEndsSQL, []any{[]string{f.SessionID, f.SessionID}, []int64{1, 3}, []int64{2, 4}, [][]byte{[]byte("[]"), []byte("[]")},
+			[]time.Time{now, now}, []string{"stop", ""}, []pgtype.Text{text(f.RunID), {}}, []pgtype.Text{text(f.Instance), {}}}})
+	for _, q := range statements {
 		t.Run(q.name, func(t *testing.T) {
 			tx, err := s.pool.Begin(ctx)
 			if err != nil {
@@ -599,3 +685,44 @@ func TestAnAnswerNotWhereForeseenRunsTheBatchApart(t *testing.T) {
 		checkAnswerAndRecord(t, s, f, 2)
 	}
 }
+
+// sqlRecorder records the text of every statement pgx sends, alone or in a batch.
+type sqlRecorder struct {
+	mu  sync.Mutex
+	sql []string
+}
+
+func (r *sqlRecorder) options(o *options) {
+	o.configure = func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = r }
+}
+
+func (r *sqlRecorder) add(q string) {
+	r.mu.Lock()
+	r.sql = append(r.sql, q)
+	r.mu.Unlock()
+}
+
+func (r *sqlRecorder) reset() {
+	r.mu.Lock()
+	r.sql = nil
+	r.mu.Unlock()
+}
+
+func (r *sqlRecorder) all() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.sql)
+}
+
+func (r *sqlRecorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	r.add(d.SQL)
+	return ctx
+}
+func (*sqlRecorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (*sqlRecorder) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+func (r *sqlRecorder) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	r.add(d.SQL)
+}
+func (*sqlRecorder) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}

@@ -124,6 +124,13 @@ func (s *Store) DeleteRun(ctx context.Context, id string) error {
 	return nil
 }
 
+// claimRunsSQL is ClaimRuns' statement. It finds the running runs through runs_one_running (the
+// running runs only, by session) and sorts the few it takes by lease.
+const claimRunsSQL = `UPDATE runs SET instance = $1, lease_until = $2, attempts = attempts + 1, updated_at = $3
+	WHERE id IN (SELECT id FROM runs WHERE state = 'running' AND (lease_until < $3 OR (instance = $4 AND updated_at < $3))
+		ORDER BY lease_until LIMIT $5 FOR UPDATE SKIP LOCKED)
+	RETURNING ` + runCols
+
 // ClaimRuns takes over running runs whose lease ended, and those of orphanedBy created or last
 // claimed before now. Rows another instance is claiming at the same moment are skipped, not
 // waited for.
@@ -131,10 +138,7 @@ func (s *Store) ClaimRuns(ctx context.Context, instance, orphanedBy string, now,
 	if limit <= 0 {
 		limit = 10
 	}
-	rows, err := s.pool.Query(ctx, `UPDATE runs SET instance = $1, lease_until = $2, attempts = attempts + 1, updated_at = $3
-		WHERE id IN (SELECT id FROM runs WHERE state = 'running' AND (lease_until < $3 OR (instance = $4 AND updated_at < $3))
-			ORDER BY lease_until LIMIT $5 FOR UPDATE SKIP LOCKED)
-		RETURNING `+runCols, instance, until.UTC(), now.UTC(), orphanedBy, limit)
+	rows, err := s.pool.Query(ctx, claimRunsSQL, instance, until.UTC(), now.UTC(), orphanedBy, limit)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: claiming runs: %w", err)
 	}
