@@ -4,12 +4,11 @@ import (
 	"context"
 	"io"
 	"runtime/debug"
-	"sync"
 	"testing"
 	"time"
-	"unsafe"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/internal/stackdepth"
 )
 
 // loopStackBudget is how many bytes of stack the loop may hold under a model stream's Next: Run,
@@ -19,7 +18,8 @@ import (
 // 800 the runtime keeps free), of which ~1,400 are net/http's and bufio's read, ~750 the
 // provider's stream, ~460 runs' and chat's frames (issue 25: memory per active stream).
 // Measured: 2,144 bytes when loop and callModel did all their work in their own frames; 600
-// now that nextCall, answered, openModel and took do what comes before and after the read.
+// now that nextCall, answered, openModel and took do what comes before and after the read
+// (584 read through internal/stackdepth).
 const loopStackBudget = 700
 
 // TestLoopStackUnderTheModelRead runs the agent on a goroutine of its own and measures, in the
@@ -41,8 +41,8 @@ func TestLoopStackUnderTheModelRead(t *testing.T) {
 		in := Input{SessionID: f.sess, RunID: parley.NewID()}
 		done := make(chan error, 1)
 		go func() {
-			deepen(64) // grows the stack past what the run needs: it is not moved while it runs
-			s.top = stackHere()
+			stackdepth.Deepen(64) // grows the stack past what the run needs: it is not moved while it runs
+			s.g.Top(stackdepth.Here())
 			_, err := a.Run(context.Background(), in, func(parley.Event) {})
 			done <- err
 		}()
@@ -53,16 +53,7 @@ func TestLoopStackUnderTheModelRead(t *testing.T) {
 			break
 		}
 	}
-	if used <= 0 {
-		t.Fatal("the model stream's Next was not called on the run's goroutine, in 5 tries")
-	}
-	t.Logf("the agent's loop uses %d bytes of stack under the model stream's Next (budget %d)", used, loopStackBudget)
-	if raceOn {
-		return // the race detector's frames are larger: the budget is for real builds
-	}
-	if used > loopStackBudget {
-		t.Fatalf("the agent's loop uses %d bytes of stack under the model stream's Next, more than %d: a run's stack, once grown, would not shrink to 8 KiB while it streams", used, loopStackBudget)
-	}
+	stackdepth.Within(t, "the agent's loop, under the model stream's Next", used, loopStackBudget, raceOn)
 }
 
 type depthProvider struct{ s *depthStream }
@@ -73,21 +64,12 @@ func (p depthProvider) Stream(context.Context, *parley.ChatRequest) (parley.Stre
 
 // depthStream is a model stream that notes how deep the stack is when Next is called.
 type depthStream struct {
-	top uintptr
+	g   stackdepth.Gauge
 	evs []parley.StreamEvent
-
-	mu      sync.Mutex
-	deepest uintptr
 }
 
 func (s *depthStream) Next() (parley.StreamEvent, error) {
-	sp := stackHere()
-	s.mu.Lock()
-	// Only a call on the run's own goroutine, under top, counts.
-	if sp < s.top && s.top-sp < 1<<20 && (s.deepest == 0 || sp < s.deepest) {
-		s.deepest = sp
-	}
-	s.mu.Unlock()
+	s.g.Note(stackdepth.Here()) // only a call on the run's own goroutine counts
 	if len(s.evs) == 0 {
 		return parley.StreamEvent{}, io.EOF
 	}
@@ -98,31 +80,4 @@ func (s *depthStream) Next() (parley.StreamEvent, error) {
 
 func (s *depthStream) Close() error { return nil }
 
-func (s *depthStream) depth() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.deepest == 0 {
-		return 0
-	}
-	return int(s.top - s.deepest)
-}
-
-// stackHere returns an address in its caller's stack frame, about.
-//
-//go:noinline
-func stackHere() uintptr {
-	var x [8]byte
-	return uintptr(unsafe.Pointer(&x))
-}
-
-// deepen recurses n times with a 1 KiB frame each.
-//
-//go:noinline
-func deepen(n int) int {
-	var pad [1024]byte
-	pad[n%len(pad)] = 1
-	if n == 0 {
-		return int(pad[0]) + 1
-	}
-	return deepen(n-1) + int(pad[n%len(pad)])
-}
+func (s *depthStream) depth() int { return s.g.Depth() }

@@ -8,11 +8,11 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unsafe"
 
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/agent"
 	"github.com/parleyhq/parley/httpapi"
+	"github.com/parleyhq/parley/internal/stackdepth"
 )
 
 // restingStackBudget bounds the stack a streamed chat's handler uses, from the handler chain's
@@ -62,8 +62,8 @@ func TestStreamedChatStackUnderThePump(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			deepen(64) // grows the stack past what the handler needs: it is not moved while it runs
-			w.top = stackHere()
+			stackdepth.Deepen(64) // grows the stack past what the handler needs: it is not moved while it runs
+			w.g.Top(stackdepth.Here())
 			e.handler.ServeHTTP(w, req)
 		}()
 		select {
@@ -83,25 +83,13 @@ func TestStreamedChatStackUnderThePump(t *testing.T) {
 			break
 		}
 	}
-	if used <= 0 {
-		t.Fatal("the chat's stream was not flushed on its handler's goroutine, in 5 tries")
-	}
-	t.Logf("a streamed chat's handler uses %d bytes of stack under its pump's flush (budget %d)", used, restingStackBudget)
-	if raceOn {
-		return // the race detector's frames are larger: the budget is for real builds
-	}
-	if used > restingStackBudget {
-		t.Fatalf("a streamed chat's handler uses %d bytes of stack under its pump's flush, more than %d: its stack, once grown, would not shrink to 8 KiB while it streams", used, restingStackBudget)
-	}
+	stackdepth.Within(t, "a streamed chat's handler, under its pump's flush", used, restingStackBudget, raceOn)
 }
 
 // depthWriter is a ResponseWriter that notes how deep the stack is when it is flushed.
 type depthWriter struct {
-	header http.Header
-	top    uintptr
-
-	mu      sync.Mutex
-	deepest uintptr
+	header  http.Header
+	g       stackdepth.Gauge
 	once    sync.Once
 	flushed chan struct{}
 }
@@ -111,41 +99,8 @@ func (w *depthWriter) WriteHeader(int)             {}
 func (w *depthWriter) Write(p []byte) (int, error) { return len(p), nil }
 
 func (w *depthWriter) Flush() {
-	sp := stackHere()
-	w.mu.Lock()
-	// Only a flush on the handler's own goroutine, under top, counts.
-	if sp < w.top && w.top-sp < 1<<20 && (w.deepest == 0 || sp < w.deepest) {
-		w.deepest = sp
-	}
-	w.mu.Unlock()
+	w.g.Note(stackdepth.Here()) // only a flush on the handler's own goroutine counts
 	w.once.Do(func() { close(w.flushed) })
 }
 
-func (w *depthWriter) depth() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.deepest == 0 {
-		return 0
-	}
-	return int(w.top - w.deepest)
-}
-
-// stackHere returns the address of a variable of its own frame: where the stack is.
-//
-//go:noinline
-func stackHere() uintptr {
-	var x [8]byte
-	return uintptr(unsafe.Pointer(&x))
-}
-
-// deepen recurses n times with a 1 KiB frame each.
-//
-//go:noinline
-func deepen(n int) int {
-	var pad [1024]byte
-	pad[n%len(pad)] = 1
-	if n == 0 {
-		return int(pad[0]) + 1
-	}
-	return deepen(n-1) + int(pad[n%len(pad)])
-}
+func (w *depthWriter) depth() int { return w.g.Depth() }

@@ -4,7 +4,8 @@ import (
 	"io"
 	"runtime/debug"
 	"testing"
-	"unsafe"
+
+	"github.com/parleyhq/parley/internal/stackdepth"
 )
 
 // streamStackBudget is how many bytes of stack a Chat Completions stream may hold under its
@@ -29,8 +30,8 @@ func TestStreamStackUnderTheBodyRead(t *testing.T) {
 		s := NewStream(body)
 		done := make(chan error, 1)
 		go func() {
-			deepen(64) // grows the stack past what the read needs: it is not moved while it runs
-			body.top = stackHere()
+			stackdepth.Deepen(64) // grows the stack past what the read needs: it is not moved while it runs
+			body.g.Top(stackdepth.Here())
 			var err error
 			for err == nil {
 				_, err = s.Next()
@@ -44,32 +45,18 @@ func TestStreamStackUnderTheBodyRead(t *testing.T) {
 			break
 		}
 	}
-	if used <= 0 {
-		t.Fatal("the body was not read on the stream's goroutine, in 5 tries")
-	}
-	t.Logf("a stream uses %d bytes of stack under its body's Read (budget %d)", used, streamStackBudget)
-	if raceOn {
-		return // the race detector's frames are larger: the budget is for real builds
-	}
-	if used > streamStackBudget {
-		t.Fatalf("a stream uses %d bytes of stack under its body's Read, more than %d: a run's stack, once grown, would not shrink to 8 KiB while it streams", used, streamStackBudget)
-	}
+	stackdepth.Within(t, "a stream, under its body's Read", used, streamStackBudget, raceOn)
 }
 
 // depthBody is a body read a few bytes at a time that notes how deep the stack is in Read. Only
 // the reading goroutine touches it until the stream has ended.
 type depthBody struct {
-	top     uintptr
-	data    []byte
-	deepest uintptr
+	g    stackdepth.Gauge
+	data []byte
 }
 
 func (b *depthBody) Read(p []byte) (int, error) {
-	sp := stackHere()
-	// Only a read on the stream's goroutine, under top, counts.
-	if sp < b.top && b.top-sp < 1<<20 && (b.deepest == 0 || sp < b.deepest) {
-		b.deepest = sp
-	}
+	b.g.Note(stackdepth.Here()) // only a read on the stream's goroutine counts
 	if len(b.data) == 0 {
 		return 0, io.EOF
 	}
@@ -80,29 +67,4 @@ func (b *depthBody) Read(p []byte) (int, error) {
 
 func (b *depthBody) Close() error { return nil }
 
-func (b *depthBody) depth() int {
-	if b.deepest == 0 {
-		return 0
-	}
-	return int(b.top - b.deepest)
-}
-
-// stackHere returns an address in its caller's stack frame, about.
-//
-//go:noinline
-func stackHere() uintptr {
-	var x [8]byte
-	return uintptr(unsafe.Pointer(&x))
-}
-
-// deepen recurses n times with a 1 KiB frame each.
-//
-//go:noinline
-func deepen(n int) int {
-	var pad [1024]byte
-	pad[n%len(pad)] = 1
-	if n == 0 {
-		return int(pad[0]) + 1
-	}
-	return deepen(n-1) + int(pad[n%len(pad)])
-}
+func (b *depthBody) depth() int { return b.g.Depth() }

@@ -59,45 +59,21 @@ func mergedStatement(q string, args []any) (string, []any, error) {
 		)
 		switch a := a.(type) {
 		case []string:
-			n = len(a)
-			if n == 1 {
-				v = a[0]
-			}
+			v, n = lone(a)
 		case []pgtype.Text:
-			n = len(a)
-			if n == 1 {
-				v = a[0]
-			}
+			v, n = lone(a)
 		case []pgtype.Bool:
-			n = len(a)
-			if n == 1 {
-				v = a[0]
-			}
+			v, n = lone(a)
 		case []int64:
-			n = len(a)
-			if n == 1 {
-				v = a[0]
-			}
+			v, n = lone(a)
 		case []int32:
-			n = len(a)
-			if n == 1 {
-				v = a[0]
-			}
+			v, n = lone(a)
 		case []float64:
-			n = len(a)
-			if n == 1 {
-				v = a[0]
-			}
+			v, n = lone(a)
 		case []time.Time:
-			n = len(a)
-			if n == 1 {
-				v = a[0]
-			}
+			v, n = lone(a)
 		case [][]byte:
-			n = len(a)
-			if n == 1 {
-				v = a[0]
-			}
+			v, n = lone(a)
 		default:
 			return "", nil, fmt.Errorf("postgres: merged statement: argument %d is a %T", i+1, a)
 		}
@@ -107,4 +83,12 @@ func mergedStatement(q string, args []any) (string, []any, error) {
 		one[i] = v
 	}
 	return twin, one, nil
+}
+
+// lone returns a's element if it holds one, and its length.
+func lone[T any](a []T) (any, int) {
+	if len(a) == 1 {
+		return a[0], 1
+	}
+	return nil, len(a)
 }
