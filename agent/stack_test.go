@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"io"
 	"runtime/debug"
 	"testing"
 	"time"
@@ -31,7 +30,7 @@ func TestLoopStackUnderTheModelRead(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	used := 0
 	for range 5 {
-		s := &depthStream{evs: []parley.StreamEvent{{Type: parley.StreamContent, Content: "Hi"}, {Type: parley.StreamFinish, FinishReason: "stop"}}}
+		s := &stackdepth.Stream{Events: []parley.StreamEvent{{Type: parley.StreamContent, Content: "Hi"}, {Type: parley.StreamFinish, FinishReason: "stop"}}}
 		f.prov.steps = []func(*parley.ChatRequest) ([]parley.StreamEvent, error){nil}
 		a.cfg.Resolve = func(string) (parley.Provider, string, error) { return depthProvider{s}, "m1", nil }
 		u := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("Hi"), CreatedAt: time.Now().UTC().Truncate(time.Microsecond)}
@@ -42,42 +41,22 @@ func TestLoopStackUnderTheModelRead(t *testing.T) {
 		done := make(chan error, 1)
 		go func() {
 			stackdepth.Deepen(64) // grows the stack past what the run needs: it is not moved while it runs
-			s.g.Top(stackdepth.Here())
+			s.Top(stackdepth.Here())
 			_, err := a.Run(context.Background(), in, func(parley.Event) {})
 			done <- err
 		}()
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
-		if used = s.depth(); used > 0 {
+		if used = s.Depth(); used > 0 {
 			break
 		}
 	}
 	stackdepth.Within(t, "the agent's loop, under the model stream's Next", used, loopStackBudget, raceOn)
 }
 
-type depthProvider struct{ s *depthStream }
+type depthProvider struct{ s *stackdepth.Stream }
 
 func (p depthProvider) Stream(context.Context, *parley.ChatRequest) (parley.Stream, error) {
 	return p.s, nil
 }
-
-// depthStream is a model stream that notes how deep the stack is when Next is called.
-type depthStream struct {
-	g   stackdepth.Gauge
-	evs []parley.StreamEvent
-}
-
-func (s *depthStream) Next() (parley.StreamEvent, error) {
-	s.g.Note(stackdepth.Here()) // only a call on the run's own goroutine counts
-	if len(s.evs) == 0 {
-		return parley.StreamEvent{}, io.EOF
-	}
-	ev := s.evs[0]
-	s.evs = s.evs[1:]
-	return ev, nil
-}
-
-func (s *depthStream) Close() error { return nil }
-
-func (s *depthStream) depth() int { return s.g.Depth() }

@@ -11,9 +11,12 @@
 package stackdepth
 
 import (
+	"io"
 	"sync"
 	"testing"
 	"unsafe"
+
+	parley "github.com/parleyhq/parley"
 )
 
 // Here returns the address of a variable of its own frame: where its caller's stack stands.
@@ -86,3 +89,22 @@ func Within(t testing.TB, what string, used, budget int, race bool) {
 		t.Fatalf("%s: %d bytes of stack, more than %d: the goroutine's stack, once grown, would not shrink back while it waits there", what, used, budget)
 	}
 }
+
+// Stream is a model stream (parley.Stream) that gives Events in order, then io.EOF, and notes in
+// each Next how deep its caller's stack is. Only the reading goroutine may call Next.
+type Stream struct {
+	Gauge
+	Events []parley.StreamEvent
+}
+
+func (s *Stream) Next() (parley.StreamEvent, error) {
+	s.Note(Here()) // only a call on the measured goroutine counts
+	if len(s.Events) == 0 {
+		return parley.StreamEvent{}, io.EOF
+	}
+	ev := s.Events[0]
+	s.Events = s.Events[1:]
+	return ev, nil
+}
+
+func (s *Stream) Close() error { return nil }

@@ -26,14 +26,14 @@ func TestNextStackUnderTheProvidersNext(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	used := 0
 	for range 5 {
-		inner := &depthStream{evs: []parley.StreamEvent{{Type: parley.StreamContent, Content: "Hi"},
+		inner := &stackdepth.Stream{Events: []parley.StreamEvent{{Type: parley.StreamContent, Content: "Hi"},
 			{Type: parley.StreamUsage, Usage: &parley.Usage{PromptTokens: 1_000_000}}}}
 		s := &stream{Stream: inner, ctx: context.Background(), model: "up/m", price: Price{Input: 2}, priced: true}
 		var last *parley.Usage
 		done := make(chan error, 1)
 		go func() {
 			stackdepth.Deepen(64) // grows the stack past what the read needs: it is not moved while it runs
-			inner.g.Top(stackdepth.Here())
+			inner.Top(stackdepth.Here())
 			for {
 				ev, err := s.Next()
 				if err != nil {
@@ -51,30 +51,9 @@ func TestNextStackUnderTheProvidersNext(t *testing.T) {
 		if last == nil || last.Cost != 2 {
 			t.Fatalf("usage %+v, want a cost of 2", last)
 		}
-		if used = inner.depth(); used > 0 {
+		if used = inner.Depth(); used > 0 {
 			break
 		}
 	}
 	stackdepth.Within(t, "the router's stream, under the provider's Next", used, nextStackBudget, raceOn)
 }
-
-// depthStream is a provider's stream that notes how deep the stack is when Next is called. Only
-// the reading goroutine touches it until the stream has ended.
-type depthStream struct {
-	g   stackdepth.Gauge
-	evs []parley.StreamEvent
-}
-
-func (s *depthStream) Next() (parley.StreamEvent, error) {
-	s.g.Note(stackdepth.Here()) // only a call on the reading goroutine counts
-	if len(s.evs) == 0 {
-		return parley.StreamEvent{}, io.EOF
-	}
-	ev := s.evs[0]
-	s.evs = s.evs[1:]
-	return ev, nil
-}
-
-func (s *depthStream) Close() error { return nil }
-
-func (s *depthStream) depth() int { return s.g.Depth() }

@@ -3,15 +3,12 @@ package sqlite
 import (
 	"context"
 	"encoding/binary"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/pressly/goose/v3"
 
 	parley "github.com/parleyhq/parley"
 )
@@ -150,11 +147,7 @@ func TestMigration17KeepsRuns(t *testing.T) {
 	ctx := context.Background()
 	s := openTemp(t)
 	defer s.Close()
-	sub, _ := fs.Sub(migrationFiles, "migrations")
-	p, err := goose.NewProvider(goose.DialectSQLite3, s.DB(), sub)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := migrations(t, s)
 	if _, err := p.DownTo(ctx, 16); err != nil {
 		t.Fatal(err)
 	}

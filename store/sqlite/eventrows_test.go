@@ -3,13 +3,10 @@ package sqlite
 import (
 	"context"
 	"encoding/json"
-	"io/fs"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/pressly/goose/v3"
 
 	parley "github.com/parleyhq/parley"
 )
@@ -132,11 +129,7 @@ func TestMigration18DownTurnsCompactRowsIntoArrays(t *testing.T) {
 	ctx := context.Background()
 	s := openTemp(t)
 	defer s.Close()
-	sub, _ := fs.Sub(migrationFiles, "migrations")
-	p, err := goose.NewProvider(goose.DialectSQLite3, s.DB(), sub)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := migrations(t, s)
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	var sessions []string
 	for range 3 {

@@ -145,11 +145,7 @@ func TestMigration2KeepsData(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	sub, _ := fs.Sub(migrationFiles, "migrations")
-	p, err := goose.NewProvider(goose.DialectSQLite3, s.DB(), sub)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := migrations(t, s)
 	if _, err := p.UpTo(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -227,11 +223,7 @@ func TestMigrationBranchesKeepsChains(t *testing.T) {
 	defer s.Close()
 	ids := storetest.FillChains(t, s)
 	before := storetest.Snapshot(t, s, ids)
-	sub, _ := fs.Sub(migrationFiles, "migrations")
-	p, err := goose.NewProvider(goose.DialectSQLite3, s.DB(), sub)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := migrations(t, s)
 	if _, err := p.DownTo(ctx, 11); err != nil {
 		t.Fatal(err)
 	}
@@ -271,11 +263,7 @@ func TestForkedFromMigrationKeepsRows(t *testing.T) {
 		}
 		return out
 	}
-	sub, _ := fs.Sub(migrationFiles, "migrations")
-	p, err := goose.NewProvider(goose.DialectSQLite3, s.DB(), sub)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := migrations(t, s)
 	storetest.CheckForkedFromMigration(t, s, storetest.ForkedFromSchema{Before: 15, HasColumn: hasColumn, Lineage: lineage,
 		Down: func() error { _, err := p.DownTo(ctx, 15); return err },
 		Up:   func() error { _, err := p.Up(ctx); return err }})
@@ -290,11 +278,7 @@ func TestEventsBatchMigrationKeepsEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	sub, _ := fs.Sub(migrationFiles, "migrations")
-	p, err := goose.NewProvider(goose.DialectSQLite3, s.DB(), sub)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := migrations(t, s)
 	if _, err := p.UpTo(ctx, 11); err != nil {
 		t.Fatal(err)
 	}
@@ -339,11 +323,7 @@ func TestEventBatchesRowidMigrationKeepsRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	sub, _ := fs.Sub(migrationFiles, "migrations")
-	p, err := goose.NewProvider(goose.DialectSQLite3, s.DB(), sub)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := migrations(t, s)
 	if _, err := p.UpTo(ctx, 14); err != nil {
 		t.Fatal(err)
 	}
@@ -421,4 +401,19 @@ func TestForkOfASessionDeletedBetweenItsReads(t *testing.T) {
 	s := openTemp(t)
 	defer s.Close()
 	storetest.ForkOfADeletedSession(t, s, func(fn func()) { s.betweenBranchReads = fn })
+}
+
+// migrations returns a goose provider of the store's migrations on s's database, to move it
+// between versions.
+func migrations(t *testing.T, s *Store) *goose.Provider {
+	t.Helper()
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := goose.NewProvider(goose.DialectSQLite3, s.DB(), sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
