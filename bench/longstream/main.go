@@ -89,7 +89,7 @@ func run() error {
 	flag.DurationVar(&o.streamTime, "stream-timeout", 3*time.Minute, "time bound of one chat; one that has not ended by then counts as failed")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "time bound of the whole benchmark")
 	flag.IntVar(&o.sources, "sources", 0, "loopback addresses the clients connect from (127.0.2.1, 127.0.2.2, …), each good for about 28,000 connections; 0: one per 5,000 streams")
-	flag.StringVar(&o.samplesTo, "samples", "", "file to write the long phase's memory readings to (CSV, one every 250 ms: seconds, streams in progress, resident, heap in use, stacks, in bytes)")
+	flag.StringVar(&o.samplesTo, "samples", "", "file to write the long phase's memory readings to (CSV, one every 250 ms: seconds, streams in progress, resident, heap in use, stacks, heap free not given back, runtime metadata, file-backed resident, anonymous resident outside Go's accounting; in bytes)")
 	flag.StringVar(&o.keepLogs, "logs", "", "directory to keep Parley's logs in (default: dropped with the temp dir)")
 	flag.StringVar(&o.heapProfile, "heap-profile", "", "file to write a heap profile of Parley to, taken in the long phase once 90% of the streams are in progress and half an answer has been sent (Parley then runs with --pprof-addr), with its goroutines beside it (FILE.goroutines)")
 	flag.DurationVar(&o.profileAt, "heap-profile-at", 0, "take the heap profile this long after 90% of the streams are in progress (default: half an answer)")
@@ -568,12 +568,36 @@ type sample struct {
 	rss    int64
 	heap   int64 // go_memstats_heap_inuse_bytes: live objects and garbage not yet collected
 	stack  int64 // go_memstats_stack_inuse_bytes: goroutines' stacks, outside the heap
+	// free is heap the collector freed and the runtime has not given back to the system
+	// (go_memstats_heap_idle_bytes − go_memstats_heap_released_bytes): resident, in no span.
+	free int64
+	// runtime is the runtime's own memory: span structures, the collector's metadata, the
+	// per-P caches, the profiling buckets and the rest (mspan, mcache, gc, buck_hash, other sys).
+	runtime int64
+	// goSys is all the runtime holds from the system less what it released (sys − released).
+	goSys int64
+	// file is the resident memory backed by files (RssFile + RssShmem): the binary's pages
+	// as they are touched, and the SQLite WAL index's shared mapping.
+	file int64
 }
+
+// anonOutside is the anonymous resident memory the Go runtime does not account for: chiefly
+// the SQLite library's own allocations (modernc.org/libc allocates its C heap outside the Go
+// heap). It is an estimate: the runtime counts memory it mapped but never touched (a large
+// allocation not yet written to), so it can come out negative.
+func (s sample) anonOutside() int64 { return s.rss - s.file - s.goSys }
 
 // readMem reads Parley's resident memory and, from its /metrics page, its Go heap and stacks.
 func (b *bench) readMem(pid int, metricsURL string) sample {
 	m := goMem(b.hc, metricsURL)
-	return sample{rss: mustRSS(pid), heap: m["go_memstats_heap_inuse_bytes"], stack: m["go_memstats_stack_inuse_bytes"]}
+	return sample{
+		rss: mustRSS(pid), heap: m["go_memstats_heap_inuse_bytes"], stack: m["go_memstats_stack_inuse_bytes"],
+		free: m["go_memstats_heap_idle_bytes"] - m["go_memstats_heap_released_bytes"],
+		runtime: m["go_memstats_mspan_sys_bytes"] + m["go_memstats_mcache_sys_bytes"] + m["go_memstats_gc_sys_bytes"] +
+			m["go_memstats_buck_hash_sys_bytes"] + m["go_memstats_other_sys_bytes"],
+		goSys: m["go_memstats_sys_bytes"] - m["go_memstats_heap_released_bytes"],
+		file:  fileRSS(pid),
+	}
 }
 
 func (b *bench) long(ctx context.Context) error {
@@ -672,20 +696,24 @@ func (b *bench) long(ctx context.Context) error {
 	failed, short, firstErr := summarize(results, o.longChunks)
 	if o.samplesTo != "" {
 		var csv strings.Builder
-		csv.WriteString("seconds,active,rss,heap_inuse,stack_inuse\n")
+		csv.WriteString("seconds,active,rss,heap_inuse,stack_inuse,heap_free,runtime,rss_file,anon_outside\n")
 		for _, s := range samples {
-			fmt.Fprintf(&csv, "%.2f,%d,%d,%d,%d\n", s.at.Seconds(), s.active, s.rss, s.heap, s.stack)
+			fmt.Fprintf(&csv, "%.2f,%d,%d,%d,%d,%d,%d,%d,%d\n", s.at.Seconds(), s.active, s.rss, s.heap, s.stack, s.free, s.runtime, s.file, s.anonOutside())
 		}
 		if err := os.WriteFile(o.samplesTo, []byte(csv.String()), 0o644); err != nil {
 			return fmt.Errorf("-samples: %w", err)
 		}
 	}
 
-	var top sample // the reading with the most streams in progress (the latest of equals)
+	var top sample    // the reading with the most streams in progress (the latest of equals)
+	var atPeak sample // the reading with the most resident memory
 	var peakRSS, peakHeap, peakStack int64
 	for _, s := range samples {
 		if s.active >= top.active {
 			top = s
+		}
+		if s.rss > atPeak.rss {
+			atPeak = s
 		}
 		peakRSS = max(peakRSS, s.rss)
 		peakHeap = max(peakHeap, s.heap)
@@ -714,6 +742,14 @@ func (b *bench) long(ctx context.Context) error {
 		fmt.Printf("| live heap after a forced GC (-heap-profile, %d streams in progress) | | %s (%s per stream over the idle heap in use) | |\n",
 			live.active, mib(live.heap), kib(float64(live.heap-base.heap)/float64(max(live.active, 1))))
 	}
+	fmt.Println()
+	fmt.Printf("What the resident memory held at its highest reading (at %.1f s, %d streams in progress), over the idle server, per stream at most in progress:\n\n", atPeak.at.Seconds(), atPeak.active)
+	fmt.Println("| resident | heap in use | heap free, not given back | goroutine stacks | runtime metadata | file-backed (binary, WAL index) | anonymous, outside Go's accounting (SQLite's C heap) |")
+	fmt.Println("|---|---|---|---|---|---|---|")
+	per := func(f func(sample) int64) string { return kib(float64(f(atPeak)-f(base)) / float64(most)) }
+	fmt.Printf("| %s | %s | %s | %s | %s | %s | %s |\n", per(func(s sample) int64 { return s.rss }), per(func(s sample) int64 { return s.heap }),
+		per(func(s sample) int64 { return s.free }), per(func(s sample) int64 { return s.stack }),
+		per(func(s sample) int64 { return s.runtime }), per(func(s sample) int64 { return s.file }), per(sample.anonOutside))
 	fmt.Println()
 	live := liveEvents(results)
 	v, err := b.verify(ctx, mock.URL, db, "long-restarted.log", results)
@@ -775,6 +811,13 @@ func (b *bench) heapProfile(srv *server, metricsURL string) (sample, error) {
 		return live, err
 	}
 	return live, os.WriteFile(b.o.heapProfile+".goroutines", data, 0o644)
+}
+
+// fileRSS is the file-backed part of pid's resident memory (RssFile + RssShmem).
+func fileRSS(pid int) int64 {
+	f, _ := benchproc.RSS(pid, "RssFile:")
+	sh, _ := benchproc.RSS(pid, "RssShmem:")
+	return f + sh
 }
 
 func mustRSS(pid int) int64 {

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -66,5 +67,19 @@ func TestGoMemReusesItsConnection(t *testing.T) {
 	}
 	if n := conns.Load(); n != 1 {
 		t.Errorf("3 readings opened %d connections, want 1", n)
+	}
+}
+
+// The breakdown of the resident memory: the file-backed part is read from the process's status
+// (a running Go test has its binary's pages resident), and what is outside Go's accounting is
+// resident less file-backed less what the runtime holds.
+func TestResidentBreakdown(t *testing.T) {
+	pid := os.Getpid()
+	if f := fileRSS(pid); f <= 0 {
+		t.Fatalf("file-backed resident memory of this test: %d bytes, want > 0", f)
+	}
+	s := sample{rss: 100 << 20, file: 30 << 20, goSys: 60 << 20}
+	if got := s.anonOutside(); got != 10<<20 {
+		t.Fatalf("anonOutside = %d, want %d", got, 10<<20)
 	}
 }
