@@ -203,11 +203,8 @@ func TestMergedWritesLeaveWhatEachWouldAlone(t *testing.T) {
 	// run writes parts (merged or each alone) in a transaction, and returns what they left and
 	// returned; the transaction is rolled back.
 	run := func(merged bool) string {
-		tx, err := s.db.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback()
+		tx := writeTx(t, s)
+		defer sqlTx{s.db, &s.ran, s}.Rollback(tx)
 		before := s.ran.Load()
 		if merged {
 			if err := s.merge(ctx, tx, parts); err != nil {
@@ -434,21 +431,16 @@ func TestABatchInsertsPlainMessagesByTheirColumns(t *testing.T) {
 		}
 		parts = append(parts, p)
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
+	tx := writeTx(t, s)
+	defer sqlTx{s.db, &s.ran, s}.Rollback(tx)
 	if err := s.merge(ctx, tx, parts); err != nil {
 		t.Fatal(err)
 	}
-	s.stmtMu.Lock()
-	defer s.stmtMu.Unlock()
 	for n := 1; n <= mergeChunk; n++ {
-		if _, ok := s.stmts[mergedPlainMessages.texts[n]]; ok != (n == 4) {
+		if _, ok := s.wc.stmts[mergedPlainMessages.texts[n]]; ok != (n == 4) {
 			t.Errorf("plain messages' statement of %d rows prepared: %v", n, ok)
 		}
-		if _, ok := s.stmts[mergedMessages.texts[n]]; ok != (n == 1) {
+		if _, ok := s.wc.stmts[mergedMessages.texts[n]]; ok != (n == 1) {
 			t.Errorf("every column's statement of %d rows prepared: %v", n, ok)
 		}
 	}
@@ -457,4 +449,16 @@ func TestABatchInsertsPlainMessagesByTheirColumns(t *testing.T) {
 		FROM messages`).Scan(&plain, &other); err != nil || plain != 6 || other != 1 {
 		t.Fatalf("%d plain messages, %d others, %v", plain, other, err)
 	}
+}
+
+// writeTx begins a write transaction on the writer's connection, as the writer does (the
+// merged statements run only there); the test must end it (sqlTx.Rollback or Commit) and
+// write nothing else meanwhile.
+func writeTx(t *testing.T, s *Store) *sql.Tx {
+	t.Helper()
+	tx, err := sqlTx{s.db, &s.ran, s}.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tx
 }
