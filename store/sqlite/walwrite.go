@@ -51,6 +51,7 @@ var wal struct {
 	files map[int32]*walFile // the open WAL files, by descriptor
 
 	joined atomic.Int64 // frames written with one pwrite (tests)
+	writes atomic.Int64 // pwrites made to WAL files (tests)
 }
 
 // walFile is a WAL file open in the process, and the frame header kept back for it.
@@ -154,6 +155,7 @@ func walPwrite(tls *libc.TLS, fd int32, buf uintptr, n uint64, off int64) int64 
 		f.held, f.off = true, off
 		return walHeader
 	}
+	wal.writes.Add(1)
 	return wal.pwrite(tls, fd, buf, n, off)
 }
 
@@ -179,6 +181,7 @@ func flushHeld(tls *libc.TLS, fd int32, f *walFile) int64 {
 // page's length, so SQLite cannot resume a short joined write itself.
 func writeAll(tls *libc.TLS, fd int32, b []byte, off int64) int64 {
 	for len(b) > 0 {
+		wal.writes.Add(1)
 		r := wal.pwrite(tls, fd, uintptr(unsafe.Pointer(&b[0])), uint64(len(b)), off)
 		runtime.KeepAlive(b)
 		if r < 0 {
