@@ -216,6 +216,9 @@ func (pgTx) RollbackTo(ctx context.Context, tx pgx.Tx) error { return tx.(*pipeT
 
 func (pgTx) Commit(ctx context.Context, tx pgx.Tx) error {
 	if err := tx.Commit(ctx); err != nil {
+		if b, ok := err.(*errBroken); ok && b.own { // a write's own statement, held (holdFirst)
+			return err
+		}
 		return fmt.Errorf("postgres: commit: %w", err)
 	}
 	return nil
