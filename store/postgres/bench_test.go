@@ -179,7 +179,16 @@ func BenchmarkServerChats128(b *testing.B) { benchServerChats(b, 128) }
 
 func benchServerChats(b *testing.B, c int) {
 	var p probe
-	s := openTest(b, p.options)
+	opts := []Option{p.options}
+	// PARLEY_BENCH_PG_CROWD and PARLEY_BENCH_PG_WRITERS set the writer's groupcommit Crowd and
+	// Writers (the ninth pass's comparison: fewer, larger batches at 32 in flight).
+	if n, _ := strconv.Atoi(os.Getenv("PARLEY_BENCH_PG_CROWD")); n > 0 {
+		opts = append(opts, func(o *options) { o.crowd = n })
+	}
+	if n, _ := strconv.Atoi(os.Getenv("PARLEY_BENCH_PG_WRITERS")); n > 0 {
+		opts = append(opts, func(o *options) { o.writers = n })
+	}
+	s := openTest(b, opts...)
 	defer s.Close()
 	p.wal = s.pool
 	storetest.BenchRunChats(b, s, c, storetest.ChatsProbe{

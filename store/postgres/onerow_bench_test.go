@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/store/internal/rowcodec"
 )
 
 // BenchmarkMergedOneRow measures what one merged write costs the backend, sent as its merged
@@ -86,6 +87,27 @@ func BenchmarkMergedOneRow(b *testing.B) {
 		send(mergedBeginSQL, begins(n))
 		send(mergedEndsSQL, events(n))
 	}
+	// The begin's own statement (beginNewSessionOne), as a lone begin on a quiet writer sends
+	// it: without the merge's settings.
+	own := func() []any {
+		p := begin()
+		links := rowcodec.LinkParents(p.b.Messages, "")
+		sessArgs, runArgs := newSessionArgs(p.b, p.tools, 1, links)
+		return append(append(messageArgs(p.b.Messages[0], p.cols[0], p.b.NewSession.ID, 1, nullStr(links.Parents[0])), sessArgs...), runArgs...)
+	}
+	b.Run("begin/own", func(b *testing.B) {
+		cpu0 := procCPU(stat)
+		for range b.N {
+			batch := &pgx.Batch{}
+			batch.Queue("BEGIN")
+			batch.Queue(beginNewSessionOne, own()...)
+			batch.Queue("ROLLBACK")
+			if err := conn.SendBatch(ctx, batch).Close(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(procCPU(stat)-cpu0)/float64(time.Microsecond)/float64(b.N), "pg-cpu-µs/op")
+	})
 	for _, w := range []struct {
 		name string
 		sql  string

@@ -40,6 +40,7 @@ type held struct {
 	sql  string
 	args []any
 	read func(pgx.BatchResults) error
+	own  bool // holdFirst: read's error is its write's own, returned as it is
 }
 
 var _ pgx.Tx = (*pipeTx)(nil)
@@ -50,9 +51,15 @@ type errBroken struct {
 	// apart: a held statement failed and PostgreSQL aborted the transaction, COMMIT unrun
 	// (groupcommit.ErrApart: the batch runs again, each write by its own statements).
 	apart bool
+	// own: err is the failure of a write's own statement held by holdFirst, told as that
+	// write would tell it had it sent the statement at once.
+	own bool
 }
 
 func (e *errBroken) Error() string {
+	if e.own {
+		return e.err.Error()
+	}
 	return fmt.Sprintf("postgres: the batch's transaction could not go on: %v", e.err)
 }
 func (e *errBroken) Unwrap() error        { return e.err }
@@ -67,8 +74,26 @@ func (p *pipeTx) hold(sql string, args []any, read func(pgx.BatchResults) error)
 	if p.broken != nil {
 		return p.broken
 	}
-	p.held = append(p.held, held{sql, args, read})
+	p.held = append(p.held, held{sql: sql, args: args, read: read})
 	return nil
+}
+
+// holdFirst holds the statement of a write that is the first thing its transaction does (no
+// statement sent or waiting, no savepoint before it) and needs none of its results before the
+// commit, to go with the next statement or with COMMIT: a write alone in its transaction (the
+// group-commit writer's lone write on a quiet writer) is then [BEGIN, statement, COMMIT], one
+// round trip instead of two. read gives the write's own error, which the next statement or
+// Commit returns as it is (and, as for hold, with groupcommit.ErrApart when the transaction was
+// aborted, COMMIT unrun): alone, that is the write's error; in a batch without savepoints
+// (groupcommit's Optimistic), the batch runs again with one around each write, where the
+// statement is no longer first and is sent at once. It reports false, holding nothing, if the
+// write is not first: the caller sends the statement itself.
+func (p *pipeTx) holdFirst(sql string, args []any, read func(pgx.BatchResults) error) bool {
+	if p.broken != nil || p.tx != nil || len(p.pending) > 0 || len(p.held) > 0 {
+		return false
+	}
+	p.held = append(p.held, held{sql: sql, args: args, read: read, own: true})
+	return true
 }
 
 // queue adds framing statements to send before the next statement; it returns the error that
@@ -152,7 +177,7 @@ func (p *pipeTx) send(ctx context.Context, b *pgx.Batch) (pgx.BatchResults, erro
 		if err := h.read(br); err != nil {
 			_ = br.Close()
 			// Apart only if PostgreSQL aborted the transaction: then a COMMIT in b did not run.
-			p.broken = &errBroken{err: err, apart: p.conn.Conn().PgConn().TxStatus() == 'E'}
+			p.broken = &errBroken{err: err, apart: p.conn.Conn().PgConn().TxStatus() == 'E', own: h.own}
 			return nil, p.broken
 		}
 	}

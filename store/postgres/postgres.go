@@ -59,6 +59,7 @@ type options struct {
 	migrate bool
 	batched func(n int, err error) // tests: told the size of each group-commit batch
 	writers int                    // tests: transactions written at once (default: half the pool)
+	crowd   int                    // benchmarks: groupcommit.Options.Crowd (default 0: off)
 	// tests and benchmarks: changes the pool's configuration (to count round trips, to know
 	// the backends' process ids)
 	configure func(*pgxpool.Config)
@@ -102,7 +103,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	// batch runs sends its merged statements with its COMMIT (one round trip), where its own take
 	// two or three.
 	s.w = groupcommit.New[pgx.Tx](pgTx{pool}, groupcommit.Options{Batched: o.batched, Writers: o.writers, Retry: isTransient,
-		Optimistic: true, MergeAlone: true})
+		Optimistic: true, MergeAlone: true, Crowd: o.crowd})
 	if err := s.Ping(ctx); err != nil {
 		s.w.Close()
 		pool.Close()
@@ -216,6 +217,9 @@ func (pgTx) RollbackTo(ctx context.Context, tx pgx.Tx) error { return tx.(*pipeT
 
 func (pgTx) Commit(ctx context.Context, tx pgx.Tx) error {
 	if err := tx.Commit(ctx); err != nil {
+		if b, ok := err.(*errBroken); ok && b.own { // a write's own statement, held (holdFirst)
+			return err
+		}
 		return fmt.Errorf("postgres: commit: %w", err)
 	}
 	return nil

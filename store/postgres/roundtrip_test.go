@@ -2,9 +2,12 @@ package postgres
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/store/postgres/pgtest"
 )
@@ -37,8 +40,9 @@ func TestRoundTripsOfAChat(t *testing.T) {
 		trips int64
 		do    func(b *parley.RunBegin) error
 	}{
-		// [BEGIN, session, run, message] [COMMIT]; it was 7.
-		{"BeginRun of a new session", 2, func(b *parley.RunBegin) error { _, err := s.BeginRun(ctx, b); return err }},
+		// [BEGIN, session, run and message in one statement, COMMIT]: alone in its
+		// transaction, the statement goes with the COMMIT (pipeTx.holdFirst); it was 7, then 2.
+		{"BeginRun of a new session", 1, func(b *parley.RunBegin) error { _, err := s.BeginRun(ctx, b); return err }},
 		// [BEGIN, the message's insert, the session's update] [COMMIT]; it was 4.
 		{"AppendMessages", 2, func(b *parley.RunBegin) error { return s.AppendMessages(ctx, b.NewSession.ID, answer()) }},
 		// The tip and the chain in one statement; it was 2.
@@ -93,4 +97,60 @@ func TestRoundTripsOfAChat(t *testing.T) {
 	if err != nil || len(h) != 3 || h[2].ParentID != h[1].ID {
 		t.Errorf("history of %d messages (%v), want the user's, the answer and the next turn's, chained", len(h), err)
 	}
+}
+
+// A new session's begin alone in its transaction goes with its COMMIT (pipeTx.holdFirst); when
+// its statement fails, the caller gets the error the statement sent at once gave (the same code
+// and text), nothing is stored, and the connection goes on to the next write.
+func TestALoneBeginThatFailsWithItsCommitGetsItsOwnError(t *testing.T) {
+	var p probe
+	s, err := Open(context.Background(), pgtest.Schema(t)+"&pool_max_conns=1", p.options)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	begin := func(project string) *parley.RunBegin {
+		sess := &parley.Session{ID: parley.NewID(), Owner: "o", ProjectID: project, CreatedAt: now, UpdatedAt: now}
+		run := &parley.RunRecord{ID: parley.NewID(), SessionID: sess.ID, Owner: "o", Model: "m", Instance: "i",
+			LeaseUntil: now.Add(time.Minute), CreatedAt: now}
+		user := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("hi"), RunID: run.ID, CreatedAt: now}
+		return &parley.RunBegin{NewSession: sess, Reserve: 10, Run: run, Messages: []*parley.Message{user}}
+	}
+	if _, err := s.BeginRun(ctx, begin("")); err != nil { // prepares the statement
+		t.Fatal(err)
+	}
+	bad := begin("no-such-project")
+	before := p.trips.Load()
+	_, err = s.BeginRun(ctx, bad)
+	// [BEGIN, the statement, COMMIT unrun] [ROLLBACK]
+	if trips := p.trips.Load() - before; trips != 2 {
+		t.Errorf("a failing lone begin took %d round trips, want 2 (the statement with its COMMIT, then ROLLBACK)", trips)
+	}
+	if parley.CodeOf(err) != parley.ECNotFound || err.Error() != notFound("project", "no-such-project").Error() {
+		t.Errorf("a begin in a project that does not exist: %v (code %s), want %v", err, parley.CodeOf(err), notFound("project", "no-such-project"))
+	}
+	if _, err := s.GetSession(ctx, bad.NewSession.ID); parley.CodeOf(err) != parley.ECNotFound {
+		t.Errorf("the failed begin's session: %v, want none stored", err)
+	}
+	// A second begin of the same session fails on its key, as its statement sent at once would.
+	good := begin("")
+	if _, err := s.BeginRun(ctx, good); err != nil {
+		t.Fatalf("the next begin on the same connection: %v", err)
+	}
+	again := begin("")
+	again.NewSession.ID, again.Run.SessionID = good.NewSession.ID, good.NewSession.ID
+	_, err = s.BeginRun(ctx, again)
+	if err == nil || !strings.HasPrefix(err.Error(), "postgres: beginning a run: ") || !isUniqueViolation(err) {
+		t.Errorf("a begin of a session that exists: %v, want the statement's unique violation", err)
+	}
+	if h, err := s.History(ctx, good.NewSession.ID); err != nil || len(h) != 1 || h[0].ID != good.Messages[0].ID {
+		t.Errorf("the session begun first holds %d messages (%v), want its own one", len(h), err)
+	}
+}
+
+func isUniqueViolation(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505"
 }

@@ -390,23 +390,18 @@ func beginNewSession(ctx context.Context, tx pgx.Tx, b *parley.RunBegin, tools [
 		return 0, 0, links, parley.Errorf(parley.ECInvalid, "parent_id: not a message of this session")
 	}
 	first, last = 1, int64(len(msgs))
-	updated := sess.UpdatedAt.UTC()
-	var leaf any
-	if len(msgs) > 0 {
-		leaf = msgs[len(msgs)-1].ID
-		if at := msgs[len(msgs)-1].CreatedAt.UTC(); at.After(updated) {
-			updated = at
-		}
-	}
-	total := rowcodec.TotalUsage(msgs)
-	sessArgs := []any{sess.ID, sess.Title, sess.Owner, sess.CreatedAt.UTC(), updated, nullable(sess.ProjectID), b.Reserve, last,
-		total.PromptTokens, total.CompletionTokens, total.TotalTokens, total.ReasoningTokens, total.CachedTokens, total.Cost,
-		max(0, rowcodec.OpenCallsDelta(msgs)), leaf, links.Branches}
-	b.Run.FirstSeq = first
-	r := b.Run
-	runArgs := []any{r.ID, r.SessionID, r.Owner, r.Model, tools, r.Instance, r.LeaseUntil.UTC(), r.Attempts, r.FirstSeq, r.CreatedAt.UTC()}
+	sessArgs, runArgs := newSessionArgs(b, tools, last, links)
 	if len(msgs) == 1 { // a chat's first turn: one statement
 		args := append(append(messageArgs(msgs[0], cols[0], sess.ID, 1, nullStr(links.Parents[0])), sessArgs...), runArgs...)
+		// Alone in its transaction, it goes with the COMMIT: nothing of it is read back.
+		if pt, ok := tx.(*pipeTx); ok && pt.holdFirst(beginNewSessionOne, args, func(br pgx.BatchResults) error {
+			if _, err := br.Exec(); err != nil {
+				return beginError(err, sess)
+			}
+			return nil
+		}) {
+			return first, last, links, nil
+		}
 		if _, err := tx.Exec(ctx, beginNewSessionOne, args...); err != nil {
 			return 0, 0, links, beginError(err, sess)
 		}
@@ -430,6 +425,28 @@ func beginNewSession(ctx context.Context, tx pgx.Tx, b *parley.RunBegin, tools [
 		return 0, 0, links, fmt.Errorf("postgres: appending messages: %w", err)
 	}
 	return first, last, links, nil
+}
+
+// newSessionArgs returns the arguments of insertNewSession and insertRun for b, a new session's
+// run whose last message has seq last (b.Run.FirstSeq is set to 1).
+func newSessionArgs(b *parley.RunBegin, tools []byte, last int64, links rowcodec.Links) (sessArgs, runArgs []any) {
+	sess, msgs := b.NewSession, b.Messages
+	updated := sess.UpdatedAt.UTC()
+	var leaf any
+	if len(msgs) > 0 {
+		leaf = msgs[len(msgs)-1].ID
+		if at := msgs[len(msgs)-1].CreatedAt.UTC(); at.After(updated) {
+			updated = at
+		}
+	}
+	total := rowcodec.TotalUsage(msgs)
+	sessArgs = []any{sess.ID, sess.Title, sess.Owner, sess.CreatedAt.UTC(), updated, nullable(sess.ProjectID), b.Reserve, last,
+		total.PromptTokens, total.CompletionTokens, total.TotalTokens, total.ReasoningTokens, total.CachedTokens, total.Cost,
+		max(0, rowcodec.OpenCallsDelta(msgs)), leaf, links.Branches}
+	b.Run.FirstSeq = 1
+	r := b.Run
+	runArgs = []any{r.ID, r.SessionID, r.Owner, r.Model, tools, r.Instance, r.LeaseUntil.UTC(), r.Attempts, r.FirstSeq, r.CreatedAt.UTC()}
+	return sessArgs, runArgs
 }
 
 const (

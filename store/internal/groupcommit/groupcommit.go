@@ -96,6 +96,15 @@ type Options struct {
 	// runs again by its function, whose error is its own. Without it a batch merges two or more
 	// parts, and a lone operation runs by its function.
 	MergeAlone bool
+	// Crowd, with Writers > 1, is how many operations must be waiting (the caller's own among
+	// them) for a caller to lead a batch in a free slot while another batch is under way; with
+	// fewer, it waits for that batch to hand it its slot, and leads the next batch with the
+	// operations that queued meanwhile. Under a moderate load the writes then share fewer, larger
+	// transactions (each commit, statement and round trip costs the database the same whatever
+	// the batch's size), and the other slots still serve a load that fills the queue faster than
+	// one transaction at a time empties it. A caller that finds no batch under way always leads.
+	// 0 or 1: any free slot is taken.
+	Crowd int
 }
 
 // maxRetries bounds how often an operation runs again (Options.Retry).
@@ -185,7 +194,17 @@ func (w *Writer[T]) do(ctx context.Context, o *op[T]) error {
 		return ErrClosed
 	}
 	o.err = make(chan error, 1)
-	for queued := false; !queued; {
+	// Into the queue if it has room; only a full queue makes the caller wait for room, or lead
+	// a batch of what is queued if no batch runs. (A select of both cases at once would pick
+	// either when both are ready: half the callers that find a slot free would lead a batch of
+	// the others' writes, then queue their own for another.)
+	queued := false
+	select {
+	case w.queue <- o:
+		queued = true
+	default:
+	}
+	for !queued {
 		select {
 		case w.queue <- o:
 			queued = true
@@ -203,11 +222,15 @@ func (w *Writer[T]) do(ctx context.Context, o *op[T]) error {
 		}
 		return w.answer(o, <-o.err)
 	}
-	select {
-	case w.slots <- struct{}{}: // no batch runs in this slot: lead one
-		w.lead(nil)
-	default: // a leader is under way; it hands its slot on to a waiting operation when done
+	if w.opts.Crowd <= 1 || len(w.slots) == 0 || len(w.queue) >= w.opts.Crowd {
+		select {
+		case w.slots <- struct{}{}: // no batch runs in this slot: lead one
+			w.lead(nil)
+		default: // a leader is under way; it hands its slot on to a waiting operation when done
+		}
 	}
+	// Otherwise a batch is under way (Crowd): o was queued before the check, so its leader,
+	// passing its slot on, finds o (or an operation queued before it) and hands it the slot.
 	// The wait selects on o's own channel and ctx alone: no channel shared with the other
 	// waiters, whose lock every waiter's select would take twice.
 	done := ctx.Done()

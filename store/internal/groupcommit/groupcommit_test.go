@@ -921,3 +921,97 @@ func TestALoneOperationMergesWithMergeAlone(t *testing.T) {
 		t.Errorf("without MergeAlone: merges %v, k committed %d times; want none, and k once by its function", md.merges, v)
 	}
 }
+
+// A caller that finds room in the queue queues its operation before it looks for a free slot:
+// it then leads one batch holding its own operation and those already waiting. (It used to
+// choose at random between queueing and leading when both could go: half the time it led a
+// batch of the others' operations, then queued its own for a second transaction.)
+func TestACallerWithRoomInTheQueueLeadsOneBatchWithItsOwnOperation(t *testing.T) {
+	for i := range 20 {
+		db := &memDB{committed: map[string]int{}}
+		var mu sync.Mutex
+		var sizes []int
+		w := New[*memTx](db, Options{Batched: func(n int, _ error) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() }})
+		// An operation already waiting, as one whose caller was handed no slot yet.
+		waiting := &op[*memTx]{key: "", fn: insert(fmt.Sprint("waiting", i)), err: make(chan error, 1)}
+		w.queue <- waiting
+		if err := w.Do(context.Background(), insert(fmt.Sprint("mine", i))); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-waiting.err; err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		mu.Lock()
+		if len(sizes) != 1 || sizes[0] != 2 {
+			t.Fatalf("run %d: batches of %v, want one batch of the waiting operation and the caller's", i, sizes)
+		}
+		mu.Unlock()
+	}
+}
+
+// With Crowd, a write that comes while a batch is under way waits for it instead of leading a
+// batch of its own in the other slot, until Crowd writes wait: those then go in one batch beside
+// the one under way.
+func TestACrowdStartsASecondBatchOnlyWhenEnoughWait(t *testing.T) {
+	db := &memDB{committed: map[string]int{}}
+	var mu sync.Mutex
+	var sizes []int
+	w := New[*memTx](db, Options{Writers: 2, Crowd: 3, Batched: func(n int, _ error) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() }})
+	defer w.Close()
+	release, heldDone := hold(t, w)
+	released := false
+	defer func() { // a failure must not leave Close waiting for the held batch
+		if !released {
+			close(release)
+		}
+	}()
+	ran := make(chan string, 3)
+	mark := func(key string) func(context.Context, *memTx) error {
+		return func(ctx context.Context, tx *memTx) error {
+			ran <- key
+			return insert(key)(ctx, tx)
+		}
+	}
+	queued := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(wait)
+		for w.Queued() < n {
+			select {
+			case k := <-ran:
+				t.Fatalf("%s ran beside the held batch with fewer than 3 writes waiting", k)
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("never queued")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	errs := make(chan error, 3)
+	go func() { errs <- w.Do(context.Background(), mark("a")) }()
+	queued(1)
+	go func() { errs <- w.Do(context.Background(), mark("b")) }()
+	queued(2)
+	go func() { errs <- w.Do(context.Background(), mark("c")) }() // the third: a batch of a, b, c
+	for range 3 {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(wait):
+			t.Fatal("the waiting writes did not run beside the held batch once three waited")
+		}
+	}
+	close(release)
+	released = true
+	if err := <-heldDone; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sizes) != 2 || sizes[0] != 3 || sizes[1] != 1 {
+		t.Errorf("batches of %v, want one of the three waiting writes, then the held one", sizes)
+	}
+}
