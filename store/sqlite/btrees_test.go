@@ -55,10 +55,12 @@ func writtenBTrees(t *testing.T, s *Store, path string) []string {
 
 // A streamed chat of a new session (its beginning, then its end with the answer and its events)
 // writes one or more pages of each B-tree it changes, each of which the commit writes to the WAL
-// and the checkpoint copies: 13 B-trees. Before migration 00017 also runs_lease, an index of
+// and the checkpoint copies: 14 B-trees. Before migration 00017 also runs_lease, an index of
 // the running runs by the end of their lease that no query needs (ClaimRuns and the ledger's
 // clean-up read the running runs through runs_one_running, TestRunQueriesUseTheRunningRuns).
-func TestAChatWritesThirteenBTrees(t *testing.T) {
+// Migration 00019 added runs_session, written when a run begins, which deleting a session finds
+// its runs through (TestDeletingAParentSearchesItsChildrenByIndex).
+func TestAChatWritesFourteenBTrees(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "p.db")
 	s, err := Open(ctx, path)
@@ -84,7 +86,7 @@ func TestAChatWritesThirteenBTrees(t *testing.T) {
 	got := writtenBTrees(t, s, path)
 	want := []string{
 		"event_batches", "event_batches_created", "event_batches_seq",
-		"messages", "runs", "runs_ended", "runs_one_running", "sessions", "sessions_owner_updated",
+		"messages", "runs", "runs_ended", "runs_one_running", "runs_session", "sessions", "sessions_owner_updated",
 		"sqlite_autoindex_messages_1", "sqlite_autoindex_messages_2", "sqlite_autoindex_runs_1", "sqlite_autoindex_sessions_1",
 	}
 	if !slices.Equal(got, want) {

@@ -96,26 +96,6 @@ var (
 	FROM (VALUES `, values(3), `) AS v WHERE runs.id = v.column1 AND runs.state = 'running'`)
 )
 
-// execMerged runs m for args (rows of m.cols parameters), mergeChunk rows a statement, and
-// returns the rows the statements changed.
-func execMerged(ctx context.Context, c cachedTx, m *mergedStmt, args []any) (int64, error) {
-	var changed int64
-	for len(args) > 0 {
-		n := min(len(args)/m.cols, mergeChunk)
-		res, err := c.ExecContext(ctx, m.texts[n], args[:n*m.cols]...)
-		if err != nil {
-			return changed, err
-		}
-		k, err := res.RowsAffected()
-		if err != nil {
-			return changed, err
-		}
-		changed += k
-		args = args[n*m.cols:]
-	}
-	return changed, nil
-}
-
 // sessionRow is what mergedRead found of a session.
 type sessionRow struct {
 	leaf      sql.NullString
@@ -298,18 +278,15 @@ func (s *Store) merge(ctx context.Context, tx *sql.Tx, parts []any) error {
 		}
 		evRows = appendEventRows(evRows, p.sessionID, p.at, batches)
 	}
-	for _, st := range []struct {
-		m    *mergedStmt
-		args []any
-	}{{mergedSessions, sessions}, {mergedRuns, runs}, {mergedPlainMessages, msgs}, {mergedMessages, wide},
-		{mergedUpdate, updates}, {mergedEvents, evRows}} {
-		if _, err := execMerged(ctx, c, st.m, st.args); err != nil {
-			return err
-		}
-	}
-	if n, err := execMerged(ctx, c, mergedEnds, ends); err != nil {
+	// On the writer's connection directly (writeconn.go); the ends last, whose count tells
+	// whether each run ended.
+	stmts := [...]rawRun{{mergedSessions, sessions}, {mergedRuns, runs}, {mergedPlainMessages, msgs}, {mergedMessages, wide},
+		{mergedUpdate, updates}, {mergedEvents, evRows}, {mergedEnds, ends}}
+	var changed [len(stmts)]int64
+	if err := s.execRaw(ctx, tx, stmts[:], changed[:]); err != nil {
 		return err
-	} else if n != int64(len(ends)/mergedEnds.cols) {
+	}
+	if changed[len(stmts)-1] != int64(len(ends)/mergedEnds.cols) {
 		return errMerged
 	}
 	return nil

@@ -203,11 +203,8 @@ func TestMergedWritesLeaveWhatEachWouldAlone(t *testing.T) {
 	// run writes parts (merged or each alone) in a transaction, and returns what they left and
 	// returned; the transaction is rolled back.
 	run := func(merged bool) string {
-		tx, err := s.db.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback()
+		tx := writeTx(t, s)
+		defer sqlTx{s.db, &s.ran, s}.Rollback(tx)
 		before := s.ran.Load()
 		if merged {
 			if err := s.merge(ctx, tx, parts); err != nil {
@@ -434,21 +431,16 @@ func TestABatchInsertsPlainMessagesByTheirColumns(t *testing.T) {
 		}
 		parts = append(parts, p)
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
+	tx := writeTx(t, s)
+	defer sqlTx{s.db, &s.ran, s}.Rollback(tx)
 	if err := s.merge(ctx, tx, parts); err != nil {
 		t.Fatal(err)
 	}
-	s.stmtMu.Lock()
-	defer s.stmtMu.Unlock()
 	for n := 1; n <= mergeChunk; n++ {
-		if _, ok := s.stmts[mergedPlainMessages.texts[n]]; ok != (n == 4) {
+		if _, ok := s.wc.stmts[mergedPlainMessages.texts[n]]; ok != (n == 4) {
 			t.Errorf("plain messages' statement of %d rows prepared: %v", n, ok)
 		}
-		if _, ok := s.stmts[mergedMessages.texts[n]]; ok != (n == 1) {
+		if _, ok := s.wc.stmts[mergedMessages.texts[n]]; ok != (n == 1) {
 			t.Errorf("every column's statement of %d rows prepared: %v", n, ok)
 		}
 	}
@@ -456,5 +448,83 @@ func TestABatchInsertsPlainMessagesByTheirColumns(t *testing.T) {
 	if err := tx.QueryRow(`SELECT count(*) FILTER (WHERE success IS NULL AND server IS NULL), count(*) FILTER (WHERE success = 1 AND server = 'srv')
 		FROM messages`).Scan(&plain, &other); err != nil || plain != 6 || other != 1 {
 		t.Fatalf("%d plain messages, %d others, %v", plain, other, err)
+	}
+}
+
+// writeTx begins a write transaction on the writer's connection, as the writer does (the
+// merged statements run only there); the test must end it (sqlTx.Rollback or Commit) and
+// write nothing else meanwhile.
+func writeTx(t *testing.T, s *Store) *sql.Tx {
+	t.Helper()
+	tx, err := sqlTx{s.db, &s.ran, s}.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
+// A batch's merged statements run on the writer's connection directly: prepared there (and
+// only there, not through database/sql), whatever the batches; a merge given a transaction
+// that is not the writer's is refused rather than run on another connection. Fails on main,
+// which runs them through database/sql on any connection of the pool.
+func TestMergedStatementsRunOnTheWritersConnection(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for range 4 {
+				f, err := beginChat(ctx, s, now)
+				if err == nil {
+					err = s.FinishRun(ctx, f)
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	kinds := map[string]string{} // each merged text, and its kind
+	for name, m := range map[string]*mergedStmt{"sessions": mergedSessions, "runs": mergedRuns,
+		"plain messages": mergedPlainMessages, "messages": mergedMessages, "updates": mergedUpdate,
+		"events": mergedEvents, "ends": mergedEnds} {
+		for _, q := range m.texts[1:] {
+			kinds[q] = name
+		}
+	}
+	onWriter := map[string]bool{}
+	for q := range s.wc.stmts {
+		if k, ok := kinds[q]; ok {
+			onWriter[k] = true
+		}
+	}
+	s.stmtMu.Lock()
+	for q := range s.stmts { // a lone write runs its own statements, one of which is a one-row merged text
+		if k, ok := kinds[q]; ok && strings.Count(q, "(?") > 1 {
+			t.Errorf("a merged statement of rows (%s) prepared through database/sql", k)
+		}
+	}
+	s.stmtMu.Unlock()
+	// A chat's messages are plain: every kind but "messages" ran.
+	if len(onWriter) != 6 || onWriter["messages"] {
+		t.Errorf("the kinds of merged statements prepared on the writer's connection: %v", onWriter)
+	}
+
+	f := finishOf(t, s, 2, now)
+	p, err := newFinishPart(s, &f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if err := s.merge(ctx, tx, []any{p}); !errors.Is(err, errNotWriter) {
+		t.Fatalf("a merge in another transaction: %v", err)
 	}
 }

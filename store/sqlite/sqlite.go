@@ -52,6 +52,8 @@ type Store struct {
 		m  map[string]*sql.Stmt
 	}
 
+	wc writeConn // the connection every write transaction runs on (writeconn.go)
+
 	ckpt *checkpointer // the WAL's checkpoints, after a begin's batch (checkpoint.go)
 	// began: the write transaction under way began a run (set and read by the writer's batch,
 	// which runs alone: SQLite has one writer)
@@ -146,6 +148,7 @@ func (s *Store) Close() error { return s.close() }
 func (s *Store) close() error {
 	s.ckpt.interrupt() // a checkpoint holding the writer ends sooner
 	s.w.Close()
+	s.wc.drop()
 	s.ckpt.close()
 	s.stmtMu.Lock()
 	for _, st := range s.stmts {
@@ -285,7 +288,7 @@ type sqlTx struct {
 
 func (d sqlTx) Begin(ctx context.Context) (*sql.Tx, error) {
 	d.s.began = false
-	tx, err := d.db.BeginTx(ctx, nil)
+	tx, err := d.s.wc.begin(ctx, d.db)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: begin: %w", err)
 	}
@@ -312,14 +315,19 @@ func (d sqlTx) RollbackTo(ctx context.Context, tx *sql.Tx) error {
 }
 
 func (d sqlTx) Commit(_ context.Context, tx *sql.Tx) error {
-	if err := tx.Commit(); err != nil {
+	err := tx.Commit()
+	d.s.wc.end()
+	if err != nil {
 		return fmt.Errorf("sqlite: commit: %w", err)
 	}
 	d.s.ckpt.committed(d.s.began)
 	return nil
 }
 
-func (sqlTx) Rollback(tx *sql.Tx) { _ = tx.Rollback() }
+func (d sqlTx) Rollback(tx *sql.Tx) {
+	_ = tx.Rollback()
+	d.s.wc.end()
+}
 
 func exec(ctx context.Context, tx *sql.Tx, q string) error {
 	if _, err := tx.ExecContext(ctx, q); err != nil {
