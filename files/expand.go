@@ -90,13 +90,22 @@ func (s *Service) expandResultImages(ctx context.Context, msgs []parley.Message)
 	}
 	// Only the most recent MaxResultImages images are shown: a long conversation full of images
 	// must not grow every request without bound.
-	found := make([]ResultImages, len(msgs))
+	// found is made at the first tool result that names an image: most model calls have none.
+	var found []ResultImages
 	total := 0
 	for i, m := range msgs {
-		if m.Role == parley.RoleTool {
-			found[i] = s.resultImages(m)
-			total += found[i].count()
+		if m.Role != parley.RoleTool {
+			continue
 		}
+		r := s.resultImages(m)
+		if r.count() == 0 && r.Content == nil {
+			continue
+		}
+		if found == nil {
+			found = make([]ResultImages, len(msgs))
+		}
+		found[i] = r
+		total += r.count()
 	}
 	if total == 0 {
 		return msgs, nil

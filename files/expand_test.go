@@ -168,3 +168,29 @@ func TestExpandResultInlineImages(t *testing.T) {
 		t.Fatalf("%+v", out[2])
 	}
 }
+
+// A model call whose history has no tool result naming an image (most of them) is given its
+// messages as they are, with nothing allocated: no slice of per-message results is made.
+func TestExpandWithoutResultImagesAllocatesNothing(t *testing.T) {
+	fx := newFixture(t, Config{})
+	fx.svc.SetResultImages(func(parley.Message) ResultImages { return ResultImages{} })
+	msgs := []parley.Message{
+		{Role: parley.RoleSystem, Content: parley.Text("be brief")},
+		{Role: parley.RoleUser, Content: parley.Text("what time is it?")},
+		{Role: parley.RoleAssistant, ToolCalls: []parley.ToolCall{{ID: "c1", Type: "function", Function: parley.FunctionCall{Name: "get_current_time", Arguments: "{}"}}}},
+		{Role: parley.RoleTool, ToolCallID: "c1", Content: parley.Text("12:00")},
+	}
+	var out []parley.Message
+	allocs := testing.AllocsPerRun(100, func() {
+		var err error
+		if out, err = fx.svc.Expand(ctx, msgs); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("Expand allocates %v times, want 0", allocs)
+	}
+	if len(out) != len(msgs) || &out[0] != &msgs[0] {
+		t.Error("the messages were not given back as they are")
+	}
+}

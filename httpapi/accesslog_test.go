@@ -230,3 +230,77 @@ func TestAccessLogBoundsTheMethod(t *testing.T) {
 		t.Errorf("access log of an invented method: %v", line)
 	}
 }
+
+// recordsHandler keeps the records logged to it.
+type recordsHandler struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (h *recordsHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *recordsHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.records = append(h.records, r.Clone())
+	return nil
+}
+func (h *recordsHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *recordsHandler) WithGroup(string) slog.Handler      { return h }
+
+// The access log line is made without its call site, which slog's Logger looks up by walking
+// the stack (runtime.Callers) for every line: its record has no PC, and the same attributes in
+// the same order as before.
+func TestAccessLogRecordHasNoCallSite(t *testing.T) {
+	h := &recordsHandler{}
+	e := newEnv(t, func(d *httpapi.Deps) {
+		d.AccessLog = true
+		d.Log = slog.New(h)
+	})
+	resp, _ := e.raw(t, "GET", "/healthz", "")
+	rid := resp.Header.Get("X-Request-Id")
+	// The line is written once the handler has returned, which may be just after the client
+	// read the answer: wait for it.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if r, keys, ok := h.accessRecord(rid); ok {
+			if r.PC != 0 {
+				t.Errorf("the access log record has a call site (PC %#x): the stack was walked for it", r.PC)
+			}
+			if want := "method route status duration_ms bytes user request_id"; strings.Join(keys, " ") != want {
+				t.Errorf("attributes %v, want %s", keys, want)
+			}
+			if r.Level != slog.LevelInfo {
+				t.Errorf("level %v, want INFO", r.Level)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no access log record for request %s", rid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// accessRecord returns the access log record of request id rid and its attributes' keys.
+func (h *recordsHandler) accessRecord(rid string) (slog.Record, []string, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range h.records {
+		if r.Message != "request" {
+			continue
+		}
+		var keys []string
+		var got string
+		r.Attrs(func(a slog.Attr) bool {
+			keys = append(keys, a.Key)
+			if a.Key == "request_id" {
+				got = a.Value.String()
+			}
+			return true
+		})
+		if got == rid {
+			return r, keys, true
+		}
+	}
+	return slog.Record{}, nil, false
+}

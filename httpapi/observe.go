@@ -99,13 +99,17 @@ func (s *server) observeEnd(ow *observedWriter, r *http.Request) {
 			span.SetStatus(codes.Error, http.StatusText(status))
 		}
 	}
-	if s.AccessLog {
-		s.Log.LogAttrs(base, slog.LevelInfo, "request",
+	if h := s.Log.Handler(); s.AccessLog && h.Enabled(base, slog.LevelInfo) {
+		// The line is what Logger.LogAttrs would log, without the call site: LogAttrs walks the
+		// stack for it (runtime.Callers) on every line, and no handler here reports sources.
+		rec := slog.NewRecord(time.Now(), slog.LevelInfo, "request", 0)
+		rec.AddAttrs(
 			// The route is the mux's own pattern, never client text: redaction leaves it whole
 			// (a route outside /api/, such as /v1/chat/completions, would read as a file path).
 			slog.String("method", ow.method), slog.Any("route", redact.Safe(path)), slog.Int("status", status),
 			slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000), slog.Int64("bytes", ow.bytes),
 			slog.String("user", info.user), slog.String("request_id", rid))
+		_ = h.Handle(base, rec)
 	}
 	if ow.status < 500 {
 		return

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	parley "github.com/parleyhq/parley"
 	"github.com/parleyhq/parley/stream"
 )
 
@@ -91,6 +92,9 @@ type pump struct {
 	timer                                     *time.Timer
 	armed                                     time.Time // when timer fires; zero: not armed
 	gathered                                  bool      // the transport may hold bytes for flush (an SSE head too)
+	// lazyUntil, when set, is how long what the transport gathered may wait for what follows:
+	// it is only usage events (usageWait).
+	lazyUntil time.Time
 
 	mu      sync.Mutex
 	started bool        // start was called: before, a kick does nothing (the loop will look anyway)
@@ -260,6 +264,9 @@ func (p *pump) loopOrPark() (err error, ended bool) {
 		if p.park > 0 && p.parkAt.Before(next) {
 			next = p.parkAt
 		}
+		if !p.lazyUntil.IsZero() && p.lazyUntil.Before(next) {
+			next = p.lazyUntil
+		}
 		// Deadlines only move later (activity), so an armed timer that fires earlier than needed
 		// is re-armed then: the timer is not reset for every batch.
 		switch {
@@ -288,12 +295,15 @@ func (p *pump) loopOrPark() (err error, ended bool) {
 			// What the transport gathered goes out once no more frames are ready, before the
 			// pump waits: a run's events made at the same moment (the chunks a model sent in
 			// one read), and an SSE response's head with the first of them, share one write.
+			// Usage events alone wait for what follows them, for usageWait at most.
 			select {
 			case <-ready:
 			default:
-				p.gathered = false
-				if err := p.t.flush(); err != nil {
-					return errClientGone{err}, true
+				if p.lazyUntil.IsZero() || !now.Before(p.lazyUntil) {
+					p.gathered, p.lazyUntil = false, time.Time{}
+					if err := p.t.flush(); err != nil {
+						return errClientGone{err}, true
+					}
 				}
 			}
 		}
@@ -313,6 +323,7 @@ func (p *pump) loopOrPark() (err error, ended bool) {
 			if len(frames) == 0 {
 				continue
 			}
+			was := p.gathered
 			end, err := p.t.frames(frames)
 			if err != nil {
 				return errClientGone{err}, true
@@ -322,6 +333,12 @@ func (p *pump) loopOrPark() (err error, ended bool) {
 				return nil, true
 			}
 			now = time.Now()
+			switch {
+			case p.park == 0 && !was && onlyUsage(frames):
+				p.lazyUntil = now.Add(usageWait)
+			case !onlyUsage(frames):
+				p.lazyUntil = time.Time{}
+			}
 			p.idleAt, p.parkAt = now.Add(s.StreamIdle), now.Add(p.park)
 		case b := <-p.replies:
 			if err := p.reply(b); err != nil {
@@ -350,6 +367,24 @@ func (p *pump) loopOrPark() (err error, ended bool) {
 			return nil, true
 		}
 	}
+}
+
+// usageWait is how long a pump that runs in its request's goroutine (an SSE stream) holds a
+// batch of usage events alone, without writing it, for what follows: a usage event ends a model
+// call and its message's record comes once that is stored, a store write later, so that both
+// go out in one write rather than two. Whatever else is gathered meanwhile ends the wait; so
+// does the stream's end, whose last write carries it. A parked pump (a WebSocket, a detached SSE
+// stream) does not wait.
+const usageWait = 100 * time.Millisecond
+
+// onlyUsage reports whether every frame of fs is a usage event.
+func onlyUsage(fs []*stream.Frame) bool {
+	for _, f := range fs {
+		if f.Type != parley.EventUsage {
+			return false
+		}
+	}
+	return len(fs) > 0
 }
 
 // due does what is due at now: the end of the lifetime, the idle end, the credentials' recheck,

@@ -5,8 +5,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	parley "github.com/parleyhq/parley"
@@ -265,4 +267,78 @@ func TestPumpWhoseContextEndedBeforeStartEnds(t *testing.T) {
 			t.Fatalf("start %d: the pump did not end (parked: %v)", i, p.parked())
 		}
 	}
+}
+
+// A batch of usage events alone is not written at once: it waits for what follows it (the
+// model call's record, a store write later), and both go out in one flush. Other events are
+// flushed before the pump waits, as before; a usage event that nothing follows goes out after
+// usageWait.
+func TestPumpHoldsUsageForWhatFollows(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := runs.NewManager(runs.Options{})
+		defer m.Shutdown(context.Background())
+		s := &server{Deps: Deps{Runs: m, StreamIdle: time.Hour}}
+		r, err := m.Begin(context.Background(), runs.Spec{Session: "s1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		steps := make(chan struct{})
+		r.Go(func(_ context.Context, emit func(parley.Event)) (string, error) {
+			emit(parley.Event{Type: parley.EventChunk, Content: "x"}) // seq 2 (after start)
+			<-steps
+			emit(parley.Event{Type: parley.EventUsage, Usage: &parley.Usage{PromptTokens: 1}}) // 3
+			<-steps
+			emit(parley.Event{Type: parley.EventChunk, Content: "y"}) // 4
+			<-steps
+			emit(parley.Event{Type: parley.EventUsage, Usage: &parley.Usage{PromptTokens: 1}}) // 5
+			<-steps
+			return parley.FinishStop, nil // done: 6
+		})
+		tr := &recordingTransport{}
+		p := &pump{s: s, r: httptest.NewRequest("GET", "/", nil), t: tr}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		p.subscribe(ctx, "s1", 0)
+		ended := make(chan struct{})
+		go func() { defer close(ended); _ = p.run(ctx) }()
+		flushes := func() [][]int64 {
+			synctest.Wait()
+			tr.mu.Lock()
+			defer tr.mu.Unlock()
+			return slices.Clone(tr.flushed)
+		}
+		if f := flushes(); !slices.Equal(slices.Concat(f...), []int64{1, 2}) {
+			t.Fatalf("flushed %v, want start and the chunk (1, 2)", f)
+		}
+		before := len(flushes())
+		steps <- struct{}{} // the usage
+		if f := flushes(); len(f) != before {
+			t.Fatalf("the usage event alone was flushed at once: %v", f)
+		}
+		steps <- struct{}{} // a chunk follows: both go out together
+		if f := flushes(); !slices.Equal(f[len(f)-1], []int64{3, 4}) {
+			t.Fatalf("flushes %v, want the usage and the chunk that followed it in one (3, 4)", f)
+		}
+		steps <- struct{}{} // another usage, which nothing follows for longer than usageWait
+		start := time.Now()
+		time.Sleep(usageWait / 2)
+		if f := flushes(); slices.Contains(slices.Concat(f...), 5) {
+			t.Fatalf("the usage event went out before usageWait: %v", f)
+		}
+		time.Sleep(usageWait)
+		f := flushes()
+		if !slices.Equal(f[len(f)-1], []int64{5}) {
+			t.Fatalf("flushes %v, want the usage event alone after usageWait", f)
+		}
+		if d := time.Since(start); d < usageWait {
+			t.Fatalf("waited %v", d)
+		}
+		steps <- struct{}{}
+		<-r.Done()
+		if f := flushes(); !slices.Equal(slices.Concat(f...), []int64{1, 2, 3, 4, 5, 6}) {
+			t.Fatalf("flushed %v, want 1..6 in order", f)
+		}
+		cancel()
+		<-ended
+	})
 }

@@ -151,10 +151,8 @@ type Deps struct {
 type Metrics interface {
 	// Request records an answered request: route is the mux's pattern ("" when none matched).
 	Request(route, method string, status int, d time.Duration)
-	// StreamOpened records an open stream of kind "sse" or "websocket"; closed records its end.
-	StreamOpened(kind string) (closed func())
-	// StreamOpen and StreamClose record the same without a callback (a detached stream's: it
-	// calls StreamClose once, at its end).
+	// StreamOpen records an open stream of kind "sse" or "websocket"; StreamClose, called once,
+	// records its end.
 	StreamOpen(kind string)
 	StreamClose(kind string)
 }

@@ -40,7 +40,6 @@ type closeMetrics struct {
 }
 
 func (closeMetrics) Request(string, string, int, time.Duration) {}
-func (closeMetrics) StreamOpened(string) func()                 { return func() {} }
 func (closeMetrics) StreamOpen(string)                          {}
 func (m closeMetrics) StreamClose(string) {
 	m.s.slots.mu.Lock()

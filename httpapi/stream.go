@@ -50,12 +50,19 @@ func (s *server) giveStream(user string) {
 	}
 }
 
-// streamOpened records an open stream of kind in the metrics; closed records its end.
-func (s *server) streamOpened(kind string) (closed func()) {
-	if s.Metrics == nil {
-		return func() {}
+// streamOpen records an open stream of kind in the metrics; streamClose records its end. The
+// pair makes no callback, which StreamOpened would (a closure and its once: two allocations a
+// stream).
+func (s *server) streamOpen(kind string) {
+	if s.Metrics != nil {
+		s.Metrics.StreamOpen(kind)
 	}
-	return s.Metrics.StreamOpened(kind)
+}
+
+func (s *server) streamClose(kind string) {
+	if s.Metrics != nil {
+		s.Metrics.StreamClose(kind)
+	}
 }
 
 // resumePoint reads where a client resumes: the Last-Event-ID header (which a browser's
@@ -247,7 +254,8 @@ func (s *server) streamSession(w http.ResponseWriter, r *http.Request, sessionID
 		writeError(w, err)
 		return
 	}
-	defer s.streamOpened("sse")()
+	s.streamOpen("sse")
+	defer s.streamClose("sse")
 	// The stream's lifetime is a deadline of the pump's, not a context with a timer of its own.
 	ctx := r.Context()
 	p := &pump{s: s, r: r, t: &sseTransport{s: s, r: r, sse: sse, session: sessionID, untilDone: untilDone}, heartbeat: s.Heartbeat, lifetime: s.StreamLifetime}

@@ -294,7 +294,8 @@ func (s *server) uiStreamWith(w http.ResponseWriter, r *http.Request, sessionID 
 		writeError(w, err)
 		return
 	}
-	defer s.streamOpened("sse")()
+	s.streamOpen("sse")
+	defer s.streamClose("sse")
 	ctx, cancel := context.WithTimeout(r.Context(), s.StreamLifetime)
 	defer cancel()
 	t := &uiTransport{s: s, sse: sse, session: sessionID, tr: tr}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,7 +59,46 @@ type Metrics struct {
 
 	models, providers, tools, servers bounded
 
-	requests sync.Map // requestKey → *requestMetrics (Request)
+	requests sync.Map                     // requestKey → *requestMetrics (Request)
+	modelsBy sync.Map                     // the model as ModelCall is given it → *modelSeries
+	finished sync.Map                     // finish reason → prometheus.Counter (RunFinished)
+	kinds    sync.Map                     // stream kind → prometheus.Gauge (StreamOpen, StreamClose, StreamOpened)
+	appended [2]lazy[prometheus.Observer] // StoreAppend's series: ok, error
+}
+
+// lazy holds one series of a vector once it has been looked up. The series is made at its
+// first use, as WithLabelValues makes it, so the exposition shows the same series as when each
+// call looked it up; later uses neither hash its labels nor take the vector's lock. Two first
+// uses at once may both look it up: the vector gives both the same series.
+type lazy[T any] struct{ p atomic.Pointer[T] }
+
+func (l *lazy[T]) get(lookup func() T) T {
+	if p := l.p.Load(); p != nil {
+		return *p
+	}
+	v := lookup()
+	l.p.Store(&v)
+	return v
+}
+
+// modelSeries are the series of one model name given to ModelCall, each made at its first use.
+type modelSeries struct {
+	prov, name string
+	calls      [2]lazy[prometheus.Counter] // ok, error
+	duration   lazy[prometheus.Observer]
+	ttft       lazy[prometheus.Observer]
+	tokens     [len(tokenKinds)]lazy[prometheus.Counter]
+	cost       lazy[prometheus.Counter]
+}
+
+// tokenKinds are the kind label's values of the token counter, in the order of modelSeries.tokens.
+var tokenKinds = [...]string{"input", "output", "cached_input", "reasoning"}
+
+func outcomeIndex(failed bool) int {
+	if failed {
+		return 1
+	}
+	return 0
 }
 
 // latencyBuckets suit calls from a few milliseconds to minutes (model calls and tools).
@@ -208,7 +248,12 @@ func (m *Metrics) RunFinished(reason string) {
 	if reason == "" {
 		reason = "unknown"
 	}
-	m.runsFinished.WithLabelValues(reason).Inc()
+	c, ok := m.finished.Load(reason)
+	if !ok {
+		// The reasons are parley.Finish*, a fixed set: the map stays as small as the series.
+		c, _ = m.finished.LoadOrStore(reason, m.runsFinished.WithLabelValues(reason))
+	}
+	c.(prometheus.Counter).Inc()
 	m.runsActive.Dec()
 }
 
@@ -218,30 +263,48 @@ func (m *Metrics) ModelCall(model string, failed bool, d, ttft time.Duration, u 
 	if m == nil {
 		return
 	}
-	prov, name, ok := strings.Cut(model, "/")
-	if !ok {
-		prov, name = "", model
-	}
-	prov, name = m.providers.of(prov), m.models.of(name)
-	m.modelCalls.WithLabelValues(prov, name, outcome(failed)).Inc()
-	m.modelDuration.WithLabelValues(prov, name).Observe(d.Seconds())
+	ms := m.modelSeries(model)
+	ms.calls[outcomeIndex(failed)].get(func() prometheus.Counter {
+		return m.modelCalls.WithLabelValues(ms.prov, ms.name, outcome(failed))
+	}).Inc()
+	ms.duration.get(func() prometheus.Observer { return m.modelDuration.WithLabelValues(ms.prov, ms.name) }).Observe(d.Seconds())
 	if ttft > 0 {
-		m.modelTTFT.WithLabelValues(prov, name).Observe(ttft.Seconds())
+		ms.ttft.get(func() prometheus.Observer { return m.modelTTFT.WithLabelValues(ms.prov, ms.name) }).Observe(ttft.Seconds())
 	}
 	if u == nil {
 		return
 	}
-	for _, t := range []struct {
-		kind string
-		n    int64
-	}{{"input", u.PromptTokens}, {"output", u.CompletionTokens}, {"cached_input", u.CachedTokens}, {"reasoning", u.ReasoningTokens}} {
-		if t.n > 0 {
-			m.tokens.WithLabelValues(prov, name, t.kind).Add(float64(t.n))
+	for i, n := range [len(tokenKinds)]int64{u.PromptTokens, u.CompletionTokens, u.CachedTokens, u.ReasoningTokens} {
+		if n > 0 {
+			ms.tokens[i].get(func() prometheus.Counter {
+				return m.tokens.WithLabelValues(ms.prov, ms.name, tokenKinds[i])
+			}).Add(float64(n))
 		}
 	}
 	if u.Cost > 0 {
-		m.cost.WithLabelValues(prov, name).Add(u.Cost)
+		ms.cost.get(func() prometheus.Counter { return m.cost.WithLabelValues(ms.prov, ms.name) }).Add(u.Cost)
 	}
+}
+
+// modelSeries returns the series of model ("provider/model"), its labels bounded as they were
+// the first time it was given. Only a model whose provider and name both got labels of their
+// own is kept: there are at most MaxLabelValues² of those, while the names counted as Other may
+// be any number and are looked up each time.
+func (m *Metrics) modelSeries(model string) *modelSeries {
+	if ms, ok := m.modelsBy.Load(model); ok {
+		return ms.(*modelSeries)
+	}
+	prov, name, ok := strings.Cut(model, "/")
+	if !ok {
+		prov, name = "", model
+	}
+	ms := &modelSeries{prov: m.providers.of(prov), name: m.models.of(name)}
+	if ms.prov == prov && ms.name == name {
+		if kept, loaded := m.modelsBy.LoadOrStore(model, ms); loaded {
+			return kept.(*modelSeries)
+		}
+	}
+	return ms
 }
 
 // ToolCall records one tool call: tool "" is a name the registry does not know (counted as
@@ -262,15 +325,25 @@ func (m *Metrics) ToolCall(tool, server, outcome string, d time.Duration) {
 // a callback to keep: the caller calls StreamClose once, at its end.
 func (m *Metrics) StreamOpen(kind string) {
 	if m != nil {
-		m.streams.WithLabelValues(kind).Inc()
+		m.stream(kind).Inc()
 	}
 }
 
 // StreamClose records the end of a stream StreamOpen recorded.
 func (m *Metrics) StreamClose(kind string) {
 	if m != nil {
-		m.streams.WithLabelValues(kind).Dec()
+		m.stream(kind).Dec()
 	}
+}
+
+// stream returns the open-streams gauge of kind. The kinds are the callers' constants ("sse",
+// "websocket"): the map stays as small as the series.
+func (m *Metrics) stream(kind string) prometheus.Gauge {
+	g, ok := m.kinds.Load(kind)
+	if !ok {
+		g, _ = m.kinds.LoadOrStore(kind, m.streams.WithLabelValues(kind))
+	}
+	return g.(prometheus.Gauge)
 }
 
 // StreamOpened records an open stream of kind ("sse" or "websocket"); closed records its end and
@@ -279,7 +352,7 @@ func (m *Metrics) StreamOpened(kind string) (closed func()) {
 	if m == nil {
 		return func() {}
 	}
-	g := m.streams.WithLabelValues(kind)
+	g := m.stream(kind)
 	g.Inc()
 	var once sync.Once
 	return func() { once.Do(g.Dec) }
@@ -302,7 +375,9 @@ func (m *Metrics) SubscriberCaughtUp() {
 // StoreAppend records one batch of run events stored (or not: failed).
 func (m *Metrics) StoreAppend(d time.Duration, failed bool) {
 	if m != nil {
-		m.appends.WithLabelValues(outcome(failed)).Observe(d.Seconds())
+		m.appended[outcomeIndex(failed)].get(func() prometheus.Observer {
+			return m.appends.WithLabelValues(outcome(failed))
+		}).Observe(d.Seconds())
 	}
 }
 

@@ -163,3 +163,80 @@ func TestRequestSeriesAreFoundOnce(t *testing.T) {
 		t.Errorf("requests = %v, want 104", got)
 	}
 }
+
+// The series of a chat's model call, its run's end, its stream and its store writes are looked
+// up once: later calls allocate nothing, and the exposition holds the series each call made.
+func TestChatSeriesAreFoundOnce(t *testing.T) {
+	m := New()
+	u := &parley.Usage{PromptTokens: 3, CompletionTokens: 2}
+	chat := func() {
+		m.ModelCall("openai/gpt", false, time.Millisecond, time.Millisecond, u)
+		m.RunFinished(parley.FinishStop)
+		m.StreamOpen("sse")
+		m.StreamClose("sse")
+		m.StoreAppend(time.Millisecond, false)
+	}
+	chat()
+	if allocs := testing.AllocsPerRun(100, chat); allocs != 0 {
+		t.Errorf("a chat's metrics allocate %v times, want 0", allocs)
+	}
+	for _, c := range []struct {
+		name string
+		got  float64
+		want float64
+	}{
+		{"calls", testutil.ToFloat64(m.modelCalls.WithLabelValues("openai", "gpt", "ok")), 102},
+		{"input tokens", testutil.ToFloat64(m.tokens.WithLabelValues("openai", "gpt", "input")), 306},
+		{"output tokens", testutil.ToFloat64(m.tokens.WithLabelValues("openai", "gpt", "output")), 204},
+		{"runs finished", testutil.ToFloat64(m.runsFinished.WithLabelValues(parley.FinishStop)), 102},
+		{"open streams", testutil.ToFloat64(m.streams.WithLabelValues("sse")), 0},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	// A series is made at its first use, as before: no cost, no cached tokens, no failed call,
+	// no failed append.
+	for _, c := range []struct {
+		name string
+		n    int
+		want int
+	}{
+		{"model call", testutil.CollectAndCount(m.modelCalls), 1},
+		{"token", testutil.CollectAndCount(m.tokens), 2},
+		{"cost", testutil.CollectAndCount(m.cost), 0},
+		{"append", testutil.CollectAndCount(m.appends), 1},
+	} {
+		if c.n != c.want {
+			t.Errorf("%d %s series, want %d", c.n, c.name, c.want)
+		}
+	}
+	m.ModelCall("openai/gpt", true, time.Millisecond, 0, &parley.Usage{CachedTokens: 1, Cost: 0.25})
+	m.StoreAppend(time.Millisecond, true)
+	if got := testutil.ToFloat64(m.modelCalls.WithLabelValues("openai", "gpt", "error")); got != 1 {
+		t.Errorf("failed calls = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.cost.WithLabelValues("openai", "gpt")); got != 0.25 {
+		t.Errorf("cost = %v, want 0.25", got)
+	}
+	if n := testutil.CollectAndCount(m.appends); n != 2 {
+		t.Errorf("%d append series after a failure, want 2", n)
+	}
+}
+
+// BenchmarkChatMetrics is what a chat records: its model call (with usage), its run's end, its
+// SSE stream and a store write.
+func BenchmarkChatMetrics(b *testing.B) {
+	m := New()
+	u := &parley.Usage{PromptTokens: 3, CompletionTokens: 2}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			m.ModelCall("openai/gpt", false, time.Millisecond, time.Millisecond, u)
+			m.RunFinished(parley.FinishStop)
+			m.StreamOpen("sse")
+			m.StreamClose("sse")
+			m.StoreAppend(time.Millisecond, false)
+		}
+	})
+}
