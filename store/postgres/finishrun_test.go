@@ -9,7 +9,6 @@ import (
 	"time"
 
 	parley "github.com/parleyhq/parley"
-	"github.com/parleyhq/parley/store/postgres/pgtest"
 )
 
 // finishFixture begins a run of a new session and returns what ends it: the answer, events
@@ -53,10 +52,7 @@ func finishFixture(t *testing.T, s *Store, n int, now time.Time) (*parley.RunBeg
 // the events' row with the run's end.
 func TestRoundTripsOfARunsEvents(t *testing.T) {
 	var p probe
-	s, err := Open(context.Background(), pgtest.Schema(t)+"&pool_max_conns=1", p.options)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openOneConn(t, &p)
 	defer s.Close()
 	ctx := context.Background()
 	for i := range 2 { // the first prepares the statements on the connection
@@ -204,10 +200,7 @@ func TestFinishRunLeavesWhatItsStepsWould(t *testing.T) {
 // events one.
 func TestStatementsOfAChat(t *testing.T) {
 	var p probe
-	s, err := Open(context.Background(), pgtest.Schema(t)+"&pool_max_conns=1", p.options)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openOneConn(t, &p)
 	defer s.Close()
 	ctx := context.Background()
 	now := time.Now().UTC().Truncate(time.Microsecond)
@@ -241,7 +234,7 @@ func TestStatementsOfAChat(t *testing.T) {
 	sess := &parley.Session{ID: parley.NewID(), Owner: "o", ProjectID: "no-such-project", CreatedAt: now, UpdatedAt: now}
 	run := &parley.RunRecord{ID: parley.NewID(), SessionID: sess.ID, Owner: "o", Model: "m", Instance: "i", LeaseUntil: now, CreatedAt: now}
 	user := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("hi"), RunID: run.ID, CreatedAt: now}
-	_, err = s.BeginRun(ctx, &parley.RunBegin{NewSession: sess, Reserve: 10, Run: run, Messages: []*parley.Message{user}})
+	_, err := s.BeginRun(ctx, &parley.RunBegin{NewSession: sess, Reserve: 10, Run: run, Messages: []*parley.Message{user}})
 	if !errors.Is(err, parley.ErrNotFound) {
 		t.Errorf("BeginRun in a project that does not exist: %v, want not found", err)
 	}

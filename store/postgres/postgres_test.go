@@ -25,6 +25,17 @@ func openTest(t testing.TB, opts ...Option) *Store {
 	return s
 }
 
+// openOneConn opens a store on a pool of one connection whose traffic p counts, for the tests
+// that count a chat's round trips and statements.
+func openOneConn(t testing.TB, p *probe) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), pgtest.Schema(t)+"&pool_max_conns=1", p.options)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func TestContract(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) parley.Store { return openTest(t) })
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	parley "github.com/parleyhq/parley"
-	"github.com/parleyhq/parley/store/postgres/pgtest"
 )
 
 // The round trips of a chat's store calls, counted on the wire (a write answered by a read) on
@@ -18,10 +17,7 @@ import (
 // session's run begins in one batch, and a chain's history is one statement.
 func TestRoundTripsOfAChat(t *testing.T) {
 	var p probe
-	s, err := Open(context.Background(), pgtest.Schema(t)+"&pool_max_conns=1", p.options)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openOneConn(t, &p)
 	defer s.Close()
 	ctx := context.Background()
 	now := time.Now().UTC().Truncate(time.Microsecond)
@@ -104,10 +100,7 @@ func TestRoundTripsOfAChat(t *testing.T) {
 // and text), nothing is stored, and the connection goes on to the next write.
 func TestALoneBeginThatFailsWithItsCommitGetsItsOwnError(t *testing.T) {
 	var p probe
-	s, err := Open(context.Background(), pgtest.Schema(t)+"&pool_max_conns=1", p.options)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openOneConn(t, &p)
 	defer s.Close()
 	ctx := context.Background()
 	now := time.Now().UTC().Truncate(time.Microsecond)
@@ -123,7 +116,7 @@ func TestALoneBeginThatFailsWithItsCommitGetsItsOwnError(t *testing.T) {
 	}
 	bad := begin("no-such-project")
 	before := p.trips.Load()
-	_, err = s.BeginRun(ctx, bad)
+	_, err := s.BeginRun(ctx, bad)
 	// [BEGIN, the statement, COMMIT unrun] [ROLLBACK]
 	if trips := p.trips.Load() - before; trips != 2 {
 		t.Errorf("a failing lone begin took %d round trips, want 2 (the statement with its COMMIT, then ROLLBACK)", trips)
