@@ -169,3 +169,41 @@ func TestRequestHead(t *testing.T) {
 		}
 	}
 }
+
+// parts is a Body in parts, as provider/internal/upstream's request body is when a provider
+// shares part of it between requests: it writes them in one WriteBuffers when it can.
+type parts struct{ bufs net.Buffers }
+
+func (r *parts) Read(p []byte) (int, error) { return r.bufs.Read(p) }
+func (r *parts) Close() error               { return nil }
+func (r *parts) Len() int {
+	n := 0
+	for _, b := range r.bufs {
+		n += len(b)
+	}
+	return n
+}
+func (r *parts) WriteTo(w io.Writer) (int64, error) {
+	if bw, ok := w.(BuffersWriter); ok {
+		return bw.WriteBuffers(&r.bufs)
+	}
+	return r.bufs.WriteTo(w)
+}
+
+// A body in parts goes out with its head in one write too, request after request, whole.
+func TestPartsWithHeadInOneWrite(t *testing.T) {
+	e := newEcho(t, false)
+	shared := []byte(strings.Repeat("tools ", 700)) // 4.2 KB, the same in every request
+	for i := range 5 {
+		head := []byte(strings.Repeat("conversation ", 10+i))
+		tail := []byte("}")
+		want := string(head) + string(shared) + string(tail)
+		e.do(t, post(t, e.srv.URL+"/v1/chat", &parts{bufs: net.Buffers{head, shared, tail}}, int64(len(want))), want)
+		if conns, writes := e.writes(); conns != 1 || writes != int64(i+1) {
+			t.Fatalf("after %d requests: %d connections, %d writes; want 1 and %d", i+1, conns, writes, i+1)
+		}
+	}
+	if string(shared) != strings.Repeat("tools ", 700) {
+		t.Fatal("the shared part was written to")
+	}
+}

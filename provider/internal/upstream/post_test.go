@@ -123,3 +123,86 @@ func TestPostSendsHeadAndBodyInOneWrite(t *testing.T) {
 		}
 	}
 }
+
+// A body in parts arrives whole, the parts untouched: in one write with the head on a onewrite
+// connection, in reads on another, and sent again on a redirect.
+func TestPostPartsSendsTheWholeBody(t *testing.T) {
+	head, shared, tail := []byte(`{"messages":[],"tools":`), bytes.Repeat([]byte("t"), 4000), []byte(`,"stream":true}`)
+	want := string(head) + string(shared) + string(tail)
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, _ := io.ReadAll(r.Body)
+		if string(got) != want || r.ContentLength != int64(len(want)) {
+			t.Errorf("the request arrived with %d bytes (Content-Length %d), want %d", len(got), r.ContentLength, len(want))
+		}
+		if calls.Add(1) == 1 && r.URL.Path == "/redirect" {
+			http.Redirect(w, r, "/again", http.StatusTemporaryRedirect)
+			return
+		}
+		w.Write([]byte("data: {}\n\n"))
+	}))
+	defer srv.Close()
+	var conns []*onewrite.Conn
+	var d net.Dialer
+	tr := &http.Transport{WriteBufferSize: 1 << 10, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		w := onewrite.Wrap(c)
+		conns = append(conns, w)
+		return w, nil
+	}}
+	defer tr.CloseIdleConnections()
+	post := func(ep Endpoint, path string) {
+		t.Helper()
+		resp, err := ep.PostParts(context.Background(), srv.URL+path, http.Header{"Content-Type": {"application/json"}}, head, shared, tail)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	for i := range 3 {
+		post(Endpoint{Client: &http.Client{Transport: tr}}, "/")
+		if len(conns) != 1 || conns[0].Writes() != int64(i+1) {
+			t.Fatalf("after %d requests: %d connections, %d writes on the first; want 1 and %d", i+1, len(conns), conns[0].Writes(), i+1)
+		}
+	}
+	calls.Store(0)
+	post(Endpoint{Client: srv.Client()}, "/redirect") // read through net/http's copy, then GetBody
+	if calls.Load() != 2 {
+		t.Fatalf("%d calls, want 2 (the redirect followed with the body)", calls.Load())
+	}
+	if string(head)+string(shared)+string(tail) != want || !bytes.Equal(shared, bytes.Repeat([]byte("t"), 4000)) {
+		t.Fatal("a part was written to")
+	}
+}
+
+// requestBody reads its parts in order across reads of any size, and then io.EOF.
+func TestRequestBodyReadsItsParts(t *testing.T) {
+	for _, size := range []int{1, 3, 7, 64} {
+		rb := &requestBody{}
+		parts := [][]byte{[]byte("ab"), nil, []byte("cdefg"), []byte("h")}[:maxParts]
+		n := copy(rb.parts[:], parts)
+		rb.left = rb.parts[:n:n]
+		if rb.Len() != 7 {
+			t.Fatalf("Len = %d, want 7", rb.Len())
+		}
+		var got []byte
+		buf := make([]byte, size)
+		for {
+			n, err := rb.Read(buf)
+			got = append(got, buf[:n]...)
+			if err == io.EOF {
+				break
+			}
+			if err != nil || n == 0 {
+				t.Fatalf("read %d, %v", n, err)
+			}
+		}
+		if string(got) != "abcdefg" {
+			t.Fatalf("reads of %d: %q, want abcdefg", size, got)
+		}
+	}
+}
