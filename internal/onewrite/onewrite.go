@@ -147,23 +147,22 @@ func (c *Conn) sent(n int64) {
 	}
 }
 
-// withHead sends the head held back and p, then the parts in more (nil: none), in one write
-// (writev on a TCP connection); it returns how much of p and more went.
+// withHead sends the head held back and p, or the parts in more (nil: none), in one write
+// (writev on a TCP connection); it returns how much of p or more went.
 func (c *Conn) withHead(p []byte, more *net.Buffers) (int64, error) {
 	h := c.head
 	c.head = nil
 	c.writes.Add(1)
-	var two [2][]byte
-	var bufs net.Buffers
+	// The head before the body: the list and its slice in one allocation.
+	w := &headAndParts{}
+	w.bufs = append(w.arr[:0], *h)
 	if more == nil {
-		two[0], two[1] = *h, p
-		bufs = two[:]
+		w.bufs = append(w.bufs, p)
 	} else {
-		// The head before the parts.
-		bufs = append(append(make(net.Buffers, 0, 1+len(*more)), *h), *more...)
+		w.bufs = append(w.bufs, *more...)
 		*more = nil
 	}
-	n, err := bufs.WriteTo(c.Conn)
+	n, err := w.bufs.WriteTo(c.Conn)
 	n -= int64(len(*h))
 	if cap(*h) <= maxHead {
 		heads.Put(h)
@@ -172,6 +171,13 @@ func (c *Conn) withHead(p []byte, more *net.Buffers) (int64, error) {
 		n = 0
 	}
 	return n, err
+}
+
+// headAndParts is a head and its body (or the body's parts), as written: a body of up to three
+// parts needs no list of its own.
+type headAndParts struct {
+	bufs net.Buffers
+	arr  [4][]byte
 }
 
 // ReadFrom writes r to the connection. A request's body that is a Body, behind net/http's

@@ -207,3 +207,25 @@ func TestPartsWithHeadInOneWrite(t *testing.T) {
 		t.Fatal("the shared part was written to")
 	}
 }
+
+// discard is a connection that takes every write.
+type discard struct{ net.Conn }
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// A request's head and body go out with one allocation: the list of the two (on the code
+// before, the list and its slice were two).
+func TestHeadAndBodyAllocateOnce(t *testing.T) {
+	c := Wrap(discard{})
+	head := []byte("POST /v1/chat/completions HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n")
+	body := []byte("hello")
+	if n := testing.AllocsPerRun(100, func() {
+		c.Write(head)
+		c.Write(body)
+	}); n > 1 {
+		t.Fatalf("%v allocations a request, want at most 1", n)
+	}
+	if c.Writes() != 101 {
+		t.Fatalf("%d writes for 101 requests", c.Writes())
+	}
+}

@@ -146,7 +146,7 @@ type buffersWriter interface {
 // first).
 func (r *requestBody) WriteTo(w io.Writer) (int64, error) {
 	r.mu.Lock()
-	var bufs net.Buffers
+	var left *partsLeft
 	switch len(r.left) {
 	case 0:
 	case 1:
@@ -157,19 +157,27 @@ func (r *requestBody) WriteTo(w io.Writer) (int64, error) {
 		n, err := w.Write(b)
 		return int64(n), err
 	default:
-		// A copy of the parts' slices: the write consumes it, the parts go at once.
-		bufs = append(make(net.Buffers, 0, len(r.left)), r.left...)
+		// A copy of the parts' list, which the write consumes: the parts go from the body at
+		// once, as its Close may come while they are written.
+		left = &partsLeft{}
+		left.bufs = append(left.arr[:0], r.left...)
 	}
 	r.left = nil
 	clear(r.parts[:])
 	r.mu.Unlock()
-	if len(bufs) == 0 {
+	if left == nil {
 		return 0, nil
 	}
 	if bw, ok := w.(buffersWriter); ok {
-		return bw.WriteBuffers(&bufs)
+		return bw.WriteBuffers(&left.bufs)
 	}
-	return bufs.WriteTo(w)
+	return left.bufs.WriteTo(w)
+}
+
+// partsLeft is a body's parts as they are written: the list and its slice in one allocation.
+type partsLeft struct {
+	bufs net.Buffers
+	arr  [maxParts][]byte
 }
 
 // Close lets go of what is left to read (net/http closes a request's body once it is sent).
