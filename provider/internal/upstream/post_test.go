@@ -206,3 +206,31 @@ func TestRequestBodyReadsItsParts(t *testing.T) {
 		}
 	}
 }
+
+// A request has no Host of its own (the URL's host is sent: the server sees it), so that
+// http.Client does not copy its URL on every call (it does for a request whose Host is set).
+func TestPostLeavesHostToTheURL(t *testing.T) {
+	var got atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Store(r.Host)
+		w.Write([]byte("data: {}\n\n"))
+	}))
+	defer srv.Close()
+	var host string
+	hc := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		host = r.Host
+		return srv.Client().Transport.RoundTrip(r)
+	})}
+	resp, err := Endpoint{Client: hc}.Post(context.Background(), srv.URL, nil, []byte(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if host != "" || got.Load() != srv.Listener.Addr().String() {
+		t.Fatalf("the request's Host is %q (want none), the server got %q (want %q)", host, got.Load(), srv.Listener.Addr().String())
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
