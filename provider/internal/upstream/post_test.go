@@ -6,7 +6,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
+	"reflect"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -234,3 +236,41 @@ func TestPostLeavesHostToTheURL(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// A request is given the adapter's header map as it is (no map filled on every call), and the
+// map is not changed; with a cookie jar, which adds to a request's headers, it gets a copy.
+func TestPostSharesTheHeaders(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer k" || r.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("the server got headers %v", r.Header)
+		}
+		http.SetCookie(w, &http.Cookie{Name: "c", Value: "v"})
+		w.Write([]byte("data: {}\n\n"))
+	}))
+	defer srv.Close()
+	h := http.Header{"Authorization": {"Bearer k"}, "Content-Type": {"application/json"}}
+	jar, _ := cookiejar.New(nil)
+	for _, withJar := range []bool{false, true} {
+		var shared bool
+		hc := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			shared = reflect.ValueOf(r.Header).UnsafePointer() == reflect.ValueOf(h).UnsafePointer()
+			return srv.Client().Transport.RoundTrip(r)
+		})}
+		if withJar {
+			hc.Jar = jar
+		}
+		for range 2 { // the second call carries the jar's cookie
+			resp, err := Endpoint{Client: hc}.Post(context.Background(), srv.URL, h, []byte(`{}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+		}
+		if shared == withJar {
+			t.Errorf("with a jar %v: the request's header map is the one given: %v", withJar, shared)
+		}
+		if len(h) != 2 || h.Get("Cookie") != "" {
+			t.Fatalf("the given headers were changed: %v", h)
+		}
+	}
+}

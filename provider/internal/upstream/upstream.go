@@ -36,7 +36,8 @@ type Endpoint struct {
 	Now    func() time.Time // for Retry-After dates; nil means time.Now
 }
 
-// Post sends body to url and returns a 2xx response, whose body the caller closes. A non-2xx
+// Post sends body to url with the headers in header, which it does not change and which must not
+// change while it runs, and returns a 2xx response, whose body the caller closes. A non-2xx
 // answer is a *parley.Error (ECRateLimited for 429, ECUpstream otherwise) wrapping a
 // *parley.StatusError. The request keeps nothing of body once it is sent and the response has
 // come: a streamed answer does not hold the request (the conversation so far) for its whole
@@ -75,8 +76,15 @@ func (e Endpoint) PostParts(ctx context.Context, url string, header http.Header,
 	if size == 0 {
 		hr.Body, hr.GetBody = http.NoBody, nil
 	}
-	for k, v := range header {
-		hr.Header[k] = v
+	if e.Client.Jar == nil && header != nil {
+		// The adapter's headers, shared by its calls and never written to: net/http only reads
+		// a request's headers (a client with a cookie jar adds its cookies to them: then they
+		// are copied), which saves filling a map of them on every call.
+		hr.Header = header
+	} else {
+		for k, v := range header {
+			hr.Header[k] = v
+		}
 	}
 	resp, err := e.Client.Do(hr)
 	// net/http sends the body again (GetBody) only before the response came: on a redirect, or
