@@ -69,7 +69,7 @@ func (e Endpoint) PostParts(ctx context.Context, url string, header http.Header,
 		return nil, parley.WrapError(parley.ECInternal, err, "invalid provider URL")
 	}
 	// The Host header is the URL's without a Host of the request's own: http.Client copies the
-	// URL of a request whose Host is set, on every call, for its cookie jar (there is none).
+	// URL of a request whose Host is set on every call (for a cookie jar, even when it has none).
 	hr.Host = ""
 	hr.ContentLength = int64(size)
 	hr.GetBody = rb.getBody
