@@ -21,6 +21,7 @@ type pgSnap struct {
 	size, blksRead, blksHit      int64
 	commits                      int64
 	upd, hotUpd, dead            map[string]int64 // by table
+	idxRead                      map[string]int64 // index entries read, by index
 	cpu                          map[int32]procCPU
 }
 
@@ -31,7 +32,7 @@ type procCPU struct {
 
 // diagSnap reads a pgSnap; an error leaves the figures it could not read at 0.
 func (p *pgBench) diagSnap(ctx context.Context) (pgSnap, error) {
-	s := pgSnap{upd: map[string]int64{}, hotUpd: map[string]int64{}, dead: map[string]int64{}, cpu: map[int32]procCPU{}}
+	s := pgSnap{upd: map[string]int64{}, hotUpd: map[string]int64{}, dead: map[string]int64{}, idxRead: map[string]int64{}, cpu: map[int32]procCPU{}}
 	if _, err := p.admin.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {
 		return s, err
 	}
@@ -93,13 +94,29 @@ func (p *pgBench) diagSnap(ctx context.Context) (pgSnap, error) {
 		}
 		s.upd[name], s.hotUpd[name], s.dead[name] = upd, hot, dead
 	}
+	if err := rows.Err(); err != nil {
+		return s, err
+	}
+	rows, err = c.Query(ctx, "SELECT indexrelname, idx_tup_read FROM pg_stat_user_indexes")
+	if err != nil {
+		return s, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var n int64
+		if err := rows.Scan(&name, &n); err != nil {
+			return s, err
+		}
+		s.idxRead[name] = n
+	}
 	return s, rows.Err()
 }
 
 // diagLine formats what changed from a to b over chats chats: per chat, the WAL records, full
 // page images and bytes, the buffers the backends wrote themselves and the blocks read from
 // outside shared buffers; the checkpoints; the database's size; each updated table's updates and
-// how many were HOT, and its dead rows; the CPU per chat of each kind of server process (a
+// how many were HOT, and its dead rows; the index entries read (runs_one_running's, all); the CPU per chat of each kind of server process (a
 // process that ended between a and b is not counted).
 func diagLine(a, b pgSnap, chats int) string {
 	if chats == 0 {
@@ -115,6 +132,8 @@ func diagLine(a, b pgSnap, chats int) string {
 		u := b.upd[t] - a.upd[t]
 		fmt.Fprintf(&sb, "; %s: %.2f updates a chat, %d%% HOT, %d dead", t, float64(u)/n, pct64(b.hotUpd[t]-a.hotUpd[t], u), b.dead[t])
 	}
+	fmt.Fprintf(&sb, "; index entries read a chat: runs_one_running %.1f, all %.1f",
+		float64(b.idxRead["runs_one_running"]-a.idxRead["runs_one_running"])/n, float64(sum(b.idxRead)-sum(a.idxRead))/n)
 	byKind := map[string]time.Duration{}
 	for pid, c := range b.cpu {
 		d := c.cpu
@@ -128,6 +147,13 @@ func diagLine(a, b pgSnap, chats int) string {
 		fmt.Fprintf(&sb, " %s %.3f ms", k, float64(byKind[k])/float64(time.Millisecond)/n)
 	}
 	return sb.String()
+}
+
+func sum(m map[string]int64) (n int64) {
+	for _, v := range m {
+		n += v
+	}
+	return n
 }
 
 func pct64(part, whole int64) int64 {
