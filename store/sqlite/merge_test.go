@@ -528,3 +528,74 @@ func TestMergedStatementsRunOnTheWritersConnection(t *testing.T) {
 		t.Fatalf("a merge in another transaction: %v", err)
 	}
 }
+
+// The writer keeps the slices a merge fills from one batch to the next, empty and cleared:
+// after chats from 32 goroutines, the statements' rows a chat uses have room kept, and no
+// element of any kept slice still points at a caller's row, part or session. A slice grown
+// past mergeArgsKeep is let go of. Fails on main, which makes them anew for every batch (and
+// has no s.margs).
+func TestAMergeKeepsItsSlicesButNoRows(t *testing.T) {
+	ctx := context.Background()
+	s := openTemp(t)
+	defer s.Close()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 4 {
+				f, err := beginChat(ctx, s, now)
+				if err == nil {
+					err = s.FinishRun(ctx, f)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	a := &s.margs // the writer is idle: every chat has been answered
+	for i, name := range []string{"sessions", "runs", "messages", "", "updates", "event rows", "ends"} {
+		if name != "" && cap(a.args[i]) == 0 {
+			t.Errorf("no room kept for the %s", name)
+		}
+	}
+	if cap(a.news) == 0 || cap(a.finishes) == 0 || cap(a.read) == 0 {
+		t.Errorf("no room kept for the parts (%d news, %d finishes, %d read)", cap(a.news), cap(a.finishes), cap(a.read))
+	}
+	kept := func(name string, n int, left func(i int) bool) {
+		for i := range n {
+			if left(i) {
+				t.Errorf("%s: element %d of %d kept past its batch", name, i, n)
+				return
+			}
+		}
+	}
+	for i, r := range a.args {
+		if len(r) != 0 {
+			t.Errorf("statement %d: %d rows left", i, len(r))
+		}
+		r = r[:cap(r)]
+		kept(fmt.Sprint("statement ", i), len(r), func(j int) bool { return r[j] != nil })
+	}
+	read := a.read[:cap(a.read)]
+	kept("read", len(read), func(j int) bool { return read[j] != nil })
+	news, finishes := a.news[:cap(a.news)], a.finishes[:cap(a.finishes)]
+	kept("news", len(news), func(j int) bool { return news[j] != nil })
+	kept("finishes", len(finishes), func(j int) bool { return finishes[j] != nil })
+
+	if r := keep(make([]any, 3, mergeArgsKeep+1)); r != nil {
+		t.Errorf("a slice of %d elements kept", cap(r))
+	}
+	if r := keep([]any{"x", 1}); len(r) != 0 || cap(r) != 2 || r[:2][0] != nil {
+		t.Errorf("a small slice: %v, cap %d", r[:cap(r)], cap(r))
+	}
+}

@@ -52,7 +52,8 @@ type Store struct {
 		m  map[string]*sql.Stmt
 	}
 
-	wc writeConn // the connection every write transaction runs on (writeconn.go)
+	wc    writeConn // the connection every write transaction runs on (writeconn.go)
+	margs mergeArgs // the slices a batch's merge fills, kept for the next (merge.go)
 
 	ckpt *checkpointer // the WAL's checkpoints, after a begin's batch (checkpoint.go)
 	// began: the write transaction under way began a run (set and read by the writer's batch,
