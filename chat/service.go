@@ -211,26 +211,22 @@ func (s *Service) Send(ctx context.Context, owner string, req Request) (*Started
 // a client before the write has committed; if it fails, the model call is cancelled, nothing is
 // stored and the chat fails.
 func (s *Service) launch(ctx context.Context, owner string, req Request, sess *parley.Session, newSession bool, user *parley.Message, before []parley.Message) (*Started, error) {
-	known := *sess
+	l := &launched{known: *sess, agent: s.Agent}
+	l.msgs[0] = user
 	// The model's view, made before the write gives the message its seq; room for a system
 	// prompt (llmctx.BuildOwned).
 	view := append(make([]parley.Message, 0, len(before)+2), before...)
 	view = append(view, user.ModelView())
 	spec := runs.Spec{Session: sess.ID, Model: req.Model, Owner: owner, SelectedTools: req.SelectedTools,
-		Messages: []*parley.Message{user}}
+		Messages: l.msgs[:]}
 	if newSession {
 		spec.NewSession = sess
 	}
 	run, err := s.Runs.Launch(ctx, spec, func(run *runs.Run) runs.Func {
-		in := agent.Input{SessionID: sess.ID, RunID: run.ID, Model: req.Model, SelectedTools: req.SelectedTools, User: owner,
-			Begun: run.Begun, Run: run, History: view, Session: &known}
-		return func(ctx context.Context, emit func(parley.Event)) (string, error) {
-			res, err := s.Agent.Run(ctx, in, emit)
-			if res != nil {
-				return res.FinishReason, err
-			}
-			return "", err
-		}
+		// Called before the run's goroutine starts, which then reads l.in.
+		l.in = agent.Input{SessionID: sess.ID, RunID: run.ID, Model: req.Model, SelectedTools: req.SelectedTools, User: owner,
+			Begun: run.Begun, Run: run, History: view, Session: &l.known}
+		return l.run
 	}, parley.Event{Type: parley.EventRecord, Message: user}) // the question follows start at once
 	if err != nil {
 		// A failed write stored nothing; a run refused after it (the server shutting down)
@@ -240,12 +236,30 @@ func (s *Service) launch(ctx context.Context, owner string, req Request, sess *p
 	}
 	if s.History != nil {
 		if newSession {
-			s.History.Seed(sess.ID, user)
+			s.History.Seed(sess.ID, l.msgs[:]...)
 		} else {
-			s.History.Appended(sess.ID, user)
+			s.History.Appended(sess.ID, l.msgs[:]...)
 		}
 	}
 	return &Started{Session: sess, Run: run, UserMessage: user, NewSession: newSession}, nil
+}
+
+// launched is what a launched chat's run is given, in one allocation: the session as the chat
+// knew it, the user's message as the run's spec and the history cache take it (read only), and
+// the agent's input.
+type launched struct {
+	known parley.Session
+	msgs  [1]*parley.Message
+	in    agent.Input
+	agent Runner
+}
+
+func (l *launched) run(ctx context.Context, emit func(parley.Event)) (string, error) {
+	res, err := l.agent.Run(ctx, l.in, emit)
+	if res != nil {
+		return res.FinishReason, err
+	}
+	return "", err
 }
 
 // begin begins the run of a chat and stores its new session (if newSession) and user message.

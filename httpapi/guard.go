@@ -205,11 +205,11 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request, spec *bodySpec
 	if r.ContentLength >= 0 {
 		need = r.ContentLength
 	}
-	release, err := s.bodies.acquire(r.Context(), need, s.BodyWait)
+	reserved, err := s.bodies.acquire(r.Context(), need, s.BodyWait)
 	if err != nil {
 		return nil, err
 	}
-	defer release()
+	defer s.bodies.release(reserved)
 	rc := http.NewResponseController(w)
 	// Not every ResponseWriter supports deadlines (httptest's recorder does not); then the
 	// server's own timeouts are all there is.
@@ -277,19 +277,23 @@ func newBodyBudget(size int64) *bodyBudget {
 }
 
 // acquire reserves n bytes, waiting at most wait; past that the server is too busy reading other
-// bodies (503 + Retry-After).
-func (b *bodyBudget) acquire(ctx context.Context, n int64, wait time.Duration) (release func(), err error) {
+// bodies (503 + Retry-After). It returns what it reserved, which release gives back (a count,
+// not a closure: nothing allocated a request).
+func (b *bodyBudget) acquire(ctx context.Context, n int64, wait time.Duration) (reserved int64, err error) {
 	n = min(max(n, 1), b.size)
 	if !b.sem.TryAcquire(n) {
 		wctx, cancel := context.WithTimeout(ctx, wait)
 		defer cancel()
 		if err := b.sem.Acquire(wctx, n); err != nil {
-			return nil, &parley.Error{Code: parley.ECUnavailable, RetryAfter: max(wait, time.Second),
+			return 0, &parley.Error{Code: parley.ECUnavailable, RetryAfter: max(wait, time.Second),
 				Message: "the server is busy reading other requests; try again shortly"}
 		}
 	}
-	return func() { b.sem.Release(n) }, nil
+	return n, nil
 }
+
+// release gives back what acquire reserved.
+func (b *bodyBudget) release(reserved int64) { b.sem.Release(reserved) }
 
 // decodeStrict decodes one JSON object into v: no unknown fields, nothing after it, and only
 // valid UTF-8 (encoding/json would silently replace invalid bytes with U+FFFD).

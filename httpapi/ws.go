@@ -509,7 +509,8 @@ func (w *wsConn) readFrame(connCtx, ctx context.Context) (typ websocket.MessageT
 	} else if err != nil {
 		return typ, nil, false, release, err
 	}
-	rel, berr := w.s.bodies.acquire(ctx, w.s.MaxBodyBytes, w.s.BodyWait)
+	reserved, berr := w.s.bodies.acquire(ctx, w.s.MaxBodyBytes, w.s.BodyWait)
+	rel := func() { w.s.bodies.release(reserved) }
 	if berr != nil {
 		_, err := io.Copy(io.Discard, rd)
 		return typ, nil, true, release, err

@@ -23,6 +23,7 @@
 //	go run ./bench/gateway                                  # 1, 32 and 128 in flight, 3 rounds
 //	go run ./bench/gateway -levels 1,8 -chats 100 -rounds 1 # a quick check
 //	go run ./bench/gateway -chats 300 -rounds 1 -profile /tmp/prof
+//	go run ./bench/gateway -levels 32 -chats 10000 -rounds 4 -pg-diag   # what PostgreSQL spends, loop by loop
 package main
 
 import (
@@ -117,6 +118,7 @@ type options struct {
 	profile  string
 	profSecs int
 	profPG   bool
+	pgDiag   bool
 }
 
 func run() error {
@@ -134,6 +136,7 @@ func run() error {
 	flag.StringVar(&o.profile, "profile", "", "after the rounds, profile Parley on SQLite at 32 in flight and write cpu.pprof, mutex.pprof, block.pprof and allocs.pprof into this directory (it runs with --pprof-addr)")
 	flag.IntVar(&o.profSecs, "profile-seconds", 15, "length of the -profile loop")
 	flag.BoolVar(&o.profPG, "profile-postgres", false, "with -profile: profile Parley on PostgreSQL instead of SQLite")
+	flag.BoolVar(&o.pgDiag, "pg-diag", false, "after each loop on PostgreSQL, print what it cost the server a chat: WAL records, full page images and bytes, buffers the backends wrote, blocks read, checkpoints, the database's size, the sessions' and runs' updates (how many HOT) and dead rows, and the CPU of each kind of server process (a diagnostic: the WAL and buffer figures are server-wide)")
 	flag.Parse()
 	for _, f := range strings.Split(levels, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -248,6 +251,10 @@ func run() error {
 		for _, level := range o.levels {
 			for _, p := range paths {
 				b0 := p.backendCPU(ctx, pg)
+				var d0 pgSnap
+				if o.pgDiag && p.pg {
+					d0, _ = pg.diagSnap(ctx)
+				}
 				res, err := measured(ctx, p, level, o.chats, o.maxLoop)
 				if err != nil {
 					return fmt.Errorf("%s, %d in flight: %w", p.name, level, err)
@@ -255,6 +262,13 @@ func run() error {
 				fmt.Fprintf(os.Stderr, "round %d, %3d in flight, %-24s %6d streams %8.1f streams/s  TTFT p50 %s p99 %s%s\n",
 					round, level, p.name, res.streams, res.rate(), ms(pct(res.ttft, 50)), ms(pct(res.ttft, 99)),
 					res.costs()+backendPerChat(b0, p.backendCPU(ctx, pg), res.streams))
+				if o.pgDiag && p.pg {
+					d1, err := pg.diagSnap(ctx)
+					if err != nil {
+						fmt.Fprintln(os.Stderr, "  pg-diag:", err)
+					}
+					fmt.Fprintln(os.Stderr, diagLine(d0, d1, res.streams))
+				}
 				p.add(level, res)
 			}
 		}

@@ -29,10 +29,20 @@ import (
 
 // Body is a request body that can give all it has left in one Write, and say how much that is.
 // It must be an io.ReadCloser itself: net/http hands a connection the body it was given only when
-// it needed no io.NopCloser around it.
+// it needed no io.NopCloser around it. A body in several parts gives them in one WriteBuffers
+// when the writer it is given is a BuffersWriter (a Conn's is), so that parts kept elsewhere (an
+// encoding shared by many requests) go out with the head without being copied into one buffer.
 type Body interface {
 	io.WriterTo
 	Len() int
+}
+
+// BuffersWriter is a writer that takes a body's parts in one write: the writer a Conn gives a
+// Body's WriteTo is one.
+type BuffersWriter interface {
+	// WriteBuffers writes the parts in bufs (which it consumes, as net.Buffers.WriteTo does)
+	// and returns how many bytes went.
+	WriteBuffers(bufs *net.Buffers) (int64, error)
 }
 
 // maxHead bounds the head a Conn holds back; a longer one is written as it comes.
@@ -101,29 +111,58 @@ func (c *Conn) body(p []byte) (int, error) {
 	var n int
 	var err error
 	if c.head != nil {
-		n, err = c.withHead(p)
+		var n64 int64
+		n64, err = c.withHead(p, nil)
+		n = int(n64)
 	} else {
 		c.writes.Add(1)
 		n, err = c.Conn.Write(p)
 	}
-	if !c.off {
-		if int64(n) > c.left {
-			c.off = true // more than the head announced: net/http fails the request
-		} else {
-			c.left -= int64(n)
-		}
-	}
+	c.sent(int64(n))
 	return n, err
 }
 
-// withHead sends the head held back and p in one write (writev on a TCP connection); it returns
-// how much of p went.
-func (c *Conn) withHead(p []byte) (int, error) {
+// bodyBuffers sends the parts of a request's body in one write, with the head held back if any.
+func (c *Conn) bodyBuffers(bufs *net.Buffers) (int64, error) {
+	var n int64
+	var err error
+	if c.head != nil {
+		n, err = c.withHead(nil, bufs)
+	} else {
+		c.writes.Add(1)
+		n, err = bufs.WriteTo(c.Conn)
+	}
+	c.sent(n)
+	return n, err
+}
+
+// sent counts n bytes of the current request's body as written.
+func (c *Conn) sent(n int64) {
+	if !c.off {
+		if n > c.left {
+			c.off = true // more than the head announced: net/http fails the request
+		} else {
+			c.left -= n
+		}
+	}
+}
+
+// withHead sends the head held back and p, or the parts in more (nil: none), in one write
+// (writev on a TCP connection); it returns how much of p or more went.
+func (c *Conn) withHead(p []byte, more *net.Buffers) (int64, error) {
 	h := c.head
 	c.head = nil
 	c.writes.Add(1)
-	bufs := net.Buffers{*h, p}
-	n, err := bufs.WriteTo(c.Conn)
+	// The head before the body: the list and its slice in one allocation.
+	w := &headAndParts{}
+	w.bufs = append(w.arr[:0], *h)
+	if more == nil {
+		w.bufs = append(w.bufs, p)
+	} else {
+		w.bufs = append(w.bufs, *more...)
+		*more = nil
+	}
+	n, err := w.bufs.WriteTo(c.Conn)
 	n -= int64(len(*h))
 	if cap(*h) <= maxHead {
 		heads.Put(h)
@@ -131,7 +170,14 @@ func (c *Conn) withHead(p []byte) (int, error) {
 	if n < 0 {
 		n = 0
 	}
-	return int(n), err
+	return n, err
+}
+
+// headAndParts is a head and its body (or the body's parts), as written: a body of up to three
+// parts needs no list of its own.
+type headAndParts struct {
+	bufs net.Buffers
+	arr  [4][]byte
 }
 
 // ReadFrom writes r to the connection. A request's body that is a Body, behind net/http's
@@ -150,7 +196,7 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 	}
 	c.off = true
 	if c.head != nil {
-		if _, err := c.withHead(nil); err != nil {
+		if _, err := c.withHead(nil, nil); err != nil {
 			return 0, err
 		}
 	}
@@ -165,6 +211,9 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 type bodyWriter struct{ c *Conn }
 
 func (w bodyWriter) Write(p []byte) (int, error) { return w.c.body(p) }
+
+// WriteBuffers writes a body's parts with the head held back, in one write.
+func (w bodyWriter) WriteBuffers(bufs *net.Buffers) (int64, error) { return w.c.bodyBuffers(bufs) }
 
 // writerOnly hides a connection's ReadFrom from io.Copy.
 type writerOnly struct{ io.Writer }

@@ -169,3 +169,63 @@ func TestRequestHead(t *testing.T) {
 		}
 	}
 }
+
+// parts is a Body in parts, as provider/internal/upstream's request body is when a provider
+// shares part of it between requests: it writes them in one WriteBuffers when it can.
+type parts struct{ bufs net.Buffers }
+
+func (r *parts) Read(p []byte) (int, error) { return r.bufs.Read(p) }
+func (r *parts) Close() error               { return nil }
+func (r *parts) Len() int {
+	n := 0
+	for _, b := range r.bufs {
+		n += len(b)
+	}
+	return n
+}
+func (r *parts) WriteTo(w io.Writer) (int64, error) {
+	if bw, ok := w.(BuffersWriter); ok {
+		return bw.WriteBuffers(&r.bufs)
+	}
+	return r.bufs.WriteTo(w)
+}
+
+// A body in parts goes out with its head in one write too, request after request, whole.
+func TestPartsWithHeadInOneWrite(t *testing.T) {
+	e := newEcho(t, false)
+	shared := []byte(strings.Repeat("tools ", 700)) // 4.2 KB, the same in every request
+	for i := range 5 {
+		head := []byte(strings.Repeat("conversation ", 10+i))
+		tail := []byte("}")
+		want := string(head) + string(shared) + string(tail)
+		e.do(t, post(t, e.srv.URL+"/v1/chat", &parts{bufs: net.Buffers{head, shared, tail}}, int64(len(want))), want)
+		if conns, writes := e.writes(); conns != 1 || writes != int64(i+1) {
+			t.Fatalf("after %d requests: %d connections, %d writes; want 1 and %d", i+1, conns, writes, i+1)
+		}
+	}
+	if string(shared) != strings.Repeat("tools ", 700) {
+		t.Fatal("the shared part was written to")
+	}
+}
+
+// discard is a connection that takes every write.
+type discard struct{ net.Conn }
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// A request's head and body go out with one allocation: the list of the two (on the code
+// before, the list and its slice were two).
+func TestHeadAndBodyAllocateOnce(t *testing.T) {
+	c := Wrap(discard{})
+	head := []byte("POST /v1/chat/completions HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n")
+	body := []byte("hello")
+	if n := testing.AllocsPerRun(100, func() {
+		c.Write(head)
+		c.Write(body)
+	}); n > 1 {
+		t.Fatalf("%v allocations a request, want at most 1", n)
+	}
+	if c.Writes() != 101 {
+		t.Fatalf("%d writes for 101 requests", c.Writes())
+	}
+}

@@ -93,11 +93,11 @@ func (c *Client) header(accept string) http.Header {
 
 // Stream starts a streamed call (stream:true with usage). The caller must Close the stream.
 func (c *Client) Stream(ctx context.Context, req *parley.ChatRequest) (parley.Stream, error) {
-	body, err := encodeRequest(req, true, c.opts, &c.tools)
+	head, tools, tail, err := encodeParts(req, true, c.opts, &c.tools, false)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.post(ctx, body, c.streamHeader)
+	resp, err := c.post(ctx, c.streamHeader, head, tools, tail)
 	if err != nil {
 		return nil, err
 	}
@@ -106,11 +106,11 @@ func (c *Client) Stream(ctx context.Context, req *parley.ChatRequest) (parley.St
 
 // Complete makes a non-streamed call (stream:false) and returns the whole answer.
 func (c *Client) Complete(ctx context.Context, req *parley.ChatRequest) (*parley.Response, error) {
-	body, err := encodeRequest(req, false, c.opts, &c.tools)
+	head, tools, tail, err := encodeParts(req, false, c.opts, &c.tools, false)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.post(ctx, body, c.completeHeader)
+	resp, err := c.post(ctx, c.completeHeader, head, tools, tail)
 	if err != nil {
 		return nil, err
 	}
@@ -122,10 +122,14 @@ func (c *Client) Complete(ctx context.Context, req *parley.ChatRequest) (*parley
 	return DecodeResponse(data)
 }
 
-// post sends body with the headers h (streamHeader or completeHeader) and returns a 2xx
-// response, whose body the caller closes.
-func (c *Client) post(ctx context.Context, body []byte, h http.Header) (*http.Response, error) {
-	return upstream.Endpoint{Client: c.hc, Secret: c.key, Now: c.now}.Post(ctx, c.url, h, body)
+// post sends the body in its parts (encodeParts) with the headers h (streamHeader or
+// completeHeader) and returns a 2xx response, whose body the caller closes.
+func (c *Client) post(ctx context.Context, h http.Header, head, tools, tail []byte) (*http.Response, error) {
+	ep := upstream.Endpoint{Client: c.hc, Secret: c.key, Now: c.now}
+	if tools == nil {
+		return ep.Post(ctx, c.url, h, head)
+	}
+	return ep.PostParts(ctx, c.url, h, head, tools, tail)
 }
 
 // StatusError is the provider's non-2xx answer; see parley.StatusError.

@@ -48,83 +48,101 @@ func EncodeRequestWith(req *parley.ChatRequest, stream bool, opts EncodeOptions)
 // encodeRequest is EncodeRequestWith, taking the encoded tools from tc (nil: none) when req
 // offers the tools it holds.
 func encodeRequest(req *parley.ChatRequest, stream bool, opts EncodeOptions, tc *toolCache) ([]byte, error) {
+	b, _, _, err := encodeParts(req, stream, opts, tc, true)
+	return b, err
+}
+
+// encodeParts is encodeRequest in three parts: the request up to its tools, the tools (nil:
+// none) and what follows them (nil when there are no tools: then the request is all in head).
+// The tools are tc's encoding, shared by every request that offers them and only ever read: sent
+// as a part of their own (upstream.Endpoint.PostParts), they are not copied into each request's
+// body, of which they are most of the bytes. tail is in head's array, past head's end. With
+// whole, the request is all in head, tools and tail nil.
+func encodeParts(req *parley.ChatRequest, stream bool, opts EncodeOptions, tc *toolCache, whole bool) (head, tools, tail []byte, err error) {
 	if req == nil {
-		return nil, parley.Errorf(parley.ECInvalid, "no request")
+		return nil, nil, nil, parley.Errorf(parley.ECInvalid, "no request")
 	}
 	if req.Model == "" {
-		return nil, parley.Errorf(parley.ECInvalid, "model is required")
+		return nil, nil, nil, parley.Errorf(parley.ECInvalid, "model is required")
 	}
 	if len(req.Messages) == 0 {
-		return nil, parley.Errorf(parley.ECInvalid, "no messages")
+		return nil, nil, nil, parley.Errorf(parley.ECInvalid, "no messages")
 	}
 	// The head, {"model":…,"messages":[…], is written directly when no message has tool calls
 	// (their arguments are the model's text, which encoding/json checks and compacts): as the
 	// Encoder wrote it, without its reflection, each message's text escaped straight into the
 	// body instead of into a buffer of its own that the Encoder then checked again.
-	var head *wireHead
+	var wh *wireHead
 	tools, toolsErr := tc.encode(req.Tools) // its error is returned after the messages' errors
-	b, err := appendHead(req, opts, tc, len(tools)+128)
+	room := 128                             // the tail's, and "tools"'s name
+	if whole {
+		room += len(tools)
+	}
+	b, err := appendHead(req, opts, tc, room)
 	if err == errNotDirect {
-		head = &wireHead{Model: req.Model, Messages: make([]wireMessage, 0, len(req.Messages))}
+		wh = &wireHead{Model: req.Model, Messages: make([]wireMessage, 0, len(req.Messages))}
 		size := len(req.Model) + 256
 		for i, m := range req.Messages {
 			wm, err := encodeMessage(m.OpenAI(), opts)
 			if err != nil {
-				return nil, parley.Errorf(parley.ECInvalid, "message %d: %v", i, err)
+				return nil, nil, nil, parley.Errorf(parley.ECInvalid, "message %d: %v", i, err)
 			}
-			head.Messages = append(head.Messages, wm)
+			wh.Messages = append(wh.Messages, wm)
 			size += len(wm.Content) + 64
 		}
-		b = make([]byte, 0, size+len(tools))
+		b = make([]byte, 0, size+room)
 	} else if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	if toolsErr != nil {
-		return nil, toolsErr
+		return nil, nil, nil, toolsErr
 	}
-	tail := wireTail{Temperature: req.Temperature, Stream: stream}
+	wt := wireTail{Temperature: req.Temperature, Stream: stream}
 	switch req.ToolChoice {
 	case "", "auto", "none", "required":
 	default:
-		return nil, parley.Errorf(parley.ECInvalid, "unknown tool_choice %q", req.ToolChoice)
+		return nil, nil, nil, parley.Errorf(parley.ECInvalid, "unknown tool_choice %q", req.ToolChoice)
 	}
 	if tools != nil { // OpenAI rejects tool_choice without tools
-		tail.ToolChoice = req.ToolChoice
+		wt.ToolChoice = req.ToolChoice
 	}
 	if req.MaxTokens < 0 {
-		return nil, parley.Errorf(parley.ECInvalid, "max_tokens must not be negative")
+		return nil, nil, nil, parley.Errorf(parley.ECInvalid, "max_tokens must not be negative")
 	}
 	if opts.LegacyMaxTokens {
-		tail.MaxTokens = req.MaxTokens
+		wt.MaxTokens = req.MaxTokens
 	} else {
-		tail.MaxCompletionTokens = req.MaxTokens
+		wt.MaxCompletionTokens = req.MaxTokens
 	}
 	if stream {
-		tail.StreamOptions = &wireStreamOptions{IncludeUsage: true}
+		wt.StreamOptions = &wireStreamOptions{IncludeUsage: true}
 	}
 	// The body is the three parts' objects joined, as encoding/json would write the one object
 	// of all their fields in this order: {"model","messages"} + "tools" + {"tool_choice"…}.
 	// The tools are encoded once per list (tc), not on every call: their JSON Schemas are most
 	// of a request's bytes, and encoding/json validates and compacts a schema each time.
-	if head != nil {
+	if wh != nil {
 		buf := bytes.NewBuffer(b)
 		enc := json.NewEncoder(buf)
 		enc.SetEscapeHTML(false)
-		if err := enc.Encode(head); err != nil {
-			return nil, parley.WrapError(parley.ECInvalid, err, "cannot encode request")
+		if err := enc.Encode(wh); err != nil {
+			return nil, nil, nil, parley.WrapError(parley.ECInvalid, err, "cannot encode request")
 		}
 		b = buf.Bytes()
 		b = b[:len(b)-2] // "}\n"
 	}
-	if tools != nil {
-		b = append(b, `,"tools":`...)
-		b = append(b, tools...)
-	}
-	if t := tail.Temperature; t != nil && (math.IsNaN(*t) || math.IsInf(*t, 0)) {
+	if t := wt.Temperature; t != nil && (math.IsNaN(*t) || math.IsInf(*t, 0)) {
 		_, err := json.Marshal(*t) // refuses it
-		return nil, parley.WrapError(parley.ECInvalid, err, "cannot encode request")
+		return nil, nil, nil, parley.WrapError(parley.ECInvalid, err, "cannot encode request")
 	}
-	return appendTail(b, &tail), nil
+	if tools == nil {
+		return appendTail(b, &wt), nil, nil, nil
+	}
+	b = append(b, `,"tools":`...)
+	if whole {
+		return appendTail(append(b, tools...), &wt), nil, nil, nil
+	}
+	return b, tools, appendTail(b[len(b):], &wt), nil
 }
 
 // appendTail appends the tail's fields and the request's closing brace, as encoding/json writes

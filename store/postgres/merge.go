@@ -570,7 +570,8 @@ func readAnswers(br pgx.BatchResults, ps []*finishPart) error {
 // ends none). It goes with the batch's COMMIT (pipeTx.hold), unread before it: a row that a
 // stored row overlaps fails it (a text that is no boolean), and the batch runs again, each write
 // by its own statements, which store the events around the stored rows. It returns, for each
-// row, whether its run was ended.
+// row, whether its run was ended. It finds the runs by primary key: "state <> 'ended'" (see
+// notEnded).
 var mergedEndsSQL = `WITH e AS MATERIALIZED (SELECT * FROM ` + unnest("e", 1, "sid text", "fs bigint", "ls bigint", "data bytea",
 	"at timestamptz", "finish text", "rid text", "inst text") + `),
 	i AS (INSERT INTO event_batches (session_id, first_seq, last_seq, data, created_at)
@@ -578,7 +579,7 @@ var mergedEndsSQL = `WITH e AS MATERIALIZED (SELECT * FROM ` + unnest("e", 1, "s
 		(SELECT 1 FROM event_batches b WHERE b.session_id = e.sid AND b.first_seq <= e.ls AND b.last_seq >= e.fs LIMIT 1) IS NULL
 		ORDER BY sid RETURNING session_id),
 	r AS (UPDATE runs SET state = 'ended', finish = e.finish, updated_at = e.at FROM e
-		WHERE runs.id = e.rid AND runs.id = ANY($7::text[]) AND runs.instance = e.inst AND runs.state = 'running' RETURNING runs.id)
+		WHERE runs.id = e.rid AND runs.id = ANY($7::text[]) AND runs.instance = e.inst AND runs.` + notEnded + ` RETURNING runs.id)
 	SELECT e.sid, CASE WHEN EXISTS (SELECT 1 FROM i WHERE i.session_id = e.sid) THEN EXISTS (SELECT 1 FROM r WHERE r.id = e.rid)
 		ELSE ('events of session ' || e.sid || ' overlap a stored row: stored apart')::boolean END FROM e`
 

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -35,24 +36,55 @@ type Endpoint struct {
 	Now    func() time.Time // for Retry-After dates; nil means time.Now
 }
 
-// Post sends body to url and returns a 2xx response, whose body the caller closes. A non-2xx
+// Post sends body to url with the headers in header, which it does not change and which must not
+// change while it runs, and returns a 2xx response, whose body the caller closes. A non-2xx
 // answer is a *parley.Error (ECRateLimited for 429, ECUpstream otherwise) wrapping a
 // *parley.StatusError. The request keeps nothing of body once it is sent and the response has
 // come: a streamed answer does not hold the request (the conversation so far) for its whole
 // length.
 func (e Endpoint) Post(ctx context.Context, url string, header http.Header, body []byte) (*http.Response, error) {
-	rb := &requestBody{b: body, again: body}
+	return e.PostParts(ctx, url, header, body)
+}
+
+// maxParts is how many parts a request body is sent in; more are joined first.
+const maxParts = 3
+
+// PostParts is Post with a body in parts, sent one after the other, none of them copied into a
+// buffer of the whole body to send it (a part can be shared between requests, as an adapter's
+// encoding of its tools is: it is only read). A body of more than three parts is joined first.
+func (e Endpoint) PostParts(ctx context.Context, url string, header http.Header, parts ...[]byte) (*http.Response, error) {
+	rb := &requestBody{}
+	size := 0
+	for _, p := range parts {
+		size += len(p)
+	}
+	if len(parts) > maxParts {
+		parts = [][]byte{bytes.Join(parts, nil)}
+	}
+	n := copy(rb.parts[:], parts)
+	copy(rb.again[:], parts)
+	rb.left, rb.kept = rb.parts[:n:n], rb.again[:n:n]
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, url, rb)
 	if err != nil {
 		return nil, parley.WrapError(parley.ECInternal, err, "invalid provider URL")
 	}
-	hr.ContentLength = int64(len(body))
+	// The Host header is the URL's without a Host of the request's own: http.Client copies the
+	// URL of a request whose Host is set on every call (for a cookie jar, even when it has none).
+	hr.Host = ""
+	hr.ContentLength = int64(size)
 	hr.GetBody = rb.getBody
-	if len(body) == 0 {
+	if size == 0 {
 		hr.Body, hr.GetBody = http.NoBody, nil
 	}
-	for k, v := range header {
-		hr.Header[k] = v
+	if e.Client.Jar == nil && header != nil {
+		// The adapter's headers, shared by its calls and never written to: net/http only reads
+		// a request's headers (a client with a cookie jar adds its cookies to them: then they
+		// are copied), which saves filling a map of them on every call.
+		hr.Header = header
+	} else {
+		for k, v := range header {
+			hr.Header[k] = v
+		}
 	}
 	resp, err := e.Client.Do(hr)
 	// net/http sends the body again (GetBody) only before the response came: on a redirect, or
@@ -75,25 +107,31 @@ func (e Endpoint) Post(ctx context.Context, url string, header http.Header, body
 	return resp, nil
 }
 
-// requestBody is a request's body that lets go of its bytes once they are read, and of the copy
-// kept for sending them again once released.
+// requestBody is a request's body, in parts, that lets go of its bytes once they are read, and
+// of the parts kept for sending them again once released.
 type requestBody struct {
 	mu    sync.Mutex
-	b     []byte // what is left to read
-	again []byte // for GetBody, until release
+	left  net.Buffers // what is left to read (over parts)
+	kept  net.Buffers // for GetBody, until release (over again)
+	parts [maxParts][]byte
+	again [maxParts][]byte
 }
 
 func (r *requestBody) Read(p []byte) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.b) == 0 {
-		r.b = nil
-		return 0, io.EOF
+	n := 0
+	for n < len(p) && len(r.left) > 0 {
+		c := copy(p[n:], r.left[0])
+		n += c
+		if r.left[0] = r.left[0][c:]; len(r.left[0]) == 0 {
+			r.left[0] = nil
+			r.left = r.left[1:]
+		}
 	}
-	n := copy(p, r.b)
-	r.b = r.b[n:]
-	if len(r.b) == 0 {
-		r.b = nil
+	if n == 0 && len(p) > 0 {
+		r.left = nil
+		return 0, io.EOF
 	}
 	return n, nil
 }
@@ -102,21 +140,55 @@ func (r *requestBody) Read(p []byte) (int, error) {
 func (r *requestBody) Len() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.b)
+	n := 0
+	for _, b := range r.left {
+		n += len(b)
+	}
+	return n
 }
 
-// WriteTo writes what is left in one Write (onewrite.Body: the connection sends it with the
-// request's head, without copying it first).
+// buffersWriter is onewrite.BuffersWriter: a writer that takes the parts in one write.
+type buffersWriter interface {
+	WriteBuffers(bufs *net.Buffers) (int64, error)
+}
+
+// WriteTo writes what is left: in one Write when it is one part, in one WriteBuffers when w takes
+// them (onewrite.Body: the connection sends them with the request's head, without copying them
+// first).
 func (r *requestBody) WriteTo(w io.Writer) (int64, error) {
 	r.mu.Lock()
-	b := r.b
-	r.b = nil
+	var left *partsLeft
+	switch len(r.left) {
+	case 0:
+	case 1:
+		b := r.left[0]
+		r.left = nil
+		clear(r.parts[:])
+		r.mu.Unlock()
+		n, err := w.Write(b)
+		return int64(n), err
+	default:
+		// A copy of the parts' list, which the write consumes: the parts go from the body at
+		// once, as its Close may come while they are written.
+		left = &partsLeft{}
+		left.bufs = append(left.arr[:0], r.left...)
+	}
+	r.left = nil
+	clear(r.parts[:])
 	r.mu.Unlock()
-	if len(b) == 0 {
+	if left == nil {
 		return 0, nil
 	}
-	n, err := w.Write(b)
-	return int64(n), err
+	if bw, ok := w.(buffersWriter); ok {
+		return bw.WriteBuffers(&left.bufs)
+	}
+	return left.bufs.WriteTo(w)
+}
+
+// partsLeft is a body's parts as they are written: the list and its slice in one allocation.
+type partsLeft struct {
+	bufs net.Buffers
+	arr  [maxParts][]byte
 }
 
 // Close lets go of what is left to read (net/http closes a request's body once it is sent).
@@ -124,7 +196,8 @@ func (r *requestBody) WriteTo(w io.Writer) (int64, error) {
 // inside an io.NopCloser, and the connection can write it with the head (onewrite).
 func (r *requestBody) Close() error {
 	r.mu.Lock()
-	r.b = nil
+	r.left = nil
+	clear(r.parts[:])
 	r.mu.Unlock()
 	return nil
 }
@@ -133,15 +206,20 @@ func (r *requestBody) Close() error {
 func (r *requestBody) getBody() (io.ReadCloser, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.again == nil {
+	if r.kept == nil {
 		return nil, errors.New("upstream: the request body is no longer kept")
 	}
-	return io.NopCloser(bytes.NewReader(r.again)), nil
+	if len(r.kept) == 1 {
+		return io.NopCloser(bytes.NewReader(r.kept[0])), nil
+	}
+	b := append(net.Buffers(nil), r.kept...) // read by consuming it
+	return io.NopCloser(&b), nil
 }
 
 func (r *requestBody) release() {
 	r.mu.Lock()
-	r.again = nil
+	r.kept = nil
+	clear(r.again[:])
 	r.mu.Unlock()
 }
 
