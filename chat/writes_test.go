@@ -220,7 +220,7 @@ func TestSendReturnsWithTheQuestionInTheStream(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(frames) < 2 || frames[0].Type != parley.EventStart || frames[1].Type != parley.EventRecord || frames[1].Message == nil || frames[1].Message.ID != started.UserMessage.ID {
+		if len(frames) < 2 || frames[0].Type != parley.EventStart || frames[1].Type != parley.EventRecord || frames[1].Event().Message == nil || frames[1].Event().Message.ID != started.UserMessage.ID {
 			var got []parley.EventType
 			for _, f := range frames {
 				got = append(got, f.Type)

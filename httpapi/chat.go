@@ -114,7 +114,7 @@ func (s *server) readRun(ctx context.Context, run *runs.Run, after int64, fn fun
 		if err != nil {
 			return fmt.Errorf("reading run %s: %w", run.ID, err)
 		}
-		if err := fn(f.Event); err != nil {
+		if err := fn(f.Event()); err != nil {
 			return err
 		}
 		if f.Type == parley.EventDone {

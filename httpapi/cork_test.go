@@ -141,7 +141,7 @@ func TestWebSocketBatchIsOneWrite(t *testing.T) {
 	var frames []*stream.Frame
 	for i := range 5 {
 		ev := parley.Event{Seq: int64(i + 1), Type: parley.EventChunk, Content: "x"}
-		frames = append(frames, &stream.Frame{Event: ev, JSON: []byte(`{"seq":` + strconv.Itoa(i+1) + `}`)})
+		frames = append(frames, stream.NewFrame(ev, []byte(`{"seq":`+strconv.Itoa(i+1)+`}`)))
 	}
 	batch <- frames
 	if err := <-sent; err != nil {

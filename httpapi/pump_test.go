@@ -165,7 +165,7 @@ func TestSSEWriterBorrowsItsBuffer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sse.event(&stream.Frame{Event: parley.Event{Seq: 7, Type: parley.EventChunk}, JSON: []byte(`{"seq":7}`)})
+	sse.event(stream.NewFrame(parley.Event{Seq: 7, Type: parley.EventChunk}, []byte(`{"seq":7}`)))
 	if sse.buf == nil {
 		t.Fatal("no buffer while a batch is gathered")
 	}

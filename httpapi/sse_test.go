@@ -133,7 +133,7 @@ func TestSSEWriterEndsDetachedStream(t *testing.T) {
 	sse := &sseWriter{conn: server, timeout: time.Minute}
 	got := make(chan string, 1)
 	go func() { b, _ := io.ReadAll(client); got <- string(b) }()
-	sse.event(&stream.Frame{Event: parley.Event{Seq: 3, Type: parley.EventDone}, JSON: []byte(`{"seq":3}`)})
+	sse.event(stream.NewFrame(parley.Event{Seq: 3, Type: parley.EventDone}, []byte(`{"seq":3}`)))
 	sse.end()
 	if sse.err != nil {
 		t.Fatal(sse.err)

@@ -317,7 +317,8 @@ type uiTransport struct {
 
 func (t *uiTransport) frames(fs []*stream.Frame) (bool, error) {
 	for _, f := range fs {
-		t.tr.Event(&f.Event, t.emit)
+		ev := f.Event()
+		t.tr.Event(&ev, t.emit)
 		if t.tr.Ended() {
 			break
 		}

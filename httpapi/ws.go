@@ -111,7 +111,8 @@ func wsEventType(ev *parley.Event) string {
 // byte for byte>}.
 func appendWSEvent(b []byte, f *stream.Frame) []byte {
 	b = append(b, `{"type":"`...)
-	b = append(b, wsEventType(&f.Event)...)
+	ev := f.Event()
+	b = append(b, wsEventType(&ev)...)
 	b = append(b, `","seq":`...)
 	b = strconv.AppendInt(b, f.Seq, 10)
 	b = append(b, `,"data":`...)

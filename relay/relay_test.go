@@ -1054,7 +1054,7 @@ func TestPublishFramesKeepsTheirJSON(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		frames[i] = &stream.Frame{Event: ev, JSON: b}
+		frames[i] = stream.NewFrame(ev, b)
 	}
 	if err := r.PublishFrames(ctx, "s1", frames); err != nil {
 		t.Fatal(err)

@@ -168,7 +168,7 @@ func TestLaunchEmitsItsFirstEventsBeforeReturning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(frames) != 2 || frames[0].Type != parley.EventStart || frames[1].Type != parley.EventRecord || frames[1].Message.ID != user.ID {
+	if len(frames) != 2 || frames[0].Type != parley.EventStart || frames[1].Type != parley.EventRecord || frames[1].Event().Message.ID != user.ID {
 		var got []parley.EventType
 		for _, f := range frames {
 			got = append(got, f.Type)
@@ -221,10 +221,10 @@ func TestLaunchAppendsTheBodysEarlyEventsBeforeReturning(t *testing.T) {
 	}
 	var got []string
 	for _, f := range frames {
-		got = append(got, string(f.Type)+":"+f.Content)
+		got = append(got, string(f.Type)+":"+f.Event().Content)
 	}
 	if len(frames) != 4 || frames[0].Type != parley.EventStart || frames[1].Type != parley.EventRecord ||
-		frames[2].Content != "one" || frames[3].Content != "two" {
+		frames[2].Event().Content != "one" || frames[3].Event().Content != "two" {
 		t.Fatalf("first read %v, want start, the record, chunks one and two", got)
 	}
 	once.Do(func() { close(release) })

@@ -20,7 +20,7 @@ func events(t *testing.T, r *Run) []parley.Event {
 		if err != nil {
 			t.Fatalf("read: %v", err)
 		}
-		out = append(out, f.Event)
+		out = append(out, f.Event())
 		if f.Type == parley.EventDone {
 			return out
 		}
@@ -391,7 +391,7 @@ func TestAfter(t *testing.T) {
 				t.Errorf("After %d: %v (got %d events)", after, err, len(got))
 				return got
 			}
-			got = append(got, f.Event)
+			got = append(got, f.Event())
 			if f.Seq >= until {
 				break
 			}

@@ -28,7 +28,7 @@ func TestGoEmitsItsFirstEventsBeforeReturning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(frames) != 2 || frames[0].Type != parley.EventStart || frames[1].Type != parley.EventRecord || frames[1].Message.ID != "m1" {
+	if len(frames) != 2 || frames[0].Type != parley.EventStart || frames[1].Type != parley.EventRecord || frames[1].Event().Message.ID != "m1" {
 		var got []parley.EventType
 		for _, f := range frames {
 			got = append(got, f.Type)

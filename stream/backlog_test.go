@@ -100,7 +100,7 @@ func TestRunsShareTheBudgetForUnstoredEvents(t *testing.T) {
 	}()
 	// Each frame is about 2.4 KiB (Frame.size): the fourth takes the run past its share, and its
 	// Append waits.
-	frame := (&Frame{JSON: make([]byte, len(chunk.Content)+100)}).size()
+	frame := h.frame(chunk).size()
 	share := budget / runs
 	n := 0
 	for n < share/frame {

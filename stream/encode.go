@@ -16,7 +16,7 @@ import (
 // fraction of encoding/json's reflection; the others go through json.Marshal.
 func encodeEvent(ev *parley.Event) ([]byte, error) {
 	if !directEvent(ev) {
-		return json.Marshal(ev)
+		return marshal(ev)
 	}
 	n := 64 + len(ev.Type) + len(ev.RunID) + len(ev.SessionID) + len(ev.Model) + len(ev.Content) + len(ev.State) + len(ev.FinishReason)
 	if m := ev.Message; m != nil {
@@ -46,14 +46,14 @@ func encodeEvent(ev *parley.Event) ([]byte, error) {
 		b = append(b, `,"message":`...)
 		var ok bool
 		if b, ok = appendMessage(b, ev.Message); !ok {
-			return json.Marshal(ev)
+			return marshal(ev)
 		}
 	}
 	if ev.Usage != nil {
 		b = append(b, `,"usage":`...)
 		var ok bool
 		if b, ok = appendUsage(b, ev.Usage); !ok {
-			return json.Marshal(ev)
+			return marshal(ev)
 		}
 	}
 	if ev.State != "" {
@@ -69,6 +69,13 @@ func encodeEvent(ev *parley.Event) ([]byte, error) {
 		b = strconv.AppendInt(b, int64(ev.Iterations), 10)
 	}
 	return append(b, '}'), nil
+}
+
+// marshal is json.Marshal of a copy of ev, so that encodeEvent does not make its caller's event
+// escape to the heap (a text delta's is never kept whole: Frame).
+func marshal(ev *parley.Event) ([]byte, error) {
+	e := *ev
+	return json.Marshal(&e)
 }
 
 // directEvent reports whether ev has none of the fields encodeEvent leaves to json.Marshal: the

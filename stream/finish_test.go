@@ -165,7 +165,12 @@ func (m *encodedMem) AppendEncodedEvents(ctx context.Context, s string, at time.
 	m.mu.Lock()
 	for i, e := range evs {
 		m.json = append(m.json, e.JSON)
-		list[i] = *e.Event
+		if e.Event != nil {
+			list[i] = *e.Event
+		} else if err := json.Unmarshal(e.JSON, &list[i]); err != nil { // a text delta's frame keeps no Event
+			m.mu.Unlock()
+			return err
+		}
 	}
 	m.mu.Unlock()
 	return m.AppendEvents(ctx, s, at, list)

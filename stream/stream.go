@@ -37,24 +37,26 @@ const Join int64 = -1
 // Defaults of Options.
 const (
 	DefaultRingEvents = 4096
-	// DefaultRingBytes holds about 120 chunk events, and bounds what a run's events may wait
-	// for the store in memory. 32 KiB saved about 100 KiB of resident memory per stream under
-	// load (issue 25) but cost a quarter more CPU per chat: under load the store writes went out
-	// in batches half as large.
-	DefaultRingBytes  = 64 << 10
+	// DefaultRingBytes holds about 120 chunk events (Frame.size), and bounds what a run's
+	// events may wait for the store in memory. Holding half as many saved about 100 KiB of
+	// resident memory per stream under load (issue 25) but cost a quarter more CPU per chat:
+	// under load the store writes went out in batches half as large. (It was 64 KiB for as
+	// many events while a frame kept its whole parley.Event: issue 25, tenth pass.)
+	DefaultRingBytes  = 32 << 10
 	DefaultBlock      = 1024
 	DefaultFlushEvery = 100 * time.Millisecond
 	// DefaultBacklogBytes is the server's budget for the events its runs hold waiting for the
 	// store, shared among the runs writing at once: up to 256 runs each keep their ring's
-	// bound of them, 1,000 runs 16 KiB each (issue 25: a store that cannot keep up makes every
-	// run hold its bound of unstored events).
-	DefaultBacklogBytes = 16 << 20
+	// bound of them, 1,000 runs 8 KiB each, about 30 chunk events (issue 25: a store that cannot
+	// keep up makes every run hold its bound of unstored events; 16 MiB for as many events
+	// while a frame kept its whole parley.Event).
+	DefaultBacklogBytes = 8 << 20
 )
 
 // backlogFloor is the least a run may hold waiting for the store, however many runs write at
 // once (or its ring's bound in bytes, if smaller): below it, a run would wait for the store at
-// nearly every event.
-const backlogFloor = 8 << 10
+// nearly every event. About 15 chunk events.
+const backlogFloor = 4 << 10
 
 // storeTimeout bounds each store or relay call.
 const storeTimeout = 10 * time.Second
@@ -190,17 +192,85 @@ func New(opts Options) *Hub {
 
 // Frame is one event of a session's stream with its JSON encoding, made once and shared by every
 // reader: read it, never change it.
+//
+// A frame keeps its event in the least memory it can, since a run holds its frames while the
+// store takes them: a text delta (chunk or reasoning) with nothing but its number, run, session
+// and text (nearly every event of a streamed answer) as those few fields, any other event whole.
+// Event returns it as it was appended.
 type Frame struct {
-	parley.Event
+	Seq  int64
+	Type parley.EventType
 	JSON []byte
+
+	runID, sessionID, content string        // a text delta's
+	ev                        *parley.Event // any other event
 }
 
-// frameOverhead is what a frame costs beyond its JSON and the event's strings: the Frame itself
-// and the ring's pointer to it.
-const frameOverhead = 320
+// NewFrame returns the frame of ev whose JSON is b (tests, and readers that make frames of
+// their own).
+func NewFrame(ev parley.Event, b []byte) *Frame { return newFrame(&ev, b) }
 
-// size is the memory a frame holds, about: the event's strings are about as long as its JSON.
-func (f *Frame) size() int { return frameOverhead + 2*len(f.JSON) }
+// newFrame returns ev's frame, with its JSON.
+func newFrame(ev *parley.Event, b []byte) *Frame {
+	f := &Frame{Seq: ev.Seq, Type: ev.Type, JSON: b}
+	if textDelta(ev) {
+		f.runID, f.sessionID, f.content = ev.RunID, ev.SessionID, ev.Content
+	} else {
+		e := *ev
+		f.ev = &e
+	}
+	return f
+}
+
+// textDelta reports whether ev is a chunk or reasoning event with no field but Seq, Type, RunID,
+// SessionID and Content.
+func textDelta(ev *parley.Event) bool {
+	if ev.Type != parley.EventChunk && ev.Type != parley.EventReasoning {
+		return false
+	}
+	return ev.Model == "" && ev.Message == nil && ev.ToolCalls == nil && ev.ToolCall == nil && ev.Usage == nil &&
+		ev.Error == nil && ev.State == "" && ev.FinishReason == "" && ev.Iterations == 0 && ev.Todos == nil &&
+		ev.Memory == nil && ev.Artifact == nil && ev.WebSearch == nil && ev.Image == nil && ev.Approval == nil
+}
+
+// Event returns the frame's event.
+func (f *Frame) Event() parley.Event {
+	if f.ev != nil {
+		return *f.ev
+	}
+	return parley.Event{Seq: f.Seq, Type: f.Type, RunID: f.runID, SessionID: f.sessionID, Content: f.content}
+}
+
+// state is the State of the frame's event (a status event's).
+func (f *Frame) state() string {
+	if f.ev != nil {
+		return f.ev.State
+	}
+	return ""
+}
+
+// stored returns the frame as the store takes it: its JSON, and its event where the frame keeps
+// it whole (the store needs no event beside the JSON; parley.EncodedEvent).
+func (f *Frame) stored() parley.EncodedEvent {
+	return parley.EncodedEvent{Seq: f.Seq, JSON: f.JSON, Event: f.ev}
+}
+
+// frameOverhead is what a frame costs beyond its JSON and its event's text: the Frame itself
+// (112 bytes, its size class) and the ring's pointer to it.
+const frameOverhead = 120
+
+// eventOverhead is what a frame that keeps its event whole costs beyond frameOverhead: the
+// parley.Event (272 bytes).
+const eventOverhead = 272
+
+// size is the memory a frame holds, about: a text delta's text is its own, the run's and the
+// session's ids are shared; a whole event's strings are about as long as its JSON.
+func (f *Frame) size() int {
+	if f.ev == nil {
+		return frameOverhead + cap(f.JSON) + len(f.content)
+	}
+	return frameOverhead + eventOverhead + 2*len(f.JSON)
+}
 
 // Encode makes the frames of events. An event that cannot be encoded (a bug) is logged and left
 // out: no client could read it.
@@ -215,14 +285,12 @@ func (h *Hub) encode(evs []parley.Event) []*Frame {
 }
 
 func (h *Hub) frame(ev parley.Event) *Frame {
-	f := &Frame{Event: ev}
-	b, err := encodeEvent(&f.Event)
+	b, err := encodeEvent(&ev)
 	if err != nil {
 		h.opts.Log.Error("could not encode an event", "session", ev.SessionID, "seq", ev.Seq, "err", err)
 		return nil
 	}
-	f.JSON = b
-	return f
+	return newFrame(&ev, b)
 }
 
 // ring is a bounded FIFO of frames in increasing Seq. Pushing and popping cost O(1) (the buffer

@@ -341,8 +341,8 @@ type batchingEvents struct {
 func (b *batchingEvents) AppendEvents(ctx context.Context, s string, at time.Time, evs []parley.Event) error {
 	size := 0
 	for i := range evs {
-		j, _ := json.Marshal(&evs[i])
-		size += (&Frame{JSON: j}).size()
+		j, _ := encodeEvent(&evs[i])
+		size += newFrame(&evs[i], j).size()
 	}
 	b.bmu.Lock()
 	b.batches = append(b.batches, [2]int{len(evs), size})

@@ -428,7 +428,7 @@ func (s *session) pull(ctx context.Context, notified bool) {
 			switch {
 			case f.Type == parley.EventDone:
 				s.active = 0
-			case s.active == 0 && (f.Type == parley.EventStart || (f.Type == parley.EventStatus && f.State == parley.RunRecovered)):
+			case s.active == 0 && (f.Type == parley.EventStart || (f.Type == parley.EventStatus && f.state() == parley.RunRecovered)):
 				s.active = f.Seq
 			}
 		}

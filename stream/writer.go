@@ -227,7 +227,7 @@ func (w *Writer) Finish(tail []parley.Event, write func(evs []parley.EncodedEven
 	evs := make([]parley.EncodedEvent, 0, s.ring.n-i+len(tail))
 	for ; i < s.ring.n && s.ring.at(i).Seq < w.next; i++ {
 		f := s.ring.at(i)
-		evs = append(evs, parley.EncodedEvent{Seq: f.Seq, JSON: f.JSON, Event: &f.Event})
+		evs = append(evs, f.stored())
 	}
 	next := w.next
 	s.mu.Unlock()
@@ -254,7 +254,7 @@ func (w *Writer) Finish(tail []parley.Event, write func(evs []parley.EncodedEven
 				continue
 			}
 		}
-		frames = append(frames, &Frame{Event: stamped[j], JSON: e.JSON})
+		frames = append(frames, newFrame(&stamped[j], e.JSON))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -461,12 +461,12 @@ func (w *Writer) store(frames []*Frame) bool {
 	if enc != nil {
 		encoded = make([]parley.EncodedEvent, len(frames))
 		for i, f := range frames {
-			encoded[i] = parley.EncodedEvent{Seq: f.Seq, JSON: f.JSON, Event: &f.Event}
+			encoded[i] = f.stored()
 		}
 	} else {
 		evs = make([]parley.Event, len(frames))
 		for i, f := range frames {
-			evs[i] = f.Event
+			evs[i] = f.Event()
 		}
 	}
 	var err error
@@ -517,7 +517,7 @@ func (w *Writer) publish() {
 			} else {
 				evs := make([]parley.Event, len(frames))
 				for i, f := range frames {
-					evs[i] = f.Event
+					evs[i] = f.Event()
 				}
 				err = h.opts.Relay.Publish(ctx, s.id, evs)
 			}

@@ -179,7 +179,7 @@ func (b *Backend) stateful(w http.ResponseWriter, r *http.Request, owner string,
 		}
 		done := false
 		for _, f := range frames {
-			out.event(f.Event)
+			out.event(f.Event())
 			done = done || f.Type == parley.EventDone
 			if done {
 				break
