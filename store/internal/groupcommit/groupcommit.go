@@ -75,8 +75,9 @@ type Options struct {
 	Batched func(n int, err error)
 	// Retry, if set, tells an error that another transaction may not meet (PostgreSQL: a
 	// deadlock with a batch on another connection). An operation that failed with one runs again
-	// in a transaction of its own kind once its batch-mates are committed, twice at most; a batch
-	// whose commit failed with one runs again whole. Its operations must then be safe to run
+	// in a transaction of its own kind once its batch-mates are committed and the batches under
+	// way on the other slots have ended, twice at most; a batch whose commit failed with one runs
+	// again whole, after the same wait. Its operations must then be safe to run
 	// again: each sets its results, it does not add to them.
 	Retry func(err error) bool
 	// Optimistic runs a batch of several operations without savepoints first: where a savepoint
@@ -129,6 +130,17 @@ type Writer[T any] struct {
 	shut  atomic.Bool
 	once  sync.Once
 	then  atomic.Pointer[func()] // Then's function, for the end of the batch under way
+
+	// With Options.Retry: the batches under way, so that one about to run again after a
+	// transient failure waits for the others first (running).
+	mu      sync.Mutex
+	running map[*batchRun]struct{}
+}
+
+// batchRun is a batch under way, as the others see it (Options.Retry).
+type batchRun struct {
+	ended    chan struct{} // closed once its transaction is over and its callers answered
+	retrying bool          // it waits for the others to run again: none waits for it (mu)
 }
 
 type op[T any] struct {
@@ -363,6 +375,11 @@ func (w *Writer[T]) run(live []*op[T]) {
 	slices.SortStableFunc(live, func(a, b *op[T]) int { return strings.Compare(a.key, b.key) })
 	ctx, cancel := context.WithTimeout(context.Background(), w.opts.BatchTimeout)
 	defer cancel()
+	var self *batchRun
+	if w.opts.Retry != nil {
+		self = w.started()
+		defer w.ended(self)
+	}
 	errs := make([]error, len(live))
 	err := w.transact(ctx, live, errs)
 	for attempt := 0; w.opts.Retry != nil && attempt < maxRetries; attempt++ {
@@ -370,6 +387,7 @@ func (w *Writer[T]) run(live []*op[T]) {
 			if !w.opts.Retry(err) {
 				break
 			}
+			w.awaitOthers(ctx, self)
 			clear(errs)
 			err = w.transact(ctx, live, errs)
 			continue
@@ -384,6 +402,7 @@ func (w *Writer[T]) run(live []*op[T]) {
 		if len(again) == 0 {
 			break
 		}
+		w.awaitOthers(ctx, self)
 		sub := make([]error, len(again))
 		if e := w.transact(ctx, again, sub); e != nil {
 			for _, i := range at {
@@ -404,6 +423,52 @@ func (w *Writer[T]) run(live []*op[T]) {
 			o.err <- err
 		} else {
 			o.err <- errs[i]
+		}
+	}
+}
+
+// started registers a batch under way (Options.Retry).
+func (w *Writer[T]) started() *batchRun {
+	b := &batchRun{ended: make(chan struct{})}
+	w.mu.Lock()
+	if w.running == nil {
+		w.running = make(map[*batchRun]struct{})
+	}
+	w.running[b] = struct{}{}
+	w.mu.Unlock()
+	return b
+}
+
+// ended removes a batch that is over and tells those waiting for it.
+func (w *Writer[T]) ended(b *batchRun) {
+	w.mu.Lock()
+	delete(w.running, b)
+	w.mu.Unlock()
+	close(b.ended)
+}
+
+// awaitOthers waits, bounded by ctx, until every other batch under way has ended, before self
+// runs again after a transient failure. A deadlock's victim that ran again at once could take
+// a row back before the batch it deadlocked with, woken by its rollback, had taken it, and
+// deadlock with it again (a loaded database schedules that backend late); once that batch has
+// committed, the run again meets none of its locks. A batch that waits this way is waited for by
+// none (two victims of different deadlocks would otherwise wait for each other): the first to
+// wait goes on once the other's batch has ended.
+func (w *Writer[T]) awaitOthers(ctx context.Context, self *batchRun) {
+	w.mu.Lock()
+	self.retrying = true
+	var others []chan struct{}
+	for b := range w.running {
+		if b != self && !b.retrying {
+			others = append(others, b.ended)
+		}
+	}
+	w.mu.Unlock()
+	for _, ended := range others {
+		select {
+		case <-ended:
+		case <-ctx.Done(): // the run again fails on ctx too, with its own error
+			return
 		}
 	}
 }

@@ -408,6 +408,54 @@ func TestARetryableFailureRunsAgain(t *testing.T) {
 	}
 }
 
+// An operation that failed with an error Options.Retry names runs again only once the batch
+// under way on the other slot has ended: run again at once, a deadlock's victim can take a row
+// back before the batch it deadlocked with has taken it, and deadlock with it again.
+func TestARetryWaitsForTheOtherBatchesUnderWay(t *testing.T) {
+	db := &memDB{committed: map[string]int{}}
+	w := New[*memTx](db, Options{Writers: 2, Retry: func(err error) bool { return errors.Is(err, errDeadlock) }})
+	defer w.Close()
+	release, heldDone := hold(t, w)
+	var early atomic.Bool // the retry ran before the held batch committed
+	fn, runs := flaky("victim", 1)
+	victim := func(ctx context.Context, tx *memTx) error {
+		if _, held := db.get("held"); runs.Load() >= 1 && !held {
+			early.Store(true)
+		}
+		return fn(ctx, tx)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Do(context.Background(), victim) }()
+	deadline := time.Now().Add(wait)
+	for runs.Load() < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the second batch never ran")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// Run again at once, it would have run a second time well within this; it must not, as
+	// long as the held batch has not ended.
+	for end := time.Now().Add(200 * time.Millisecond); time.Now().Before(end) && runs.Load() < 2; {
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	if err := <-heldDone; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the retried write: %v", err)
+	}
+	if early.Load() {
+		t.Error("the write ran again while the batch on the other slot was still under way")
+	}
+	if n := runs.Load(); n != 2 {
+		t.Errorf("the write ran %d times, want 2", n)
+	}
+	if got, _ := db.get("victim"); got != 1 {
+		t.Errorf("victim = %d, want 1", got)
+	}
+}
+
 // A batch runs its operations in the order of their keys (none first), each key's in the order
 // they were given.
 func TestABatchRunsItsOperationsInKeyOrder(t *testing.T) {
