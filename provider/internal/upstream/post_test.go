@@ -89,6 +89,21 @@ func TestPostSendsTheBodyAgainOnARedirect(t *testing.T) {
 	}
 }
 
+// onewriteTransport is a transport whose connections are onewrite connections, each appended to
+// conns as it is dialled.
+func onewriteTransport(conns *[]*onewrite.Conn) *http.Transport {
+	var d net.Dialer
+	return &http.Transport{WriteBufferSize: 1 << 10, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		w := onewrite.Wrap(c)
+		*conns = append(*conns, w)
+		return w, nil
+	}}
+}
+
 // Post's body is handed to a onewrite connection whole: the request's head and body go out in one
 // write (the body is an io.ReadCloser and a onewrite.Body, so net/http does not wrap it).
 func TestPostSendsHeadAndBodyInOneWrite(t *testing.T) {
@@ -101,16 +116,7 @@ func TestPostSendsHeadAndBodyInOneWrite(t *testing.T) {
 	}))
 	defer srv.Close()
 	var conns []*onewrite.Conn
-	var d net.Dialer
-	tr := &http.Transport{WriteBufferSize: 1 << 10, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		w := onewrite.Wrap(c)
-		conns = append(conns, w)
-		return w, nil
-	}}
+	tr := onewriteTransport(&conns)
 	defer tr.CloseIdleConnections()
 	ep := Endpoint{Client: &http.Client{Transport: tr}}
 	for i := range 3 {
@@ -145,16 +151,7 @@ func TestPostPartsSendsTheWholeBody(t *testing.T) {
 	}))
 	defer srv.Close()
 	var conns []*onewrite.Conn
-	var d net.Dialer
-	tr := &http.Transport{WriteBufferSize: 1 << 10, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		w := onewrite.Wrap(c)
-		conns = append(conns, w)
-		return w, nil
-	}}
+	tr := onewriteTransport(&conns)
 	defer tr.CloseIdleConnections()
 	post := func(ep Endpoint, path string) {
 		t.Helper()
