@@ -219,3 +219,45 @@ func TestAStatementOnTheConnectionIsInTheTransaction(t *testing.T) {
 		t.Errorf("the failed write's statement was kept (GetSession: %v)", err)
 	}
 }
+
+// On a pool of 4 connections (pgx's default on up to 4 cores) three batches run at once, each
+// on its own connection, and a read still finds the fourth: at 32 chats in flight the chats
+// waited for the writer's queue more than for their statements with two.
+func TestThreeBatchesRunAtOnceOnAPoolOfFourAndAReadStillFindsAConnection(t *testing.T) {
+	url := pgtest.Schema(t) + "&pool_max_conns=4"
+	s, err := Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const held = 3
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	defer releaseOnce.Do(func() { close(release) }) // a failed test must not leave the writer held
+	entered := make(chan struct{}, held)
+	done := make(chan error, held)
+	for i := range held {
+		// One at a time: each write finds the batches before it under way and leads its own
+		// in a free slot, if there is one; without one it queues behind them.
+		go func() {
+			done <- s.w.Do(context.Background(), func(context.Context, pgx.Tx) error { entered <- struct{}{}; <-release; return nil })
+		}()
+		select {
+		case <-entered:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("write %d of %d did not start while the ones before it were held: %d writer slots on a pool of 4", i+1, held, i)
+		}
+	}
+	// The pool's fourth connection serves reads while the three batches hold theirs.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := s.GetSession(ctx, parley.NewID()); !errors.Is(err, parley.ErrNotFound) {
+		t.Fatalf("a read while three batches run: %v, want ErrNotFound", err)
+	}
+	releaseOnce.Do(func() { close(release) })
+	for range held {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
