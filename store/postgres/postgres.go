@@ -58,7 +58,7 @@ var _ parley.Store = (*Store)(nil)
 type options struct {
 	migrate bool
 	batched func(n int, err error) // tests: told the size of each group-commit batch
-	writers int                    // tests: transactions written at once (default: writerSlots of the pool)
+	writers int                    // tests: transactions written at once (default: half the pool)
 	crowd   int                    // benchmarks: groupcommit.Options.Crowd (default 0: off)
 	// tests and benchmarks: changes the pool's configuration (to count round trips, to know
 	// the backends' process ids)
@@ -94,8 +94,9 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
 	s := &Store{pool: pool}
+	// Half the pool writes, a batch per connection, so that reads always find a connection.
 	if o.writers <= 0 {
-		o.writers = writerSlots(int(cfg.MaxConns))
+		o.writers = max(1, int(cfg.MaxConns)/2)
 	}
 	// Optimistic: a savepoint is a statement and a subtransaction on PostgreSQL; a batch sets
 	// them only when one of its writes failed. MergeAlone: a lone write while the other writer's
@@ -124,16 +125,6 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		}
 	}
 	return s, nil
-}
-
-// writerSlots is how many batches of the group commit run at once on a pool of maxConns
-// connections, a connection each: three quarters of the pool, at least one, so that with two
-// connections or more a read always finds one free. At 32 chats in flight a chat waits for the
-// writer's queue more than for its own statements (its begin and its end are each a batch's
-// commit, a WAL flush); on pgx's default pool of 4 a third slot passed more streams a second
-// than two (docs/benchmarks.md, "(issue 25, tenth pass, second round)").
-func writerSlots(maxConns int) int {
-	return max(1, maxConns*3/4)
 }
 
 // checkSchema makes sure a schema that search_path names exists: without one PostgreSQL only
