@@ -2,12 +2,11 @@ package sqlite
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
 
-	parley "github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/store/storetest"
 )
 
 // BenchmarkChatBeginLatency runs chats one at a time as a 1-stream client makes them: a new
@@ -23,25 +22,14 @@ func BenchmarkChatBeginLatency(b *testing.B) {
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := range b.N {
-		now := time.Now().UTC().Truncate(time.Microsecond)
-		sess := &parley.Session{ID: parley.NewID(), Title: "a chat", Owner: "o", CreatedAt: now, UpdatedAt: now}
-		run := &parley.RunRecord{ID: parley.NewID(), SessionID: sess.ID, Owner: "o", Model: "m", Instance: "i",
-			LeaseUntil: now.Add(time.Minute), CreatedAt: now}
-		user := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("Tell me something, please."), RunID: run.ID, CreatedAt: now}
+		begin, end := storetest.SessionChat(i)
 		start := time.Now()
-		first, err := s.BeginRun(ctx, &parley.RunBegin{NewSession: sess, SessionID: sess.ID, Reserve: 64, Run: run, Messages: []*parley.Message{user}})
+		first, err := s.BeginRun(ctx, begin)
 		if err != nil {
 			b.Fatal(err)
 		}
 		lat = append(lat, time.Since(start))
-		answer := &parley.Message{ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text(fmt.Sprintf("answer %d", i)), RunID: run.ID, CreatedAt: now}
-		evs := make([]parley.EncodedEvent, 5)
-		for j := range evs {
-			ev := &parley.Event{Seq: first + int64(j), Type: parley.EventChunk, RunID: run.ID, SessionID: sess.ID, Content: "some text of the answer"}
-			evs[j] = parley.EncodedEvent{Seq: ev.Seq, Event: ev}
-		}
-		if err := s.FinishRun(ctx, parley.RunFinish{SessionID: sess.ID, Messages: []*parley.Message{answer}, Events: evs,
-			Limit: first + 63, Last: first + 4, RunID: run.ID, Instance: "i", Finish: parley.FinishStop, At: now}); err != nil {
+		if err := s.FinishRun(ctx, end(first)); err != nil {
 			b.Fatal(err)
 		}
 	}

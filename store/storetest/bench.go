@@ -356,6 +356,29 @@ func benchTurn(rb parley.RunBeginner, sessionID string, newSession *parley.Sessi
 		Limit: first + reserve - 1, Last: enc[len(enc)-1].Seq, RunID: run.ID, Instance: "bench", Finish: "stop", At: now})
 }
 
+// SessionChat is chat i of a 1-stream client, each in a new session: the run's beginning (the
+// session, the run's record, 64 event numbers and the user's message: the write a chat's first
+// token waits for) and, once it has begun at first, the run's end with its answer and five chunk
+// events (BenchmarkChatBeginLatency of each store).
+func SessionChat(i int) (begin *parley.RunBegin, end func(first int64) parley.RunFinish) {
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	sess := &parley.Session{ID: parley.NewID(), Title: "a chat", Owner: "o", CreatedAt: now, UpdatedAt: now}
+	run := &parley.RunRecord{ID: parley.NewID(), SessionID: sess.ID, Owner: "o", Model: "m", Instance: "i",
+		LeaseUntil: now.Add(time.Minute), CreatedAt: now}
+	user := &parley.Message{ID: parley.NewID(), Role: parley.RoleUser, Content: parley.Text("Tell me something, please."), RunID: run.ID, CreatedAt: now}
+	begin = &parley.RunBegin{NewSession: sess, SessionID: sess.ID, Reserve: 64, Run: run, Messages: []*parley.Message{user}}
+	return begin, func(first int64) parley.RunFinish {
+		answer := &parley.Message{ID: parley.NewID(), Role: parley.RoleAssistant, Content: parley.Text(fmt.Sprintf("answer %d", i)), RunID: run.ID, CreatedAt: now}
+		evs := make([]parley.EncodedEvent, 5)
+		for j := range evs {
+			ev := &parley.Event{Seq: first + int64(j), Type: parley.EventChunk, RunID: run.ID, SessionID: sess.ID, Content: "some text of the answer"}
+			evs[j] = parley.EncodedEvent{Seq: ev.Seq, Event: ev}
+		}
+		return parley.RunFinish{SessionID: sess.ID, Messages: []*parley.Message{answer}, Events: evs,
+			Limit: first + 63, Last: first + 4, RunID: run.ID, Instance: "i", Finish: parley.FinishStop, At: now}
+	}
+}
+
 // ChatsProbe is what BenchRunChats measures of a store beyond chats/s and the process's CPU;
 // every field may be left out.
 type ChatsProbe struct {
