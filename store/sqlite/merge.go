@@ -285,7 +285,7 @@ func (s *Store) merge(ctx context.Context, tx *sql.Tx, parts []any) error {
 	stmts := [...]rawRun{{mergedSessions, sessions}, {mergedRuns, runs}, {mergedPlainMessages, msgs}, {mergedMessages, wide},
 		{mergedUpdate, updates}, {mergedEvents, evRows}, {mergedEnds, ends}}
 	var changed [len(stmts)]int64
-	if err := s.execRaw(ctx, tx, stmts[:], changed[:]); err != nil {
+	if err := s.execRaw(ctx, stmts[:], changed[:]); err != nil {
 		return err
 	}
 	if changed[len(stmts)-1] != int64(len(ends)/mergedEnds.cols) {

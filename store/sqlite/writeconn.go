@@ -80,14 +80,12 @@ type rawRun struct {
 // errNotWriter: Merge was given a transaction that is not the writer's.
 var errNotWriter = errors.New("sqlite: a merge outside the writer's transaction")
 
-// execRaw runs each of runs (mergeChunk rows a statement) on the connection of tx, which must be
-// the writer's transaction under way, and returns the rows each changed. ctx must not end (the
-// statements run without the driver's cancellation, as cachedTx's).
-func (s *Store) execRaw(ctx context.Context, tx *sql.Tx, runs []rawRun, changed []int64) error {
+// execRaw runs each of runs (mergeChunk rows a statement) on the writer's connection, in the
+// transaction under way (merge, its caller, checks that it is the writer's), and returns the rows
+// each changed. ctx must not end (the statements run without the driver's cancellation, as
+// cachedTx's).
+func (s *Store) execRaw(ctx context.Context, runs []rawRun, changed []int64) error {
 	w := &s.wc
-	if tx == nil || tx != w.tx {
-		return errNotWriter
-	}
 	return w.conn.Raw(func(dc any) error {
 		prep, ok := dc.(driver.ConnPrepareContext)
 		if !ok {

@@ -20,6 +20,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/parleyhq/parley"
+	"github.com/parleyhq/parley/internal/onewrite"
 )
 
 // Bounds on what is read from a provider outside a stream.
@@ -147,11 +148,6 @@ func (r *requestBody) Len() int {
 	return n
 }
 
-// buffersWriter is onewrite.BuffersWriter: a writer that takes the parts in one write.
-type buffersWriter interface {
-	WriteBuffers(bufs *net.Buffers) (int64, error)
-}
-
 // WriteTo writes what is left: in one Write when it is one part, in one WriteBuffers when w takes
 // them (onewrite.Body: the connection sends them with the request's head, without copying them
 // first).
@@ -179,7 +175,7 @@ func (r *requestBody) WriteTo(w io.Writer) (int64, error) {
 	if left == nil {
 		return 0, nil
 	}
-	if bw, ok := w.(buffersWriter); ok {
+	if bw, ok := w.(onewrite.BuffersWriter); ok {
 		return bw.WriteBuffers(&left.bufs)
 	}
 	return left.bufs.WriteTo(w)
