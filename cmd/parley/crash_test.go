@@ -42,12 +42,16 @@ func TestCrashAtRandomPoints(t *testing.T) {
 	// One instance name across restarts: each restart takes back the runs the kill left at once.
 	// The test's own checks (polling every session, paging its messages after every kill) are
 	// not what the rate limits are for: off, or a long run hits them and fails on a 429.
+	// The two stores run at once: each has a server process, a database and a random source of its
+	// own, and the loop mostly waits (on the streams, the kill, the restart).
 	limits := []string{"--rate-limit", "off", "--guest-rate-limit", "off"}
 	t.Run("sqlite", func(t *testing.T) {
-		crashLoop(t, kills, seed, append(limits, "--instance-id", "crash", "--db", filepath.Join(t.TempDir(), "crash.db"))...)
+		t.Parallel()
+		crashLoop(t, kills, seed, append(limits[:len(limits):len(limits)], "--instance-id", "crash", "--db", filepath.Join(t.TempDir(), "crash.db"))...)
 	})
 	t.Run("postgres", func(t *testing.T) {
-		crashLoop(t, kills, seed, append(limits, "--instance-id", "crash", "--database-url", pgtest.Schema(t), "--data-dir", t.TempDir())...)
+		t.Parallel()
+		crashLoop(t, kills, seed, append(limits[:len(limits):len(limits)], "--instance-id", "crash", "--database-url", pgtest.Schema(t), "--data-dir", t.TempDir())...)
 	})
 }
 
