@@ -24,10 +24,18 @@ import (
 	"github.com/parleyhq/parley/tools/mcp/mcptest"
 )
 
+// browserShards is how many parts the browser suite's cases are cut into, each run at once by a
+// node process and a browser of its own against servers of its own. The suite waits more than it
+// computes (about 35 CPU-seconds in its 77 s alone on an idle 2-core machine): two shards overlap
+// those waits. The cases of one shard still run one after another, as each expects.
+const browserShards = 2
+
 // TestWebUIInABrowser runs the browser suite (web/e2e/run.mjs: Playwright driving Debian's
 // Chromium) against a real Parley: `run` on a free port, with an OpenAI-compatible provider that
 // is the scripted fake upstream and a stdio MCP server, plus a second instance with API keys and
 // guests for the sign-in case. The suite scripts the model through a small control server.
+// The cases are cut into browserShards subtests run in parallel, each with all of the above to
+// itself: case i runs in shard i % browserShards.
 //
 // It needs node, chromium and web/node_modules (npm ci in web/); without them it skips, unless
 // PARLEY_TEST_REQUIRE_BROWSER=1 (CI sets it), where it fails.
@@ -58,7 +66,16 @@ func TestWebUIInABrowser(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(webDir, "node_modules", "playwright-core")); err != nil {
 		missing("web/node_modules is missing (npm ci in web/)")
 	}
+	for shard := range browserShards {
+		t.Run(fmt.Sprintf("shard%d", shard), func(t *testing.T) {
+			t.Parallel()
+			browserShard(t, node, chromium, webDir, shard)
+		})
+	}
+}
 
+// browserShard runs the cases of one shard of the browser suite against servers of its own.
+func browserShard(t *testing.T, node, chromium, webDir string, shard int) {
 	fake := llmtest.NewServer()
 	upstream := httptest.NewServer(fake)
 	defer upstream.Close()
@@ -106,7 +123,8 @@ func TestWebUIInABrowser(t *testing.T) {
 	suite := exec.CommandContext(ctx, node, filepath.Join(webDir, "e2e", "run.mjs"))
 	suite.Dir = webDir
 	suite.Env = append(os.Environ(), "PARLEY_URL="+base, "PARLEY_AUTH_URL="+withKeys, "PARLEY_CONTROL_URL="+control.URL,
-		"PARLEY_CRASH_URL="+crashable.url, "PARLEY_CHROMIUM="+chromium, "PARLEY_SCREENSHOTS="+shots, "PARLEY_BIG_SESSION="+big)
+		"PARLEY_CRASH_URL="+crashable.url, "PARLEY_CHROMIUM="+chromium, "PARLEY_SCREENSHOTS="+shots, "PARLEY_BIG_SESSION="+big,
+		fmt.Sprintf("PARLEY_E2E_SHARD=%d/%d", shard, browserShards))
 	if only := os.Getenv("PARLEY_E2E_ONLY"); only != "" {
 		suite.Env = append(suite.Env, "PARLEY_E2E_ONLY="+only)
 	}

@@ -9,6 +9,8 @@
 //   PARLEY_CHROMIUM     the browser binary
 //   PARLEY_SCREENSHOTS  where the README's screenshots are written
 //   PARLEY_E2E_ONLY     optional: run only the cases whose name contains it
+//   PARLEY_E2E_SHARD    optional, K/N: run only the cases whose index i has i % N === K (the Go test
+//                       runs N shards at once, each against servers of its own)
 // Every case runs in a fresh browser context. A case fails on any page error or CSP violation.
 
 import { chromium } from 'playwright-core'
@@ -23,6 +25,11 @@ const CONTROL = process.env.PARLEY_CONTROL_URL
 const CRASH = process.env.PARLEY_CRASH_URL
 const SHOTS = process.env.PARLEY_SCREENSHOTS
 const ONLY = process.env.PARLEY_E2E_ONLY ?? ''
+const [SHARD, SHARDS] = (process.env.PARLEY_E2E_SHARD ?? '0/1').split('/').map(Number)
+if (!(Number.isInteger(SHARD) && Number.isInteger(SHARDS) && SHARD >= 0 && SHARD < SHARDS)) {
+  console.error(`PARLEY_E2E_SHARD must be K/N with 0 <= K < N: ${process.env.PARLEY_E2E_SHARD}`)
+  process.exit(2)
+}
 if (!BASE || !CONTROL) {
   console.error('PARLEY_URL and PARLEY_CONTROL_URL are required (run through go test ./cmd/parley -run TestWebUIInABrowser)')
   process.exit(2)
@@ -1222,7 +1229,8 @@ browser = await chromium.launch({
 if (SHOTS) fs.mkdirSync(SHOTS, { recursive: true })
 let failed = 0
 const started = Date.now()
-for (const [name, fn] of cases) {
+for (const [i, [name, fn]] of cases.entries()) {
+  if (i % SHARDS !== SHARD) continue
   if (ONLY && !name.includes(ONLY)) continue
   const t0 = Date.now()
   let page
