@@ -28,6 +28,7 @@ import (
 // PARLEY_CRASH_KILLS sets the number of kills per store (default 8; 3 with -short) and
 // PARLEY_CRASH_SEED replays a run.
 func TestCrashAtRandomPoints(t *testing.T) {
+	t.Parallel() // with the browser suite and README's MCP example, after the package's other tests
 	kills := 8
 	if testing.Short() {
 		kills = 3

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -41,6 +42,16 @@ func TestMain(m *testing.M) {
 			os.Exit(2)
 		}
 		os.Exit(0)
+	}
+	// The package's parallel tests (the browser suite's shards, the crash test's two stores,
+	// README's MCP example) spend most of their time waiting on other processes: the browser, the
+	// servers they start and kill, npx. Four at once by default, not GOMAXPROCS (2 on CI's
+	// machine); -parallel still sets it.
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", "4")
 	}
 	os.Exit(m.Run())
 }

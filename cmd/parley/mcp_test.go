@@ -248,6 +248,7 @@ func TestNoMCPServerOutlivesParley(t *testing.T) {
 // model call everything__echo. It needs Node.js and the npm registry: it runs where the MCP tests
 // run (PARLEY_TEST_MCP_BIN set, as .ci/run does) and must not skip where PARLEY_TEST_REQUIRE_MCP=1.
 func TestReadmeMCPConfig(t *testing.T) {
+	t.Parallel() // it mostly waits for npx to start the reference servers
 	_, npxErr := exec.LookPath("npx")
 	if os.Getenv("PARLEY_TEST_MCP_BIN") == "" || npxErr != nil {
 		msg := "README's MCP example needs npx and the npm registry; set PARLEY_TEST_MCP_BIN (.ci/run does) to run it"

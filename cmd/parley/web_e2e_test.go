@@ -40,6 +40,7 @@ const browserShards = 2
 // It needs node, chromium and web/node_modules (npm ci in web/); without them it skips, unless
 // PARLEY_TEST_REQUIRE_BROWSER=1 (CI sets it), where it fails.
 func TestWebUIInABrowser(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("browser suite skipped in -short mode")
 	}
