@@ -217,7 +217,7 @@ func TestTheStoreGetsTheFramesJSON(t *testing.T) {
 // The frames Finish appends keep the tail's events as Finish stamped them, not copies of them:
 // the run's record and done events are not copied once more for the session's readers (main
 // copied the tail, and then each event again into its frame).
-func TestFinishsFramesKeepTheTail(t *testing.T) {
+func TestFinishFramesKeepTheTail(t *testing.T) {
 	mem := newMemEvents()
 	h := New(Options{Store: mem, FlushEvery: time.Hour})
 	w, err := h.Open(context.Background(), "s1")
