@@ -1,5 +1,7 @@
 package httpapi
 
+import "time"
+
 // SetBeforeAnswer makes f run before each WebSocket frame's reply is queued, until the returned
 // func undoes it.
 func SetBeforeAnswer(f func()) (undo func()) {
@@ -12,4 +14,11 @@ func SetBeforeAnswer(f func()) (undo func()) {
 func SetOnSessionJoin(f func()) (undo func()) {
 	onSessionJoin.Store(&f)
 	return func() { onSessionJoin.Store(nil) }
+}
+
+// SetChatDetachAfter makes a streamed chat's response be taken over from net/http after d
+// (streamSession), until the returned func undoes it.
+func SetChatDetachAfter(d time.Duration) (undo func()) {
+	was := chatDetachAfter.Swap(int64(d))
+	return func() { chatDetachAfter.Store(was) }
 }

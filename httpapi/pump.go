@@ -66,6 +66,11 @@ type pump struct {
 	// ownKick: whoever ends the pump's context kicks the pump too (start registers no
 	// context.AfterFunc for it: one less context and callback per idle stream).
 	ownKick bool
+	// detachAt, if set, is when a pump that runs in its request's goroutine (run) hands its
+	// stream to detacher, at its first flush from then on: run then returns errDetached, the
+	// subscription still open, for the stream to go on without the handler (continueDetached).
+	detachAt time.Time
+	detacher interface{ takeOver() bool }
 	// secret and secretErr, where r is nil, are what bearer read of the request: a stream that
 	// outlives its handler keeps them rather than a request.
 	secret    string
@@ -135,8 +140,25 @@ func (p *pump) run(ctx context.Context) error {
 	p.init(ctx)
 	p.park = 0
 	err := p.loop()
+	if err == errDetached {
+		return err // the subscription and deadlines go on with the stream (continueDetached)
+	}
 	p.stop()
 	return err
+}
+
+// continueDetached goes on, in goroutines of the pump's own as start's, with a pump whose run
+// returned errDetached: its subscription and deadlines are kept; ctx is the stream's own now,
+// ended by whoever ends the stream, who kicks the pump too (ownKick); it parks after park with
+// nothing to do.
+func (p *pump) continueDetached(ctx context.Context, park time.Duration) {
+	p.ctx, p.park, p.lazyUntil = ctx, park, time.Time{}
+	p.ownKick, p.noDone = true, true
+	p.mu.Lock()
+	p.started, p.running = true, true
+	p.stopCtx = func() bool { return false }
+	p.mu.Unlock()
+	go p.resume()
 }
 
 // start pumps in goroutines of the pump's own, parking when idle, until it stops as run does;
@@ -303,6 +325,13 @@ func (p *pump) loopOrPark() (err error, ended bool) {
 					p.gathered, p.lazyUntil = false, time.Time{}
 					if err := p.t.flush(); err != nil {
 						return errClientGone{err}, true
+					}
+					// All that was written is out: the stream can be handed over here.
+					if !p.detachAt.IsZero() && !now.Before(p.detachAt) {
+						p.detachAt = time.Time{}
+						if p.detacher.takeOver() {
+							return errDetached, true
+						}
 					}
 				}
 			}
@@ -489,8 +518,10 @@ func (e errClientGone) Error() string { return "client gone: " + e.err.Error() }
 func (e errClientGone) Unwrap() error { return e.err }
 
 var (
-	errIdle    = errorString("idle timeout")
-	errRevoked = errorString("credentials no longer valid")
+	// errDetached: the stream was handed over (detachAt); it goes on without the handler.
+	errDetached = errorString("detached")
+	errIdle     = errorString("idle timeout")
+	errRevoked  = errorString("credentials no longer valid")
 )
 
 type errorString string

@@ -37,8 +37,17 @@ type sseWriter struct {
 // newSSEWriter starts the response. Its head is sent with the first flush, so that it shares a
 // write with the events ready when the stream starts (a chat's first ones are).
 func newSSEWriter(w http.ResponseWriter, timeout time.Duration) (*sseWriter, error) {
+	s := &sseWriter{}
+	if err := s.start(w, timeout); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// start is newSSEWriter for a writer that is part of a larger object (sseStream).
+func (s *sseWriter) start(w http.ResponseWriter, timeout time.Duration) error {
 	if !canFlush(w) {
-		return nil, parley.Errorf(parley.ECInternal, "streaming unsupported")
+		return parley.Errorf(parley.ECInternal, "streaming unsupported")
 	}
 	// The values are shared, never changed in place (net/http copies them when it sends the
 	// head): no allocation for each of them on every stream.
@@ -49,9 +58,9 @@ func newSSEWriter(w http.ResponseWriter, timeout time.Duration) (*sseWriter, err
 		h["Connection"] = keepAlive
 	}
 	h["X-Accel-Buffering"] = noBuffering // ask proxies not to buffer the stream
-	s := &sseWriter{w: w, rc: *http.NewResponseController(w), timeout: timeout}
+	*s = sseWriter{w: w, rc: *http.NewResponseController(w), timeout: timeout}
 	w.WriteHeader(http.StatusOK)
-	return s, nil
+	return nil
 }
 
 // An SSE response's header values.

@@ -26,6 +26,7 @@ type sseStream struct {
 	// owner holds one of the stream slots of its user (takeStream), given back at the end, when
 	// the stream's place in the metrics goes too.
 	owner string
+	slot  bool // owner's slot is the stream's (streamDetached), not a streamed chat's, which takes none
 	// left counts who has seen the stream's end, where a goroutine reads the connection (no
 	// watch): the pump and that reader; the second finishes.
 	left atomic.Int32
@@ -67,7 +68,9 @@ func (st *sseStream) ended() {
 func (st *sseStream) finish() {
 	st.s.detached.remove(st)
 	st.ctx.cancel()
-	st.s.giveStream(st.owner)
+	if st.slot {
+		st.s.giveStream(st.owner)
+	}
 	if st.s.Metrics != nil {
 		st.s.Metrics.StreamClose("sse")
 	}
