@@ -32,6 +32,13 @@ type sseStream struct {
 	left atomic.Int32
 	// prev and next link the server's detached streams (detachedStreams).
 	prev, next *sseStream
+	// reuse: the connection, a streamed chat's taken over from net/http with nothing of the
+	// client's next request read (takeOver), goes back to the server (Deps.GiveBack) if the
+	// response ends whole. rd orders the poller's reads (readable) before the response's end:
+	// once stopRead is set no read drops what could be the client's next request; sent says a
+	// read dropped bytes the client sent, so that the connection cannot be given back.
+	reuse, stopRead, sent bool
+	rd                    sync.Mutex
 }
 
 // end ends the stream's context; the pump, kicked, sees it.
@@ -44,15 +51,41 @@ func (st *sseStream) end(error) {
 func (st *sseStream) shutdown() { st.end(errWSShutdown) }
 
 // readable is the poller's callback (sseReadable).
-func (st *sseStream) readable() { sseReadable(st.watch, st.end) }
+func (st *sseStream) readable() {
+	if !st.reuse {
+		sseReadable(st.watch, st.end, nil)
+		return
+	}
+	st.rd.Lock()
+	defer st.rd.Unlock()
+	if !st.stopRead {
+		sseReadable(st.watch, st.end, &st.sent)
+	}
+}
 
-// onEnd is the pump's last act: the response's end, then the connection's.
-func (st *sseStream) onEnd(error) {
+// onEnd is the pump's last act: the response's end, then the connection's: closed, or given
+// back to the server (reuse) when the stream ended whole, neither by an error, nor by its
+// context (the client leaving, the server shutting down), nor with a write that failed, and the
+// client sent nothing while it streamed. The poller stops reading the connection before the
+// response's last chunk, after which the client may send its next request.
+func (st *sseStream) onEnd(err error) {
+	reuse := st.reuse && err == nil && st.ctx.Err() == nil && st.watch != nil
+	if reuse {
+		st.rd.Lock()
+		st.stopRead = true
+		reuse = !st.sent
+		st.rd.Unlock()
+	}
 	if st.watch != nil {
 		st.watch.close() // before the connection is closed
 	}
 	st.w.end()
-	st.conn.Close()
+	if reuse && st.w.err == nil && (st.s.Lifetime == nil || st.s.Lifetime.Err() == nil) &&
+		st.conn.SetDeadline(time.Time{}) == nil && st.s.GiveBack(st.conn) {
+		// the server's now
+	} else {
+		st.conn.Close()
+	}
 	st.ended()
 }
 
