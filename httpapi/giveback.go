@@ -3,6 +3,7 @@ package httpapi
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 )
 
 // GiveBackListener is a listener to which the API gives back the connection of a streamed chat
@@ -23,6 +24,34 @@ type GiveBackListener struct {
 	mu     sync.Mutex
 	closed bool
 	back   []net.Conn // given back, not yet accepted: at most one per open connection
+	// fresh are the connections given back from which the server has read nothing yet: Close
+	// (which Shutdown calls) closes them, as Shutdown does an idle connection. Without it
+	// Shutdown would wait for them: net/http takes a connection it accepted less than 5 s ago
+	// for one whose first request is on its way.
+	fresh map[*givenConn]struct{}
+}
+
+// givenConn is a connection given back: it leaves its listener's fresh set once a read returns
+// bytes (of the client's next request).
+// NetConn lets the idle poller reach the socket underneath (rawConnOf).
+type givenConn struct {
+	net.Conn
+	l     *GiveBackListener
+	fresh atomic.Bool
+}
+
+func (c *givenConn) NetConn() net.Conn { return c.Conn }
+
+func (c *givenConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 && c.fresh.Load() {
+		c.l.mu.Lock()
+		if c.fresh.Swap(false) {
+			delete(c.l.fresh, c)
+		}
+		c.l.mu.Unlock()
+	}
+	return n, err
 }
 
 type acceptResult struct {
@@ -107,7 +136,16 @@ func (l *GiveBackListener) GiveBack(c net.Conn) bool {
 		l.mu.Unlock()
 		return false
 	}
-	l.back = append(l.back, c)
+	g, ok := c.(*givenConn) // given back before: not wrapped again
+	if !ok {
+		g = &givenConn{Conn: c, l: l}
+	}
+	g.fresh.Store(true)
+	if l.fresh == nil {
+		l.fresh = map[*givenConn]struct{}{}
+	}
+	l.fresh[g] = struct{}{}
+	l.back = append(l.back, g)
 	l.mu.Unlock()
 	select {
 	case l.given <- struct{}{}:
@@ -117,7 +155,8 @@ func (l *GiveBackListener) GiveBack(c net.Conn) bool {
 }
 
 // Close closes the inner listener, waits for the accepting goroutine to return, and closes the
-// connections given back and not yet accepted. Again, it does nothing.
+// connections given back from which nothing was read yet (accepted or not). Again, it does
+// nothing.
 func (l *GiveBackListener) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -125,13 +164,18 @@ func (l *GiveBackListener) Close() error {
 		return nil
 	}
 	l.closed = true
-	back := l.back
 	l.back = nil
+	var fresh []*givenConn
+	for c := range l.fresh {
+		c.fresh.Store(false)
+		fresh = append(fresh, c)
+	}
+	l.fresh = nil
 	l.mu.Unlock()
 	close(l.done)
 	err := l.inner.Close()
 	<-l.exited
-	for _, c := range back {
+	for _, c := range fresh {
 		c.Close()
 	}
 	return err

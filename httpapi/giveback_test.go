@@ -76,7 +76,8 @@ func newGiveBackEnv(t *testing.T) *giveBackEnv {
 // stop shuts the server down; Serve returns, its listener closed.
 func (g *giveBackEnv) stop(t *testing.T) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// Less than the 5 s for which net/http waits for a connection accepted with nothing read.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	if err := g.srv.Shutdown(ctx); err != nil {
 		t.Errorf("shutdown: %v", err)
@@ -140,6 +141,15 @@ func TestStreamedChatConnectionGivenBack(t *testing.T) {
 	}
 	if n, given := g.inner.n.Load(), g.given.Load(); n != 1 || given != 2 {
 		t.Fatalf("%d connections accepted, %d given back; want 1, 2", n, given)
+	}
+
+	// Given back again, the connection is the server's: its shutdown closes it, nothing read
+	// from it, without waiting (stop's bound).
+	postChatStream(t, g.env, c, br, key)
+	g.waitEnd(t, "chat")
+	g.stop(t)
+	if n, err := br.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("after the shutdown: read %d, %v; want the connection's end", n, err)
 	}
 }
 
@@ -209,7 +219,7 @@ func TestGiveBackListenerClose(t *testing.T) {
 	if !l.GiveBack(a) {
 		t.Fatal("refused before Close")
 	}
-	if c, err := l.Accept(); c != a || err != nil {
+	if c, err := l.Accept(); err != nil || c.(interface{ NetConn() net.Conn }).NetConn() != a {
 		t.Fatalf("Accept: %v, %v; want the connection given back", c, err)
 	}
 	pa, pb := net.Pipe()
