@@ -862,7 +862,7 @@ func (r *Run) emitDone(finish string, err error, ended func(finish string, err e
 	}
 	final := r.takeFinal()
 	if rb := m.beginner(); rb != nil { // all in one write
-		var tail []parley.Event
+		tail := make([]parley.Event, 0, 2) // Finish keeps it: the events of the frames it appends
 		end := parley.RunFinish{SessionID: r.SessionID, RunID: r.ID, Instance: m.opts.Instance, Finish: finish, At: m.opts.Now()}
 		if final != nil {
 			end.Messages = []*parley.Message{final}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -211,4 +212,63 @@ func TestTheStoreGetsTheFramesJSON(t *testing.T) {
 			t.Errorf("event %d: the store got other bytes than the readers' frame", f.Seq)
 		}
 	}
+}
+
+// The frames Finish appends keep the tail's events as Finish stamped them, not copies of them:
+// the run's record and done events are not copied once more for the session's readers (main
+// copied the tail, and then each event again into its frame).
+func TestFinishFramesKeepTheTail(t *testing.T) {
+	mem := newMemEvents()
+	h := New(Options{Store: mem, FlushEvery: time.Hour})
+	w, err := h.Open(context.Background(), "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Append(parley.Event{Type: parley.EventChunk, Content: "a"})
+	sub := h.Subscribe(context.Background(), "s1", 0)
+	defer sub.Close()
+	tail := []parley.Event{
+		{Type: parley.EventRecord, Message: &parley.Message{ID: "m1", Role: parley.RoleAssistant}},
+		{Type: parley.EventDone, FinishReason: parley.FinishStop},
+	}
+	stamped, err := w.Finish(tail, func(evs []parley.EncodedEvent) error {
+		for i := range evs {
+			if evs[i].JSON == nil {
+				b, err := json.Marshal(evs[i].Event)
+				if err != nil {
+					return err
+				}
+				evs[i].JSON = b
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if &stamped[0] != &tail[0] || tail[0].Seq != 2 || tail[1].Seq != 3 {
+		t.Fatalf("Finish returned %+v for the tail %+v: want the tail, numbered 2 and 3", stamped, tail)
+	}
+	var seen []*Frame
+	for len(seen) < 3 {
+		select {
+		case <-sub.Ready():
+		case <-time.After(time.Minute):
+			t.Fatalf("read %d frames, and no more", len(seen))
+		}
+		frames, err := sub.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen = append(seen, frames...)
+	}
+	for j, f := range seen[1:] {
+		if f.ev != &tail[j] {
+			t.Errorf("the frame of %s keeps a copy of the event, not the tail's", f.Type)
+		}
+		if got := f.Event(); !reflect.DeepEqual(got, tail[j]) {
+			t.Errorf("the frame gives %+v, want %+v", got, tail[j])
+		}
+	}
+	w.Close()
 }

@@ -106,3 +106,21 @@ func TestFrameEventIsTheEventAppended(t *testing.T) {
 		t.Errorf("a status frame gives %+v", f.Event())
 	}
 }
+
+// A frame that keeps its event whole (every event but a text delta: a run's start, records,
+// usage, done) is one allocation, the Frame and its copy of the event together; on main it was
+// two, the Frame and then the event.
+func TestAWholeEventsFrameIsOneAllocation(t *testing.T) {
+	if raceOn {
+		t.Skip("the race detector adds allocations of its own")
+	}
+	ev := parley.Event{Seq: 3, Type: parley.EventUsage, RunID: "r1", SessionID: "s1", Usage: &parley.Usage{PromptTokens: 1}}
+	b := []byte(`{}`)
+	var f *Frame
+	if n := testing.AllocsPerRun(200, func() { f = NewFrame(ev, b) }); n != 1 {
+		t.Errorf("a usage event's frame: %v allocations, want 1", n)
+	}
+	if f.ev == &ev || !reflect.DeepEqual(f.Event(), ev) {
+		t.Errorf("the frame gives %+v, want a copy of %+v", f.Event(), ev)
+	}
+}

@@ -207,9 +207,10 @@ var ErrFinished = errors.New("stream: the run's events are closed")
 // numbers, without (write sets it, as parley.RunBeginner.FinishRun does; or it is made here).
 // The session's readers see tail only once write returned nil, so that what tail announces is
 // durable before any client sees it. When write fails, nothing is appended (the store writer goes
-// on with the ring's events) and the caller may Append tail itself. Finish returns tail as
-// stamped. It is called by the producer, like Append, and blocks the store writer while write
-// runs.
+// on with the ring's events) and the caller may Append tail itself. Finish stamps tail's events
+// in place and returns tail; the frames it appends keep those events, not copies of them, so the
+// caller must not change them after. It is called by the producer, like Append, and blocks the
+// store writer while write runs.
 func (w *Writer) Finish(tail []parley.Event, write func(evs []parley.EncodedEvent) error) ([]parley.Event, error) {
 	s, h := w.s, w.h
 	w.number(int64(len(tail)))
@@ -231,11 +232,9 @@ func (w *Writer) Finish(tail []parley.Event, write func(evs []parley.EncodedEven
 	}
 	next := w.next
 	s.mu.Unlock()
-	stamped := make([]parley.Event, len(tail))
 	for j := range tail {
-		stamped[j] = tail[j]
-		stamped[j].Seq = next + int64(j)
-		evs = append(evs, parley.EncodedEvent{Seq: stamped[j].Seq, Event: &stamped[j]})
+		tail[j].Seq = next + int64(j)
+		evs = append(evs, parley.EncodedEvent{Seq: tail[j].Seq, Event: &tail[j]})
 	}
 	start := time.Now()
 	err := write(evs)
@@ -245,16 +244,18 @@ func (w *Writer) Finish(tail []parley.Event, write func(evs []parley.EncodedEven
 	if err != nil {
 		return nil, err
 	}
+	tailFrames := make([]Frame, len(tail)) // one allocation for all of them
 	frames := make([]*Frame, 0, len(tail))
 	for j, e := range evs[len(evs)-len(tail):] {
 		if e.JSON == nil {
 			var err error
-			if e.JSON, err = json.Marshal(&stamped[j]); err != nil {
+			if e.JSON, err = json.Marshal(&tail[j]); err != nil {
 				h.opts.Log.Error("could not encode an event", "session", s.id, "seq", e.Seq, "err", err)
 				continue
 			}
 		}
-		frames = append(frames, newFrame(&stamped[j], e.JSON))
+		tailFrames[j] = frameOf(&tail[j], e.JSON)
+		frames = append(frames, &tailFrames[j])
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -264,7 +265,7 @@ func (w *Writer) Finish(tail []parley.Event, write func(evs []parley.EncodedEven
 	}
 	w.storedLocked(w.next-1, true)
 	s.wakeLocked()
-	return stamped, nil
+	return tail, nil
 }
 
 // Close marks the run's events complete and waits until the store and the relay have them. The
