@@ -108,10 +108,9 @@ func (st *sseStream) onEnd(err error) {
 		st.watch.close() // before the connection is closed
 	}
 	st.w.end()
-	if reuse && st.w.err == nil && (st.s.Lifetime == nil || st.s.Lifetime.Err() == nil) &&
-		st.conn.SetDeadline(time.Time{}) == nil && st.s.GiveBack(st.conn) {
-		// the server's now
-	} else {
+	given := reuse && st.w.err == nil && (st.s.Lifetime == nil || st.s.Lifetime.Err() == nil) &&
+		st.conn.SetDeadline(time.Time{}) == nil && st.s.GiveBack(st.conn)
+	if !given {
 		st.conn.Close()
 	}
 	st.ended()

@@ -200,8 +200,8 @@ func (st *sseStream) goOn(start func()) {
 
 // sseReadable is called when a detached stream's connection has something to read: the client
 // left (its end of the connection, or an error) or it sent bytes, which are dropped (and, with
-// sent, noted); then the watch waits again (at once, if more is there: one read per call, so that a client that keeps
-// sending does not hold the poller).
+// sent, noted); then the watch waits again (at once, if more is there: one read per call, so
+// that a client that keeps sending does not hold the poller).
 func sseReadable(w *idleWatch, end func(error), sent *bool) {
 	var b [512]byte
 	n, err := w.readNow(b[:])
