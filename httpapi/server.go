@@ -7,6 +7,7 @@ import (
 	"context"
 	"github.com/parleyhq/parley/approval"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"time"
@@ -136,6 +137,11 @@ type Deps struct {
 	// WebSockets, which outlive their request's handler, then close with 1001. Nil: they end
 	// only on their own.
 	Lifetime context.Context
+	// GiveBack, when set, takes back the connection of a streamed chat taken over from net/http
+	// (streamSession) once its response has ended whole, for the HTTP server to serve the
+	// client's next request on it (GiveBackListener.GiveBack); false: it was not taken, and the
+	// connection is closed. Nil: the connection closes after the response.
+	GiveBack func(net.Conn) bool
 	// AuthRecheck is how often an open stream (SSE or WebSocket) checks that its key is still
 	// valid, through Auth's cache (default 5s); a revoked or expired key ends it.
 	AuthRecheck time.Duration

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,12 +28,28 @@ type sseStream struct {
 	// the stream's place in the metrics goes too.
 	owner string
 	slot  bool // owner's slot is the stream's (streamDetached), not a streamed chat's, which takes none
+	// reuse: the connection, a streamed chat's taken over from net/http with nothing of the
+	// client's next request read (takeOver), goes back to the server (Deps.GiveBack) if the
+	// response ends whole and the poller watches it.
+	reuse bool
 	// left counts who has seen the stream's end, where a goroutine reads the connection (no
-	// watch): the pump and that reader; the second finishes.
+	// watch): the pump and that reader; the second finishes. Where the poller watches it, it
+	// holds the reads' state (rdReading, rdStopped, rdSent), for reuse.
 	left atomic.Int32
 	// prev and next link the server's detached streams (detachedStreams).
 	prev, next *sseStream
 }
+
+// The state of a watched stream's reads (sseStream.left), for a connection that may be given
+// back: the poller's callback is reading (and dropping what it reads); the stream's end stopped
+// the reads, so that none drops what could be the client's next request (set once no read is
+// under way); a read dropped bytes the client sent while the response went on, so that the
+// connection cannot be given back.
+const (
+	rdReading = 1 << iota
+	rdStopped
+	rdSent
+)
 
 // end ends the stream's context; the pump, kicked, sees it.
 func (st *sseStream) end(error) {
@@ -44,15 +61,58 @@ func (st *sseStream) end(error) {
 func (st *sseStream) shutdown() { st.end(errWSShutdown) }
 
 // readable is the poller's callback (sseReadable).
-func (st *sseStream) readable() { sseReadable(st.watch, st.end) }
+func (st *sseStream) readable() {
+	if !st.reuse {
+		sseReadable(st.watch, st.end, nil)
+		return
+	}
+	for {
+		v := st.left.Load()
+		if v&rdStopped != 0 {
+			return
+		}
+		if st.left.CompareAndSwap(v, v|rdReading) {
+			break
+		}
+	}
+	var sent bool
+	sseReadable(st.watch, st.end, &sent)
+	for {
+		v := st.left.Load()
+		w := v &^ rdReading
+		if sent {
+			w |= rdSent
+		}
+		if st.left.CompareAndSwap(v, w) {
+			return
+		}
+	}
+}
 
-// onEnd is the pump's last act: the response's end, then the connection's.
-func (st *sseStream) onEnd(error) {
+// onEnd is the pump's last act: the response's end, then the connection's: closed, or given
+// back to the server (reuse) when the stream ended whole, neither by an error, nor by its
+// context (the client leaving, the server shutting down), nor with a write that failed, and the
+// client sent nothing while it streamed. The poller stops reading the connection before the
+// response's last chunk, after which the client may send its next request.
+func (st *sseStream) onEnd(err error) {
+	reuse := st.reuse && err == nil && st.ctx.Err() == nil && st.watch != nil
+	for reuse {
+		// A read under way (one non-blocking read) ends soon; the next sees rdStopped.
+		if v := st.left.Load(); v&rdReading == 0 && st.left.CompareAndSwap(v, v|rdStopped) {
+			reuse = v&rdSent == 0
+			break
+		}
+		runtime.Gosched()
+	}
 	if st.watch != nil {
 		st.watch.close() // before the connection is closed
 	}
 	st.w.end()
-	st.conn.Close()
+	given := reuse && st.w.err == nil && (st.s.Lifetime == nil || st.s.Lifetime.Err() == nil) &&
+		st.conn.SetDeadline(time.Time{}) == nil && st.s.GiveBack(st.conn)
+	if !given {
+		st.conn.Close()
+	}
 	st.ended()
 }
 

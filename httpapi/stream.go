@@ -199,12 +199,16 @@ func (st *sseStream) goOn(start func()) {
 }
 
 // sseReadable is called when a detached stream's connection has something to read: the client
-// left (its end of the connection, or an error) or it sent bytes, which are dropped; then the
-// watch waits again (at once, if more is there: one read per call, so that a client that keeps
-// sending does not hold the poller).
-func sseReadable(w *idleWatch, end func(error)) {
+// left (its end of the connection, or an error) or it sent bytes, which are dropped (and, with
+// sent, noted); then the watch waits again (at once, if more is there: one read per call, so
+// that a client that keeps sending does not hold the poller).
+func sseReadable(w *idleWatch, end func(error), sent *bool) {
 	var b [512]byte
-	if _, err := w.readNow(b[:]); (err == nil || errors.Is(err, errWouldBlock)) && w.arm() {
+	n, err := w.readNow(b[:])
+	if n > 0 && sent != nil {
+		*sent = true
+	}
+	if (err == nil || errors.Is(err, errWouldBlock)) && w.arm() {
 		return
 	}
 	end(errClientLeft)
@@ -260,8 +264,9 @@ func canHijack(w http.ResponseWriter) bool {
 // detached stream does (streamDetached), parking between batches: a long answer then holds
 // neither the request's goroutine, net/http's read of the connection and its buffers, nor a
 // goroutine of its pump while it waits for the model. Its response was sent chunked and without
-// "Connection: close" (a short chat keeps its connection); the connection closes after the
-// response's last chunk, so that a client sends its next request on another.
+// "Connection: close" (a short chat keeps its connection); once its last chunk is written, the
+// connection is given back to the HTTP server (Deps.GiveBack), which reads the client's next
+// request from it; without GiveBack, or where the stream did not end whole, it closes.
 func (s *server) streamSession(w http.ResponseWriter, r *http.Request, sessionID string, after int64, untilDone bool) {
 	// Only the pump's call stays on the handler's stack for the stream's length: what comes
 	// before and after it is in functions of their own (TestStreamedChatStackUnderThePump).
@@ -321,12 +326,15 @@ const chatPark = time.Nanosecond
 // connection from here on. It keeps of the request only what a detached stream does. It reports
 // false, the stream staying with net/http, if the connection cannot be taken.
 func (st *sseStream) takeOver() bool {
-	conn, _, err := http.NewResponseController(st.w.w).Hijack()
+	conn, brw, err := http.NewResponseController(st.w.w).Hijack()
 	if err != nil {
 		return false
 	}
 	r := st.pump.r
 	st.conn = conn
+	// What the client sent after its request, which net/http's reader holds (a pipelined
+	// request), would be lost to the server that the connection is given back to: then it closes.
+	st.reuse = st.s.GiveBack != nil && brw.Reader.Buffered() == 0
 	st.ctx.from(r.Context())
 	st.secret, st.secretErr = bearer(r)
 	st.tr.r, st.tr.key = nil, st.ctx.id.KeyID

@@ -226,7 +226,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	// The WebSockets, which outlive their handlers, end with this, cancelled with baseCtx below.
 	streamsCtx, endStreams := context.WithCancel(context.WithoutCancel(ctx))
 	defer endStreams()
+	// A streamed chat's connection taken over from net/http goes back to the HTTP server through
+	// its listener (gl, set below, before anything is served) once the chat's response has ended.
+	var gl *httpapi.GiveBackListener
 	handler := httpapi.NewServer(httpapi.Deps{
+		GiveBack:     func(c net.Conn) bool { return gl.GiveBack(c) },
 		Lifetime:     streamsCtx,
 		Auth:         guard.auth,
 		Guests:       c.Guests,
@@ -275,6 +279,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	ln = httpapi.LimitConnsPerAddr(ln, c.MaxConnsPerAddr, log)
+	// Plain HTTP only (no TLS is served here): a connection given back is read as it was.
+	gl = httpapi.ListenGiveBack(ln)
+	ln = gl
 	stopMetrics := func() {}
 	if c.MetricsAddr != "" {
 		mln, err := listen("tcp", c.MetricsAddr)
