@@ -12,12 +12,10 @@ import (
 	"github.com/parleyhq/parley/httpapi"
 )
 
-// postChatStream sends a streamed chat on c and reads its response: the events, whole (the
-// chunked body to its end).
-func postChatStream(t *testing.T, e *env, c net.Conn, br *bufio.Reader, key string) []event {
+// startChatStream sends a streamed chat to base on c and reads its response's head (200).
+func startChatStream(t *testing.T, base string, c net.Conn, br *bufio.Reader, key string) *http.Response {
 	t.Helper()
-	body := `{"message":"hi"}`
-	req, _ := http.NewRequest("POST", e.url+"/api/v1/chat/stream", strings.NewReader(body))
+	req, _ := http.NewRequest("POST", base+"/api/v1/chat/stream", strings.NewReader(`{"message":"hi"}`))
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Content-Type", "application/json")
 	if err := req.Write(c); err != nil {
@@ -27,6 +25,14 @@ func postChatStream(t *testing.T, e *env, c net.Conn, br *bufio.Reader, key stri
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("%v %v", resp, err)
 	}
+	return resp
+}
+
+// postChatStream sends a streamed chat on c and reads its response: the events, whole (the
+// chunked body to its end).
+func postChatStream(t *testing.T, e *env, c net.Conn, br *bufio.Reader, key string) []event {
+	t.Helper()
+	resp := startChatStream(t, e.url, c, br, key)
 	if len(resp.TransferEncoding) != 1 || resp.TransferEncoding[0] != "chunked" || resp.Close {
 		t.Fatalf("transfer encoding %v, close %v; want chunked, kept alive", resp.TransferEncoding, resp.Close)
 	}

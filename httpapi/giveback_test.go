@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"runtime"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -171,16 +170,7 @@ func TestStreamedChatNotGivenBack(t *testing.T) {
 		}
 		key := g.key(t, "alice")
 		c, br := g.dial(t)
-		req, _ := http.NewRequest("POST", "http://"+g.addr+"/api/v1/chat/stream", strings.NewReader(`{"message":"hi"}`))
-		req.Header.Set("Authorization", "Bearer "+key)
-		req.Header.Set("Content-Type", "application/json")
-		if err := req.Write(c); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.ReadResponse(br, req)
-		if err != nil || resp.StatusCode != 200 {
-			t.Fatalf("%s: %v %v", how, resp, err)
-		}
+		resp := startChatStream(t, "http://"+g.addr, c, br, key)
 		readEvents(t, resp.Body, func(ev event) bool { return ev.name == "chunk" })
 		if how == "client left" {
 			c.Close()
